@@ -1,0 +1,72 @@
+//! The one error type of `spin-optimize`: invalid scenarios name their field; infeasible requests say why.
+
+use thiserror::Error;
+
+/// Why a scenario, plan or request was refused.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum OptimizeError {
+    /// A numeric field is outside its domain (NaN included).
+    #[error("{field}: {value} is outside {domain}")]
+    OutOfDomain {
+        /// The offending field, as named in the scenario file (e.g. `devices[3].acceptance`).
+        field: String,
+        /// The value given.
+        value: f64,
+        /// The allowed domain in words.
+        domain: &'static str,
+    },
+    /// A structural problem: empty device list, mismatched lengths, unknown names.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The offending field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The request has no feasible solution (e.g. a budget that cannot be met).
+    #[error("infeasible: {reason}")]
+    Infeasible {
+        /// Why no solution exists.
+        reason: String,
+    },
+    /// An exhaustive search was asked for on an instance too large to enumerate.
+    #[error("{field}: search space of {size} points exceeds the limit of {limit}")]
+    TooLarge {
+        /// What makes the instance large (e.g. `devices`).
+        field: String,
+        /// The number of points the search would visit (saturating).
+        size: u128,
+        /// The largest search this method accepts.
+        limit: u128,
+    },
+}
+
+impl OptimizeError {
+    /// Checks that `value` is finite and strictly positive.
+    pub fn positive(field: impl Into<String>, value: f64) -> Result<f64, OptimizeError> {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(OptimizeError::OutOfDomain { field: field.into(), value, domain: "(0, ∞)" })
+        }
+    }
+
+    /// Checks that `value` is finite and not negative.
+    pub fn non_negative(field: impl Into<String>, value: f64) -> Result<f64, OptimizeError> {
+        if value.is_finite() && value >= 0.0 {
+            Ok(value)
+        } else {
+            Err(OptimizeError::OutOfDomain { field: field.into(), value, domain: "[0, ∞)" })
+        }
+    }
+
+    /// Checks α ∈ (0, 1).
+    pub fn probability_open(field: impl Into<String>, value: f64) -> Result<f64, OptimizeError> {
+        if value > 0.0 && value < 1.0 {
+            Ok(value)
+        } else {
+            Err(OptimizeError::OutOfDomain { field: field.into(), value, domain: "(0, 1)" })
+        }
+    }
+}
