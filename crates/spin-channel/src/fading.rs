@@ -2,7 +2,7 @@
 
 use crate::error::{ChannelError, positive};
 use crate::units::db_to_linear;
-use rand::Rng;
+use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 use statrs::distribution::Exp;
 
