@@ -24,4 +24,38 @@ pub enum CoreError {
         /// What is wrong, in lowercase words.
         reason: String,
     },
+    /// A structural problem in one element of a list, e.g. `targets[3]: weight -0.1 at token 17 is negative`.
+    #[error("{field}[{index}]: {reason}")]
+    InvalidAt {
+        /// The name of the list the element belongs to.
+        field: &'static str,
+        /// The position of the offending element in that list.
+        index: usize,
+        /// What is wrong, in lowercase words.
+        reason: String,
+    },
+}
+
+impl CoreError {
+    /// Shorthand for [`CoreError::Invalid`].
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`CoreError::InvalidAt`].
+    pub(crate) fn invalid_at(field: &'static str, index: usize, reason: impl Into<String>) -> Self {
+        Self::InvalidAt {
+            field,
+            index,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`CoreError::OutOfDomain`].
+    pub(crate) fn out_of_domain(field: &'static str, value: f64, domain: &'static str) -> Self {
+        Self::OutOfDomain { field, value, domain }
+    }
 }

@@ -17,7 +17,11 @@ impl AcceptanceRate {
         if alpha > 0.0 && alpha < 1.0 {
             Ok(Self(alpha))
         } else {
-            Err(CoreError::OutOfDomain { field: "acceptance", value: alpha, domain: "(0, 1)" })
+            Err(CoreError::OutOfDomain {
+                field: "acceptance",
+                value: alpha,
+                domain: "(0, 1)",
+            })
         }
     }
 
@@ -88,7 +92,10 @@ mod tests {
                 assert!((total - 1.0).abs() < 1e-12, "pmf mass {total}");
                 let mean: f64 = pmf.iter().enumerate().map(|(i, p)| (i as f64 + 1.0) * p).sum();
                 let closed = expected_accepted(alpha, l);
-                assert!((mean - closed).abs() <= 1e-9 * closed, "α={alpha} L={l}: {mean} vs {closed}");
+                assert!(
+                    (mean - closed).abs() <= 1e-9 * closed,
+                    "α={alpha} L={l}: {mean} vs {closed}"
+                );
             }
         }
     }

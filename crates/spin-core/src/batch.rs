@@ -1,0 +1,215 @@
+//! Batched verification of K drafts of different lengths against one padded batch of target distributions,
+//! the shape a single padded forward pass produces (paper A eq. 7, paper B eq. 16: all K drafts in one pass).
+//!
+//! The targets are one contiguous `[K, P, V]` row-major buffer (device, position, token), with P ≥ max L_k + 1.
+//! Rows are validated lazily, when the acceptance loop reaches them: a device rejected at position r never has
+//! its rows after r read, which is what keeps realistic batches well under the cost of reading the whole buffer.
+//! Devices are processed in index order, each consuming its random draws in turn, so results replay from a seed.
+
+use crate::CoreError;
+use crate::chance::Chance;
+use crate::dist::{Dist, Weight};
+use crate::verify::{Draft, Outcome, Verdict, check_drafts, finish, judge_with};
+
+/// A borrowed `[K, P, V]` buffer of target weights: row (k, j) is p_{j+1} for device k.
+///
+/// ```
+/// use spin_core::{Draft, PaddedTargets, judge_batch};
+/// use rand::SeedableRng;
+///
+/// // K = 2 devices, P = 3 positions, V = 2 tokens; device 0 drafted 2 tokens, device 1 one token.
+/// let data: Vec<f32> = vec![0.5, 0.5, 0.9, 0.1, 0.3, 0.7, /* device 1 */ 0.2, 0.8, 0.6, 0.4, 0.0, 0.0];
+/// let targets = PaddedTargets::new(&data, 2, 3, 2)?;
+/// let drafts = [Draft::new(vec![0, 0], vec![0.5, 0.9])?, Draft::new(vec![1], vec![0.8])?];
+/// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+/// let verdicts = judge_batch(&targets, &drafts, &mut rng)?;
+/// // p ≥ q at every drafted position: everything is accepted and a bonus token drawn.
+/// assert_eq!(verdicts[0].accepted(), 2);
+/// assert_eq!(verdicts[1].accepted(), 1);
+/// # Ok::<(), spin_core::CoreError>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct PaddedTargets<'a, W: Weight = f32> {
+    data: &'a [W],
+    batch: usize,
+    positions: usize,
+    vocab: usize,
+}
+
+impl<'a, W: Weight> PaddedTargets<'a, W> {
+    /// Checks the shape only (`data.len() == batch · positions · vocab`, all positive); rows are validated on use.
+    pub fn new(data: &'a [W], batch: usize, positions: usize, vocab: usize) -> Result<Self, CoreError> {
+        for (field, v) in [("batch", batch), ("positions", positions), ("vocab", vocab)] {
+            if v == 0 {
+                return Err(CoreError::out_of_domain(field, 0.0, "[1, ∞)"));
+            }
+        }
+        let need = batch.checked_mul(positions).and_then(|x| x.checked_mul(vocab));
+        if need != Some(data.len()) {
+            return Err(CoreError::invalid(
+                "targets",
+                format!(
+                    "has {} values but batch {batch} × positions {positions} × vocab {vocab} needs more or fewer",
+                    data.len()
+                ),
+            ));
+        }
+        Ok(Self {
+            data,
+            batch,
+            positions,
+            vocab,
+        })
+    }
+
+    /// K, the number of devices.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+    /// P, the padded number of positions per device.
+    pub fn positions(&self) -> usize {
+        self.positions
+    }
+    /// V, the vocabulary size.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// The raw weights of device `k` at position `j` (0-based), `None` outside the shape.
+    pub fn row(&self, k: usize, j: usize) -> Option<&'a [W]> {
+        if k >= self.batch || j >= self.positions {
+            return None;
+        }
+        let start = (k * self.positions + j) * self.vocab;
+        Some(&self.data[start..start + self.vocab])
+    }
+
+    /// Validates row (k, j) as a distribution; errors read `targets[k]: position j: …`.
+    pub fn dist(&self, k: usize, j: usize) -> Result<Dist<'a, W>, CoreError> {
+        let row = self.row(k, j).ok_or_else(|| {
+            CoreError::invalid_at(
+                "targets",
+                k,
+                format!("position {j} is beyond the {} padded positions", self.positions),
+            )
+        })?;
+        Dist::validate(row)
+            .map_err(|reason| CoreError::invalid_at("targets", k, format!("position {j}: {reason}")))
+    }
+
+    fn check_batch(&self, drafts: usize) -> Result<(), CoreError> {
+        if drafts != self.batch {
+            return Err(CoreError::invalid(
+                "drafts",
+                format!("has {drafts} drafts for a batch of {}", self.batch),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, k: usize, len: usize) -> Result<(), CoreError> {
+        if len + 1 > self.positions {
+            return Err(CoreError::invalid_at(
+                "drafts",
+                k,
+                format!(
+                    "length {len} needs {} positions, the batch has {}",
+                    len + 1,
+                    self.positions
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Accept/reject decisions for K drafts from token–probability pairs (the server side of paper B), in device order.
+pub fn judge_batch<W: Weight, C: Chance + ?Sized>(
+    targets: &PaddedTargets<'_, W>,
+    drafts: &[Draft],
+    chance: &mut C,
+) -> Result<Vec<Verdict>, CoreError> {
+    targets.check_batch(drafts.len())?;
+    let mut out = Vec::with_capacity(drafts.len());
+    for (k, d) in drafts.iter().enumerate() {
+        targets.check_len(k, d.len())?;
+        let (v, _) = judge_with(d.tokens(), |j| d.probs()[j], |j| targets.dist(k, j), chance)?;
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// One device's draft with the distributions its tokens were sampled from.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftRef<'s, 'a, W: Weight = f32> {
+    /// The drafted tokens y_1..y_L.
+    pub tokens: &'s [u32],
+    /// q_1..q_L, the distributions each token was sampled from.
+    pub dists: &'s [Dist<'a, W>],
+}
+
+/// Complete rounds for K devices when the verifier also holds each device's q (e.g. UL correction with full
+/// distributions, or a simulation): acceptance, then residual or bonus sampling, device by device.
+pub fn verify_batch<Wp: Weight, Wq: Weight, C: Chance + ?Sized>(
+    targets: &PaddedTargets<'_, Wp>,
+    drafts: &[DraftRef<'_, '_, Wq>],
+    chance: &mut C,
+) -> Result<Vec<Outcome>, CoreError> {
+    targets.check_batch(drafts.len())?;
+    let mut out = Vec::with_capacity(drafts.len());
+    for (k, d) in drafts.iter().enumerate() {
+        targets.check_len(k, d.tokens.len())?;
+        check_drafts(d.dists, d.tokens)?;
+        let q_of = |j: usize| d.dists[j].prob(d.tokens[j] as usize).unwrap_or(0.0);
+        let (verdict, p_r) = judge_with(d.tokens, q_of, |j| targets.dist(k, j), chance)?;
+        out.push(finish(verdict, p_r, |r| d.dists[r], chance)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn shape_and_length_errors() {
+        let data = vec![0.5f32; 12];
+        assert!(PaddedTargets::new(&data, 2, 3, 3).is_err());
+        assert_eq!(
+            PaddedTargets::new(&data, 0, 3, 4).unwrap_err().to_string(),
+            "batch: 0 is outside [1, ∞)"
+        );
+        let t = PaddedTargets::new(&data, 2, 3, 2).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let long = Draft::new(vec![0, 0, 0], vec![0.5; 3]).unwrap();
+        let e = judge_batch(&t, &[Draft::empty(), long], &mut rng).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "drafts[1]: length 3 needs 4 positions, the batch has 3"
+        );
+        assert!(judge_batch(&t, &[Draft::empty()], &mut rng).is_err());
+    }
+
+    #[test]
+    fn padding_rows_are_never_read() {
+        // Device 0 drafts one token; its padded rows hold zeros (invalid as distributions) and must not be touched.
+        let mut data = vec![0.0f32; 2 * 4 * 2];
+        data[..4].copy_from_slice(&[0.5, 0.5, 0.25, 0.75]);
+        data[8..].copy_from_slice(&[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]);
+        let t = PaddedTargets::new(&data, 2, 4, 2).unwrap();
+        let drafts = [
+            Draft::new(vec![1], vec![0.5]).unwrap(),
+            Draft::new(vec![0, 1, 0], vec![0.5; 3]).unwrap(),
+        ];
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let v = judge_batch(&t, &drafts, &mut rng).unwrap();
+        assert_eq!(v[0].accepted(), 1);
+        assert_eq!(v[1].accepted(), 3);
+        // A zero row that is reached is reported with device and position.
+        let drafts = [Draft::new(vec![1, 1], vec![0.5, 0.5]).unwrap(), Draft::empty()];
+        let e = judge_batch(&t, &drafts, &mut rng).unwrap_err();
+        assert_eq!(e.to_string(), "targets[0]: position 2: total weight is zero");
+    }
+}

@@ -1,0 +1,625 @@
+//! Token distributions: zero-copy validated views over probability slices, logits → probabilities, top-V_eff
+//! truncation, Q-bit quantisation and the sparse form that crosses the air (MODEL.md §1).
+//!
+//! A [`Dist`] borrows `&[f32]` (or `&[f64]`) weights and is validated once: every weight finite and non-negative,
+//! the total positive. The distribution it stands for is `w / Σw`; weights need not sum to one, which is what lets
+//! quantised integer codes and truncated, unrenormalised entries be used as they are, with renormalisation exact.
+
+use crate::CoreError;
+use crate::chance::{BLOCK, Categorical, Chance, reduce_lanes};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+}
+
+/// The element types a [`Dist`] can borrow: `f32` (what models produce) and `f64` (references, tests).
+pub trait Weight: Copy + PartialOrd + Send + Sync + std::fmt::Debug + sealed::Sealed + 'static {
+    /// The size of one dense value on the air, in bits.
+    const BITS: u32;
+    /// Widens to `f64` (exact for both types).
+    fn to_f64(self) -> f64;
+}
+
+impl Weight for f32 {
+    const BITS: u32 = 32;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Weight for f64 {
+    const BITS: u32 = 64;
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// Sum of up to [`BLOCK`] weights in eight lanes; also the minimum, to detect negative entries.
+#[inline(always)]
+fn lane_sum_min<W: Weight>(xs: &[W]) -> (f64, f64) {
+    let mut acc = [0.0f64; 8];
+    let mut mn = [0.0f64; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            let x = c[j].to_f64();
+            acc[j] += x;
+            mn[j] = mn[j].min(x);
+        }
+    }
+    for (j, x) in chunks.remainder().iter().enumerate() {
+        let x = x.to_f64();
+        acc[j] += x;
+        mn[j] = mn[j].min(x);
+    }
+    (reduce_lanes(acc), mn.iter().fold(0.0f64, |a, &b| a.min(b)))
+}
+
+#[inline(always)]
+pub(crate) fn lane_sum<W: Weight>(xs: &[W]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for j in 0..8 {
+            acc[j] += c[j].to_f64();
+        }
+    }
+    for (j, x) in chunks.remainder().iter().enumerate() {
+        acc[j] += x.to_f64();
+    }
+    reduce_lanes(acc)
+}
+
+/// A validated, borrowed token distribution: `weights[i] / total` is the probability of token `i`.
+///
+/// Construction reads the slice once (≈ memory bandwidth); everything after that is infallible.
+///
+/// ```
+/// use spin_core::Dist;
+/// use rand::SeedableRng;
+///
+/// let probs: Vec<f32> = vec![0.1, 0.0, 0.6, 0.3];
+/// let p = Dist::new(&probs)?;
+/// assert_eq!(p.len(), 4);
+/// assert!((p.prob(2).unwrap() - 0.6).abs() < 1e-7);
+/// let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+/// let token = p.sample(&mut rng);
+/// assert_ne!(token, 1); // zero-probability tokens are never drawn
+/// # Ok::<(), spin_core::CoreError>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Dist<'a, W: Weight = f32> {
+    weights: &'a [W],
+    total: f64,
+}
+
+impl<'a, W: Weight> Dist<'a, W> {
+    /// Validates `weights` (field name `weights` in errors).
+    pub fn new(weights: &'a [W]) -> Result<Self, CoreError> {
+        Self::validate(weights).map_err(|reason| CoreError::invalid("weights", reason))
+    }
+
+    /// Validates element `index` of a list of distributions named `field`, e.g. `targets[3]` in errors.
+    pub fn new_at(weights: &'a [W], field: &'static str, index: usize) -> Result<Self, CoreError> {
+        Self::validate(weights).map_err(|reason| CoreError::invalid_at(field, index, reason))
+    }
+
+    pub(crate) fn validate(weights: &'a [W]) -> Result<Self, String> {
+        if weights.is_empty() {
+            return Err("is empty".into());
+        }
+        if u32::try_from(weights.len()).is_err() {
+            return Err(format!("{} entries exceed the u32 token range", weights.len()));
+        }
+        let mut total = 0.0;
+        let mut min = 0.0f64;
+        for block in weights.chunks(BLOCK) {
+            let (s, m) = lane_sum_min(block);
+            total += s;
+            min = min.min(m);
+        }
+        if !(total.is_finite() && min >= 0.0) {
+            // Slow path, only to name the offending entry.
+            for (i, w) in weights.iter().enumerate() {
+                let x = w.to_f64();
+                if !x.is_finite() || x < 0.0 {
+                    return Err(format!(
+                        "weight {x} at token {i} is not a finite non-negative number"
+                    ));
+                }
+            }
+            return Err(format!("total weight {total} is not finite"));
+        }
+        if total <= 0.0 {
+            return Err("total weight is zero".into());
+        }
+        Ok(Self { weights, total })
+    }
+
+    /// The vocabulary size V.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.weights.len()
+    }
+
+    /// The borrowed weights.
+    pub fn weights(&self) -> &'a [W] {
+        self.weights
+    }
+
+    /// The sum of the weights (the normaliser).
+    pub fn total(&self) -> f64 {
+        self.total
+    }
+
+    /// The probability of `token`, `None` if it is outside the vocabulary.
+    #[inline]
+    pub fn prob(&self, token: usize) -> Option<f64> {
+        self.weights.get(token).map(|w| w.to_f64() / self.total)
+    }
+
+    /// Draws a token by the inverse CDF with one uniform (summing in `f64`, no allocation).
+    pub fn sample<C: Chance + ?Sized>(&self, chance: &mut C) -> u32 {
+        chance.categorical(self) as u32
+    }
+
+    /// The normalised probabilities as `f64` (allocates; for references and tests).
+    pub fn to_probs(&self) -> Vec<f64> {
+        self.weights.iter().map(|w| w.to_f64() / self.total).collect()
+    }
+}
+
+impl<W: Weight> Categorical for Dist<'_, W> {
+    fn len(&self) -> usize {
+        self.weights.len()
+    }
+    #[inline(always)]
+    fn weight(&self, i: usize) -> f64 {
+        self.weights[i].to_f64()
+    }
+    #[inline(always)]
+    fn block_sum(&self, start: usize, end: usize) -> f64 {
+        lane_sum(&self.weights[start..end])
+    }
+    fn total(&self) -> f64 {
+        self.total
+    }
+}
+
+/// Sampling controls applied to logits identically on the drafting and the verifying side.
+///
+/// Order: temperature, then top-k, then top-p (nucleus), as common LLM samplers do. Greedy decoding is `top_k = 1`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    temperature: f64,
+    top_k: Option<usize>,
+    top_p: Option<f64>,
+}
+
+impl SamplingParams {
+    /// Plain sampling at temperature 1 with no filtering.
+    pub const PLAIN: Self = Self {
+        temperature: 1.0,
+        top_k: None,
+        top_p: None,
+    };
+
+    /// Validates temperature ∈ (0, ∞), top_k ≥ 1, top_p ∈ (0, 1].
+    pub fn new(temperature: f64, top_k: Option<usize>, top_p: Option<f64>) -> Result<Self, CoreError> {
+        if !(temperature > 0.0 && temperature.is_finite()) {
+            return Err(CoreError::out_of_domain("temperature", temperature, "(0, ∞)"));
+        }
+        if top_k == Some(0) {
+            return Err(CoreError::out_of_domain("top_k", 0.0, "[1, ∞)"));
+        }
+        if let Some(p) = top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(CoreError::out_of_domain("top_p", p, "(0, 1]"));
+        }
+        Ok(Self {
+            temperature,
+            top_k,
+            top_p,
+        })
+    }
+
+    /// The temperature.
+    pub fn temperature(&self) -> f64 {
+        self.temperature
+    }
+    /// The top-k cut, if any.
+    pub fn top_k(&self) -> Option<usize> {
+        self.top_k
+    }
+    /// The nucleus mass, if any.
+    pub fn top_p(&self) -> Option<f64> {
+        self.top_p
+    }
+}
+
+/// Orders tokens by weight, largest first, ties by smaller index: the one deterministic order used for every cut.
+#[inline]
+fn by_weight_desc<W: Weight>(w: &[W]) -> impl Fn(&u32, &u32) -> std::cmp::Ordering + '_ {
+    move |&a, &b| {
+        let (x, y) = (w[a as usize].to_f64(), w[b as usize].to_f64());
+        y.total_cmp(&x).then(a.cmp(&b))
+    }
+}
+
+/// Writes `softmax(logits / T)` with top-k and top-p applied into `out` (normalised, `f32`).
+///
+/// `-∞` logits are allowed (masked tokens); NaN and `+∞` are errors. Ties at a cut are broken by the smaller
+/// token id, so both sides keep the same set. Top-p keeps the smallest prefix (in that order) whose mass reaches
+/// `top_p`. Allocates a scratch index vector only when top-k or top-p is set.
+///
+/// ```
+/// use spin_core::{SamplingParams, probs_from_logits};
+/// let params = SamplingParams::new(0.5, Some(2), None)?;
+/// let mut probs = Vec::new();
+/// probs_from_logits(&[1.0, 3.0, 2.0, f32::NEG_INFINITY], &params, &mut probs)?;
+/// assert_eq!(probs[0], 0.0); // cut by top-2
+/// assert!((probs[1] - 0.880_797).abs() < 1e-5); // e^{2}/(e^{2}+1) at T = 0.5
+/// # Ok::<(), spin_core::CoreError>(())
+/// ```
+pub fn probs_from_logits(
+    logits: &[f32],
+    params: &SamplingParams,
+    out: &mut Vec<f32>,
+) -> Result<(), CoreError> {
+    if logits.is_empty() {
+        return Err(CoreError::invalid("logits", "is empty"));
+    }
+    let mut max = f32::NEG_INFINITY;
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_nan() || l == f32::INFINITY {
+            return Err(CoreError::invalid(
+                "logits",
+                format!("{l} at token {i} is not a number below +∞"),
+            ));
+        }
+        max = max.max(l);
+    }
+    if max == f32::NEG_INFINITY {
+        return Err(CoreError::invalid("logits", "every entry is -∞"));
+    }
+    let inv_t = 1.0 / params.temperature;
+    out.clear();
+    out.extend(
+        logits
+            .iter()
+            .map(|&l| ((f64::from(l) - f64::from(max)) * inv_t).exp() as f32),
+    );
+    if params.top_k.is_some_and(|k| k < logits.len()) || params.top_p.is_some_and(|p| p < 1.0) {
+        let k = params.top_k.unwrap_or(logits.len()).min(logits.len());
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        {
+            let cmp = by_weight_desc(out.as_slice());
+            if k < idx.len() {
+                idx.select_nth_unstable_by(k - 1, &cmp);
+                idx.truncate(k);
+            }
+            idx.sort_unstable_by(&cmp);
+        }
+        let mut keep = idx.len();
+        if let Some(top_p) = params.top_p {
+            let total: f64 = idx.iter().map(|&i| f64::from(out[i as usize])).sum();
+            let mut cum = 0.0;
+            for (n, &i) in idx.iter().enumerate() {
+                cum += f64::from(out[i as usize]) / total;
+                if cum >= top_p {
+                    keep = n + 1;
+                    break;
+                }
+            }
+        }
+        let mut kept = vec![false; out.len()];
+        for &i in &idx[..keep] {
+            kept[i as usize] = true;
+        }
+        for (w, k) in out.iter_mut().zip(&kept) {
+            if !k {
+                *w = 0.0;
+            }
+        }
+    }
+    let total: f64 = out.iter().map(|&w| f64::from(w)).sum();
+    let inv = 1.0 / total;
+    for w in out.iter_mut() {
+        *w = (f64::from(*w) * inv) as f32;
+    }
+    Ok(())
+}
+
+/// ⌈log₂ V⌉: the bits of one token index on the air (MODEL.md §1), at least 1.
+pub fn index_bits(vocab: usize) -> u32 {
+    if vocab <= 2 {
+        1
+    } else {
+        usize::BITS - (vocab - 1).leading_zeros()
+    }
+}
+
+/// A sparse distribution as sent over the air: `V_eff` (index, value) pairs out of a vocabulary of `V`.
+///
+/// Values are unnormalised: the distribution is `values / Σ values` on the kept indices and zero elsewhere,
+/// so the receiver's renormalisation is exact. After [`SparseDist::quantise`] the values are the integer
+/// codes `0..2^Q` (held exactly in `f32` for Q ≤ 24). Entries are ordered by value, largest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseDist {
+    vocab: usize,
+    indices: Vec<u32>,
+    values: Vec<f32>,
+    value_bits: u32,
+}
+
+impl SparseDist {
+    /// Keeps the `v_eff` most probable tokens of `dist` (ties: smaller token id), see [`Truncator`].
+    pub fn truncate<W: Weight>(dist: Dist<'_, W>, v_eff: usize) -> Result<Self, CoreError> {
+        Truncator::new(v_eff)?.truncate(dist)
+    }
+
+    /// Quantises the kept values to `q_bits` ∈ [1, 24] bits relative to the largest one:
+    /// code_i = round(v_i / v_max · (2^Q − 1)) (round half away from zero). The largest code is 2^Q − 1 > 0,
+    /// so the result is always a valid distribution; entries whose code is 0 stay on the air but carry no mass.
+    pub fn quantise(&self, q_bits: u32) -> Result<Self, CoreError> {
+        if !(1..=24).contains(&q_bits) {
+            return Err(CoreError::out_of_domain("q_bits", f64::from(q_bits), "[1, 24]"));
+        }
+        let max = self.values.iter().fold(0.0f64, |m, &v| m.max(f64::from(v)));
+        let scale = f64::from((1u32 << q_bits) - 1) / max;
+        let values = self
+            .values
+            .iter()
+            .map(|&v| (f64::from(v) * scale).round() as f32)
+            .collect();
+        Ok(Self {
+            vocab: self.vocab,
+            indices: self.indices.clone(),
+            values,
+            value_bits: q_bits,
+        })
+    }
+
+    /// The vocabulary size V.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+    /// The kept token ids, most probable first.
+    pub fn indices(&self) -> &[u32] {
+        &self.indices
+    }
+    /// The kept unnormalised values (codes after quantisation), aligned with [`SparseDist::indices`].
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+    /// V_eff, the number of entries on the air.
+    pub fn kept(&self) -> usize {
+        self.indices.len()
+    }
+    /// Bits per value on the air: Q after quantisation, 32 for raw `f32` values.
+    pub fn value_bits(&self) -> u32 {
+        self.value_bits
+    }
+
+    /// The exact payload size D = V_eff · (⌈log₂V⌉ + Q) bits (MODEL.md §1; paper B's D, paper A's Q_tok).
+    ///
+    /// ```
+    /// # use spin_core::dist::index_bits;
+    /// assert_eq!(index_bits(151_665), 18);
+    /// assert_eq!(1024 * (18 + 16), 34_816); // what a 1024-entry, 16-bit SparseDist reports at V = 151,665
+    /// ```
+    pub fn bits_on_air(&self) -> u64 {
+        self.indices.len() as u64 * u64::from(index_bits(self.vocab) + self.value_bits)
+    }
+
+    /// Writes the dense weights (zeros off the kept set) into `out`, resized to V; reuse `out` to avoid allocation.
+    pub fn write_dense(&self, out: &mut Vec<f32>) {
+        out.clear();
+        out.resize(self.vocab, 0.0);
+        for (&i, &v) in self.indices.iter().zip(&self.values) {
+            out[i as usize] = v;
+        }
+    }
+
+    /// The kept values as a distribution over positions `0..kept()` (map back with [`SparseDist::indices`]).
+    pub fn values_dist(&self) -> Result<Dist<'_, f32>, CoreError> {
+        Dist::new(&self.values)
+    }
+
+    /// Draws a token from this very distribution, as a device must when it sends it (the UL-exact scheme).
+    pub fn sample<C: Chance + ?Sized>(&self, chance: &mut C) -> Result<u32, CoreError> {
+        let d = self.values_dist()?;
+        Ok(self.indices[d.sample(chance) as usize])
+    }
+
+    /// The probability of `token` after renormalisation (0 off the kept set), `None` outside the vocabulary.
+    pub fn prob(&self, token: usize) -> Option<f64> {
+        if token >= self.vocab {
+            return None;
+        }
+        let total: f64 = self.values.iter().map(|&v| f64::from(v)).sum();
+        Some(
+            self.indices
+                .iter()
+                .position(|&i| i as usize == token)
+                .map_or(0.0, |k| f64::from(self.values[k]) / total),
+        )
+    }
+}
+
+/// Top-V_eff truncation with a reusable scratch buffer (no allocation per call beyond the V_eff-entry result).
+///
+/// Selection: `select_nth_unstable_by` on a copy of the weights finds the V_eff-th largest weight t, one pass
+/// collects the tokens above t and then those equal to t in token order, and only the kept V_eff are sorted.
+#[derive(Debug, Clone)]
+pub struct Truncator {
+    v_eff: usize,
+    scratch: Vec<f64>,
+}
+
+impl Truncator {
+    /// Validates `v_eff ≥ 1`.
+    pub fn new(v_eff: usize) -> Result<Self, CoreError> {
+        if v_eff == 0 {
+            return Err(CoreError::out_of_domain("v_eff", 0.0, "[1, V]"));
+        }
+        Ok(Self {
+            v_eff,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The number of entries kept.
+    pub fn v_eff(&self) -> usize {
+        self.v_eff
+    }
+
+    /// Keeps the min(V_eff, V) most probable tokens of `dist`, values as `f32`, unnormalised.
+    pub fn truncate<W: Weight>(&mut self, dist: Dist<'_, W>) -> Result<SparseDist, CoreError> {
+        let w = dist.weights();
+        let v = w.len();
+        let keep = self.v_eff.min(v);
+        let threshold = if keep == v {
+            f64::NEG_INFINITY
+        } else {
+            self.scratch.clear();
+            self.scratch.extend(w.iter().map(|x| x.to_f64()));
+            let (_, nth, _) = self
+                .scratch
+                .select_nth_unstable_by(keep - 1, |a, b| b.total_cmp(a));
+            *nth
+        };
+        let mut indices: Vec<u32> = Vec::with_capacity(keep);
+        let mut ties = 0usize;
+        for (i, x) in w.iter().enumerate() {
+            let x = x.to_f64();
+            if x > threshold {
+                indices.push(i as u32);
+            } else if x == threshold {
+                ties += 1;
+            }
+        }
+        if indices.len() < keep && ties > 0 {
+            for (i, x) in w.iter().enumerate() {
+                if x.to_f64() == threshold {
+                    indices.push(i as u32);
+                    if indices.len() == keep {
+                        break;
+                    }
+                }
+            }
+        }
+        indices.sort_unstable_by(by_weight_desc(w));
+        let values: Vec<f32> = indices.iter().map(|&i| w[i as usize].to_f64() as f32).collect();
+        if !values.iter().any(|&x| x > 0.0) {
+            return Err(CoreError::invalid(
+                "dist",
+                "the kept entries have zero mass in f32",
+            ));
+        }
+        Ok(SparseDist {
+            vocab: v,
+            indices,
+            values,
+            value_bits: 32,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_the_problem() {
+        let e = Dist::new(&[0.5f32, -0.1]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "weights: weight -0.10000000149011612 at token 1 is not a finite non-negative number"
+        );
+        let e = Dist::new_at(&[0.0f64, 0.0], "targets", 3).unwrap_err();
+        assert_eq!(e.to_string(), "targets[3]: total weight is zero");
+        assert!(
+            Dist::new(&[f32::NAN, 1.0])
+                .unwrap_err()
+                .to_string()
+                .contains("token 0")
+        );
+        assert!(Dist::new(&[f64::INFINITY]).is_err());
+        assert!(Dist::<f32>::new(&[]).is_err());
+    }
+
+    #[test]
+    fn total_and_probabilities() {
+        let w: Vec<f32> = (0..1000).map(|i| (i % 7) as f32).collect();
+        let d = Dist::new(&w).unwrap();
+        let exact: f64 = w.iter().map(|&x| f64::from(x)).sum();
+        assert_eq!(d.total(), exact);
+        assert_eq!(d.prob(1000), None);
+        assert!((d.to_probs().iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn logits_temperature_top_k_top_p() {
+        let mut out = Vec::new();
+        probs_from_logits(&[0.0, (2.0f32).ln(), 0.0], &SamplingParams::PLAIN, &mut out).unwrap();
+        assert!((out[1] - 0.5).abs() < 1e-7 && (out[0] - 0.25).abs() < 1e-7);
+        // Ties at the top-k cut keep the smaller token id.
+        let params = SamplingParams::new(1.0, Some(2), None).unwrap();
+        probs_from_logits(&[1.0, 2.0, 1.0, 0.0], &params, &mut out).unwrap();
+        assert_eq!(out[2], 0.0);
+        assert!(out[0] > 0.0 && out[1] > 0.0);
+        // Top-p: masses 0.5, 0.25, 0.125, 0.125; top_p = 0.7 keeps the first two.
+        let l: Vec<f32> = [0.5f32, 0.25, 0.125, 0.125].iter().map(|p| p.ln()).collect();
+        let params = SamplingParams::new(1.0, None, Some(0.7)).unwrap();
+        probs_from_logits(&l, &params, &mut out).unwrap();
+        assert!((out[0] - 2.0 / 3.0).abs() < 1e-6 && out[2] == 0.0 && out[3] == 0.0);
+        assert!(probs_from_logits(&[f32::NAN], &SamplingParams::PLAIN, &mut out).is_err());
+        assert!(probs_from_logits(&[f32::NEG_INFINITY], &SamplingParams::PLAIN, &mut out).is_err());
+        assert_eq!(
+            SamplingParams::new(0.0, None, None).unwrap_err().to_string(),
+            "temperature: 0 is outside (0, ∞)"
+        );
+        assert!(SamplingParams::new(1.0, Some(0), None).is_err());
+        assert!(SamplingParams::new(1.0, None, Some(1.5)).is_err());
+    }
+
+    #[test]
+    fn truncation_matches_full_sort() {
+        // Many ties, to exercise the tie rule against a brute-force sort.
+        let w: Vec<f32> = (0..5000u32).map(|i| ((i * 7919) % 97) as f32).collect();
+        let d = Dist::new(&w).unwrap();
+        for v_eff in [1, 10, 97, 1024, 5000, 6000] {
+            let s = SparseDist::truncate(d, v_eff).unwrap();
+            let mut all: Vec<u32> = (0..5000).collect();
+            all.sort_by(by_weight_desc(&w));
+            all.truncate(v_eff.min(5000));
+            assert_eq!(s.indices(), &all[..], "v_eff {v_eff}");
+        }
+    }
+
+    #[test]
+    fn quantisation_and_size() {
+        let w = [0.5f32, 0.3, 0.2, 0.0];
+        let s = SparseDist::truncate(Dist::new(&w).unwrap(), 3).unwrap();
+        assert_eq!(s.indices(), &[0, 1, 2]);
+        assert_eq!(s.bits_on_air(), 3 * (2 + 32));
+        let q = s.quantise(4).unwrap();
+        assert_eq!(q.values(), &[15.0, 9.0, 6.0]);
+        assert_eq!(q.bits_on_air(), 3 * (2 + 4));
+        assert!((q.prob(1).unwrap() - 0.3).abs() < 1e-12 && q.prob(3) == Some(0.0) && q.prob(4).is_none());
+        let mut dense = Vec::new();
+        q.write_dense(&mut dense);
+        assert_eq!(dense, vec![15.0, 9.0, 6.0, 0.0]);
+        assert!(s.quantise(0).is_err() && s.quantise(25).is_err());
+        assert_eq!(index_bits(151_665), 18);
+        assert_eq!(index_bits(2), 1);
+        assert_eq!(index_bits(5), 3);
+        assert_eq!(index_bits(1024), 10);
+    }
+}
