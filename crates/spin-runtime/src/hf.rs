@@ -1,0 +1,164 @@
+//! Hugging Face model folders: `config.json` + `*.safetensors` (+ `tokenizer.json`), Llama and Qwen2 architectures.
+
+use crate::error::{Result, RuntimeError};
+use crate::model::{Config, Model, RopeStyle, TensorMap};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The `config.json` fields we read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HfConfig {
+    /// e.g. `["LlamaForCausalLM"]`.
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    /// e.g. `llama`, `qwen2`.
+    #[serde(default)]
+    pub model_type: Option<String>,
+    /// Model width.
+    pub hidden_size: usize,
+    /// SwiGLU inner width.
+    pub intermediate_size: usize,
+    /// Blocks.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (defaults to the query heads).
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Longest sequence.
+    pub max_position_embeddings: usize,
+    /// RMSNorm epsilon.
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    #[serde(default = "default_theta")]
+    pub rope_theta: f64,
+    /// Whether the head shares the embedding.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+
+fn default_theta() -> f64 {
+    10000.0
+}
+
+/// The two architectures we implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama: no projection biases.
+    Llama,
+    /// Qwen2: biases on q, k and v.
+    Qwen2,
+}
+
+impl HfConfig {
+    /// Which architecture the file names; unknown ones are an error.
+    pub fn arch(&self) -> Result<Arch> {
+        let name = self
+            .architectures
+            .first()
+            .cloned()
+            .or_else(|| self.model_type.clone())
+            .unwrap_or_default();
+        match name.as_str() {
+            "LlamaForCausalLM" | "llama" | "MistralForCausalLM" => Ok(Arch::Llama),
+            "Qwen2ForCausalLM" | "qwen2" => Ok(Arch::Qwen2),
+            other => Err(RuntimeError::UnknownArchitecture(other.to_string())),
+        }
+    }
+
+    /// Our model configuration.
+    pub fn to_config(&self) -> Result<Config> {
+        let arch = self.arch()?;
+        let cfg = Config {
+            vocab_size: self.vocab_size,
+            dim: self.hidden_size,
+            hidden_dim: self.intermediate_size,
+            n_layers: self.num_hidden_layers,
+            n_heads: self.num_attention_heads,
+            n_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
+            max_seq_len: self.max_position_embeddings,
+            rms_eps: self.rms_norm_eps,
+            rope_theta: self.rope_theta,
+            rope: RopeStyle::Halves,
+            qkv_bias: arch == Arch::Qwen2,
+            tied_embeddings: self.tie_word_embeddings,
+        };
+        cfg.validate()
+            .map_err(|e| RuntimeError::format("config.json", e.to_string()))?;
+        Ok(cfg)
+    }
+}
+
+/// Loads a model folder (`config.json` and every `*.safetensors` in it).
+pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| RuntimeError::io(&cfg_path, e))?;
+    let hf: HfConfig = serde_json::from_str(&text)
+        .map_err(|e| RuntimeError::format(cfg_path.display().to_string(), e.to_string()))?;
+    let cfg = hf.to_config()?;
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| RuntimeError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(RuntimeError::format(
+            dir.display().to_string(),
+            "no *.safetensors file",
+        ));
+    }
+    let mut tensors = HashMap::new();
+    for f in &files {
+        let bytes = std::fs::read(f).map_err(|e| RuntimeError::io(f, e))?;
+        let part = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
+            .map_err(|e| RuntimeError::format(f.display().to_string(), e.to_string()))?;
+        tensors.extend(part);
+    }
+    let map = TensorMap {
+        what: dir.display().to_string(),
+        tensors,
+        device: device.clone(),
+    };
+    Model::from_source(cfg, &map, device)
+}
+
+/// Writes a model folder: `config.json` from `cfg` and one `model.safetensors` (for tests and exports).
+pub fn write_dir(dir: &Path, cfg: &Config, arch: Arch, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let hf = HfConfig {
+        architectures: vec![match arch {
+            Arch::Llama => "LlamaForCausalLM".into(),
+            Arch::Qwen2 => "Qwen2ForCausalLM".into(),
+        }],
+        model_type: Some(match arch {
+            Arch::Llama => "llama".into(),
+            Arch::Qwen2 => "qwen2".into(),
+        }),
+        hidden_size: cfg.dim,
+        intermediate_size: cfg.hidden_dim,
+        num_hidden_layers: cfg.n_layers,
+        num_attention_heads: cfg.n_heads,
+        num_key_value_heads: Some(cfg.n_kv_heads),
+        vocab_size: cfg.vocab_size,
+        max_position_embeddings: cfg.max_seq_len,
+        rms_norm_eps: cfg.rms_eps,
+        rope_theta: cfg.rope_theta,
+        tie_word_embeddings: cfg.tied_embeddings,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(dir, e))?;
+    let p = dir.join("config.json");
+    let json =
+        serde_json::to_string_pretty(&hf).map_err(|e| RuntimeError::format("config.json", e.to_string()))?;
+    std::fs::write(&p, json).map_err(|e| RuntimeError::io(&p, e))?;
+    candle_core::safetensors::save(tensors, dir.join("model.safetensors"))?;
+    Ok(())
+}

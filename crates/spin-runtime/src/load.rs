@@ -1,0 +1,52 @@
+//! Picks the loader from the path: a folder is a Hugging Face model, `*.gguf` is GGUF, anything else llama2.c v0.
+
+use crate::error::{Result, RuntimeError};
+use crate::llama2c::Llama2cTokenizer;
+use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+use candle_core::Device;
+use std::path::Path;
+
+/// The device to run on: the first CUDA GPU when built with `cuda` and one is present, else the CPU.
+pub fn select_device() -> Result<Device> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(Device::cuda_if_available(0)?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Ok(Device::Cpu)
+    }
+}
+
+/// Loads a model, choosing the format from the path.
+pub fn load_model(path: &Path, device: &Device) -> Result<Model> {
+    if path.is_dir() {
+        crate::hf::load_dir(path, device)
+    } else if path.extension().is_some_and(|e| e == "gguf") {
+        crate::gguf::load(path, device)
+    } else {
+        crate::llama2c::load_checkpoint(path, device)
+    }
+}
+
+/// Loads the tokenizer for `model_path`: `tokenizer` if given (`*.json` Hugging Face, else llama2.c format of
+/// `vocab_size` entries), else `tokenizer.json` inside a model folder or the vocabulary inside a GGUF file.
+pub fn load_tokenizer(tokenizer: Option<&Path>, model_path: &Path, vocab_size: usize) -> Result<Tokenizer> {
+    match tokenizer {
+        Some(p) if p.extension().is_some_and(|e| e == "json") => Tokenizer::from_hf_file(p),
+        Some(p) if p.extension().is_some_and(|e| e == "gguf") => crate::gguf::load_tokenizer(p),
+        Some(p) => Ok(Tokenizer::Llama2c(Llama2cTokenizer::load(p, vocab_size)?)),
+        None if model_path.is_dir() => Tokenizer::from_hf_file(&model_path.join("tokenizer.json")),
+        None if model_path.extension().is_some_and(|e| e == "gguf") => {
+            crate::gguf::load_tokenizer(model_path)
+        }
+        None => Err(RuntimeError::invalid(
+            "tokenizer",
+            format!(
+                "{} has no embedded tokenizer: pass --tokenizer",
+                model_path.display()
+            ),
+        )),
+    }
+}

@@ -1,0 +1,649 @@
+//! A Llama-architecture transformer (RMSNorm, RoPE, grouped-query attention, SwiGLU) that scores every position,
+//! keeps a truncatable KV cache per sequence and runs padded batches of sequences of different lengths.
+//!
+//! The same code serves the drafter, the batched verifier (paper A eq. 7: all K drafts in one pass, shorter ones
+//! padded) and distillation training: with `differentiable` set it uses only ops that candle can back-propagate.
+
+use crate::error::{Result, RuntimeError};
+use candle_core::quantized::QMatMul;
+use candle_core::{D, DType, Device, Module, Tensor};
+
+/// How rotary embeddings pair the channels of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1): llama2.c checkpoints and GGUF Llama files.
+    Interleaved,
+    /// First half with second half: Hugging Face Llama and Qwen2 checkpoints.
+    Halves,
+}
+
+/// The shape and numerics of a Llama-family model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Number of tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Model (residual) width.
+    pub dim: usize,
+    /// SwiGLU inner width.
+    pub hidden_dim: usize,
+    /// Number of transformer blocks.
+    pub n_layers: usize,
+    /// Number of query heads.
+    pub n_heads: usize,
+    /// Number of key/value heads (grouped-query attention when below `n_heads`).
+    pub n_kv_heads: usize,
+    /// Longest sequence (prompt plus generated tokens) the position tables cover.
+    pub max_seq_len: usize,
+    /// RMSNorm epsilon.
+    pub rms_eps: f64,
+    /// RoPE base θ.
+    pub rope_theta: f64,
+    /// RoPE channel pairing.
+    pub rope: RopeStyle,
+    /// Whether q/k/v projections carry biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Whether the output head shares the token embedding.
+    pub tied_embeddings: bool,
+}
+
+impl Config {
+    /// Checks that every size is positive and the heads divide evenly.
+    pub fn validate(&self) -> Result<()> {
+        let sizes = [
+            ("vocab_size", self.vocab_size),
+            ("dim", self.dim),
+            ("hidden_dim", self.hidden_dim),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("n_kv_heads", self.n_kv_heads),
+            ("max_seq_len", self.max_seq_len),
+        ];
+        for (name, v) in sizes {
+            if v == 0 {
+                return Err(RuntimeError::invalid(name, "must be positive"));
+            }
+        }
+        if !self.dim.is_multiple_of(self.n_heads) {
+            return Err(RuntimeError::invalid(
+                "n_heads",
+                format!("{} does not divide dim {}", self.n_heads, self.dim),
+            ));
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(RuntimeError::invalid(
+                "n_kv_heads",
+                format!("{} does not divide n_heads {}", self.n_kv_heads, self.n_heads),
+            ));
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(RuntimeError::invalid(
+                "dim",
+                format!("head size {} is odd", self.head_dim()),
+            ));
+        }
+        if !(self.rms_eps > 0.0 && self.rms_eps.is_finite()) {
+            return Err(RuntimeError::invalid(
+                "rms_eps",
+                format!("{} is not positive", self.rms_eps),
+            ));
+        }
+        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
+            return Err(RuntimeError::invalid(
+                "rope_theta",
+                format!("{} is not positive", self.rope_theta),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Channels per head.
+    pub fn head_dim(&self) -> usize {
+        self.dim / self.n_heads
+    }
+
+    /// Width of the key/value projections.
+    pub fn kv_dim(&self) -> usize {
+        self.head_dim() * self.n_kv_heads
+    }
+}
+
+/// A linear projection y = x Wᵀ (+ b), with dense or quantised weights.
+#[derive(Debug, Clone)]
+pub(crate) enum Proj {
+    Dense(candle_nn::Linear),
+    Quant { w: QMatMul, b: Option<Tensor> },
+}
+
+impl Proj {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Proj::Dense(l) => l.forward(x)?,
+            Proj::Quant { w, b } => {
+                let y = w.forward(x)?;
+                match b {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                }
+            }
+        })
+    }
+}
+
+/// Where a model's weights come from. Names follow the Hugging Face Llama layout (`model.layers.3.mlp.up_proj`);
+/// each source maps them to its own file's names.
+pub(crate) trait WeightSource {
+    /// A dense f32 tensor `name.weight` of exactly `shape`.
+    fn dense(&self, name: &str, shape: &[usize]) -> Result<Tensor>;
+    /// A projection `name.weight` of shape (out, inp), with `name.bias` (out) when `bias`.
+    fn proj(&self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Proj>;
+    /// Whether `name.weight` exists.
+    fn contains(&self, name: &str) -> bool;
+}
+
+/// Checks that a tensor read from a file has the expected shape.
+pub(crate) fn check_shape(what: &str, t: &Tensor, shape: &[usize]) -> Result<()> {
+    if t.dims() != shape {
+        return Err(RuntimeError::format(
+            what,
+            format!("expected shape {:?}, found {:?}", shape, t.dims()),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    attn_norm: Tensor,
+    wq: Proj,
+    wk: Proj,
+    wv: Proj,
+    wo: Proj,
+    ffn_norm: Tensor,
+    gate: Proj,
+    up: Proj,
+    down: Proj,
+}
+
+/// A loaded transformer. Cheap to clone (tensors are shared).
+#[derive(Debug, Clone)]
+pub struct Model {
+    cfg: Config,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    head: Proj,
+    cos: Tensor,
+    sin: Tensor,
+    device: Device,
+    differentiable: bool,
+}
+
+/// The keys and values one sequence has seen, per layer: shape (n_kv_heads, len, head_dim).
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Number of positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forgets every position from `len` on (after a rejection); `len` may not exceed the current length.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(RuntimeError::invalid(
+                "len",
+                format!("cannot truncate a cache of {} positions to {len}", self.len),
+            ));
+        }
+        if len == self.len {
+            return Ok(());
+        }
+        for entry in &mut self.layers {
+            if len == 0 {
+                *entry = None;
+            } else if let Some((k, v)) = entry {
+                *k = k.narrow(1, 0, len)?;
+                *v = v.narrow(1, 0, len)?;
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
+}
+
+impl Model {
+    /// Builds a model from a weight source; every tensor's shape is checked against `cfg`.
+    pub(crate) fn from_source(cfg: Config, src: &dyn WeightSource, device: &Device) -> Result<Self> {
+        cfg.validate()?;
+        let (d, h, kv) = (cfg.dim, cfg.hidden_dim, cfg.kv_dim());
+        let embed = src.dense("model.embed_tokens", &[cfg.vocab_size, d])?;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = format!("model.layers.{i}");
+            layers.push(Layer {
+                attn_norm: src.dense(&format!("{p}.input_layernorm"), &[d])?,
+                wq: src.proj(&format!("{p}.self_attn.q_proj"), d, d, cfg.qkv_bias)?,
+                wk: src.proj(&format!("{p}.self_attn.k_proj"), kv, d, cfg.qkv_bias)?,
+                wv: src.proj(&format!("{p}.self_attn.v_proj"), kv, d, cfg.qkv_bias)?,
+                wo: src.proj(&format!("{p}.self_attn.o_proj"), d, d, false)?,
+                ffn_norm: src.dense(&format!("{p}.post_attention_layernorm"), &[d])?,
+                gate: src.proj(&format!("{p}.mlp.gate_proj"), h, d, false)?,
+                up: src.proj(&format!("{p}.mlp.up_proj"), h, d, false)?,
+                down: src.proj(&format!("{p}.mlp.down_proj"), d, h, false)?,
+            });
+        }
+        let norm = src.dense("model.norm", &[d])?;
+        let head = if cfg.tied_embeddings || !src.contains("lm_head") {
+            Proj::Dense(candle_nn::Linear::new(embed.clone(), None))
+        } else {
+            src.proj("lm_head", cfg.vocab_size, d, false)?
+        };
+        let (cos, sin) = rope_tables(&cfg, device)?;
+        Ok(Model {
+            cfg,
+            embed,
+            layers,
+            norm,
+            head,
+            cos,
+            sin,
+            device: device.clone(),
+            differentiable: false,
+        })
+    }
+
+    /// Use only back-propagatable ops (for training); slower than the fused inference kernels.
+    pub fn set_differentiable(&mut self, on: bool) {
+        self.differentiable = on;
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A self-speculation drafter: the first `n_layers` blocks of this model with its own final norm and head.
+    pub fn first_layers(&self, n_layers: usize) -> Result<Model> {
+        if n_layers == 0 || n_layers > self.cfg.n_layers {
+            return Err(RuntimeError::invalid(
+                "self_draft_layers",
+                format!("{n_layers} is outside 1..={}", self.cfg.n_layers),
+            ));
+        }
+        let mut m = self.clone();
+        m.layers.truncate(n_layers);
+        m.cfg.n_layers = n_layers;
+        Ok(m)
+    }
+
+    /// An empty cache for one sequence.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            layers: vec![None; self.cfg.n_layers],
+            len: 0,
+        }
+    }
+
+    /// Feeds `tokens` after what `cache` holds; returns logits (tokens.len(), vocab) for every new position and
+    /// appends the new keys and values to the cache.
+    pub fn forward(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Tensor> {
+        let mut out = self.forward_batch(&mut [cache], &[tokens])?;
+        Ok(out.remove(0))
+    }
+
+    /// One padded pass over many sequences (paper A eq. 7: all drafts verified together). Sequence b continues
+    /// from its own cache with its own new tokens; shorter inputs are padded, and the mask lets every real query
+    /// see exactly its own prefix. Returns per-sequence logits (tokens[b].len(), vocab) and extends every cache.
+    pub fn forward_batch(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Vec<Tensor>> {
+        if caches.len() != tokens.len() || tokens.is_empty() {
+            return Err(RuntimeError::invalid(
+                "tokens",
+                format!("{} token lists for {} caches", tokens.len(), caches.len()),
+            ));
+        }
+        let b = tokens.len();
+        let t = tokens.iter().map(|s| s.len()).max().unwrap_or(0);
+        for (i, s) in tokens.iter().enumerate() {
+            if s.is_empty() {
+                return Err(RuntimeError::invalid(format!("tokens[{i}]"), "is empty"));
+            }
+            if let Some(&bad) = s.iter().find(|&&x| x as usize >= self.cfg.vocab_size) {
+                return Err(RuntimeError::invalid(
+                    format!("tokens[{i}]"),
+                    format!("token {bad} is outside the vocabulary of {}", self.cfg.vocab_size),
+                ));
+            }
+            let end = caches[i].len + s.len();
+            if end > self.cfg.max_seq_len {
+                return Err(RuntimeError::invalid(
+                    format!("tokens[{i}]"),
+                    format!(
+                        "sequence of {end} positions exceeds max_seq_len {}",
+                        self.cfg.max_seq_len
+                    ),
+                ));
+            }
+        }
+        let past: Vec<usize> = caches.iter().map(|c| c.len).collect();
+        let s_len = past.iter().max().copied().unwrap_or(0) + t;
+        let mut ids = Vec::with_capacity(b * t);
+        let mut pos = Vec::with_capacity(b * t);
+        let mut mask = Vec::with_capacity(b * t * s_len);
+        for (i, s) in tokens.iter().enumerate() {
+            for j in 0..t {
+                ids.push(s.get(j).copied().unwrap_or(0));
+                pos.push(if j < s.len() { (past[i] + j) as u32 } else { 0 });
+                // Keys: cache at [0, past), new tokens at [past, past + t), zero padding after.
+                for k in 0..s_len {
+                    mask.push(if k <= past[i] + j { 0f32 } else { f32::NEG_INFINITY });
+                }
+            }
+        }
+        let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
+        let pos = Tensor::from_vec(pos, b * t, &self.device)?;
+        let mask = Tensor::from_vec(mask, (b, 1, t, s_len), &self.device)?;
+        let (logits, new_kv) = self.run(&ids, &pos, &mask, Some(caches))?;
+        let mut out = Vec::with_capacity(b);
+        for (i, s) in tokens.iter().enumerate() {
+            out.push(logits.get(i)?.narrow(0, 0, s.len())?);
+        }
+        for (layer, (k, v)) in new_kv.into_iter().enumerate() {
+            for (i, s) in tokens.iter().enumerate() {
+                let k_new = k.get(i)?.narrow(1, 0, s.len())?;
+                let v_new = v.get(i)?.narrow(1, 0, s.len())?;
+                let entry = &mut caches[i].layers[layer];
+                *entry = Some(match entry.take() {
+                    None => (k_new.contiguous()?, v_new.contiguous()?),
+                    Some((kc, vc)) => (Tensor::cat(&[&kc, &k_new], 1)?, Tensor::cat(&[&vc, &v_new], 1)?),
+                });
+            }
+        }
+        for (i, s) in tokens.iter().enumerate() {
+            caches[i].len += s.len();
+        }
+        Ok(out)
+    }
+
+    /// Logits (B, T, vocab) for a batch of equal-length sequences from position 0, with no cache (training).
+    pub fn forward_full(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        if t > self.cfg.max_seq_len {
+            return Err(RuntimeError::invalid(
+                "ids",
+                format!("{t} positions exceed max_seq_len"),
+            ));
+        }
+        let pos: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+        let pos = Tensor::from_vec(pos, b * t, &self.device)?;
+        let mask: Vec<f32> = (0..t)
+            .flat_map(|i| (0..t).map(move |j| if j <= i { 0f32 } else { f32::NEG_INFINITY }))
+            .collect();
+        let mask = Tensor::from_vec(mask, (1, 1, t, t), &self.device)?;
+        Ok(self.run(ids, &pos, &mask, None)?.0)
+    }
+
+    fn rms(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let eps = self.cfg.rms_eps;
+        if self.differentiable {
+            let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+            Ok(x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)?)
+        } else {
+            Ok(candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)?)
+        }
+    }
+
+    /// Rotates q or k (B, heads, T, head_dim) by per-token angles cos/sin (B, T, head_dim/2).
+    fn rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let x = x.contiguous()?;
+        if !self.differentiable {
+            return Ok(match self.cfg.rope {
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, cos, sin)?,
+                RopeStyle::Halves => candle_nn::rotary_emb::rope(&x, cos, sin)?,
+            });
+        }
+        let (b, h, t, hd) = x.dims4()?;
+        let cos = cos.unsqueeze(1)?;
+        let sin = sin.unsqueeze(1)?;
+        let (x0, x1) = match self.cfg.rope {
+            RopeStyle::Interleaved => {
+                let x = x.reshape((b, h, t, hd / 2, 2))?;
+                (x.narrow(4, 0, 1)?.squeeze(4)?, x.narrow(4, 1, 1)?.squeeze(4)?)
+            }
+            RopeStyle::Halves => (x.narrow(3, 0, hd / 2)?, x.narrow(3, hd / 2, hd / 2)?),
+        };
+        let r0 = (x0.broadcast_mul(&cos)? - x1.broadcast_mul(&sin)?)?;
+        let r1 = (x0.broadcast_mul(&sin)? + x1.broadcast_mul(&cos)?)?;
+        Ok(match self.cfg.rope {
+            RopeStyle::Interleaved => Tensor::stack(&[&r0, &r1], 4)?.reshape((b, h, t, hd))?,
+            RopeStyle::Halves => Tensor::cat(&[&r0, &r1], 3)?,
+        })
+    }
+
+    /// The transformer body. Returns logits (B, T, vocab) and each layer's new keys/values (B, kv_heads, T, hd).
+    #[allow(clippy::type_complexity)]
+    fn run(
+        &self,
+        ids: &Tensor,
+        pos: &Tensor,
+        mask: &Tensor,
+        caches: Option<&mut [&mut KvCache]>,
+    ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        let cfg = &self.cfg;
+        let (b, t) = ids.dims2()?;
+        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
+        let cos = self.cos.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
+        let sin = self.sin.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
+        let s_len = mask.dim(3)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut x = self
+            .embed
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, t, cfg.dim))?;
+        let mut new_kv = Vec::with_capacity(self.layers.len());
+        for (li, layer) in self.layers.iter().enumerate() {
+            let hn = self.rms(&x, &layer.attn_norm)?;
+            let q = layer.wq.forward(&hn)?.reshape((b, t, nh, hd))?.transpose(1, 2)?;
+            let k = layer.wk.forward(&hn)?.reshape((b, t, nkv, hd))?.transpose(1, 2)?;
+            let v = layer
+                .wv
+                .forward(&hn)?
+                .reshape((b, t, nkv, hd))?
+                .transpose(1, 2)?
+                .contiguous()?;
+            let q = self.rope(&q, &cos, &sin)?;
+            let k = self.rope(&k, &cos, &sin)?;
+            let (k_all, v_all) = match &caches {
+                None => (k.clone(), v.clone()),
+                Some(caches) => {
+                    let mut ks = Vec::with_capacity(b);
+                    let mut vs = Vec::with_capacity(b);
+                    for (i, cache) in caches.iter().enumerate() {
+                        let mut kp = Vec::with_capacity(3);
+                        let mut vp = Vec::with_capacity(3);
+                        if let Some((kc, vc)) = &cache.layers[li] {
+                            kp.push(kc.clone());
+                            vp.push(vc.clone());
+                        }
+                        kp.push(k.get(i)?);
+                        vp.push(v.get(i)?);
+                        let pad = s_len - cache.len - t;
+                        if pad > 0 {
+                            let z = Tensor::zeros((nkv, pad, hd), DType::F32, &self.device)?;
+                            kp.push(z.clone());
+                            vp.push(z);
+                        }
+                        ks.push(Tensor::cat(&kp, 1)?);
+                        vs.push(Tensor::cat(&vp, 1)?);
+                    }
+                    (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
+                }
+            };
+            let k_rep = repeat_kv(&k_all, nh / nkv)?;
+            let v_rep = repeat_kv(&v_all, nh / nkv)?;
+            let att = (q.matmul(&k_rep.t()?.contiguous()?)? * scale)?.broadcast_add(mask)?;
+            let att = if self.differentiable {
+                candle_nn::ops::softmax(&att, D::Minus1)?
+            } else {
+                candle_nn::ops::softmax_last_dim(&att)?
+            };
+            let y = att.matmul(&v_rep)?.transpose(1, 2)?.reshape((b, t, cfg.dim))?;
+            x = (x + layer.wo.forward(&y)?)?;
+            let hn = self.rms(&x, &layer.ffn_norm)?;
+            let ff = (layer.gate.forward(&hn)?.silu()? * layer.up.forward(&hn)?)?;
+            x = (x + layer.down.forward(&ff)?)?;
+            new_kv.push((k, v));
+        }
+        let x = self.rms(&x, &self.norm)?;
+        Ok((self.head.forward(&x)?, new_kv))
+    }
+}
+
+/// Repeats each key/value head `rep` times so that query head h reads kv head h / rep.
+fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
+    if rep == 1 {
+        return Ok(x.contiguous()?);
+    }
+    let (b, nkv, s, hd) = x.dims4()?;
+    Ok(x.unsqueeze(2)?
+        .expand((b, nkv, rep, s, hd))?
+        .reshape((b, nkv * rep, s, hd))?)
+}
+
+/// cos/sin of position·θ^(−2i/head_dim) for every position and pair index i: shape (max_seq_len, head_dim/2).
+fn rope_tables(cfg: &Config, device: &Device) -> Result<(Tensor, Tensor)> {
+    let half = cfg.head_dim() / 2;
+    let mut cos = Vec::with_capacity(cfg.max_seq_len * half);
+    let mut sin = Vec::with_capacity(cfg.max_seq_len * half);
+    for p in 0..cfg.max_seq_len {
+        for i in 0..half {
+            let freq = cfg.rope_theta.powf(-2.0 * i as f64 / cfg.head_dim() as f64);
+            let a = p as f64 * freq;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, (cfg.max_seq_len, half), device)?,
+        Tensor::from_vec(sin, (cfg.max_seq_len, half), device)?,
+    ))
+}
+
+/// A weight source over named dense tensors (safetensors files, llama2.c checkpoints, trained variables).
+pub(crate) struct TensorMap {
+    pub(crate) what: String,
+    pub(crate) tensors: std::collections::HashMap<String, Tensor>,
+    pub(crate) device: Device,
+}
+
+impl TensorMap {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| RuntimeError::format(&self.what, format!("tensor {name} is missing")))?;
+        check_shape(&format!("{}: {name}", self.what), t, shape)?;
+        Ok(t.to_dtype(DType::F32)?.to_device(&self.device)?)
+    }
+}
+
+impl WeightSource for TensorMap {
+    fn dense(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get(&format!("{name}.weight"), shape)
+    }
+
+    fn proj(&self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Proj> {
+        let w = self.get(&format!("{name}.weight"), &[out, inp])?;
+        let b = if bias {
+            Some(self.get(&format!("{name}.bias"), &[out])?)
+        } else {
+            None
+        };
+        Ok(Proj::Dense(candle_nn::Linear::new(w, b)))
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(&format!("{name}.weight"))
+    }
+}
+
+/// Builds a model from named tensors in the Hugging Face Llama layout.
+pub fn model_from_tensors(
+    cfg: Config,
+    tensors: std::collections::HashMap<String, Tensor>,
+    device: &Device,
+) -> Result<Model> {
+    let map = TensorMap {
+        what: "tensors".into(),
+        tensors,
+        device: device.clone(),
+    };
+    Model::from_source(cfg, &map, device)
+}
+
+/// The names and shapes of every tensor a model of `cfg` needs, in the Hugging Face Llama layout.
+pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    let (d, h, kv, v) = (cfg.dim, cfg.hidden_dim, cfg.kv_dim(), cfg.vocab_size);
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, d])];
+    for i in 0..cfg.n_layers {
+        let p = format!("model.layers.{i}");
+        out.push((format!("{p}.input_layernorm.weight"), vec![d]));
+        for (n, o) in [("q_proj", d), ("k_proj", kv), ("v_proj", kv)] {
+            out.push((format!("{p}.self_attn.{n}.weight"), vec![o, d]));
+            if cfg.qkv_bias {
+                out.push((format!("{p}.self_attn.{n}.bias"), vec![o]));
+            }
+        }
+        out.push((format!("{p}.self_attn.o_proj.weight"), vec![d, d]));
+        out.push((format!("{p}.post_attention_layernorm.weight"), vec![d]));
+        out.push((format!("{p}.mlp.gate_proj.weight"), vec![h, d]));
+        out.push((format!("{p}.mlp.up_proj.weight"), vec![h, d]));
+        out.push((format!("{p}.mlp.down_proj.weight"), vec![d, h]));
+    }
+    out.push(("model.norm.weight".to_string(), vec![d]));
+    if !cfg.tied_embeddings {
+        out.push(("lm_head.weight".to_string(), vec![v, d]));
+    }
+    out
+}
+
+/// Random weights for tests and for initialising training: N(0, std²) matrices, norms at 1, biases small.
+pub fn random_tensors(
+    cfg: &Config,
+    std: f64,
+    seed: u64,
+    device: &Device,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut out = std::collections::HashMap::new();
+    for (name, shape) in tensor_shapes(cfg) {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = if name.ends_with("norm.weight") {
+            (0..n).map(|_| 1.0 + 0.1 * (rng.random::<f32>() - 0.5)).collect()
+        } else {
+            // Sum of uniforms: a cheap near-normal with the requested spread.
+            (0..n)
+                .map(|_| {
+                    let u: f64 = (0..3).map(|_| rng.random::<f64>() - 0.5).sum();
+                    (u * 2.0 * std) as f32
+                })
+                .collect()
+        };
+        out.insert(name, Tensor::from_vec(data, shape, device)?);
+    }
+    Ok(out)
+}
