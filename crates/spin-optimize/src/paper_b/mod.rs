@@ -1,1 +1,16 @@
-//! Paper B: uplink or downlink correction, downlink power and proactive draft control (filled in by the paper-B work).
+//! Paper B: uplink or downlink correction, downlink power and proactive draft control.
+//!
+//! After batched verification, every device with a rejected draft exchanges one vocabulary-wide distribution,
+//! uploading its draft distribution (UL mode) or downloading the target distribution (DL mode). The server picks
+//! the modes and DL powers once the outcomes are known ([`reactive`]) and the draft lengths before ([`proactive`]),
+//! scoring candidates by sample-average approximation ([`saa`]). The model as implemented is in `docs/paper-b.md`.
+
+pub mod proactive;
+pub mod reactive;
+pub mod saa;
+pub mod scenario;
+
+pub use proactive::{DraftScheme, Plan};
+pub use reactive::{Correction, Link, Mode, ModeScheme};
+pub use saa::{Evaluator, Objective, RoundStats, Samples};
+pub use scenario::{DeviceSpec, Scenario, ScenarioSpec};

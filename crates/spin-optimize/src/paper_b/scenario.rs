@@ -1,0 +1,249 @@
+//! A validated paper-B scenario (SI units): the link budget, the verification latency and the devices.
+//!
+//! [`ScenarioSpec`] mirrors the JSON file; [`Scenario::new`] checks every field once and names the offending one
+//! (`devices[3].acceptance: 1.2 is outside (0, 1)`), so the solvers downstream cannot fail on their inputs.
+
+use crate::OptimizeError;
+use serde::{Deserialize, Serialize};
+use std::ops::Deref;
+
+/// The largest draft length a scenario may allow (outcome samples store positions in 16 bits).
+pub const MAX_DRAFT_LEN_LIMIT: u32 = 1000;
+/// The largest number of SAA samples a scenario may ask for.
+pub const SAA_SAMPLES_LIMIT: u32 = 10_000_000;
+
+/// One device as written in a scenario file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSpec {
+    /// Per-token acceptance rate α_k ∈ (0, 1).
+    pub acceptance: f64,
+    /// On-device drafting latency per token T_k^dft in seconds (> 0).
+    pub draft_token_s: f64,
+    /// Power gain g_k of the device–server channel (path loss and fading, linear, > 0), the same both ways.
+    pub channel_gain: f64,
+}
+
+/// A paper-B scenario as written in a file. Unknown fields are ignored (files carry `"model": "paper-b"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioSpec {
+    /// Total bandwidth B in Hz, split equally among the rejected devices (> 0).
+    pub bandwidth_hz: f64,
+    /// Bits of one vocabulary-wide distribution D = V_eff(⌈log₂V⌉ + Q) (> 0; paper B: 34,816).
+    pub distribution_bits: f64,
+    /// T0 of the batched verification latency T_ver = T0 + T1·K (paper B, eq. 16), in seconds (≥ 0).
+    pub verify_fixed_s: f64,
+    /// T1 of eq. 16, in seconds per device in the batch (≥ 0; T0 + T1·K must be > 0).
+    pub verify_per_device_s: f64,
+    /// γ_max: draft lengths range over 0..=γ_max (1..=1000).
+    pub max_draft_len: u32,
+    /// Maximum uplink power P_ul of every device in W (> 0).
+    pub ul_power_w: f64,
+    /// Server downlink power budget P_dl in W (> 0).
+    pub dl_power_w: f64,
+    /// Noise power spectral density at the server N0_ser in W/Hz (> 0; −169 dBm/Hz ≈ 1.26e−20).
+    pub noise_psd_server_w_per_hz: f64,
+    /// Noise power spectral density at the devices N0_dev in W/Hz (> 0; −167 dBm/Hz ≈ 2.0e−20).
+    pub noise_psd_device_w_per_hz: f64,
+    /// Number of outcome samples N_SAA of the sample-average approximation (default 1000).
+    #[serde(default = "default_saa_samples")]
+    pub saa_samples: u32,
+    /// Seed of the outcome samples (and of random mode selection), default 0.
+    #[serde(default)]
+    pub seed: u64,
+    /// The devices (at least one).
+    pub devices: Vec<DeviceSpec>,
+}
+
+fn default_saa_samples() -> u32 {
+    1000
+}
+
+/// A validated paper-B scenario; read its fields through `Deref` to [`ScenarioSpec`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario(ScenarioSpec);
+
+impl Deref for Scenario {
+    type Target = ScenarioSpec;
+    fn deref(&self) -> &ScenarioSpec {
+        &self.0
+    }
+}
+
+impl Scenario {
+    /// Checks every field; the error names the first offending one.
+    pub fn new(spec: ScenarioSpec) -> Result<Self, OptimizeError> {
+        OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
+        OptimizeError::positive("distribution_bits", spec.distribution_bits)?;
+        OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
+        OptimizeError::non_negative("verify_per_device_s", spec.verify_per_device_s)?;
+        if spec.max_draft_len == 0 || spec.max_draft_len > MAX_DRAFT_LEN_LIMIT {
+            return Err(OptimizeError::OutOfDomain {
+                field: "max_draft_len".into(),
+                value: f64::from(spec.max_draft_len),
+                domain: "{1, …, 1000}",
+            });
+        }
+        OptimizeError::positive("ul_power_w", spec.ul_power_w)?;
+        OptimizeError::positive("dl_power_w", spec.dl_power_w)?;
+        OptimizeError::positive("noise_psd_server_w_per_hz", spec.noise_psd_server_w_per_hz)?;
+        OptimizeError::positive("noise_psd_device_w_per_hz", spec.noise_psd_device_w_per_hz)?;
+        if spec.saa_samples == 0 || spec.saa_samples > SAA_SAMPLES_LIMIT {
+            return Err(OptimizeError::OutOfDomain {
+                field: "saa_samples".into(),
+                value: f64::from(spec.saa_samples),
+                domain: "{1, …, 10000000}",
+            });
+        }
+        if spec.devices.is_empty() {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: "at least one device is needed".into(),
+            });
+        }
+        for (k, d) in spec.devices.iter().enumerate() {
+            OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
+            OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
+            OptimizeError::positive(format!("devices[{k}].channel_gain"), d.channel_gain)?;
+        }
+        let t_ver = spec.verify_fixed_s + spec.verify_per_device_s * spec.devices.len() as f64;
+        if t_ver <= 0.0 {
+            return Err(OptimizeError::Invalid {
+                field: "verify_fixed_s".into(),
+                reason: "verification latency T0 + T1·K must be positive".into(),
+            });
+        }
+        Ok(Scenario(spec))
+    }
+
+    /// The file form of this scenario.
+    pub fn spec(&self) -> &ScenarioSpec {
+        &self.0
+    }
+
+    /// Number of devices K.
+    pub fn device_count(&self) -> usize {
+        self.0.devices.len()
+    }
+
+    /// T_ver(K) = T0 + T1·K with K counting every device, also those with γ_k = 0 (paper B, eq. 16; ⟨C⟩).
+    pub fn verify_s(&self) -> f64 {
+        self.0.verify_fixed_s + self.0.verify_per_device_s * self.0.devices.len() as f64
+    }
+
+    /// The radio part of the scenario.
+    pub fn link(&self) -> super::reactive::Link {
+        super::reactive::Link {
+            distribution_bits: self.0.distribution_bits,
+            bandwidth_hz: self.0.bandwidth_hz,
+            ul_power_w: self.0.ul_power_w,
+            dl_power_w: self.0.dl_power_w,
+            noise_psd_server_w_per_hz: self.0.noise_psd_server_w_per_hz,
+            noise_psd_device_w_per_hz: self.0.noise_psd_device_w_per_hz,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The example of the issue, with `k` devices of spread gains and latencies.
+    pub(crate) fn example(k: usize) -> ScenarioSpec {
+        ScenarioSpec {
+            bandwidth_hz: 1.0e7,
+            distribution_bits: 34_816.0,
+            verify_fixed_s: 0.0428,
+            verify_per_device_s: 0.0076,
+            max_draft_len: 20,
+            ul_power_w: 0.0316,
+            dl_power_w: 1.0,
+            noise_psd_server_w_per_hz: 1.26e-20,
+            noise_psd_device_w_per_hz: 2.0e-20,
+            saa_samples: 1000,
+            seed: 7,
+            devices: (0..k)
+                .map(|i| DeviceSpec {
+                    acceptance: 0.6 + 0.3 * ((i * 7 % 11) as f64 / 10.0),
+                    draft_token_s: 0.0152 * (1.0 + 0.15 * ((i * 5 % 7) as f64 / 6.0)),
+                    channel_gain: 1.0e-13 * 10f64.powf(2.0 * ((i * 3 % 13) as f64 / 12.0)),
+                })
+                .collect(),
+        }
+    }
+
+    type Edit = Box<dyn Fn(&mut ScenarioSpec)>;
+
+    #[test]
+    fn invalid_fields_are_named() {
+        assert!(Scenario::new(example(4)).is_ok());
+        let cases: Vec<(Edit, &str)> = vec![
+            (Box::new(|s| s.bandwidth_hz = 0.0), "bandwidth_hz"),
+            (Box::new(|s| s.distribution_bits = f64::NAN), "distribution_bits"),
+            (Box::new(|s| s.verify_fixed_s = -1.0), "verify_fixed_s"),
+            (Box::new(|s| s.max_draft_len = 0), "max_draft_len"),
+            (Box::new(|s| s.ul_power_w = 0.0), "ul_power_w"),
+            (Box::new(|s| s.dl_power_w = -1.0), "dl_power_w"),
+            (
+                Box::new(|s| s.noise_psd_device_w_per_hz = 0.0),
+                "noise_psd_device_w_per_hz",
+            ),
+            (Box::new(|s| s.saa_samples = 0), "saa_samples"),
+            (Box::new(|s| s.devices.clear()), "devices"),
+            (
+                Box::new(|s| s.devices[3].acceptance = 1.2),
+                "devices[3].acceptance",
+            ),
+            (
+                Box::new(|s| s.devices[1].draft_token_s = 0.0),
+                "devices[1].draft_token_s",
+            ),
+            (
+                Box::new(|s| s.devices[2].channel_gain = -3.0),
+                "devices[2].channel_gain",
+            ),
+            (
+                Box::new(|s| {
+                    s.verify_fixed_s = 0.0;
+                    s.verify_per_device_s = 0.0;
+                }),
+                "verify_fixed_s",
+            ),
+        ];
+        for (edit, field) in cases {
+            let mut spec = example(4);
+            edit(&mut spec);
+            let msg = Scenario::new(spec).unwrap_err().to_string();
+            assert!(msg.starts_with(&format!("{field}:")), "{msg}");
+        }
+        let err = Scenario::new(ScenarioSpec {
+            devices: vec![],
+            ..example(1)
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(err, "devices: at least one device is needed");
+        let msg = Scenario::new({
+            let mut s = example(4);
+            s.devices[3].acceptance = 1.2;
+            s
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(msg, "devices[3].acceptance: 1.2 is outside (0, 1)");
+    }
+
+    #[test]
+    fn reads_the_issue_example() {
+        let json = r#"{ "model": "paper-b", "bandwidth_hz": 1.0e7, "distribution_bits": 34816,
+          "verify_fixed_s": 0.0428, "verify_per_device_s": 0.0076, "max_draft_len": 20,
+          "ul_power_w": 0.0316, "dl_power_w": 1.0,
+          "noise_psd_server_w_per_hz": 1.26e-20, "noise_psd_device_w_per_hz": 2.0e-20,
+          "saa_samples": 1000, "seed": 7,
+          "devices": [ {"acceptance": 0.8, "draft_token_s": 0.0152, "channel_gain": 1.0e-11} ] }"#;
+        let spec: ScenarioSpec = serde_json::from_str(json).unwrap();
+        let s = Scenario::new(spec).unwrap();
+        assert_eq!(s.device_count(), 1);
+        assert!((s.verify_s() - 0.0504).abs() < 1e-15);
+        assert_eq!(s.saa_samples, 1000);
+    }
+}
