@@ -53,6 +53,9 @@ impl Enumerator {
 
 impl Chance for Enumerator {
     fn bernoulli(&mut self, prob: f64) -> bool {
+        if prob <= 0.0 {
+            return false;
+        }
         // Branch 0: the event happens.
         if self.choose(2) == 0 {
             self.prob *= prob;
@@ -64,7 +67,9 @@ impl Chance for Enumerator {
     }
 
     fn categorical<C: Categorical + ?Sized>(&mut self, dist: &C) -> usize {
-        let i = self.choose(dist.len());
+        // Only outcomes of positive weight are branches: a sampler never returns the others.
+        let support: Vec<usize> = (0..dist.len()).filter(|&i| dist.weight(i) > 0.0).collect();
+        let i = support[self.choose(support.len())];
         self.prob *= dist.weight(i) / dist.total();
         i
     }
@@ -72,7 +77,7 @@ impl Chance for Enumerator {
 
 /// Runs `f` once per path of its decision tree and returns every result with the probability of its path.
 ///
-/// Paths of probability zero are dropped. Results are not merged; group them as the test needs.
+/// Zero-probability branches are not explored. Results are not merged; group them as the test needs.
 ///
 /// ```
 /// use spin_core::Dist;

@@ -35,6 +35,7 @@ pub mod correction;
 pub mod dist;
 pub mod enumerate;
 pub mod error;
+pub mod estimate;
 pub mod stats;
 pub mod verify;
 
@@ -43,5 +44,6 @@ pub use chance::{Categorical, Chance};
 pub use correction::{Correction, Mode, Payload, Side, correct};
 pub use dist::{Dist, SamplingParams, SparseDist, Truncator, Weight, probs_from_logits};
 pub use error::CoreError;
+pub use estimate::{AlphaEstimator, Estimate};
 pub use stats::{AcceptanceRate, accepted_pmf, expected_accepted};
 pub use verify::{Draft, Outcome, Residual, Verdict, acceptance_probability, judge, sample_residual, verify};
