@@ -1,0 +1,317 @@
+//! Paper B Figs. 6–11 as tables: each function runs one figure's sweep and returns its rows (no files written).
+//!
+//! Every point averages `drops` realisations; realisation d of a figure uses the same channels, tasks and drafting
+//! speeds at every x value (seeded from the master seed, the figure and d only), so curves are smooth in x.
+
+use super::config::{Config, Pair};
+use crate::report::Ctx;
+use crate::table::{Cell, Table};
+use anyhow::Context;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use spin_channel::paper_b::{Drop, PowerBudget, distribution_bits};
+use spin_channel::units::{dbm_per_hz_to_w_per_hz, dbm_to_w};
+use spin_optimize::paper_b::proactive::{self, DraftScheme};
+use spin_optimize::paper_b::reactive::{Link, ModeScheme, split_by_bisection};
+use spin_optimize::paper_b::{DeviceSpec, Evaluator, Objective, Scenario, ScenarioSpec};
+
+/// SplitMix64 finaliser over (seed, figure, index): independent, reproducible streams.
+pub fn mix(seed: u64, figure: u64, index: u64) -> u64 {
+    let mut z = seed ^ figure.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// One realisation: per-device acceptance (task drawn uniformly), drafting latency and channel gain.
+#[derive(Debug, Clone)]
+pub struct Realisation {
+    /// The devices.
+    pub devices: Vec<DeviceSpec>,
+}
+
+/// Draws `k` devices for `pair` from `seed`: channels first (distance, fading), then task and drafting scale.
+pub fn realise(cfg: &Config, pair: &Pair, k: usize, seed: u64) -> anyhow::Result<Realisation> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let channels = Drop::PAPER_B.sample(&mut rng, k)?;
+    let devices = channels
+        .iter()
+        .map(|c| {
+            let task = rng.random_range(0..pair.acceptance.len());
+            let scale =
+                cfg.draft_scale_min + (cfg.draft_scale_max - cfg.draft_scale_min) * rng.random::<f64>();
+            DeviceSpec {
+                acceptance: pair.acceptance[task],
+                draft_token_s: pair.draft_token_s * scale,
+                channel_gain: c.channel_gain,
+            }
+        })
+        .collect();
+    Ok(Realisation { devices })
+}
+
+/// The scenario of one realisation under a power budget.
+pub fn scenario(
+    cfg: &Config,
+    pair: &Pair,
+    r: &Realisation,
+    budget: PowerBudget,
+    saa_samples: u32,
+    seed: u64,
+) -> anyhow::Result<Scenario> {
+    let spec = ScenarioSpec {
+        bandwidth_hz: cfg.bandwidth_hz,
+        distribution_bits: distribution_bits(cfg.effective_support, cfg.vocabulary, cfg.quant_bits)?,
+        verify_fixed_s: pair.verify_fixed_s,
+        verify_per_device_s: pair.verify_per_device_s,
+        max_draft_len: cfg.max_draft_len,
+        ul_power_w: budget.ul_power_w,
+        dl_power_w: budget.dl_power_w,
+        noise_psd_server_w_per_hz: dbm_per_hz_to_w_per_hz(cfg.noise_psd_server_dbm_per_hz),
+        noise_psd_device_w_per_hz: dbm_per_hz_to_w_per_hz(cfg.noise_psd_device_dbm_per_hz),
+        saa_samples,
+        seed,
+        devices: r.devices.clone(),
+    };
+    Ok(Scenario::new(spec)?)
+}
+
+/// Averages per-drop rows (same length) in drop order.
+fn average(rows: &[Vec<f64>]) -> Vec<f64> {
+    let n = rows.len().max(1) as f64;
+    let mut acc = vec![0.0; rows.first().map_or(0, Vec::len)];
+    for row in rows {
+        for (a, v) in acc.iter_mut().zip(row) {
+            *a += v;
+        }
+    }
+    acc.iter().map(|a| a / n).collect()
+}
+
+/// Runs `per_drop` for every drop in parallel and averages in drop order.
+fn over_drops(
+    drops: u32,
+    per_drop: impl Fn(u64) -> anyhow::Result<Vec<f64>> + Sync + Send,
+) -> anyhow::Result<Vec<f64>> {
+    let rows: Vec<Vec<f64>> = (0..u64::from(drops))
+        .into_par_iter()
+        .map(per_drop)
+        .collect::<anyhow::Result<_>>()?;
+    Ok(average(&rows))
+}
+
+fn gain_pct(new: f64, base: f64) -> f64 {
+    100.0 * (new / base - 1.0)
+}
+
+/// Fig. 6: UL delay, DL delay and their max versus the number n of UL devices, every device rejected, one drop.
+/// Returns the table and the (bisection n, exhaustive n) pair as a check.
+pub fn fig6(cfg: &Config, ctx: &Ctx) -> anyhow::Result<(Table, usize, f64, f64)> {
+    let pair = &cfg.pairs[0];
+    let r = realise(cfg, pair, cfg.devices, mix(ctx.seed, 6, 0))?;
+    let budget = PowerBudget {
+        dl_power_w: dbm_to_w(cfg.fig6.dl_dbm),
+        ul_power_w: dbm_to_w(cfg.fig6.ul_dbm),
+    };
+    let sc = scenario(cfg, pair, &r, budget, 1, 0)?;
+    let link: Link = sc.link();
+    let m = r.devices.len();
+    let b = link.share_hz(m);
+    let mut gains: Vec<f64> = r.devices.iter().map(|d| d.channel_gain).collect();
+    gains.sort_by(|a, b| b.total_cmp(a));
+    let ul: Vec<f64> = gains.iter().map(|&g| link.ul_delay_s(b, g)).collect();
+    let mut suffix = vec![0.0; m + 1];
+    for i in (0..m).rev() {
+        suffix[i] = suffix[i + 1] + 1.0 / gains[i];
+    }
+    let mut t = Table::new(&["n_ul", "ul_delay_ms", "dl_delay_ms", "comm_delay_ms"]);
+    for n in 0..=m {
+        let u = if n == 0 { 0.0 } else { ul[n - 1] };
+        let d = link.dl_delay_s(b, suffix[n]);
+        t.push(vec![
+            Cell::from(n),
+            Cell::from(1e3 * u),
+            Cell::from(1e3 * d),
+            Cell::from(1e3 * u.max(d)),
+        ]);
+    }
+    let (n_star, best) = split_by_bisection(m, |i| ul[i], |n| link.dl_delay_s(b, suffix[n]));
+    let brute = spin_optimize::paper_b::reactive::solve(
+        &link,
+        &gains,
+        ModeScheme::BruteForce,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )?;
+    Ok((t, n_star, best, brute.comm_delay_s))
+}
+
+/// Figs. 7–8: goodput, mean draft length and device states versus P_dl for `pair`, greedy and best.
+pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table> {
+    let pair = &cfg.pairs[pair_index];
+    let size = cfg.size(ctx.quick);
+    let points = if ctx.quick {
+        &cfg.fig7.quick_dl_dbm
+    } else {
+        &cfg.fig7.dl_dbm
+    };
+    let figure = 7 + pair_index as u64;
+    let mut t = Table::new(&[
+        "p_dl_dbm",
+        "greedy_tok_s",
+        "best_tok_s",
+        "best_gain_pct",
+        "greedy_mean_len",
+        "best_mean_len",
+        "greedy_accepted",
+        "greedy_ul",
+        "greedy_dl",
+        "best_accepted",
+        "best_ul",
+        "best_dl",
+    ]);
+    let bar = ctx.progress(points.len() as u64, &format!("paper B fig {figure}"));
+    for &dl_dbm in points {
+        let budget = PowerBudget {
+            dl_power_w: dbm_to_w(dl_dbm),
+            ul_power_w: dbm_to_w(cfg.fig7.ul_dbm),
+        };
+        let avg = over_drops(size.drops, |d| {
+            let r = realise(cfg, pair, cfg.devices, mix(ctx.seed, figure, d))?;
+            let sc = scenario(
+                cfg,
+                pair,
+                &r,
+                budget,
+                size.saa_samples,
+                mix(ctx.seed, figure + 100, d),
+            )?;
+            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            let mut row = Vec::new();
+            let plans = [proactive::greedy(&ev), proactive::best(&ev)];
+            row.extend(plans.iter().map(|p| p.value));
+            row.extend(plans.iter().map(|p| p.mean_draft_len()));
+            for p in &plans {
+                let st = ev.stats(&p.draft_lengths);
+                row.extend([st.frac_accepted, st.frac_ul, st.frac_dl]);
+            }
+            Ok(row)
+        })?;
+        let mut cells = vec![Cell::from(dl_dbm), Cell::from(avg[0]), Cell::from(avg[1])];
+        cells.push(Cell::from(gain_pct(avg[1], avg[0])));
+        cells.extend(avg[2..].iter().map(|&v| Cell::from(v)));
+        t.push(cells);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(t)
+}
+
+/// Figs. 9–10: goodput of the mode-selection schemes versus K at P_dl/P_ul = `ratio` under P_tot(K); draft lengths
+/// by greedy under each scheme's own reactive policy, plus the best search with optimal modes.
+pub fn fig9(cfg: &Config, ctx: &Ctx, ratio: f64, figure: u64) -> anyhow::Result<Table> {
+    let pair = &cfg.pairs[0];
+    let size = cfg.size(ctx.quick);
+    let points = if ctx.quick {
+        &cfg.fig9.quick_devices
+    } else {
+        &cfg.fig9.devices
+    };
+    let mut t = Table::new(&[
+        "devices",
+        "p_dl_w",
+        "p_ul_w",
+        "optimal_tok_s",
+        "all_ul_tok_s",
+        "all_dl_tok_s",
+        "random_tok_s",
+        "best_tok_s",
+        "best_gain_pct",
+    ]);
+    let bar = ctx.progress(points.len() as u64, &format!("paper B fig {figure}"));
+    for &k in points {
+        let total = PowerBudget::total_w(dbm_to_w(cfg.reference_dl_dbm), dbm_to_w(cfg.reference_ul_dbm), k)?;
+        let budget = PowerBudget::split(total, ratio, k)?;
+        let avg = over_drops(size.drops, |d| {
+            let r = realise(cfg, pair, k, mix(ctx.seed, figure, d))?;
+            let sc = scenario(
+                cfg,
+                pair,
+                &r,
+                budget,
+                size.saa_samples,
+                mix(ctx.seed, figure + 100, d),
+            )?;
+            let mut row = Vec::new();
+            for policy in [
+                ModeScheme::Optimal,
+                ModeScheme::AllUl,
+                ModeScheme::AllDl,
+                ModeScheme::Random,
+            ] {
+                let ev = Evaluator::new(&sc, policy, Objective::Rate)?;
+                row.push(proactive::greedy(&ev).value);
+            }
+            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            row.push(proactive::best(&ev).value);
+            Ok(row)
+        })?;
+        let mut cells = vec![
+            Cell::from(k),
+            Cell::from(budget.dl_power_w),
+            Cell::from(budget.ul_power_w),
+        ];
+        cells.extend(avg.iter().map(|&v| Cell::from(v)));
+        cells.push(Cell::from(gain_pct(avg[4], avg[0])));
+        t.push(cells);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(t)
+}
+
+/// Fig. 11: goodput of the draft-length control schemes versus P_dl/P_ul at K under P_tot(K), optimal modes.
+pub fn fig11(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
+    let pair = &cfg.pairs[0];
+    let size = cfg.size(ctx.quick);
+    let points = if ctx.quick {
+        &cfg.fig11.quick_ratios
+    } else {
+        &cfg.fig11.ratios
+    };
+    let k = cfg.devices;
+    let total = PowerBudget::total_w(dbm_to_w(cfg.reference_dl_dbm), dbm_to_w(cfg.reference_ul_dbm), k)?;
+    let mut t = Table::new(&[
+        "ratio",
+        "greedy_tok_s",
+        "best_tok_s",
+        "uniform_tok_s",
+        "comp_only_tok_s",
+        "best_gain_pct",
+    ]);
+    let bar = ctx.progress(points.len() as u64, "paper B fig 11");
+    for &ratio in points {
+        let budget = PowerBudget::split(total, ratio, k)?;
+        let avg = over_drops(size.drops, |d| {
+            let r = realise(cfg, pair, k, mix(ctx.seed, 11, d))?;
+            let sc = scenario(cfg, pair, &r, budget, size.saa_samples, mix(ctx.seed, 111, d))?;
+            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            [
+                DraftScheme::Greedy,
+                DraftScheme::Best,
+                DraftScheme::Uniform,
+                DraftScheme::CompOnly,
+            ]
+            .iter()
+            .map(|&s| proactive::plan(&ev, s).map(|p| p.value).context("planning"))
+            .collect()
+        })?;
+        let mut cells = vec![Cell::from(ratio)];
+        cells.extend(avg.iter().map(|&v| Cell::from(v)));
+        cells.push(Cell::from(gain_pct(avg[1], avg[0])));
+        t.push(cells);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(t)
+}
