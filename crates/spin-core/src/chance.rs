@@ -32,6 +32,11 @@ pub trait Categorical {
     /// The total weight, `blocked_total(self)`; implementors cache it.
     fn total(&self) -> f64;
 
+    /// The block sums, in order, if the implementor has them cached (then the walk reads one block only).
+    fn cached_block_sums(&self) -> Option<&[f64]> {
+        None
+    }
+
     /// The outcome whose cumulative-weight interval contains `u · total()`, for `u ∈ [0, 1)`.
     ///
     /// Never returns an outcome of zero weight; if rounding leaves `u · total()` beyond the walked sum, the last
@@ -41,10 +46,14 @@ pub trait Categorical {
         let n = self.len();
         let mut cum = 0.0;
         let mut last_positive_block = (0, 0);
+        let cached = self.cached_block_sums();
         let mut start = 0;
         while start < n {
             let end = (start + BLOCK).min(n);
-            let s = self.block_sum(start, end);
+            let s = match cached {
+                Some(b) => b[start / BLOCK],
+                None => self.block_sum(start, end),
+            };
             if s > 0.0 {
                 if cum + s > target {
                     let mut c = cum;

@@ -20,6 +20,8 @@ pub trait Weight: Copy + PartialOrd + Send + Sync + std::fmt::Debug + sealed::Se
     const BITS: u32;
     /// Widens to `f64` (exact for both types).
     fn to_f64(self) -> f64;
+    /// The 32 most significant bits of the value's pattern (bit 31 is the sign).
+    fn sign_word(self) -> u32;
 }
 
 impl Weight for f32 {
@@ -27,6 +29,10 @@ impl Weight for f32 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         f64::from(self)
+    }
+    #[inline(always)]
+    fn sign_word(self) -> u32 {
+        self.to_bits()
     }
 }
 
@@ -36,32 +42,47 @@ impl Weight for f64 {
     fn to_f64(self) -> f64 {
         self
     }
+    #[inline(always)]
+    fn sign_word(self) -> u32 {
+        (self.to_bits() >> 32) as u32
+    }
 }
 
-/// Sum of up to [`BLOCK`] weights in eight lanes; also the minimum, to detect negative entries.
+/// Sum of up to [`BLOCK`] weights in eight lanes, and the OR of their sign words (to detect negative entries
+/// with integer operations that vectorise; −0.0 also sets the sign bit and is sorted out on the slow path).
 #[inline(always)]
-fn lane_sum_min<W: Weight>(xs: &[W]) -> (f64, f64) {
+fn lane_sum_signs<W: Weight>(xs: &[W]) -> (f64, u32) {
     let mut acc = [0.0f64; 8];
-    let mut mn = [0.0f64; 8];
-    let mut chunks = xs.chunks_exact(8);
-    for c in &mut chunks {
-        for j in 0..8 {
-            let x = c[j].to_f64();
-            acc[j] += x;
-            mn[j] = mn[j].min(x);
+    let mut sg = [0u32; 8];
+    if let Ok(arr) = <&[W; BLOCK]>::try_from(xs) {
+        for i in 0..BLOCK / 8 {
+            for j in 0..8 {
+                let x = arr[i * 8 + j];
+                acc[j] += x.to_f64();
+                sg[j] |= x.sign_word();
+            }
+        }
+    } else {
+        for (k, &x) in xs.iter().enumerate() {
+            acc[k % 8] += x.to_f64();
+            sg[k % 8] |= x.sign_word();
         }
     }
-    for (j, x) in chunks.remainder().iter().enumerate() {
-        let x = x.to_f64();
-        acc[j] += x;
-        mn[j] = mn[j].min(x);
-    }
-    (reduce_lanes(acc), mn.iter().fold(0.0f64, |a, &b| a.min(b)))
+    (reduce_lanes(acc), sg.iter().fold(0, |a, &b| a | b))
 }
 
 #[inline(always)]
 pub(crate) fn lane_sum<W: Weight>(xs: &[W]) -> f64 {
     let mut acc = [0.0f64; 8];
+    // A full block as a fixed-size array: the same order of additions, with no bounds checks in the loop.
+    if let Ok(arr) = <&[W; BLOCK]>::try_from(xs) {
+        for i in 0..BLOCK / 8 {
+            for j in 0..8 {
+                acc[j] += arr[i * 8 + j].to_f64();
+            }
+        }
+        return reduce_lanes(acc);
+    }
     let mut chunks = xs.chunks_exact(8);
     for c in &mut chunks {
         for j in 0..8 {
@@ -116,14 +137,14 @@ impl<'a, W: Weight> Dist<'a, W> {
             return Err(format!("{} entries exceed the u32 token range", weights.len()));
         }
         let mut total = 0.0;
-        let mut min = 0.0f64;
+        let mut signs = 0u32;
         for block in weights.chunks(BLOCK) {
-            let (s, m) = lane_sum_min(block);
+            let (s, g) = lane_sum_signs(block);
             total += s;
-            min = min.min(m);
+            signs |= g;
         }
-        if !(total.is_finite() && min >= 0.0) {
-            // Slow path, only to name the offending entry.
+        if !total.is_finite() || signs & 0x8000_0000 != 0 {
+            // Slow path: name the offending entry (a set sign bit may only be −0.0, which is a valid zero).
             for (i, w) in weights.iter().enumerate() {
                 let x = w.to_f64();
                 if !x.is_finite() || x < 0.0 {
@@ -132,7 +153,9 @@ impl<'a, W: Weight> Dist<'a, W> {
                     ));
                 }
             }
-            return Err(format!("total weight {total} is not finite"));
+            if !total.is_finite() {
+                return Err(format!("total weight {total} is not finite"));
+            }
         }
         if total <= 0.0 {
             return Err("total weight is zero".into());
@@ -452,14 +475,25 @@ impl SparseDist {
     }
 }
 
-/// Top-V_eff truncation with a reusable scratch buffer (no allocation per call beyond the V_eff-entry result).
+/// Top-V_eff truncation with a reusable scratch histogram (no allocation per call beyond the V_eff-entry result).
 ///
-/// Selection: `select_nth_unstable_by` on a copy of the weights finds the V_eff-th largest weight t, one pass
-/// collects the tokens above t and then those equal to t in token order, and only the kept V_eff are sorted.
+/// Selection is a one-pass radix pre-selection followed by an exact sort of a few candidates: non-negative `f32`
+/// values order like their bit patterns, so a histogram of the top 16 bits (sign, exponent, 7 mantissa bits)
+/// finds the bucket holding the V_eff-th largest weight; every weight in or above that bucket is a candidate
+/// (V_eff plus the rest of that bucket, typically a few more), and only the candidates are sorted by
+/// (weight descending, token ascending). `f64` weights are bucketed by their `f32` rounding, which is monotone,
+/// and compared exactly in the sort.
 #[derive(Debug, Clone)]
 pub struct Truncator {
     v_eff: usize,
-    scratch: Vec<f64>,
+    histogram: Vec<u32>,
+}
+
+/// The bucket of a non-negative weight: the top 16 bits of its `f32` pattern (zero, including −0, is bucket 0).
+#[inline(always)]
+fn bucket<W: Weight>(x: W) -> usize {
+    let v = x.to_f64() as f32;
+    if v > 0.0 { (v.to_bits() >> 16) as usize } else { 0 }
 }
 
 impl Truncator {
@@ -470,7 +504,7 @@ impl Truncator {
         }
         Ok(Self {
             v_eff,
-            scratch: Vec::new(),
+            histogram: Vec::new(),
         })
     }
 
@@ -479,42 +513,40 @@ impl Truncator {
         self.v_eff
     }
 
-    /// Keeps the min(V_eff, V) most probable tokens of `dist`, values as `f32`, unnormalised.
+    /// Keeps the min(V_eff, V) most probable tokens of `dist` (ties: smaller token id), values as `f32`.
     pub fn truncate<W: Weight>(&mut self, dist: Dist<'_, W>) -> Result<SparseDist, CoreError> {
         let w = dist.weights();
         let v = w.len();
         let keep = self.v_eff.min(v);
-        let threshold = if keep == v {
-            f64::NEG_INFINITY
+        // Small vocabularies: sorting everything is cheaper than clearing the 2^16-bucket histogram.
+        let mut indices: Vec<u32> = if keep == v || v <= 4096 {
+            (0..v as u32).collect()
         } else {
-            self.scratch.clear();
-            self.scratch.extend(w.iter().map(|x| x.to_f64()));
-            let (_, nth, _) = self
-                .scratch
-                .select_nth_unstable_by(keep - 1, |a, b| b.total_cmp(a));
-            *nth
-        };
-        let mut indices: Vec<u32> = Vec::with_capacity(keep);
-        let mut ties = 0usize;
-        for (i, x) in w.iter().enumerate() {
-            let x = x.to_f64();
-            if x > threshold {
-                indices.push(i as u32);
-            } else if x == threshold {
-                ties += 1;
+            self.histogram.clear();
+            self.histogram.resize(1 << 16, 0);
+            for &x in w {
+                self.histogram[bucket(x)] += 1;
             }
-        }
-        if indices.len() < keep && ties > 0 {
-            for (i, x) in w.iter().enumerate() {
-                if x.to_f64() == threshold {
-                    indices.push(i as u32);
-                    if indices.len() == keep {
-                        break;
-                    }
+            let mut cum = 0usize;
+            let mut cut = self.histogram.len() - 1;
+            loop {
+                cum += self.histogram[cut] as usize;
+                if cum >= keep || cut == 0 {
+                    break;
                 }
+                cut -= 1;
             }
-        }
+            let mut c = Vec::with_capacity(cum);
+            c.extend(
+                (0..v as u32)
+                    .zip(w)
+                    .filter(|&(_, &x)| bucket(x) >= cut)
+                    .map(|(i, _)| i),
+            );
+            c
+        };
         indices.sort_unstable_by(by_weight_desc(w));
+        indices.truncate(keep);
         let values: Vec<f32> = indices.iter().map(|&i| w[i as usize].to_f64() as f32).collect();
         if !values.iter().any(|&x| x > 0.0) {
             return Err(CoreError::invalid(
@@ -552,6 +584,11 @@ mod tests {
         );
         assert!(Dist::new(&[f64::INFINITY]).is_err());
         assert!(Dist::<f32>::new(&[]).is_err());
+        // −0.0 sets the sign bit but is a valid zero weight; a negative entry in a later full block is found.
+        assert_eq!(Dist::new(&[-0.0f32, 1.0]).unwrap().prob(0), Some(0.0));
+        let mut w = vec![1.0f64; 200];
+        w[130] = -1e-300;
+        assert!(Dist::new(&w).unwrap_err().to_string().contains("token 130"));
     }
 
     #[test]

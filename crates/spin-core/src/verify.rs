@@ -179,26 +179,56 @@ pub struct Residual<'a, Wp: Weight, Wq: Weight> {
     p_scale: f64,
     q_scale: f64,
     mass: f64,
+    blocks: Option<&'a [f64]>,
 }
 
 impl<'a, Wp: Weight, Wq: Weight> Residual<'a, Wp, Wq> {
     /// One pass over p and q computing the residual mass. Fails only when the vocabularies differ.
     pub fn new(p: Dist<'a, Wp>, q: Dist<'a, Wq>) -> Result<Self, CoreError> {
+        let mut r = Self::unscanned(p, q)?;
+        r.mass = crate::chance::blocked_total(&r);
+        Ok(r)
+    }
+
+    /// Like [`Residual::new`], keeping the block sums in `scratch` (reused, grown to ⌈V/64⌉) so that a draw
+    /// walks the cached sums and one block instead of making a second pass over p and q.
+    pub fn with_scratch(
+        p: Dist<'a, Wp>,
+        q: Dist<'a, Wq>,
+        scratch: &'a mut Vec<f64>,
+    ) -> Result<Self, CoreError> {
+        let mut r = Self::unscanned(p, q)?;
+        scratch.clear();
+        let n = r.len();
+        let mut mass = 0.0;
+        let mut start = 0;
+        while start < n {
+            let end = (start + BLOCK).min(n);
+            let s = r.block_sum(start, end);
+            scratch.push(s);
+            mass += s;
+            start = end;
+        }
+        r.mass = mass;
+        r.blocks = Some(scratch.as_slice());
+        Ok(r)
+    }
+
+    fn unscanned(p: Dist<'a, Wp>, q: Dist<'a, Wq>) -> Result<Self, CoreError> {
         if p.len() != q.len() {
             return Err(CoreError::invalid(
                 "q",
                 format!("has {} entries but the target has {}", q.len(), p.len()),
             ));
         }
-        let mut r = Self {
+        Ok(Self {
             p: p.weights(),
             q: q.weights(),
             p_scale: 1.0 / p.total(),
             q_scale: 1.0 / q.total(),
             mass: 0.0,
-        };
-        r.mass = crate::chance::blocked_total(&r);
-        Ok(r)
+            blocks: None,
+        })
     }
 
     /// Σ max(0, p − q) ∈ [0, 1].
@@ -222,7 +252,7 @@ impl<Wp: Weight, Wq: Weight> Categorical for Residual<'_, Wp, Wq> {
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        (self.p[i].to_f64() * self.p_scale - self.q[i].to_f64() * self.q_scale).max(0.0)
+        positive_part(self.p[i].to_f64() * self.p_scale - self.q[i].to_f64() * self.q_scale)
     }
     #[inline(always)]
     fn block_sum(&self, start: usize, end: usize) -> f64 {
@@ -230,36 +260,62 @@ impl<Wp: Weight, Wq: Weight> Categorical for Residual<'_, Wp, Wq> {
         let (p, q) = (&self.p[start..end], &self.q[start..end]);
         debug_assert!(p.len() <= BLOCK);
         let mut acc = [0.0f64; 8];
+        // Full blocks as fixed-size arrays: the same order of additions, with no bounds checks in the loop.
+        if let (Ok(x), Ok(y)) = (<&[Wp; BLOCK]>::try_from(p), <&[Wq; BLOCK]>::try_from(q)) {
+            for i in 0..BLOCK / 8 {
+                for j in 0..8 {
+                    acc[j] += positive_part(x[i * 8 + j].to_f64() * a - y[i * 8 + j].to_f64() * b);
+                }
+            }
+            return reduce_lanes(acc);
+        }
         let mut pc = p.chunks_exact(8);
         let mut qc = q.chunks_exact(8);
         for (x, y) in (&mut pc).zip(&mut qc) {
             for j in 0..8 {
-                acc[j] += (x[j].to_f64() * a - y[j].to_f64() * b).max(0.0);
+                acc[j] += positive_part(x[j].to_f64() * a - y[j].to_f64() * b);
             }
         }
         for (j, (x, y)) in pc.remainder().iter().zip(qc.remainder()).enumerate() {
-            acc[j] += (x.to_f64() * a - y.to_f64() * b).max(0.0);
+            acc[j] += positive_part(x.to_f64() * a - y.to_f64() * b);
         }
         reduce_lanes(acc)
     }
     fn total(&self) -> f64 {
         self.mass
     }
+    fn cached_block_sums(&self) -> Option<&[f64]> {
+        self.blocks
+    }
+}
+
+thread_local! {
+    /// Block sums of the residual being drawn, reused across calls on this thread (no allocation once warm).
+    static RESIDUAL_BLOCKS: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// max(0, d) as a plain select (vectorises; `f64::max`'s NaN rules do not, and no NaN reaches here).
+#[inline(always)]
+fn positive_part(d: f64) -> f64 {
+    if d > 0.0 { d } else { 0.0 }
 }
 
 /// Draws the correction token from norm(max(0, p − q)), or from p when the residual has no mass (module note).
 ///
-/// Two passes over p and q (mass, then the inverse-CDF walk with one uniform); no allocation.
+/// One pass over p and q computes the residual's block sums (kept in a per-thread buffer, so no allocation once
+/// warm); the inverse-CDF walk with one uniform then reads the cached sums and a single block.
 pub fn sample_residual<Wp: Weight, Wq: Weight, C: Chance + ?Sized>(
     p: Dist<'_, Wp>,
     q: Dist<'_, Wq>,
     chance: &mut C,
 ) -> Result<u32, CoreError> {
-    let r = Residual::new(p, q)?;
-    Ok(if r.mass() > 0.0 {
-        chance.categorical(&r) as u32
-    } else {
-        p.sample(chance)
+    RESIDUAL_BLOCKS.with_borrow_mut(|scratch| {
+        let r = Residual::with_scratch(p, q, scratch)?;
+        Ok(if r.mass() > 0.0 {
+            chance.categorical(&r) as u32
+        } else {
+            p.sample(chance)
+        })
     })
 }
 
