@@ -9,7 +9,9 @@ pub mod gguf;
 pub mod hf;
 pub mod llama2c;
 pub mod load;
+pub mod measure;
 pub mod model;
+pub mod speculative;
 pub mod tokenizer;
 
 pub use error::{Result, RuntimeError};

@@ -1,0 +1,306 @@
+//! Measurements the papers made, on real models: acceptance rate per prompt set (paper A Table I), batched
+//! verification latency against K with the affine fit T_fix + K·T_lin (paper A eq. 7, Fig. 5), per-token drafting
+//! latency, and empirical goodput against draft length beside the paper-A formula (eq. 13, Fig. 3).
+
+use crate::error::{Result, RuntimeError};
+use crate::model::{KvCache, Model};
+use crate::speculative::{SpecConfig, Speculator};
+use crate::tokenizer::Tokenizer;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use spin_core::SamplingParams;
+use std::time::Instant;
+
+/// Cuts `count` prompts from a text file's non-empty lines (chosen with `seed`): the first `words` words of each.
+pub fn prompts_from_text(
+    text: &str,
+    tok: &Tokenizer,
+    count: usize,
+    words: usize,
+    seed: u64,
+) -> Result<Vec<Vec<u32>>> {
+    let mut lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.split_whitespace().count() > words)
+        .collect();
+    if lines.len() < count {
+        return Err(RuntimeError::invalid(
+            "prompts",
+            format!(
+                "the text has {} lines longer than {words} words, {count} needed",
+                lines.len()
+            ),
+        ));
+    }
+    lines.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    lines[..count]
+        .iter()
+        .map(|l| {
+            let cut: Vec<&str> = l.split_whitespace().take(words).collect();
+            tok.encode(&cut.join(" "), true)
+        })
+        .collect()
+}
+
+/// Per-prompt acceptance rate: the mean of min(1, p(y)/q(y)) over every drafted token of `new_tokens` generated
+/// tokens (MODEL.md §1), all prompts run as devices of one speculative batch.
+pub fn acceptance_per_prompt(
+    target: &Model,
+    drafter: &Model,
+    prompts: &[Vec<u32>],
+    draft_len: usize,
+    new_tokens: usize,
+    params: SamplingParams,
+    seed: u64,
+) -> Result<Vec<f64>> {
+    let cfg = SpecConfig {
+        params,
+        max_new_tokens: new_tokens,
+        eos: None,
+        seed,
+    };
+    let mut s = Speculator::new(target, drafter, prompts, &vec![draft_len; prompts.len()], cfg)?;
+    s.run()?;
+    s.devices
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            d.alpha.ratio_estimate(1.96)?.map(|e| e.value).ok_or_else(|| {
+                RuntimeError::invalid(
+                    format!("prompts[{k}]"),
+                    "drafted fewer than two tokens: raise new_tokens",
+                )
+            })
+        })
+        .collect()
+}
+
+/// Mean and sample standard deviation.
+pub fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// Median wall time in seconds of a padded batch verification: K sequences of `prefix_len` tokens each score
+/// `draft_len + 1` new positions (paper A eq. 7), repeated `reps` times.
+pub fn verify_latency_s(
+    model: &Model,
+    k: usize,
+    prefix_len: usize,
+    draft_len: usize,
+    reps: usize,
+) -> Result<f64> {
+    if k == 0 || prefix_len == 0 || reps == 0 {
+        return Err(RuntimeError::invalid(
+            "verify_latency",
+            "k, prefix_len and reps must be positive",
+        ));
+    }
+    let vocab = model.config().vocab_size as u32;
+    let prefix: Vec<u32> = (0..prefix_len as u32)
+        .map(|i| 3 + (i * 7) % (vocab - 3))
+        .collect();
+    let mut base = model.new_cache();
+    model.forward(&mut base, &prefix)?;
+    let drafts: Vec<Vec<u32>> = (0..k)
+        .map(|b| {
+            (0..=draft_len as u32)
+                .map(|j| 3 + (j * 13 + b as u32 * 5) % (vocab - 3))
+                .collect()
+        })
+        .collect();
+    let refs: Vec<&[u32]> = drafts.iter().map(|d| d.as_slice()).collect();
+    let mut times = Vec::with_capacity(reps);
+    let mut caches: Vec<KvCache> = vec![base.clone(); k];
+    for _ in 0..reps {
+        for c in caches.iter_mut() {
+            c.truncate(prefix_len)?;
+        }
+        let mut cref: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let start = Instant::now();
+        let out = model.forward_batch(&mut cref, &refs)?;
+        // Pull the logits to the host as the verifier must, so lazy devices are timed in full.
+        for o in &out {
+            let _ = o.sum_all()?.to_scalar::<f32>()?;
+        }
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Median per-token drafting latency (s): one-token decode steps after `prefix_len` tokens.
+pub fn draft_token_latency_s(model: &Model, prefix_len: usize, tokens: usize) -> Result<f64> {
+    let vocab = model.config().vocab_size as u32;
+    let prefix: Vec<u32> = (0..prefix_len.max(1) as u32)
+        .map(|i| 3 + (i * 7) % (vocab - 3))
+        .collect();
+    let mut cache = model.new_cache();
+    model.forward(&mut cache, &prefix)?;
+    let mut times = Vec::with_capacity(tokens);
+    for i in 0..tokens {
+        let start = Instant::now();
+        let l = model.forward(&mut cache, &[3 + (i as u32 * 11) % (vocab - 3)])?;
+        let _ = l.sum_all()?.to_scalar::<f32>()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    if times.is_empty() {
+        return Err(RuntimeError::invalid("tokens", "must be positive"));
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Least-squares fit y = a + b·x with its coefficient of determination R².
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AffineFit {
+    /// Intercept (T_fix).
+    pub intercept: f64,
+    /// Slope (T_lin).
+    pub slope: f64,
+    /// R² = 1 − SS_res / SS_tot.
+    pub r2: f64,
+}
+
+/// Fits y = a + b·x by ordinary least squares (at least two distinct x).
+pub fn affine_fit(points: &[(f64, f64)]) -> Result<AffineFit> {
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if points.len() < 2 || sxx == 0.0 {
+        return Err(RuntimeError::invalid(
+            "points",
+            "an affine fit needs two distinct x values",
+        ));
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = sxy / sxx;
+    let intercept = my - slope * mx;
+    let ss_res: f64 = points
+        .iter()
+        .map(|p| (p.1 - intercept - slope * p.0).powi(2))
+        .sum();
+    let ss_tot: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let r2 = if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 1.0 };
+    Ok(AffineFit { intercept, slope, r2 })
+}
+
+/// The uplink model of the goodput measurement: equal bandwidth split, paper A's per-token payload.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Uplink {
+    /// Total bandwidth B in Hz.
+    pub bandwidth_hz: f64,
+    /// Spectral efficiency r in bit/s/Hz, the same for every device.
+    pub spectral_efficiency: f64,
+    /// Q_tok: bits per drafted token.
+    pub bits_per_draft_token: f64,
+}
+
+impl Uplink {
+    /// Seconds to upload one drafted token when K devices share the band equally: Q_tok / ((B/K)·r).
+    pub fn token_s(&self, k: usize) -> f64 {
+        self.bits_per_draft_token / (self.bandwidth_hz / k as f64 * self.spectral_efficiency)
+    }
+}
+
+/// Q_tok = |V̂|(Q_B + ⌈log₂V⌉) with |V̂| = min(1024, V), Q_B = 16 (paper A §VI-A).
+pub fn bits_per_draft_token(vocab: usize) -> f64 {
+    let kept = vocab.min(1024) as f64;
+    kept * (16.0 + spin_core::dist::index_bits(vocab) as f64)
+}
+
+/// One point of the goodput curve.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GoodputPoint {
+    /// Common draft length L.
+    pub draft_len: usize,
+    /// Empirical sum goodput: emitted tokens over modelled round time (tokens/s).
+    pub empirical_tok_s: f64,
+    /// Paper-A formula K·E[N|L] / (L·ϑ + T_ver) with the measured α (tokens/s).
+    pub formula_tok_s: f64,
+    /// Measured acceptance rate (ratio estimator, mean over devices).
+    pub alpha: f64,
+}
+
+/// Empirical goodput for K devices with real models at draft length L: each round costs
+/// L·(measured per-token draft time + modelled upload time) + measured batch verification time; the formula uses
+/// the measured α, ϑ = draft + upload time per token and the fitted T_ver (paper A eq. 13 / Theorem 1).
+#[allow(clippy::too_many_arguments)]
+pub fn goodput(
+    target: &Model,
+    drafter: &Model,
+    prompts: &[Vec<u32>],
+    draft_len: usize,
+    new_tokens: usize,
+    params: SamplingParams,
+    uplink: &Uplink,
+    verify: &AffineFit,
+    seed: u64,
+) -> Result<GoodputPoint> {
+    let k = prompts.len();
+    let cfg = SpecConfig {
+        params,
+        max_new_tokens: new_tokens,
+        eos: None,
+        seed,
+    };
+    let mut s = Speculator::new(target, drafter, prompts, &vec![draft_len; k], cfg)?;
+    let mut round_time = 0.0;
+    let up = uplink.token_s(k);
+    loop {
+        let before: Vec<(f64, usize)> = s
+            .devices
+            .iter()
+            .map(|d| (d.draft_time.as_secs_f64(), d.drafted))
+            .collect();
+        if !s.step()? {
+            break;
+        }
+        let round = s.rounds.last().map_or(0.0, |r| r.verify_s);
+        let slowest = s
+            .devices
+            .iter()
+            .zip(&before)
+            .map(|(d, (t0, n0))| (d.draft_time.as_secs_f64() - t0) + (d.drafted - n0) as f64 * up)
+            .fold(0.0, f64::max);
+        round_time += slowest + round;
+    }
+    let emitted: usize = s.devices.iter().map(|d| d.generated().len()).sum();
+    let alphas: Vec<f64> = s
+        .devices
+        .iter()
+        .filter_map(|d| d.alpha.ratio_estimate(1.96).ok().flatten().map(|e| e.value))
+        .collect();
+    let alpha = if alphas.is_empty() {
+        f64::NAN
+    } else {
+        mean_std(&alphas).0
+    };
+    let drafted: usize = s.devices.iter().map(|d| d.drafted).sum();
+    let draft_s: f64 = s.devices.iter().map(|d| d.draft_time.as_secs_f64()).sum();
+    let theta = if drafted > 0 {
+        draft_s / drafted as f64 + up
+    } else {
+        up
+    };
+    let t_ver = verify.intercept + verify.slope * k as f64;
+    let formula = if alpha.is_nan() {
+        k as f64 / t_ver
+    } else {
+        k as f64 * spin_core::expected_accepted(alpha, draft_len as u32) / (draft_len as f64 * theta + t_ver)
+    };
+    Ok(GoodputPoint {
+        draft_len,
+        empirical_tok_s: emitted as f64 / round_time,
+        formula_tok_s: formula,
+        alpha,
+    })
+}

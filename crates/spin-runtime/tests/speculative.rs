@@ -1,0 +1,267 @@
+//! The K-device speculative loop: token-for-token equality with greedy decoding at temperature 0, seeded
+//! determinism, and a chi-square test of the generated tokens against their exact distribution at temperature 1.
+
+use candle_core::Device;
+use spin_runtime::model::{self, model_from_tensors};
+use spin_runtime::speculative::{self, SpecConfig, Speculator, generate_plain, prob_rows};
+use spin_runtime::{Config, Model, RopeStyle};
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+fn tiny(seed: u64, std: f64, n_layers: usize) -> Model {
+    let cfg = Config {
+        vocab_size: 24,
+        dim: 32,
+        hidden_dim: 48,
+        n_layers,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 96,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    model_from_tensors(
+        cfg.clone(),
+        model::random_tensors(&cfg, std, seed, &Device::Cpu).unwrap(),
+        &Device::Cpu,
+    )
+    .unwrap()
+}
+
+fn spec(params: spin_core::SamplingParams, max_new_tokens: usize, seed: u64) -> SpecConfig {
+    SpecConfig {
+        params,
+        max_new_tokens,
+        eos: None,
+        seed,
+    }
+}
+
+#[test]
+fn greedy_speculation_equals_greedy_decoding_token_for_token() {
+    let target = tiny(1, 0.3, 3);
+    let other = tiny(2, 0.3, 2);
+    let own_layers = target.first_layers(1).unwrap();
+    let greedy = speculative::sampling(0.0).unwrap();
+    let prompts = vec![vec![1u32, 5, 9], vec![1], vec![1, 7, 7, 7, 3], vec![1, 4]];
+    for drafter in [&other, &own_layers, &target] {
+        let mut s = Speculator::new(&target, drafter, &prompts, &[0, 2, 5, 3], spec(greedy, 30, 9)).unwrap();
+        s.run().unwrap();
+        for (k, d) in s.devices.iter().enumerate() {
+            let want = generate_plain(&target, &prompts[k], &greedy, 30, None, 0).unwrap();
+            assert_eq!(d.generated(), want.as_slice(), "device {k}");
+        }
+    }
+    // With the target as its own drafter every drafted token is accepted.
+    let mut s = Speculator::new(&target, &target, &prompts, &[4, 4, 4, 4], spec(greedy, 30, 9)).unwrap();
+    s.run().unwrap();
+    assert!(
+        s.devices.iter().all(|d| d.rounds == 6),
+        "30 tokens in rounds of 5"
+    );
+}
+
+#[test]
+fn same_seed_same_text_different_seed_different_text() {
+    let target = tiny(3, 0.5, 2);
+    let drafter = tiny(4, 0.5, 1);
+    let t1 = speculative::sampling(1.0).unwrap();
+    let run = |seed| {
+        let prompts = vec![vec![1u32, 2], vec![1, 3]];
+        let mut s = Speculator::new(&target, &drafter, &prompts, &[3, 1], spec(t1, 25, seed)).unwrap();
+        s.run().unwrap();
+        s.devices
+            .iter()
+            .map(|d| d.generated().to_vec())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(5), run(5));
+    assert_ne!(run(5), run(6));
+}
+
+#[test]
+fn bad_settings_are_errors() {
+    let target = tiny(3, 0.5, 2);
+    let cfg = Config {
+        vocab_size: 30,
+        ..target.config().clone()
+    };
+    let wide = model_from_tensors(
+        cfg.clone(),
+        model::random_tensors(&cfg, 0.1, 1, &Device::Cpu).unwrap(),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let t1 = speculative::sampling(1.0).unwrap();
+    let e = Speculator::new(&target, &wide, &[vec![1]], &[2], spec(t1, 5, 1))
+        .err()
+        .unwrap();
+    assert!(e.to_string().starts_with("draft: vocabulary"), "{e}");
+    let e = Speculator::new(&target, &target, &[vec![1]], &[2, 3], spec(t1, 5, 1))
+        .err()
+        .unwrap();
+    assert!(e.to_string().starts_with("draft_lens"), "{e}");
+    assert!(speculative::sampling(-1.0).is_err());
+}
+
+/// Pearson's chi-square p-value of `counts` against probabilities `p`; cells expected below 5 are pooled (in
+/// ascending order of expectation) until each pooled cell expects at least 5.
+fn chi_square_p(counts: &[u64], p: &[f64]) -> f64 {
+    let n: u64 = counts.iter().sum();
+    let mut cells: Vec<(f64, f64)> = counts
+        .iter()
+        .zip(p)
+        .map(|(&c, &pi)| (c as f64, pi * n as f64))
+        .collect();
+    cells.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (mut merged, mut pool) = (Vec::new(), (0.0, 0.0));
+    for (o, e) in cells {
+        pool = (pool.0 + o, pool.1 + e);
+        if pool.1 >= 5.0 {
+            merged.push(pool);
+            pool = (0.0, 0.0);
+        }
+    }
+    if let Some(last) = merged.last_mut() {
+        *last = (last.0 + pool.0, last.1 + pool.1);
+    }
+    let stat: f64 = merged.iter().map(|(o, e)| (o - e).powi(2) / e).sum();
+    1.0 - ChiSquared::new((merged.len() - 1) as f64).unwrap().cdf(stat)
+}
+
+/// Exact distributions of the first and second generated token after `prompt` (enumerating the first token).
+fn exact_first_two(
+    target: &Model,
+    prompt: &[u32],
+    params: &spin_core::SamplingParams,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut c = target.new_cache();
+    let l = target.forward(&mut c, prompt).unwrap();
+    let p1: Vec<f64> = prob_rows(&l.narrow(0, prompt.len() - 1, 1).unwrap(), params).unwrap()[0]
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    let v = p1.len();
+    let mut caches: Vec<_> = (0..v).map(|_| c.clone()).collect();
+    let mut refs: Vec<_> = caches.iter_mut().collect();
+    let toks: Vec<[u32; 1]> = (0..v as u32).map(|t| [t]).collect();
+    let ins: Vec<&[u32]> = toks.iter().map(|t| t.as_slice()).collect();
+    let out = target.forward_batch(&mut refs, &ins).unwrap();
+    let mut p2 = vec![0.0; v];
+    for (t, l) in out.iter().enumerate() {
+        for (x, &q) in p2.iter_mut().zip(&prob_rows(l, params).unwrap()[0]) {
+            *x += p1[t] * q as f64;
+        }
+    }
+    (p1, p2)
+}
+
+#[test]
+fn sampled_speculation_matches_the_target_distribution() {
+    let target = tiny(5, 0.6, 2);
+    let drafter = tiny(6, 0.6, 1);
+    let t1 = speculative::sampling(1.0).unwrap();
+    let prompt = vec![1u32, 7, 3];
+    let (p1, p2) = exact_first_two(&target, &prompt, &t1);
+    let (mut c1, mut c2) = (vec![0u64; 24], vec![0u64; 24]);
+    let mut alpha = Vec::new();
+    for rep in 0..20u64 {
+        let prompts = vec![prompt.clone(); 64];
+        let lens: Vec<usize> = (0..64).map(|k| k % 4).collect();
+        let mut s = Speculator::new(&target, &drafter, &prompts, &lens, spec(t1, 4, 100 + rep)).unwrap();
+        s.run().unwrap();
+        for d in &s.devices {
+            c1[d.generated()[0] as usize] += 1;
+            c2[d.generated()[1] as usize] += 1;
+            if let Some(e) = d.alpha.ratio_estimate(1.96).unwrap() {
+                alpha.push(e.value);
+            }
+        }
+    }
+    // The drafter is a poor match, so the residual path is exercised often.
+    let mean_alpha = alpha.iter().sum::<f64>() / alpha.len() as f64;
+    assert!(mean_alpha < 0.8, "mean α = {mean_alpha}");
+    let (a, b) = (chi_square_p(&c1, &p1), chi_square_p(&c2, &p2));
+    assert!(a > 1e-3 && b > 1e-3, "p-values {a}, {b}");
+    // The test can fail: the same counts against the drafter's own distribution are rejected.
+    let (q1, _) = exact_first_two(&drafter, &prompt, &t1);
+    assert!(chi_square_p(&c1, &q1) < 1e-6);
+}
+
+fn stories() -> Option<(Model, spin_runtime::llama2c::Llama2cTokenizer)> {
+    let Some(d) = std::env::var_os("MULTISPIN_SHARED_DATA") else {
+        println!("skipping: MULTISPIN_SHARED_DATA unset");
+        return None;
+    };
+    let dir = std::path::PathBuf::from(d).join("models/stories260K");
+    assert!(
+        dir.join("stories260K.bin").is_file(),
+        "MULTISPIN_SHARED_DATA is set but stories260K.bin is missing"
+    );
+    assert!(
+        dir.join("tok512.bin").is_file(),
+        "MULTISPIN_SHARED_DATA is set but tok512.bin is missing"
+    );
+    let m = spin_runtime::llama2c::load_checkpoint(&dir.join("stories260K.bin"), &Device::Cpu).unwrap();
+    let t = spin_runtime::llama2c::Llama2cTokenizer::load(&dir.join("tok512.bin"), 512).unwrap();
+    Some((m, t))
+}
+
+#[test]
+fn stories260k_speculation_greedy_equality_and_sampling_chi_square() {
+    let Some((target, tok)) = stories() else { return };
+    let drafter = target.first_layers(2).unwrap();
+    let greedy = speculative::sampling(0.0).unwrap();
+    let prompts = vec![
+        tok.encode("Once upon a time", true),
+        tok.encode("The dog", true),
+        vec![1],
+    ];
+    let mut s = Speculator::new(&target, &drafter, &prompts, &[4, 2, 6], spec(greedy, 40, 1)).unwrap();
+    s.run().unwrap();
+    for (k, d) in s.devices.iter().enumerate() {
+        let want = generate_plain(&target, &prompts[k], &greedy, 40, None, 0).unwrap();
+        assert_eq!(d.generated(), want.as_slice(), "device {k}");
+    }
+    let text = tok.decode(&s.devices[2].tokens);
+    assert!(
+        text.starts_with("Once upon a time, there was a little girl named Lily."),
+        "{text:?}"
+    );
+    // Temperature 1: the first generated token after a fixed prompt follows the target's distribution.
+    let t1 = speculative::sampling(1.0).unwrap();
+    let prompt = tok.encode("Once upon a time, there was a", true);
+    let mut c = target.new_cache();
+    let l = target.forward(&mut c, &prompt).unwrap();
+    let p: Vec<f64> = prob_rows(&l.narrow(0, prompt.len() - 1, 1).unwrap(), &t1).unwrap()[0]
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    let mut counts = vec![0u64; 512];
+    for rep in 0..6u64 {
+        let mut s = Speculator::new(
+            &target,
+            &drafter,
+            &vec![prompt.clone(); 100],
+            &[3; 100],
+            spec(t1, 4, rep),
+        )
+        .unwrap();
+        s.run().unwrap();
+        for d in &s.devices {
+            counts[d.generated()[0] as usize] += 1;
+        }
+    }
+    let pv = chi_square_p(&counts, &p);
+    assert!(pv > 1e-3, "p-value {pv}");
+    // The test can fail: the drafter's own distribution is rejected.
+    let mut c = drafter.new_cache();
+    let l = drafter.forward(&mut c, &prompt).unwrap();
+    let q: Vec<f64> = prob_rows(&l.narrow(0, prompt.len() - 1, 1).unwrap(), &t1).unwrap()[0]
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    assert!(chi_square_p(&counts, &q) < 1e-6);
+}
