@@ -1,13 +1,405 @@
-//! `multispin measure` (filled in by the work that owns it).
+//! `multispin measure`: acceptance rates, batched verification latency and goodput of real models, written as CSV
+//! and SVG under `target/measure/`, plus a paper-A scenario file built from the measured numbers for `plan`.
 
 use crate::failure::Failure;
-use clap::Args;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use plotters::prelude::*;
+use spin_runtime::measure::{self as m, AffineFit, Uplink};
+use spin_runtime::speculative;
+use spin_runtime::{Model, Tokenizer};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `multispin measure`.
 #[derive(Debug, Args)]
-pub struct MeasureArgs {}
+pub struct MeasureArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+/// The models every measurement uses.
+#[derive(Debug, Args)]
+struct Models {
+    /// Target model (llama2.c `.bin`, `.gguf`, or a Hugging Face folder).
+    #[arg(long)]
+    target: PathBuf,
+    /// Tokenizer, when the target does not carry one.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Draft model.
+    #[arg(long, conflicts_with = "self_draft_layers")]
+    draft: Option<PathBuf>,
+    /// Draft with the target's first N layers (self-speculation); the default when no --draft is given is 1.
+    #[arg(long)]
+    self_draft_layers: Option<usize>,
+    /// Output folder.
+    #[arg(long, default_value = "target/measure")]
+    out: PathBuf,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum What {
+    /// α per prompt set: mean ± std over prompts of the per-prompt acceptance rate (paper A Table I).
+    Acceptance {
+        #[command(flatten)]
+        models: Models,
+        /// Text files to cut prompts from (one prompt set per file).
+        #[arg(long, required = true, num_args = 1..)]
+        prompts: Vec<PathBuf>,
+        /// Prompts per set.
+        #[arg(long, default_value_t = 16)]
+        count: usize,
+        /// Words per prompt.
+        #[arg(long, default_value_t = 8)]
+        words: usize,
+        /// Draft length.
+        #[arg(long, default_value_t = 4)]
+        draft_len: usize,
+        /// Tokens generated per prompt.
+        #[arg(long, default_value_t = 48)]
+        new_tokens: usize,
+        /// Sampling temperature (> 0).
+        #[arg(long, default_value_t = 1.0)]
+        temperature: f64,
+    },
+    /// Batched verification latency for K = 1..=max_k and per-token drafting latency, with the affine fit.
+    VerifyLatency {
+        #[command(flatten)]
+        models: Models,
+        /// Largest batch.
+        #[arg(long, default_value_t = 16)]
+        max_k: usize,
+        /// Draft length of every verified draft.
+        #[arg(long, default_value_t = 8)]
+        draft_len: usize,
+        /// Tokens already in every cache.
+        #[arg(long, default_value_t = 64)]
+        prefix_len: usize,
+        /// Repetitions per K (median taken).
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
+    /// Empirical sum goodput against draft length for K devices beside the paper-A formula (Fig. 3).
+    Goodput {
+        #[command(flatten)]
+        models: Models,
+        /// Text file to cut the devices' prompts from.
+        #[arg(long)]
+        prompts: PathBuf,
+        /// Number of devices K.
+        #[arg(long, default_value_t = 4)]
+        devices: usize,
+        /// Largest draft length.
+        #[arg(long, default_value_t = 12)]
+        max_draft_len: usize,
+        /// Tokens generated per device and draft length.
+        #[arg(long, default_value_t = 48)]
+        new_tokens: usize,
+        /// Total uplink bandwidth in Hz.
+        #[arg(long, default_value_t = 10e6)]
+        bandwidth_hz: f64,
+        /// Uplink spectral efficiency in bit/s/Hz.
+        #[arg(long, default_value_t = 5.0)]
+        spectral_efficiency: f64,
+        /// Sampling temperature (> 0).
+        #[arg(long, default_value_t = 1.0)]
+        temperature: f64,
+    },
+}
+
+struct Loaded {
+    target: Model,
+    drafter: Model,
+    tok: Tokenizer,
+}
+
+fn load(models: &Models) -> Result<Loaded, Failure> {
+    let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
+    let target = spin_runtime::load_model(&models.target, &device).map_err(Failure::input)?;
+    let tok = spin_runtime::load_tokenizer(
+        models.tokenizer.as_deref(),
+        &models.target,
+        target.config().vocab_size,
+    )
+    .map_err(Failure::input)?;
+    let drafter = match &models.draft {
+        Some(p) => spin_runtime::load_model(p, &device).map_err(Failure::input)?,
+        None => target
+            .first_layers(models.self_draft_layers.unwrap_or(1))
+            .map_err(Failure::input)?,
+    };
+    std::fs::create_dir_all(&models.out).with_context(|| format!("creating {}", models.out.display()))?;
+    Ok(Loaded { target, drafter, tok })
+}
+
+fn read_text(path: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path)
+        .map_err(|e| Failure::Input(format!("prompts: cannot read {}: {e}", path.display())))
+}
+
+fn positive_temperature(t: f64) -> Result<spin_core::SamplingParams, Failure> {
+    if !(t > 0.0 && t.is_finite()) {
+        return Err(Failure::Input(format!("temperature: {t} is outside (0, ∞)")));
+    }
+    speculative::sampling(t).map_err(Failure::input)
+}
 
 /// Runs `multispin measure`.
-pub fn run(_args: &MeasureArgs) -> Result<(), Failure> {
-    Err(Failure::Input("measure: not built yet".into()))
+pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
+    match &args.what {
+        What::Acceptance {
+            models,
+            prompts,
+            count,
+            words,
+            draft_len,
+            new_tokens,
+            temperature,
+        } => {
+            let params = positive_temperature(*temperature)?;
+            let l = load(models)?;
+            let mut csv = String::from("prompt_set,prompts,alpha_mean,alpha_std\n");
+            let mut bars = Vec::new();
+            for (i, path) in prompts.iter().enumerate() {
+                let text = read_text(path)?;
+                let ps = m::prompts_from_text(&text, &l.tok, *count, *words, models.seed + i as u64)
+                    .map_err(Failure::input)?;
+                let alphas = m::acceptance_per_prompt(
+                    &l.target,
+                    &l.drafter,
+                    &ps,
+                    *draft_len,
+                    *new_tokens,
+                    params,
+                    models.seed,
+                )
+                .context("measuring acceptance")?;
+                let (mean, std) = m::mean_std(&alphas);
+                let name = path
+                    .file_stem()
+                    .map_or("prompts".into(), |s| s.to_string_lossy().into_owned());
+                writeln!(csv, "{name},{},{mean:.6},{std:.6}", alphas.len()).expect("writing to a String");
+                println!("{name}: α = {mean:.4} ± {std:.4} over {} prompts", alphas.len());
+                bars.push((name, mean));
+            }
+            write(&models.out.join("acceptance.csv"), &csv)?;
+            let pts: Vec<(f64, f64)> = bars.iter().enumerate().map(|(i, b)| (i as f64, b.1)).collect();
+            svg_lines(
+                &models.out.join("acceptance.svg"),
+                "Acceptance rate per prompt set",
+                "prompt set index",
+                "alpha",
+                &[("alpha", &pts, true)],
+            )?;
+            Ok(())
+        }
+        What::VerifyLatency {
+            models,
+            max_k,
+            draft_len,
+            prefix_len,
+            reps,
+        } => {
+            if *max_k < 2 {
+                return Err(Failure::Input(format!(
+                    "max_k: {max_k} is below 2 (an affine fit needs two points)"
+                )));
+            }
+            let l = load(models)?;
+            let (fit, draft_s, pts) = verify_latency(&l, *max_k, *draft_len, *prefix_len, *reps)?;
+            let mut csv = String::from("k,verify_s,fit_s\n");
+            for &(k, t) in &pts {
+                writeln!(csv, "{k},{t:.6e},{:.6e}", fit.intercept + fit.slope * k)
+                    .expect("writing to a String");
+            }
+            write(&models.out.join("verify_latency.csv"), &csv)?;
+            let line: Vec<(f64, f64)> = pts
+                .iter()
+                .map(|&(k, _)| (k, fit.intercept + fit.slope * k))
+                .collect();
+            svg_lines(
+                &models.out.join("verify_latency.svg"),
+                "Batched verification latency",
+                "K (drafts in the batch)",
+                "seconds",
+                &[("measured", &pts, true), ("T_fix + K T_lin", &line, false)],
+            )?;
+            println!(
+                "T_fix = {:.4} ms, T_lin = {:.4} ms, R² = {:.4}; drafting {:.4} ms/token",
+                1e3 * fit.intercept,
+                1e3 * fit.slope,
+                fit.r2,
+                1e3 * draft_s
+            );
+            Ok(())
+        }
+        What::Goodput {
+            models,
+            prompts,
+            devices,
+            max_draft_len,
+            new_tokens,
+            bandwidth_hz,
+            spectral_efficiency,
+            temperature,
+        } => {
+            let params = positive_temperature(*temperature)?;
+            if !(*bandwidth_hz > 0.0 && *spectral_efficiency > 0.0) {
+                return Err(Failure::Input(
+                    "bandwidth_hz, spectral_efficiency: must be positive".into(),
+                ));
+            }
+            if *devices == 0 || *max_draft_len == 0 {
+                return Err(Failure::Input("devices, max_draft_len: must be positive".into()));
+            }
+            let l = load(models)?;
+            let (fit, draft_s, _) = verify_latency(&l, (*devices).max(2), *max_draft_len, 32, 5)?;
+            let text = read_text(prompts)?;
+            let ps = m::prompts_from_text(&text, &l.tok, *devices, 8, models.seed).map_err(Failure::input)?;
+            let uplink = Uplink {
+                bandwidth_hz: *bandwidth_hz,
+                spectral_efficiency: *spectral_efficiency,
+                bits_per_draft_token: m::bits_per_draft_token(l.target.config().vocab_size),
+            };
+            let mut csv = String::from("draft_len,alpha,empirical_tok_s,formula_tok_s\n");
+            let (mut emp, mut form, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
+            for len in 0..=*max_draft_len {
+                let g = m::goodput(
+                    &l.target,
+                    &l.drafter,
+                    &ps,
+                    len,
+                    *new_tokens,
+                    params,
+                    &uplink,
+                    &fit,
+                    models.seed,
+                )
+                .context("measuring goodput")?;
+                writeln!(
+                    csv,
+                    "{len},{:.6},{:.6},{:.6}",
+                    g.alpha, g.empirical_tok_s, g.formula_tok_s
+                )
+                .expect("writing to a String");
+                emp.push((len as f64, g.empirical_tok_s));
+                form.push((len as f64, g.formula_tok_s));
+                if g.alpha.is_finite() {
+                    alphas.push(g.alpha);
+                }
+            }
+            write(&models.out.join("goodput.csv"), &csv)?;
+            svg_lines(
+                &models.out.join("goodput.svg"),
+                "Sum goodput versus draft length",
+                "draft length L",
+                "tokens/s",
+                &[("empirical", &emp, true), ("paper-A formula", &form, false)],
+            )?;
+            let alpha = m::mean_std(&alphas).0.clamp(1e-6, 1.0 - 1e-6);
+            let scenario = serde_json::json!({
+                "model": "paper-a",
+                "bandwidth_hz": bandwidth_hz,
+                "bits_per_draft_token": uplink.bits_per_draft_token,
+                "verify_fixed_s": fit.intercept.max(0.0),
+                "verify_per_draft_s": fit.slope.max(0.0),
+                "max_draft_len": max_draft_len,
+                "devices": (0..*devices).map(|_| serde_json::json!({
+                    "acceptance": alpha,
+                    "draft_token_s": draft_s,
+                    "spectral_efficiency": spectral_efficiency,
+                })).collect::<Vec<_>>(),
+            });
+            let json = serde_json::to_string_pretty(&scenario).context("serialising the scenario")?;
+            write(&models.out.join("scenario.json"), &json)?;
+            println!(
+                "wrote goodput.csv, goodput.svg and scenario.json to {} (α = {alpha:.4})",
+                models.out.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+type Latency = (AffineFit, f64, Vec<(f64, f64)>);
+
+fn verify_latency(
+    l: &Loaded,
+    max_k: usize,
+    draft_len: usize,
+    prefix_len: usize,
+    reps: usize,
+) -> Result<Latency, Failure> {
+    if reps == 0 || prefix_len == 0 {
+        return Err(Failure::Input("reps, prefix_len: must be positive".into()));
+    }
+    let mut pts = Vec::with_capacity(max_k);
+    for k in 1..=max_k {
+        let t = m::verify_latency_s(&l.target, k, prefix_len, draft_len, reps).map_err(Failure::input)?;
+        pts.push((k as f64, t));
+    }
+    let fit = m::affine_fit(&pts).map_err(Failure::input)?;
+    let draft_s = m::draft_token_latency_s(&l.drafter, prefix_len, 32).map_err(Failure::input)?;
+    Ok((fit, draft_s, pts))
+}
+
+fn write(path: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// One chart series: label, points, whether to draw markers.
+type Series<'a> = (&'a str, &'a [(f64, f64)], bool);
+
+/// A line chart (points drawn for `markers` series) as SVG.
+fn svg_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+) -> Result<(), Failure> {
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let all = series.iter().flat_map(|s| s.1.iter());
+        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+        for &(x, y) in all {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y1 = y1.max(y);
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        let root = SVGBackend::new(path, (720, 450)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, 0f64..(y1 * 1.1).max(1e-12))?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+        for (i, (label, pts, markers)) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+                .label(*label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            if *markers {
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
 }
