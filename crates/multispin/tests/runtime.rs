@@ -1,0 +1,200 @@
+//! `multispin generate` and `multispin measure` end to end on a tiny random-weight llama2.c model written to a
+//! temporary folder: speculative greedy output equals plain greedy output, measurements write CSV, SVG and a
+//! scenario file, bad input exits with status 2.
+
+use spin_runtime::llama2c::{self, Llama2cTokenizer};
+use spin_runtime::{Config, RopeStyle, model};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn write_tiny(dir: &Path) -> (PathBuf, PathBuf) {
+    let extra: Vec<(String, f32)> = ["a", "b", "c", " ", "ab", " a", "bc"]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.to_string(), -(i as f32)))
+        .collect();
+    let refs: Vec<(&str, f32)> = extra.iter().map(|(s, x)| (s.as_str(), *x)).collect();
+    let tok = Llama2cTokenizer::from_pieces(&refs);
+    let cfg = Config {
+        vocab_size: tok.vocab_size(),
+        dim: 32,
+        hidden_dim: 48,
+        n_layers: 3,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 128,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let device = spin_runtime::select_device().unwrap();
+    let w = model::random_tensors(&cfg, 0.3, 11, &device).unwrap();
+    let m = dir.join("tiny.bin");
+    llama2c::write_checkpoint(&m, &cfg, &w).unwrap();
+    let t = dir.join("tok.bin");
+    std::fs::write(&t, tok.to_bytes()).unwrap();
+    (m, t)
+}
+
+fn multispin(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn speculative_greedy_generation_equals_plain_greedy_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let common = [
+        "generate",
+        "--target",
+        m,
+        "--tokenizer",
+        t,
+        "--prompt",
+        "ab c",
+        "--max-tokens",
+        "40",
+    ];
+    let plain = multispin(&common);
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let mut spec_args = common.to_vec();
+    spec_args.extend(["--self-draft-layers", "1", "--draft-len", "5", "--stats"]);
+    let spec = multispin(&spec_args);
+    assert!(spec.status.success(), "{}", String::from_utf8_lossy(&spec.stderr));
+    assert_eq!(plain.stdout, spec.stdout);
+    assert!(String::from_utf8_lossy(&spec.stderr).contains("acceptance"));
+    let mut draft_args = common.to_vec();
+    draft_args.extend(["--draft", m]);
+    assert_eq!(multispin(&draft_args).stdout, plain.stdout);
+}
+
+#[test]
+fn bad_input_exits_with_status_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let out = multispin(&[
+        "generate",
+        "--target",
+        m,
+        "--tokenizer",
+        t,
+        "--self-draft-layers",
+        "9",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("self_draft_layers"));
+    let bytes = std::fs::read(m).unwrap();
+    std::fs::write(m, &bytes[..bytes.len() - 8]).unwrap();
+    let out = multispin(&["generate", "--target", m, "--tokenizer", t]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("truncated"));
+}
+
+#[test]
+fn measurements_write_csv_svg_and_a_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let out_dir = dir.path().join("measure");
+    let out = out_dir.to_str().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(
+        &corpus,
+        "ab c ab a bc c a b c ab\nc a b ab bc ab a c b a\nbc bc a a b c ab c a b\n",
+    )
+    .unwrap();
+    let c = corpus.to_str().unwrap();
+    let base = [
+        "--target",
+        m,
+        "--tokenizer",
+        t,
+        "--self-draft-layers",
+        "2",
+        "--out",
+        out,
+    ];
+    let run = |sub: &str, extra: &[&str]| {
+        let mut a = vec!["measure", sub];
+        a.extend_from_slice(&base);
+        a.extend_from_slice(extra);
+        let o = multispin(&a);
+        assert!(
+            o.status.success(),
+            "{sub}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run(
+        "acceptance",
+        &[
+            "--prompts",
+            c,
+            "--count",
+            "3",
+            "--words",
+            "4",
+            "--new-tokens",
+            "12",
+        ],
+    );
+    run(
+        "verify-latency",
+        &[
+            "--max-k",
+            "4",
+            "--draft-len",
+            "3",
+            "--prefix-len",
+            "8",
+            "--reps",
+            "2",
+        ],
+    );
+    run(
+        "goodput",
+        &[
+            "--prompts",
+            c,
+            "--devices",
+            "3",
+            "--max-draft-len",
+            "3",
+            "--new-tokens",
+            "10",
+        ],
+    );
+    for f in [
+        "acceptance.csv",
+        "acceptance.svg",
+        "verify_latency.csv",
+        "verify_latency.svg",
+        "goodput.csv",
+    ] {
+        assert!(out_dir.join(f).is_file(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(out_dir.join("verify_latency.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("scenario.json")).unwrap()).unwrap();
+    assert_eq!(s["devices"].as_array().unwrap().len(), 3);
+    let a = s["devices"][0]["acceptance"].as_f64().unwrap();
+    assert!(a > 0.0 && a < 1.0, "{a}");
+    assert!(s["verify_per_draft_s"].as_f64().unwrap() >= 0.0);
+    assert!(
+        std::fs::read_to_string(out_dir.join("goodput.svg"))
+            .unwrap()
+            .contains("<svg")
+    );
+}
