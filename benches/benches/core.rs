@@ -7,7 +7,9 @@
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spin_core::{Dist, DraftRef, PaddedTargets, Truncator, sample_residual, verify_batch};
+use spin_core::{
+    Dist, DraftRef, PaddedTargets, Truncator, sample_residual, verify_batch, verify_batch_parallel,
+};
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -139,6 +141,15 @@ fn batch(c: &mut Criterion) {
         b.iter_batched(
             || ChaCha8Rng::seed_from_u64(rng.next_u64()),
             |mut r| verify_batch(black_box(&targets), black_box(&drafts), &mut r),
+            BatchSize::SmallInput,
+        )
+    });
+    // The same batch on every available core (2 on the reference machine), per-device generators.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    g.bench_function("batch_k20_l8_parallel", |b| {
+        b.iter_batched(
+            || ChaCha8Rng::seed_from_u64(rng.next_u64()),
+            |mut r| verify_batch_parallel(black_box(&targets), black_box(&drafts), &mut r, threads),
             BatchSize::SmallInput,
         )
     });

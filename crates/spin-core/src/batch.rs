@@ -10,6 +10,7 @@ use crate::CoreError;
 use crate::chance::Chance;
 use crate::dist::{Dist, Weight};
 use crate::verify::{Draft, Outcome, Verdict, check_drafts, finish, judge_with};
+use rand::{Rng, SeedableRng};
 
 /// A borrowed `[K, P, V]` buffer of target weights: row (k, j) is p_{j+1} for device k.
 ///
@@ -158,19 +159,106 @@ pub fn verify_batch<Wp: Weight, Wq: Weight, C: Chance + ?Sized>(
     targets.check_batch(drafts.len())?;
     let mut out = Vec::with_capacity(drafts.len());
     for (k, d) in drafts.iter().enumerate() {
-        targets.check_len(k, d.tokens.len())?;
-        check_drafts(d.dists, d.tokens)?;
-        let q_of = |j: usize| d.dists[j].prob(d.tokens[j] as usize).unwrap_or(0.0);
-        let (verdict, p_r) = judge_with(d.tokens, q_of, |j| targets.dist(k, j), chance)?;
-        out.push(finish(verdict, p_r, |r| d.dists[r], chance)?);
+        out.push(verify_device(targets, k, d, chance)?);
     }
     Ok(out)
+}
+
+/// One device's complete round within a batch.
+fn verify_device<Wp: Weight, Wq: Weight, C: Chance + ?Sized>(
+    targets: &PaddedTargets<'_, Wp>,
+    k: usize,
+    d: &DraftRef<'_, '_, Wq>,
+    chance: &mut C,
+) -> Result<Outcome, CoreError> {
+    targets.check_len(k, d.tokens.len())?;
+    check_drafts(d.dists, d.tokens)?;
+    let q_of = |j: usize| d.dists[j].prob(d.tokens[j] as usize).unwrap_or(0.0);
+    let (verdict, p_r) = judge_with(d.tokens, q_of, |j| targets.dist(k, j), chance)?;
+    finish(verdict, p_r, |r| d.dists[r], chance)
+}
+
+/// [`verify_batch`] on `threads` worker threads (scoped, no pool), for when reading the target rows is the cost.
+///
+/// Each device gets its own generator `R::seed_from_u64(s_k)`, with the seeds s_0..s_{K−1} drawn from `rng` in
+/// device order before any work starts; so the outcomes depend on `rng` only, never on `threads` or scheduling
+/// (but they are a different stream from [`verify_batch`] with the same `rng`). Device k goes to thread
+/// k mod `threads`.
+///
+/// ```
+/// use spin_core::{Dist, DraftRef, PaddedTargets, verify_batch_parallel};
+/// use rand::SeedableRng;
+/// use rand_chacha::ChaCha8Rng;
+///
+/// let data = vec![0.25f32; 3 * 2 * 4]; // K = 3, P = 2, V = 4, all uniform
+/// let targets = PaddedTargets::new(&data, 3, 2, 4)?;
+/// let q = [0.25f32; 4];
+/// let qd = [Dist::new(&q)?];
+/// let drafts = [DraftRef { tokens: &[1], dists: &qd }; 3];
+/// let one = verify_batch_parallel(&targets, &drafts, &mut ChaCha8Rng::seed_from_u64(7), 1)?;
+/// let two = verify_batch_parallel(&targets, &drafts, &mut ChaCha8Rng::seed_from_u64(7), 2)?;
+/// assert_eq!(one, two);
+/// assert!(one.iter().all(|o| o.accepted == 1)); // p = q: always accepted
+/// # Ok::<(), spin_core::CoreError>(())
+/// ```
+pub fn verify_batch_parallel<Wp: Weight, Wq: Weight, R: Rng + SeedableRng>(
+    targets: &PaddedTargets<'_, Wp>,
+    drafts: &[DraftRef<'_, '_, Wq>],
+    rng: &mut R,
+    threads: usize,
+) -> Result<Vec<Outcome>, CoreError> {
+    if threads == 0 {
+        return Err(CoreError::out_of_domain("threads", 0.0, "[1, ∞)"));
+    }
+    targets.check_batch(drafts.len())?;
+    let seeds: Vec<u64> = drafts.iter().map(|_| rng.next_u64()).collect();
+    let one = |k: usize| verify_device(targets, k, &drafts[k], &mut R::seed_from_u64(seeds[k]));
+    let threads = threads.min(drafts.len());
+    if threads <= 1 {
+        return (0..drafts.len()).map(one).collect();
+    }
+    let mut slots: Vec<Option<Result<Outcome, CoreError>>> = vec![None; drafts.len()];
+    std::thread::scope(|s| {
+        let one = &one;
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    (t..drafts.len())
+                        .step_by(threads)
+                        .map(|k| (k, one(k)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for w in workers {
+            match w.join() {
+                Ok(results) => {
+                    for (k, r) in results {
+                        slots[k] = Some(r);
+                    }
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    slots
+        .into_iter()
+        .enumerate()
+        .map(|(k, r)| {
+            r.unwrap_or_else(|| {
+                Err(CoreError::invalid_at(
+                    "drafts",
+                    k,
+                    "no worker produced an outcome",
+                ))
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     #[test]
@@ -190,6 +278,46 @@ mod tests {
             "drafts[1]: length 3 needs 4 positions, the batch has 3"
         );
         assert!(judge_batch(&t, &[Draft::empty()], &mut rng).is_err());
+    }
+
+    #[test]
+    fn parallel_batch_is_per_device_seeded_and_thread_independent() {
+        // K = 5 devices, V = 3, drafts of lengths 0..=4 with q far from p, so rejections happen.
+        let (k_n, p_n, v) = (5, 5, 3);
+        let mut data = Vec::new();
+        for r in 0..k_n * p_n {
+            data.extend([1.0 + (r % 3) as f32, 2.0, 0.5 + (r % 2) as f32]);
+        }
+        let targets = PaddedTargets::new(&data, k_n, p_n, v).unwrap();
+        let q = [0.6f32, 0.1, 0.3];
+        let qd = [Dist::new(&q).unwrap(); 4];
+        let tokens: Vec<Vec<u32>> = (0..k_n).map(|k| (0..k as u32).map(|j| j % 3).collect()).collect();
+        let drafts: Vec<DraftRef> = tokens
+            .iter()
+            .map(|t| DraftRef {
+                tokens: t,
+                dists: &qd[..t.len()],
+            })
+            .collect();
+        for seed in 0..20 {
+            let base =
+                verify_batch_parallel(&targets, &drafts, &mut ChaCha8Rng::seed_from_u64(seed), 1).unwrap();
+            for threads in 2..=6 {
+                let out =
+                    verify_batch_parallel(&targets, &drafts, &mut ChaCha8Rng::seed_from_u64(seed), threads);
+                assert_eq!(out.unwrap(), base, "seed {seed}, {threads} threads");
+            }
+            // Device k's outcome is `verify` of its own rows with its own generator.
+            let mut master = ChaCha8Rng::seed_from_u64(seed);
+            for (k, d) in drafts.iter().enumerate() {
+                let mut r = ChaCha8Rng::seed_from_u64(master.next_u64());
+                let p: Vec<Dist> = (0..=d.tokens.len())
+                    .map(|j| targets.dist(k, j).unwrap())
+                    .collect();
+                assert_eq!(crate::verify(&p, d.tokens, d.dists, &mut r).unwrap(), base[k]);
+            }
+        }
+        assert!(verify_batch_parallel(&targets, &drafts, &mut ChaCha8Rng::seed_from_u64(0), 0).is_err());
     }
 
     #[test]

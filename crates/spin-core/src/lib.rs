@@ -39,7 +39,7 @@ pub mod estimate;
 pub mod stats;
 pub mod verify;
 
-pub use batch::{DraftRef, PaddedTargets, judge_batch, verify_batch};
+pub use batch::{DraftRef, PaddedTargets, judge_batch, verify_batch, verify_batch_parallel};
 pub use chance::{Categorical, Chance};
 pub use correction::{Correction, Mode, Payload, Side, correct};
 pub use dist::{Dist, SamplingParams, SparseDist, Truncator, Weight, probs_from_logits};
