@@ -13,6 +13,7 @@ pub mod measure;
 pub mod model;
 pub mod speculative;
 pub mod tokenizer;
+pub mod train;
 
 pub use error::{Result, RuntimeError};
 pub use load::{load_model, load_tokenizer, select_device};

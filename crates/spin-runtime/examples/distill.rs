@@ -1,0 +1,78 @@
+//! `cargo xtask distill` runs this: trains a small draft model for a llama2.c target (e.g. stories260K) by
+//! distillation and saves it as a llama2.c v0 checkpoint that shares the target's tokenizer.
+//!
+//! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
+//!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0]
+
+use spin_runtime::train::{DistillConfig, distill};
+use spin_runtime::{Config, RopeStyle, llama2c};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |name: &str| -> Option<String> {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    fn num<T: std::str::FromStr>(v: Option<String>, name: &str, default: T) -> Result<T, String> {
+        match v {
+            None => Ok(default),
+            Some(s) => s.parse().map_err(|_| format!("{name}: {s:?} is not a number")),
+        }
+    }
+    let target_path = PathBuf::from(get("--target").ok_or("--target: missing")?);
+    let out = PathBuf::from(get("--out").ok_or("--out: missing")?);
+    let target = llama2c::load_checkpoint(
+        &target_path,
+        &spin_runtime::select_device().map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let tc = target.config();
+    let student = Config {
+        vocab_size: tc.vocab_size,
+        dim: num(get("--dim"), "--dim", 32)?,
+        hidden_dim: num(get("--hidden"), "--hidden", 64)?,
+        n_layers: num(get("--layers"), "--layers", 2)?,
+        n_heads: num(get("--heads"), "--heads", 4)?,
+        n_kv_heads: num(get("--kv-heads"), "--kv-heads", 2)?,
+        max_seq_len: tc.max_seq_len,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let cfg = DistillConfig {
+        student: student.clone(),
+        steps: num(get("--steps"), "--steps", 300)?,
+        batch: num(get("--batch"), "--batch", 8)?,
+        seq_len: num(get("--seq-len"), "--seq-len", 64)?,
+        learning_rate: num(get("--lr"), "--lr", 3e-3)?,
+        seed: num(get("--seed"), "--seed", 0)?,
+    };
+    let tensors = distill(&target, &cfg, |s| {
+        if s.step % 10 == 0 || s.step + 1 == cfg.steps {
+            println!(
+                "step {:5}  KL {:.4} nats/token  {:.0} tokens/s",
+                s.step, s.kl, s.tokens_per_s
+            );
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    llama2c::write_checkpoint(&out, &student, &tensors).map_err(|e| e.to_string())?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
