@@ -8,7 +8,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_core::{
-    Dist, DraftRef, PaddedTargets, Truncator, sample_residual, verify_batch, verify_batch_parallel,
+    Dist, DraftRef, PaddedTargets, ProbRows, Truncator, sample_residual, verify_batch, verify_batch_parallel,
 };
 use std::hint::black_box;
 use std::time::Duration;
@@ -123,12 +123,15 @@ fn batch(c: &mut Criterion) {
     // Bytes of probability one call reads, on average over seeds: p rows up to the rejection (or the bonus row),
     // plus the q row at each rejection.
     let runs = 50;
-    let mut rows = 0usize;
+    // With pre-validated rows only the rows of the residual (p and q) or the bonus (p) are read in full.
+    let (mut rows, mut full_rows) = (0usize, 0usize);
     for _ in 0..runs {
         for o in verify_batch(&targets, &drafts, &mut rng).expect("valid batch") {
             rows += o.accepted + 1 + usize::from(o.needs_exchange());
+            full_rows += 1 + usize::from(o.needs_exchange());
         }
     }
+    let full_bytes = (full_rows * V * 4 / runs) as u64;
     let bytes = (rows * V * 4 / runs) as u64;
     eprintln!(
         "core/batch: {:.1} rows of V read per call on average",
@@ -144,6 +147,18 @@ fn batch(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // Rows validated when produced (`ProbRows`): a target row is read in full only for a residual or bonus draw.
+    let prob_rows = ProbRows::from_probs(data.clone(), V).expect("valid rows");
+    let prevalidated = PaddedTargets::from_rows(&prob_rows, K, positions).expect("valid shape");
+    g.throughput(Throughput::Bytes(full_bytes));
+    g.bench_function("batch_k20_l8_prevalidated", |b| {
+        b.iter_batched(
+            || ChaCha8Rng::seed_from_u64(rng.next_u64()),
+            |mut r| verify_batch(black_box(&prevalidated), black_box(&drafts), &mut r),
+            BatchSize::SmallInput,
+        )
+    });
+    g.throughput(Throughput::Bytes(bytes));
     // The same batch on every available core (2 on the reference machine), per-device generators.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     g.bench_function("batch_k20_l8_parallel", |b| {

@@ -163,6 +163,12 @@ impl<'a, W: Weight> Dist<'a, W> {
         Ok(Self { weights, total })
     }
 
+    /// A view whose validation was done when `weights` was produced, with `total` computed by [`Dist::validate`]'s
+    /// blocked order (only [`ProbRows`] creates these).
+    pub(crate) fn from_parts(weights: &'a [W], total: f64) -> Self {
+        Self { weights, total }
+    }
+
     /// The vocabulary size V.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
@@ -356,6 +362,97 @@ pub fn probs_from_logits(
         *w = (f64::from(*w) * inv) as f32;
     }
     Ok(())
+}
+
+/// Owned rows of `f32` probabilities (e.g. a padded batch `[K, P, V]` flattened), each validated once when built,
+/// so views of them ([`ProbRows::row`], [`crate::PaddedTargets::from_rows`]) cost nothing more to take.
+///
+/// Built from logits, each row is validated right after it is written, while it is still in cache; verification
+/// then reads a whole row only where it must (residual or bonus draws), not to check it.
+///
+/// ```
+/// use spin_core::{ProbRows, SamplingParams};
+/// let logits = [0.0f32, 0.0, 1.0, f32::NEG_INFINITY, /* row 1 */ 2.0, 0.0, 0.0, 0.0];
+/// let rows = ProbRows::from_logits(&logits, 4, &SamplingParams::PLAIN)?;
+/// assert_eq!(rows.rows(), 2);
+/// assert_eq!(rows.row(0).unwrap().prob(3), Some(0.0));
+/// # Ok::<(), spin_core::CoreError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbRows {
+    data: Vec<f32>,
+    totals: Vec<f64>,
+    vocab: usize,
+}
+
+impl ProbRows {
+    /// Validates every row of `data` (length a multiple of `vocab`); errors read `rows[i]: …`.
+    pub fn from_probs(data: Vec<f32>, vocab: usize) -> Result<Self, CoreError> {
+        if vocab == 0 || data.is_empty() || !data.len().is_multiple_of(vocab) {
+            return Err(CoreError::invalid(
+                "rows",
+                format!(
+                    "{} values are not a positive multiple of vocab {vocab}",
+                    data.len()
+                ),
+            ));
+        }
+        let mut totals = Vec::with_capacity(data.len() / vocab);
+        for (i, row) in data.chunks_exact(vocab).enumerate() {
+            let d = Dist::validate(row).map_err(|reason| CoreError::invalid_at("rows", i, reason))?;
+            totals.push(d.total());
+        }
+        Ok(Self { data, totals, vocab })
+    }
+
+    /// Applies [`probs_from_logits`] to every row of `logits` (length a multiple of `vocab`).
+    pub fn from_logits(logits: &[f32], vocab: usize, params: &SamplingParams) -> Result<Self, CoreError> {
+        if vocab == 0 || logits.is_empty() || !logits.len().is_multiple_of(vocab) {
+            return Err(CoreError::invalid(
+                "logits",
+                format!(
+                    "{} values are not a positive multiple of vocab {vocab}",
+                    logits.len()
+                ),
+            ));
+        }
+        let mut data = Vec::with_capacity(logits.len());
+        let mut totals = Vec::with_capacity(logits.len() / vocab);
+        let mut row = Vec::with_capacity(vocab);
+        for (i, l) in logits.chunks_exact(vocab).enumerate() {
+            probs_from_logits(l, params, &mut row)
+                .map_err(|e| CoreError::invalid_at("logits", i, e.to_string()))?;
+            let d = Dist::validate(&row).map_err(|reason| CoreError::invalid_at("rows", i, reason))?;
+            totals.push(d.total());
+            data.extend_from_slice(&row);
+        }
+        Ok(Self { data, totals, vocab })
+    }
+
+    /// The number of rows.
+    pub fn rows(&self) -> usize {
+        self.totals.len()
+    }
+    /// The vocabulary size V.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+    /// All rows, flattened.
+    pub fn data(&self) -> &[f32] {
+        &self.data
+    }
+    /// The row totals, in the blocked summation order the samplers use.
+    pub fn totals(&self) -> &[f64] {
+        &self.totals
+    }
+    /// Row `i` as a distribution (no pass over the data), `None` past the end.
+    pub fn row(&self, i: usize) -> Option<Dist<'_, f32>> {
+        let total = *self.totals.get(i)?;
+        Some(Dist::from_parts(
+            &self.data[i * self.vocab..(i + 1) * self.vocab],
+            total,
+        ))
+    }
 }
 
 /// ⌈log₂ V⌉: the bits of one token index on the air (MODEL.md §1), at least 1.

@@ -42,7 +42,7 @@ pub mod verify;
 pub use batch::{DraftRef, PaddedTargets, judge_batch, verify_batch, verify_batch_parallel};
 pub use chance::{Categorical, Chance};
 pub use correction::{Correction, Mode, Payload, Side, correct};
-pub use dist::{Dist, SamplingParams, SparseDist, Truncator, Weight, probs_from_logits};
+pub use dist::{Dist, ProbRows, SamplingParams, SparseDist, Truncator, Weight, probs_from_logits};
 pub use error::CoreError;
 pub use estimate::{AlphaEstimator, Estimate};
 pub use stats::{AcceptanceRate, accepted_pmf, expected_accepted};
