@@ -1,5 +1,7 @@
-//! Project tasks: `cargo xtask reproduce` regenerates every figure of both papers as CSV + SVG with a report.
+//! Project tasks: `cargo xtask reproduce` regenerates every figure of both papers as CSV + SVG with a report;
+//! `cargo xtask distill` trains a draft model.
 
+mod distill;
 mod paper_a;
 mod paper_b;
 mod plot;
@@ -38,12 +40,28 @@ enum Task {
         #[arg(long, value_parser = ["a", "b"])]
         only: Option<String>,
     },
+    /// Train a draft model for a llama2.c target by distillation (runs the spin-runtime `distill` example in
+    /// release mode; pass `-- --help` to see its options).
+    Distill {
+        /// Arguments passed to the distill example.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
-        Task::Reproduce { quick, seed, out, only } => {
-            let ctx = Ctx { out_dir: out, quick, seed };
+        Task::Reproduce {
+            quick,
+            seed,
+            out,
+            only,
+        } => {
+            let ctx = Ctx {
+                out_dir: out,
+                quick,
+                seed,
+            };
             std::fs::create_dir_all(&ctx.out_dir)
                 .with_context(|| format!("creating {}", ctx.out_dir.display()))?;
             let mut report = Report::default();
@@ -66,8 +84,13 @@ fn main() -> anyhow::Result<()> {
             }
             let path = ctx.path("REPORT.md");
             report.write(&ctx, &command, &path)?;
-            eprintln!("wrote {} and the figures beside it in {:.1} s", path.display(), start.elapsed().as_secs_f64());
+            eprintln!(
+                "wrote {} and the figures beside it in {:.1} s",
+                path.display(),
+                start.elapsed().as_secs_f64()
+            );
             Ok(())
         }
+        Task::Distill { args } => distill::run(&args),
     }
 }
