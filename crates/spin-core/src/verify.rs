@@ -170,15 +170,19 @@ impl Outcome {
 
 /// The residual norm(max(0, p − q)) as a [`Categorical`] without allocation (MODEL.md §1 step 4).
 ///
-/// Weights are max(0, p_i/Σp − q_i/Σq) in `f64`. [`Residual::mass`] is Σ max(0, p − q), which equals the total
-/// variation distance between p and q and the rejection probability of a drafted token.
+/// Weights are max(0, p_i − c·q_i) with c = Σp/Σq, i.e. max(0, p_i/Σp − q_i/Σq) scaled by Σp (one multiply per
+/// entry fewer; the scale cancels in the normalisation), in `f64`. [`Residual::mass`] is Σ max(0, p − q) of the
+/// normalised distributions, which equals their total-variation distance and the rejection probability.
 #[derive(Debug, Clone, Copy)]
 pub struct Residual<'a, Wp: Weight, Wq: Weight> {
     p: &'a [Wp],
     q: &'a [Wq],
+    /// 1/Σp, to report the mass in probability units.
     p_scale: f64,
-    q_scale: f64,
-    mass: f64,
+    /// c = Σp/Σq.
+    q_factor: f64,
+    /// Σ of the scaled weights (the categorical total).
+    raw_mass: f64,
     blocks: Option<&'a [f64]>,
 }
 
@@ -186,7 +190,7 @@ impl<'a, Wp: Weight, Wq: Weight> Residual<'a, Wp, Wq> {
     /// One pass over p and q computing the residual mass. Fails only when the vocabularies differ.
     pub fn new(p: Dist<'a, Wp>, q: Dist<'a, Wq>) -> Result<Self, CoreError> {
         let mut r = Self::unscanned(p, q)?;
-        r.mass = crate::chance::blocked_total(&r);
+        r.raw_mass = crate::chance::blocked_total(&r);
         Ok(r)
     }
 
@@ -209,7 +213,7 @@ impl<'a, Wp: Weight, Wq: Weight> Residual<'a, Wp, Wq> {
             mass += s;
             start = end;
         }
-        r.mass = mass;
+        r.raw_mass = mass;
         r.blocks = Some(scratch.as_slice());
         Ok(r)
     }
@@ -225,23 +229,23 @@ impl<'a, Wp: Weight, Wq: Weight> Residual<'a, Wp, Wq> {
             p: p.weights(),
             q: q.weights(),
             p_scale: 1.0 / p.total(),
-            q_scale: 1.0 / q.total(),
-            mass: 0.0,
+            q_factor: p.total() / q.total(),
+            raw_mass: 0.0,
             blocks: None,
         })
     }
 
     /// Σ max(0, p − q) ∈ [0, 1].
     pub fn mass(&self) -> f64 {
-        self.mass
+        self.raw_mass * self.p_scale
     }
 
     /// The normalised residual probability of `token` (0 when the mass is 0 or the token is out of range).
     pub fn prob(&self, token: usize) -> f64 {
-        if token >= self.p.len() || self.mass <= 0.0 {
+        if token >= self.p.len() || self.raw_mass <= 0.0 {
             0.0
         } else {
-            self.weight(token) / self.mass
+            self.weight(token) / self.raw_mass
         }
     }
 }
@@ -252,11 +256,11 @@ impl<Wp: Weight, Wq: Weight> Categorical for Residual<'_, Wp, Wq> {
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        positive_part(self.p[i].to_f64() * self.p_scale - self.q[i].to_f64() * self.q_scale)
+        positive_part(self.p[i].to_f64() - self.q[i].to_f64() * self.q_factor)
     }
     #[inline(always)]
     fn block_sum(&self, start: usize, end: usize) -> f64 {
-        let (a, b) = (self.p_scale, self.q_scale);
+        let c = self.q_factor;
         let (p, q) = (&self.p[start..end], &self.q[start..end]);
         debug_assert!(p.len() <= BLOCK);
         let mut acc = [0.0f64; 8];
@@ -264,7 +268,7 @@ impl<Wp: Weight, Wq: Weight> Categorical for Residual<'_, Wp, Wq> {
         if let (Ok(x), Ok(y)) = (<&[Wp; BLOCK]>::try_from(p), <&[Wq; BLOCK]>::try_from(q)) {
             for i in 0..BLOCK / 8 {
                 for j in 0..8 {
-                    acc[j] += positive_part(x[i * 8 + j].to_f64() * a - y[i * 8 + j].to_f64() * b);
+                    acc[j] += positive_part(x[i * 8 + j].to_f64() - y[i * 8 + j].to_f64() * c);
                 }
             }
             return reduce_lanes(acc);
@@ -273,16 +277,16 @@ impl<Wp: Weight, Wq: Weight> Categorical for Residual<'_, Wp, Wq> {
         let mut qc = q.chunks_exact(8);
         for (x, y) in (&mut pc).zip(&mut qc) {
             for j in 0..8 {
-                acc[j] += positive_part(x[j].to_f64() * a - y[j].to_f64() * b);
+                acc[j] += positive_part(x[j].to_f64() - y[j].to_f64() * c);
             }
         }
         for (j, (x, y)) in pc.remainder().iter().zip(qc.remainder()).enumerate() {
-            acc[j] += positive_part(x.to_f64() * a - y.to_f64() * b);
+            acc[j] += positive_part(x.to_f64() - y.to_f64() * c);
         }
         reduce_lanes(acc)
     }
     fn total(&self) -> f64 {
-        self.mass
+        self.raw_mass
     }
     fn cached_block_sums(&self) -> Option<&[f64]> {
         self.blocks
