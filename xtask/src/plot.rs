@@ -60,7 +60,9 @@ fn color(i: usize) -> RGBColor {
 fn padded_range(values: impl Iterator<Item = f64>, include_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = values
         .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
@@ -69,7 +71,14 @@ fn padded_range(values: impl Iterator<Item = f64>, include_zero: bool) -> (f64, 
         hi = hi.max(0.0);
     }
     let span = if hi > lo { hi - lo } else { hi.abs().max(1.0) };
-    (if include_zero && lo >= 0.0 { lo } else { lo - 0.05 * span }, hi + 0.05 * span)
+    (
+        if include_zero && lo >= 0.0 {
+            lo
+        } else {
+            lo - 0.05 * span
+        },
+        hi + 0.05 * span,
+    )
 }
 
 fn prepare(path: &Path) -> anyhow::Result<()> {
@@ -82,8 +91,14 @@ fn prepare(path: &Path) -> anyhow::Result<()> {
 /// Draws `chart` as an SVG file at `path`.
 pub fn line_chart(path: &Path, chart: &LineChart) -> anyhow::Result<()> {
     prepare(path)?;
-    let (x0, x1) = padded_range(chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), false);
-    let (y0, y1) = padded_range(chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true);
+    let (x0, x1) = padded_range(
+        chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
+        false,
+    );
+    let (y0, y1) = padded_range(
+        chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        true,
+    );
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut ctx = ChartBuilder::on(&root)
@@ -114,7 +129,8 @@ pub fn line_chart(path: &Path, chart: &LineChart) -> anyhow::Result<()> {
         .border_style(BLACK)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))
 }
 
 /// Draws `chart` as an SVG file at `path`.
@@ -164,7 +180,8 @@ pub fn bar_chart(path: &Path, chart: &BarChart) -> anyhow::Result<()> {
         .border_style(BLACK)
         .draw()
         .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("writing {}: {e}", path.display()))
+    root.present()
+        .map_err(|e| anyhow!("writing {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -176,18 +193,43 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xtask-plot-{}", std::process::id()));
         let line = dir.join("line.svg");
         let series = [
-            Series { label: "theory".into(), points: vec![(0.0, 1.0), (1.0, 3.0), (2.0, 2.5)] },
-            Series { label: "simulated".into(), points: vec![(0.0, 1.1), (1.0, 2.9)] },
+            Series {
+                label: "theory".into(),
+                points: vec![(0.0, 1.0), (1.0, 3.0), (2.0, 2.5)],
+            },
+            Series {
+                label: "simulated".into(),
+                points: vec![(0.0, 1.1), (1.0, 2.9)],
+            },
         ];
-        line_chart(&line, &LineChart { title: "goodput", x_label: "L", y_label: "tok/s", series: &series })
-            .unwrap();
+        line_chart(
+            &line,
+            &LineChart {
+                title: "goodput",
+                x_label: "L",
+                y_label: "tok/s",
+                series: &series,
+            },
+        )
+        .unwrap();
         let svg = std::fs::read_to_string(&line).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("simulated") && svg.contains("tok/s"));
         let bar = dir.join("bar.svg");
         let cats = vec!["K=4".to_string(), "K=8".to_string()];
-        let groups = vec![("exact".to_string(), vec![1.0, 2.0]), ("fixed".to_string(), vec![0.5, 1.5])];
-        bar_chart(&bar, &BarChart { title: "schemes", y_label: "tok/s", categories: &cats, groups: &groups })
-            .unwrap();
+        let groups = vec![
+            ("exact".to_string(), vec![1.0, 2.0]),
+            ("fixed".to_string(), vec![0.5, 1.5]),
+        ];
+        bar_chart(
+            &bar,
+            &BarChart {
+                title: "schemes",
+                y_label: "tok/s",
+                categories: &cats,
+                groups: &groups,
+            },
+        )
+        .unwrap();
         let svg = std::fs::read_to_string(&bar).unwrap();
         assert!(svg.contains("K=8") && svg.contains("fixed"));
         std::fs::remove_dir_all(dir).unwrap();

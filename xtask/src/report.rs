@@ -87,7 +87,11 @@ mod tests {
 
     #[test]
     fn report_lists_sections_in_order() {
-        let ctx = Ctx { out_dir: PathBuf::from("out"), quick: true, seed: 3 };
+        let ctx = Ctx {
+            out_dir: PathBuf::from("out"),
+            quick: true,
+            seed: 3,
+        };
         let mut r = Report::default();
         r.section("Paper A, Fig. 3", "body one".into());
         r.section("Paper B, Fig. 6", "body two\n".into());

@@ -56,7 +56,11 @@ pub fn format_sig(v: f64, sig: usize) -> String {
     if v == v.trunc() && v.abs() < 1e15 {
         return format!("{}", v as i64);
     }
-    let magnitude = if v == 0.0 { 0 } else { v.abs().log10().floor() as i32 };
+    let magnitude = if v == 0.0 {
+        0
+    } else {
+        v.abs().log10().floor() as i32
+    };
     if !(-4..15).contains(&magnitude) {
         return format!("{:.*e}", sig.saturating_sub(1), v);
     }
@@ -67,7 +71,10 @@ pub fn format_sig(v: f64, sig: usize) -> String {
 impl Table {
     /// An empty table with these columns.
     pub fn new(columns: &[&str]) -> Self {
-        Table { columns: columns.iter().map(|c| (*c).to_owned()).collect(), rows: Vec::new() }
+        Table {
+            columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Appends a row.
@@ -75,7 +82,12 @@ impl Table {
     /// # Panics
     /// When the row's length differs from the number of columns: that is a bug in the figure code, not input.
     pub fn push(&mut self, row: Vec<Cell>) {
-        assert_eq!(row.len(), self.columns.len(), "row length must match the columns {:?}", self.columns);
+        assert_eq!(
+            row.len(),
+            self.columns.len(),
+            "row length must match the columns {:?}",
+            self.columns
+        );
         self.rows.push(row);
     }
 
@@ -90,7 +102,11 @@ impl Table {
     pub fn write_csv(&self, path: &Path) -> anyhow::Result<()> {
         let mut out = String::new();
         let quote = |s: &str| {
-            if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_owned()
+            }
         };
         let header: Vec<String> = self.columns.iter().map(|c| quote(c)).collect();
         writeln!(out, "{}", header.join(","))?;
@@ -112,7 +128,11 @@ impl Table {
 
     fn text_grid(&self, sig: usize) -> Vec<Vec<String>> {
         let mut grid = vec![self.columns.clone()];
-        grid.extend(self.rows.iter().map(|r| r.iter().map(|c| Self::cell_text(c, sig)).collect()));
+        grid.extend(
+            self.rows
+                .iter()
+                .map(|r| r.iter().map(|c| Self::cell_text(c, sig)).collect()),
+        );
         grid
     }
 
@@ -163,12 +183,21 @@ mod tests {
         let mut t = Table::new(&["scheme", "goodput_tok_per_s"]);
         t.push(vec!["exact".into(), 145.2371.into()]);
         t.push(vec!["a,b".into(), 3usize.into()]);
-        assert_eq!(t.render(4), "scheme  goodput_tok_per_s\n exact              145.2\n   a,b                  3\n");
-        assert!(t.to_markdown(3).starts_with("| scheme | goodput_tok_per_s |\n|---|---|\n| exact | 145 |"));
+        assert_eq!(
+            t.render(4),
+            "scheme  goodput_tok_per_s\n exact              145.2\n   a,b                  3\n"
+        );
+        assert!(
+            t.to_markdown(3)
+                .starts_with("| scheme | goodput_tok_per_s |\n|---|---|\n| exact | 145 |")
+        );
         let dir = std::env::temp_dir().join(format!("xtask-table-{}", std::process::id()));
         let path = dir.join("t.csv");
         t.write_csv(&path).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "scheme,goodput_tok_per_s\nexact,145.2371\n\"a,b\",3\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "scheme,goodput_tok_per_s\nexact,145.2371\n\"a,b\",3\n"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

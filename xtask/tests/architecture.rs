@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace root")
+        .to_path_buf()
 }
 
 /// Package name → the names of its normal (non-dev, non-build) dependencies.
@@ -16,7 +19,11 @@ fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
         .current_dir(workspace_root())
         .output()
         .expect("cargo metadata runs");
-    assert!(output.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let meta: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
     let mut graph = BTreeMap::new();
     for package in meta["packages"].as_array().expect("packages array") {
@@ -32,8 +39,15 @@ fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
     graph
 }
 
-const OURS: [&str; 7] =
-    ["spin-core", "spin-channel", "spin-optimize", "spin-runtime", "multispin", "xtask", "multispin-benches"];
+const OURS: [&str; 7] = [
+    "spin-core",
+    "spin-channel",
+    "spin-optimize",
+    "spin-runtime",
+    "multispin",
+    "xtask",
+    "multispin-benches",
+];
 
 /// The workspace edges we allow (normal dependencies only; dev-dependencies of benches are free).
 fn allowed(from: &str) -> &'static [&'static str] {
@@ -51,9 +65,14 @@ fn allowed(from: &str) -> &'static [&'static str] {
 fn workspace_edges_point_down_only() {
     let graph = normal_dependencies();
     for name in OURS {
-        let deps = graph.get(name).unwrap_or_else(|| panic!("workspace package {name} is missing"));
+        let deps = graph
+            .get(name)
+            .unwrap_or_else(|| panic!("workspace package {name} is missing"));
         for dep in deps.iter().filter(|d| OURS.contains(&d.as_str())) {
-            assert!(allowed(name).contains(&dep.as_str()), "{name} must not depend on {dep}");
+            assert!(
+                allowed(name).contains(&dep.as_str()),
+                "{name} must not depend on {dep}"
+            );
         }
     }
 }
@@ -62,14 +81,26 @@ fn workspace_edges_point_down_only() {
 fn only_spin_runtime_owns_candle_and_cuda() {
     let graph = normal_dependencies();
     for (name, deps) in &graph {
-        let candle: Vec<_> = deps.iter().filter(|d| d.starts_with("candle") || *d == "tokenizers").collect();
+        let candle: Vec<_> = deps
+            .iter()
+            .filter(|d| d.starts_with("candle") || *d == "tokenizers")
+            .collect();
         if name != "spin-runtime" {
-            assert!(candle.is_empty(), "{name} depends on {candle:?}; only spin-runtime may");
+            assert!(
+                candle.is_empty(),
+                "{name} depends on {candle:?}; only spin-runtime may"
+            );
         }
-        assert!(!deps.contains("tokio") || name == "spin-net", "{name} depends on tokio; only spin-net may");
+        assert!(
+            !deps.contains("tokio") || name == "spin-net",
+            "{name} depends on tokio; only spin-net may"
+        );
     }
     let manifest = std::fs::read_to_string(workspace_root().join("crates/spin-runtime/Cargo.toml")).unwrap();
-    assert!(manifest.contains("default = []"), "the cuda feature must stay off by default");
+    assert!(
+        manifest.contains("default = []"),
+        "the cuda feature must stay off by default"
+    );
 }
 
 #[test]
@@ -78,7 +109,11 @@ fn leaf_crates_do_no_io() {
         for file in rust_files(&workspace_root().join("crates").join(krate).join("src")) {
             let text = std::fs::read_to_string(&file).unwrap();
             for banned in ["std::fs", "std::net", "std::process", "tokio", "candle"] {
-                assert!(!text.contains(banned), "{} uses {banned}; IO belongs to the binaries", file.display());
+                assert!(
+                    !text.contains(banned),
+                    "{} uses {banned}; IO belongs to the binaries",
+                    file.display()
+                );
             }
         }
     }
@@ -88,11 +123,16 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "target" && !n.to_string_lossy().starts_with('.')) {
+                if path
+                    .file_name()
+                    .is_some_and(|n| n != "target" && !n.to_string_lossy().starts_with('.'))
+                {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "rs") {
@@ -113,11 +153,19 @@ fn every_file_says_why_it_exists_and_nothing_is_left_unfinished() {
     }
     assert!(files.len() > 20, "found only {} Rust files", files.len());
     // Split so that this file does not match itself.
-    let banned = [concat!("#[", "ignore"), concat!("should", "_panic"), concat!("todo", "!("), concat!("dbg", "!(")];
+    let banned = [
+        concat!("#[", "ignore"),
+        concat!("should", "_panic"),
+        concat!("todo", "!("),
+        concat!("dbg", "!("),
+    ];
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let rel = file.strip_prefix(&root).unwrap().display().to_string();
-        assert!(text.starts_with("//!"), "{rel} must open with a `//!` line saying why it exists");
+        assert!(
+            text.starts_with("//!"),
+            "{rel} must open with a `//!` line saying why it exists"
+        );
         for b in banned {
             assert!(!text.contains(b), "{rel} contains {b}");
         }

@@ -38,7 +38,9 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     match model {
         Model::PaperA => {
             if args.objective.is_some() {
-                return Err(Failure::Input("objective: only paper-b scenarios take an objective".into()));
+                return Err(Failure::Input(
+                    "objective: only paper-b scenarios take an objective".into(),
+                ));
             }
             crate::plan_a::run(value, args)
         }

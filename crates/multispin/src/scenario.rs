@@ -24,7 +24,9 @@ pub fn read(path: &Path) -> Result<(Model, serde_json::Value), Failure> {
         Some(serde_json::Value::String(s)) if s == "paper-a" => Model::PaperA,
         Some(serde_json::Value::String(s)) if s == "paper-b" => Model::PaperB,
         Some(other) => {
-            return Err(Failure::Input(format!("model: expected \"paper-a\" or \"paper-b\", found {other}")));
+            return Err(Failure::Input(format!(
+                "model: expected \"paper-a\" or \"paper-b\", found {other}"
+            )));
         }
     };
     Ok((model, value))

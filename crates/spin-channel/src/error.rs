@@ -31,7 +31,11 @@ pub fn positive(field: &'static str, value: f64) -> Result<f64, ChannelError> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(ChannelError::OutOfDomain { field, value, domain: "(0, ∞)" })
+        Err(ChannelError::OutOfDomain {
+            field,
+            value,
+            domain: "(0, ∞)",
+        })
     }
 }
 
@@ -40,6 +44,10 @@ pub fn non_negative(field: &'static str, value: f64) -> Result<f64, ChannelError
     if value.is_finite() && value >= 0.0 {
         Ok(value)
     } else {
-        Err(ChannelError::OutOfDomain { field, value, domain: "[0, ∞)" })
+        Err(ChannelError::OutOfDomain {
+            field,
+            value,
+            domain: "[0, ∞)",
+        })
     }
 }

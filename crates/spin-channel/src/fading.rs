@@ -19,7 +19,11 @@ pub struct PathLoss {
 
 impl PathLoss {
     /// Paper B's model: −30 dB at 1 m, exponent 3.5.
-    pub const PAPER_B: PathLoss = PathLoss { gain_at_reference_db: -30.0, reference_m: 1.0, exponent: 3.5 };
+    pub const PAPER_B: PathLoss = PathLoss {
+        gain_at_reference_db: -30.0,
+        reference_m: 1.0,
+        exponent: 3.5,
+    };
 
     /// The linear average power gain at `distance_m` metres.
     pub fn gain(&self, distance_m: f64) -> Result<f64, ChannelError> {
@@ -33,8 +37,10 @@ impl PathLoss {
 /// One Rayleigh block-fading power gain |h|² with h ~ CN(0, `mean_gain`): exponential with the given mean.
 pub fn rayleigh_power_gain<R: Rng + ?Sized>(rng: &mut R, mean_gain: f64) -> Result<f64, ChannelError> {
     positive("mean_gain", mean_gain)?;
-    let exp = Exp::new(1.0 / mean_gain)
-        .map_err(|e| ChannelError::Invalid { field: "mean_gain", reason: e.to_string() })?;
+    let exp = Exp::new(1.0 / mean_gain).map_err(|e| ChannelError::Invalid {
+        field: "mean_gain",
+        reason: e.to_string(),
+    })?;
     Ok(rng.sample(exp))
 }
 
@@ -58,7 +64,9 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let n = 200_000;
         let mean = 0.35;
-        let draws: Vec<f64> = (0..n).map(|_| rayleigh_power_gain(&mut rng, mean).unwrap()).collect();
+        let draws: Vec<f64> = (0..n)
+            .map(|_| rayleigh_power_gain(&mut rng, mean).unwrap())
+            .collect();
         let m = draws.iter().sum::<f64>() / n as f64;
         assert!((m - mean).abs() < 0.01 * mean, "sample mean {m}");
         // P(|h|² > mean) = e^{-1}.

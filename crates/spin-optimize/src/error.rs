@@ -48,7 +48,11 @@ impl OptimizeError {
         if value.is_finite() && value > 0.0 {
             Ok(value)
         } else {
-            Err(OptimizeError::OutOfDomain { field: field.into(), value, domain: "(0, ∞)" })
+            Err(OptimizeError::OutOfDomain {
+                field: field.into(),
+                value,
+                domain: "(0, ∞)",
+            })
         }
     }
 
@@ -57,7 +61,11 @@ impl OptimizeError {
         if value.is_finite() && value >= 0.0 {
             Ok(value)
         } else {
-            Err(OptimizeError::OutOfDomain { field: field.into(), value, domain: "[0, ∞)" })
+            Err(OptimizeError::OutOfDomain {
+                field: field.into(),
+                value,
+                domain: "[0, ∞)",
+            })
         }
     }
 
@@ -66,7 +74,11 @@ impl OptimizeError {
         if value > 0.0 && value < 1.0 {
             Ok(value)
         } else {
-            Err(OptimizeError::OutOfDomain { field: field.into(), value, domain: "(0, 1)" })
+            Err(OptimizeError::OutOfDomain {
+                field: field.into(),
+                value,
+                domain: "(0, 1)",
+            })
         }
     }
 }
