@@ -253,6 +253,8 @@ pub fn goodput(
         seed,
     };
     let mut s = Speculator::new(target, drafter, prompts, &vec![draft_len; k], cfg)?;
+    // Each device's draft time must be its own single-sequence latency, as on its own hardware.
+    s.set_drafting(crate::speculative::Drafting::PerDevice);
     let mut round_time = 0.0;
     let up = uplink.token_s(k);
     loop {

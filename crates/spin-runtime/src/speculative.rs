@@ -53,7 +53,8 @@ pub struct Device {
     pub alpha: AlphaEstimator,
     /// Rounds run.
     pub rounds: usize,
-    /// Time spent drafting.
+    /// Wall time of the draft steps this device took part in (with [`Drafting::Batched`] a step drafts for every
+    /// device at once, so this is an upper bound on the device's own drafting time).
     pub draft_time: Duration,
     /// Tokens drafted.
     pub drafted: usize,
@@ -100,6 +101,18 @@ pub struct Speculator<'m> {
     verify_rng: ChaCha8Rng,
     /// One entry per verification round.
     pub rounds: Vec<RoundStats>,
+    drafting: Drafting,
+}
+
+/// How the K devices' drafters are run in process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Drafting {
+    /// One padded batch forward per draft step over every device still drafting (fast; the default).
+    #[default]
+    Batched,
+    /// One forward per device and step, so each device's `draft_time` is its own single-sequence latency (what
+    /// a device drafting alone on its own hardware would take; used by the goodput measurement).
+    PerDevice,
 }
 
 impl<'m> Speculator<'m> {
@@ -128,16 +141,34 @@ impl<'m> Speculator<'m> {
             ));
         }
         let mut devices = Vec::with_capacity(prompts.len());
-        for (k, (p, &l)) in prompts.iter().zip(draft_lens).enumerate() {
+        for (k, p) in prompts.iter().enumerate() {
             if p.is_empty() {
                 return Err(RuntimeError::invalid(format!("prompts[{k}]"), "is empty"));
             }
-            let mut target_cache = target.new_cache();
-            let mut draft_cache = drafter.new_cache();
-            if p.len() > 1 {
-                target.forward(&mut target_cache, &p[..p.len() - 1])?;
-                drafter.forward(&mut draft_cache, &p[..p.len() - 1])?;
+        }
+        // Prefill every prompt but its last token, all devices in one padded batch per model.
+        let mut target_caches: Vec<KvCache> = prompts.iter().map(|_| target.new_cache()).collect();
+        let mut draft_caches: Vec<KvCache> = prompts.iter().map(|_| drafter.new_cache()).collect();
+        let long: Vec<usize> = (0..prompts.len()).filter(|&k| prompts[k].len() > 1).collect();
+        if !long.is_empty() {
+            let refs: Vec<&[u32]> = long
+                .iter()
+                .map(|&k| &prompts[k][..prompts[k].len() - 1])
+                .collect();
+            for (model, caches) in [(target, &mut target_caches), (drafter, &mut draft_caches)] {
+                let mut cref: Vec<&mut KvCache> = caches
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(k, _)| prompts[*k].len() > 1)
+                    .map(|(_, c)| c)
+                    .collect();
+                model.forward_batch(&mut cref, &refs)?;
             }
+        }
+        let caches = target_caches.into_iter().zip(draft_caches);
+        for (k, ((p, &l), (target_cache, draft_cache))) in
+            prompts.iter().zip(draft_lens).zip(caches).enumerate()
+        {
             devices.push(Device {
                 tokens: p.clone(),
                 prompt_len: p.len(),
@@ -160,30 +191,100 @@ impl<'m> Speculator<'m> {
             devices,
             verify_rng,
             rounds: Vec::new(),
+            drafting: Drafting::Batched,
         })
     }
 
-    /// Drafts `len` tokens for device `k`; returns the tokens and the distributions they were sampled from.
-    fn draft(&mut self, k: usize, len: usize) -> Result<(Vec<u32>, Vec<Vec<f32>>)> {
-        let drafter = self.drafter;
-        let params = self.cfg.params;
-        let d = &mut self.devices[k];
-        let start = Instant::now();
-        let mut ys = Vec::with_capacity(len);
-        let mut qs = Vec::with_capacity(len);
-        for _ in 0..len {
-            // Feed whatever the cache lacks of tokens ++ ys (one token after the first step).
-            let fed = d.draft_cache.len();
-            let full: Vec<u32> = d.tokens.iter().chain(&ys).copied().collect();
-            let logits = drafter.forward(&mut d.draft_cache, &full[fed..])?;
-            let last = logits.get(logits.dim(0)? - 1)?.unsqueeze(0)?;
-            let q = prob_rows(&last, &params)?.remove(0);
-            ys.push(Dist::new(&q)?.sample(&mut d.rng));
-            qs.push(q);
+    /// Chooses how the devices draft (default [`Drafting::Batched`]); the tokens are the same either way.
+    pub fn set_drafting(&mut self, drafting: Drafting) {
+        self.drafting = drafting;
+    }
+
+    /// Drafts `lens[i]` tokens for device `active[i]`, one drafter forward per device and step
+    /// ([`Drafting::PerDevice`]) or one padded batch forward per step over every device still drafting
+    /// ([`Drafting::Batched`]). Each device samples from its own RNG in the same order either way. Returns the
+    /// tokens and the distributions they were sampled from.
+    #[allow(clippy::type_complexity)]
+    fn draft_all(&mut self, active: &[usize], lens: &[usize]) -> Result<Vec<(Vec<u32>, Vec<Vec<f32>>)>> {
+        let mut out: Vec<(Vec<u32>, Vec<Vec<f32>>)> = lens
+            .iter()
+            .map(|&l| (Vec::with_capacity(l), Vec::with_capacity(l)))
+            .collect();
+        let steps = lens.iter().copied().max().unwrap_or(0);
+        let groups: Vec<Vec<usize>> = match self.drafting {
+            Drafting::Batched => vec![(0..active.len()).collect()],
+            Drafting::PerDevice => (0..active.len()).map(|i| vec![i]).collect(),
+        };
+        for group in &groups {
+            for step in 0..steps {
+                let members: Vec<usize> = group.iter().copied().filter(|&i| lens[i] > step).collect();
+                if members.is_empty() {
+                    break;
+                }
+                self.draft_step(active, &members, &mut out)?;
+            }
         }
-        d.draft_time += start.elapsed();
-        d.drafted += len;
-        Ok((ys, qs))
+        for (&k, &l) in active.iter().zip(lens) {
+            self.devices[k].drafted += l;
+        }
+        Ok(out)
+    }
+
+    /// One drafting step for `members` (indices into `active`, ascending): a single padded forward feeds what each
+    /// drafter cache lacks of tokens ++ drafted-so-far, then each device samples its next token. The step's wall
+    /// time is charged to every member (devices draft in parallel on their own hardware).
+    #[allow(clippy::type_complexity)]
+    fn draft_step(
+        &mut self,
+        active: &[usize],
+        members: &[usize],
+        out: &mut [(Vec<u32>, Vec<Vec<f32>>)],
+    ) -> Result<()> {
+        let start = Instant::now();
+        let params = self.cfg.params;
+        let inputs: Vec<Vec<u32>> = members
+            .iter()
+            .map(|&i| {
+                let d = &self.devices[active[i]];
+                let fed = d.draft_cache.len();
+                let ys = &out[i].0;
+                let n = d.tokens.len();
+                if fed < n {
+                    let mut v = d.tokens[fed..].to_vec();
+                    v.extend_from_slice(ys);
+                    v
+                } else {
+                    ys[fed - n..].to_vec()
+                }
+            })
+            .collect();
+        let logits = {
+            let mut wanted = vec![false; self.devices.len()];
+            for &i in members {
+                wanted[active[i]] = true;
+            }
+            let mut caches: Vec<&mut KvCache> = self
+                .devices
+                .iter_mut()
+                .zip(&wanted)
+                .filter(|(_, w)| **w)
+                .map(|(d, _)| &mut d.draft_cache)
+                .collect();
+            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+            self.drafter.forward_batch(&mut caches, &refs)?
+        };
+        for (&i, l) in members.iter().zip(&logits) {
+            let last = l.narrow(0, l.dim(0)? - 1, 1)?;
+            let q = prob_rows(&last, &params)?.remove(0);
+            let d = &mut self.devices[active[i]];
+            out[i].0.push(Dist::new(&q)?.sample(&mut d.rng));
+            out[i].1.push(q);
+        }
+        let elapsed = start.elapsed();
+        for &i in members {
+            self.devices[active[i]].draft_time += elapsed;
+        }
+        Ok(())
     }
 
     /// One round for every unfinished device: draft, verify in one batch, accept/resample, roll back.
@@ -195,12 +296,14 @@ impl<'m> Speculator<'m> {
         if active.is_empty() {
             return Ok(false);
         }
-        let mut drafts = Vec::with_capacity(active.len());
-        for &k in &active {
-            let remaining = self.cfg.max_new_tokens - self.devices[k].generated().len();
-            let len = self.devices[k].draft_len.min(remaining.saturating_sub(1));
-            drafts.push(self.draft(k, len)?);
-        }
+        let lens: Vec<usize> = active
+            .iter()
+            .map(|&k| {
+                let remaining = self.cfg.max_new_tokens - self.devices[k].generated().len();
+                self.devices[k].draft_len.min(remaining.saturating_sub(1))
+            })
+            .collect();
+        let drafts = self.draft_all(&active, &lens)?;
         // Target inputs: the unfed tail of each sequence, then its draft.
         let inputs: Vec<Vec<u32>> = active
             .iter()
@@ -329,4 +432,47 @@ pub fn generate_plain(
         }
     }
     Ok(tokens[prompt.len()..].to_vec())
+}
+
+/// Plain sampling of many sequences at once, one padded batch forward per step: sequence b continues `prompts[b]`
+/// with its own generator seeded with `seeds[b]`, so it yields the same tokens as
+/// `generate_plain(model, &prompts[b], params, max_new_tokens, None, seeds[b])`.
+pub fn generate_plain_batch(
+    model: &Model,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    max_new_tokens: usize,
+    seeds: &[u64],
+) -> Result<Vec<Vec<u32>>> {
+    if prompts.len() != seeds.len() || prompts.is_empty() {
+        return Err(RuntimeError::invalid(
+            "seeds",
+            format!("{} seeds for {} prompts", seeds.len(), prompts.len()),
+        ));
+    }
+    if let Some(k) = prompts.iter().position(|p| p.is_empty()) {
+        return Err(RuntimeError::invalid(format!("prompts[{k}]"), "is empty"));
+    }
+    let mut rngs: Vec<ChaCha8Rng> = seeds.iter().map(|&s| ChaCha8Rng::seed_from_u64(s)).collect();
+    let mut caches: Vec<KvCache> = prompts.iter().map(|_| model.new_cache()).collect();
+    let mut out: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|_| Vec::with_capacity(max_new_tokens))
+        .collect();
+    let mut inputs: Vec<Vec<u32>> = prompts.to_vec();
+    for _ in 0..max_new_tokens {
+        let logits = {
+            let mut cref: Vec<&mut KvCache> = caches.iter_mut().collect();
+            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+            model.forward_batch(&mut cref, &refs)?
+        };
+        for (b, l) in logits.iter().enumerate() {
+            let last = l.narrow(0, l.dim(0)? - 1, 1)?;
+            let p = prob_rows(&last, params)?.remove(0);
+            let t = Dist::new(&p)?.sample(&mut rngs[b]);
+            out[b].push(t);
+            inputs[b] = vec![t];
+        }
+    }
+    Ok(out)
 }

@@ -4,7 +4,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{Config, Model, TensorMap, WeightSource, tensor_shapes};
-use crate::speculative::{generate_plain, sampling};
+use crate::speculative::{generate_plain_batch, sampling};
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use std::collections::HashMap;
@@ -84,14 +84,18 @@ pub fn distill(
     let mut seen = 0usize;
     for step in 0..cfg.steps {
         // Text sampled from the target, starting at BOS (id 1 in llama2.c vocabularies).
+        // All sequences of the step are sampled together (one batch forward per position).
+        let seeds: Vec<u64> = (0..cfg.batch)
+            .map(|b| {
+                cfg.seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add((step * cfg.batch + b) as u64)
+            })
+            .collect();
+        let bos = vec![vec![1u32]; cfg.batch];
         let mut rows = Vec::with_capacity(cfg.batch * cfg.seq_len);
-        for b in 0..cfg.batch {
-            let seed = cfg
-                .seed
-                .wrapping_mul(1_000_003)
-                .wrapping_add((step * cfg.batch + b) as u64);
-            let mut seq = vec![1u32];
-            seq.extend(generate_plain(target, &[1], &t1, cfg.seq_len - 1, None, seed)?);
+        for seq in generate_plain_batch(target, &bos, &t1, cfg.seq_len - 1, &seeds)? {
+            rows.push(1u32);
             rows.extend(seq);
         }
         let ids = Tensor::from_vec(rows, (cfg.batch, cfg.seq_len), &device)?;
