@@ -5,7 +5,7 @@
 //! Uses `$MULTISPIN_SHARED_DATA/models/stories260K/stories260K.bin` when set, else a random-weight model of the same
 //! shape (dim 64, 5 layers, 8 heads, 4 kv heads, vocab 512), so the numbers are comparable either way.
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use spin_runtime::model::{self, model_from_tensors};
 use spin_runtime::{Config, KvCache, Model, RopeStyle};
 use std::hint::black_box;
@@ -94,4 +94,12 @@ criterion_group! {
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     targets = decode, verify
 }
-criterion_main!(benches);
+
+fn main() {
+    // SAFETY: the first statement of main, before criterion or candle start any thread.
+    #[allow(unsafe_code)]
+    let threads = unsafe { spin_runtime::load::fix_cpu_threads() };
+    eprintln!("RAYON_NUM_THREADS={threads} (CPU threads per candle matrix product)");
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

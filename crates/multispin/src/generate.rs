@@ -45,6 +45,11 @@ pub struct GenerateArgs {
 
 /// Runs `multispin generate`.
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
+    // SAFETY: `run` is called only by `main`, after argument parsing and before any thread is started.
+    #[allow(unsafe_code)]
+    unsafe {
+        spin_runtime::load::fix_cpu_threads();
+    }
     if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
         return Err(Failure::Input(format!(
             "temperature: {} is not a finite number ≥ 0",

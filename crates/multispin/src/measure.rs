@@ -150,6 +150,11 @@ fn positive_temperature(t: f64) -> Result<spin_core::SamplingParams, Failure> {
 
 /// Runs `multispin measure`.
 pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
+    // SAFETY: `run` is called only by `main`, after argument parsing and before any thread is started.
+    #[allow(unsafe_code)]
+    unsafe {
+        spin_runtime::load::fix_cpu_threads();
+    }
     match &args.what {
         What::Acceptance {
             models,

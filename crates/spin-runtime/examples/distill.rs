@@ -10,6 +10,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // SAFETY: the first statement of main, before any thread exists.
+    #[allow(unsafe_code)]
+    let threads = unsafe { spin_runtime::load::fix_cpu_threads() };
+    println!("CPU threads per matrix product: {threads}");
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -63,11 +67,15 @@ fn run() -> Result<(), String> {
         learning_rate: num(get("--lr"), "--lr", 3e-3)?,
         seed: num(get("--seed"), "--seed", 0)?,
     };
+    let start = std::time::Instant::now();
     let tensors = distill(&target, &cfg, |s| {
         if s.step % 10 == 0 || s.step + 1 == cfg.steps {
             println!(
-                "step {:5}  KL {:.4} nats/token  {:.0} tokens/s",
-                s.step, s.kl, s.tokens_per_s
+                "step {:5}  KL {:.4} nats/token  {:.0} tokens/s  {:.1} s",
+                s.step,
+                s.kl,
+                s.tokens_per_s,
+                start.elapsed().as_secs_f64()
             );
         }
     })

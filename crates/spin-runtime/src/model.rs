@@ -355,25 +355,26 @@ impl Model {
         }
         let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
         let pos = Tensor::from_vec(pos, b * t, &self.device)?;
-        let mask = Tensor::from_vec(mask, (b, 1, t, s_len), &self.device)?;
-        let (logits, new_kv) = self.run(&ids, &pos, &mask, Some(caches))?;
+        // One new token per sequence and no padding: every key is visible, the mask would add zeros.
+        let mask = if t == 1 && past.iter().all(|&p| p + 1 == s_len) {
+            None
+        } else {
+            Some(Tensor::from_vec(mask, (b, 1, t, s_len), &self.device)?)
+        };
+        let lens: Vec<usize> = tokens.iter().map(|s| s.len()).collect();
+        let (logits, new_caches) = self.run(&ids, &pos, mask.as_ref(), s_len, Some((caches, &lens)))?;
         let mut out = Vec::with_capacity(b);
-        for (i, s) in tokens.iter().enumerate() {
-            out.push(logits.get(i)?.narrow(0, 0, s.len())?);
+        for (i, &n) in lens.iter().enumerate() {
+            out.push(logits.get(i)?.narrow(0, 0, n)?);
         }
-        for (layer, (k, v)) in new_kv.into_iter().enumerate() {
-            for (i, s) in tokens.iter().enumerate() {
-                let k_new = k.get(i)?.narrow(1, 0, s.len())?;
-                let v_new = v.get(i)?.narrow(1, 0, s.len())?;
-                let entry = &mut caches[i].layers[layer];
-                *entry = Some(match entry.take() {
-                    None => (k_new.contiguous()?, v_new.contiguous()?),
-                    Some((kc, vc)) => (Tensor::cat(&[&kc, &k_new], 1)?, Tensor::cat(&[&vc, &v_new], 1)?),
-                });
+        // Commit the extended caches only once the whole pass has succeeded.
+        for (layer, per_seq) in new_caches.into_iter().enumerate() {
+            for (i, kv) in per_seq.into_iter().enumerate() {
+                caches[i].layers[layer] = Some(kv);
             }
         }
-        for (i, s) in tokens.iter().enumerate() {
-            caches[i].len += s.len();
+        for (c, &n) in caches.iter_mut().zip(&lens) {
+            c.len += n;
         }
         Ok(out)
     }
@@ -393,7 +394,7 @@ impl Model {
             .flat_map(|i| (0..t).map(move |j| if j <= i { 0f32 } else { f32::NEG_INFINITY }))
             .collect();
         let mask = Tensor::from_vec(mask, (1, 1, t, t), &self.device)?;
-        Ok(self.run(ids, &pos, &mask, None)?.0)
+        Ok(self.run(ids, &pos, Some(&mask), t, None)?.0)
     }
 
     fn rms(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
@@ -433,27 +434,29 @@ impl Model {
         })
     }
 
-    /// The transformer body. Returns logits (B, T, vocab) and each layer's new keys/values (B, kv_heads, T, hd).
+    /// The transformer body over keys of length `s_len`. With caches, sequence i's keys are laid out as
+    /// [its cache | its `lens[i]` new tokens | zeros up to `s_len`] (the mask hides everything after a query's own
+    /// position). Returns logits (B, T, vocab) and, per layer and sequence, the extended cache (cache ++ new keys).
     #[allow(clippy::type_complexity)]
     fn run(
         &self,
         ids: &Tensor,
         pos: &Tensor,
-        mask: &Tensor,
-        caches: Option<&mut [&mut KvCache]>,
-    ) -> Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        mask: Option<&Tensor>,
+        s_len: usize,
+        caches: Option<(&mut [&mut KvCache], &[usize])>,
+    ) -> Result<(Tensor, Vec<Vec<(Tensor, Tensor)>>)> {
         let cfg = &self.cfg;
         let (b, t) = ids.dims2()?;
         let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
         let cos = self.cos.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
         let sin = self.sin.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
-        let s_len = mask.dim(3)?;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self
             .embed
             .index_select(&ids.flatten_all()?, 0)?
             .reshape((b, t, cfg.dim))?;
-        let mut new_kv = Vec::with_capacity(self.layers.len());
+        let mut new_caches = Vec::with_capacity(self.layers.len());
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = self.rms(&x, &layer.attn_norm)?;
             let q = layer.wq.forward(&hn)?.reshape((b, t, nh, hd))?.transpose(1, 2)?;
@@ -467,60 +470,70 @@ impl Model {
             let q = self.rope(&q, &cos, &sin)?;
             let k = self.rope(&k, &cos, &sin)?;
             let (k_all, v_all) = match &caches {
-                None => (k.clone(), v.clone()),
-                Some(caches) => {
+                None => (k, v),
+                Some((caches, lens)) => {
                     let mut ks = Vec::with_capacity(b);
                     let mut vs = Vec::with_capacity(b);
+                    let mut extended = Vec::with_capacity(b);
                     for (i, cache) in caches.iter().enumerate() {
-                        let mut kp = Vec::with_capacity(3);
-                        let mut vp = Vec::with_capacity(3);
-                        if let Some((kc, vc)) = &cache.layers[li] {
-                            kp.push(kc.clone());
-                            vp.push(vc.clone());
-                        }
-                        kp.push(k.get(i)?);
-                        vp.push(v.get(i)?);
-                        let pad = s_len - cache.len - t;
+                        let k_new = k.get(i)?.narrow(1, 0, lens[i])?;
+                        let v_new = v.get(i)?.narrow(1, 0, lens[i])?;
+                        let (kc, vc) = match &cache.layers[li] {
+                            Some((kc, vc)) => {
+                                (Tensor::cat(&[kc, &k_new], 1)?, Tensor::cat(&[vc, &v_new], 1)?)
+                            }
+                            None => (k_new.contiguous()?, v_new.contiguous()?),
+                        };
+                        let pad = s_len - cache.len - lens[i];
                         if pad > 0 {
                             let z = Tensor::zeros((nkv, pad, hd), DType::F32, &self.device)?;
-                            kp.push(z.clone());
-                            vp.push(z);
+                            ks.push(Tensor::cat(&[&kc, &z], 1)?);
+                            vs.push(Tensor::cat(&[&vc, &z], 1)?);
+                        } else {
+                            ks.push(kc.clone());
+                            vs.push(vc.clone());
                         }
-                        ks.push(Tensor::cat(&kp, 1)?);
-                        vs.push(Tensor::cat(&vp, 1)?);
+                        extended.push((kc, vc));
                     }
-                    (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
+                    new_caches.push(extended);
+                    if b == 1 {
+                        (ks[0].unsqueeze(0)?, vs[0].unsqueeze(0)?)
+                    } else {
+                        (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
+                    }
                 }
             };
-            let k_rep = repeat_kv(&k_all, nh / nkv)?;
-            let v_rep = repeat_kv(&v_all, nh / nkv)?;
-            let att = (q.matmul(&k_rep.t()?.contiguous()?)? * scale)?.broadcast_add(mask)?;
+            // Query heads g·rep .. g·rep + rep − 1 all read kv head g: grouping them as rep·t rows of kv head g
+            // makes one product per kv head, with no repeated copy of the keys and values.
+            let rep = nh / nkv;
+            let s_keys = k_all.dim(2)?;
+            let qg = q.reshape((b, nkv, rep * t, hd))?;
+            let att = (qg.matmul(&k_all.t()?.contiguous()?)? * scale)?;
+            let att = match mask {
+                Some(m) => att
+                    .reshape((b, nkv, rep, t, s_keys))?
+                    .broadcast_add(&m.unsqueeze(2)?)?
+                    .reshape((b, nkv, rep * t, s_keys))?,
+                None => att,
+            };
             let att = if self.differentiable {
                 candle_nn::ops::softmax(&att, D::Minus1)?
             } else {
                 candle_nn::ops::softmax_last_dim(&att)?
             };
-            let y = att.matmul(&v_rep)?.transpose(1, 2)?.reshape((b, t, cfg.dim))?;
+            let y = att
+                .matmul(&v_all.contiguous()?)?
+                .reshape((b, nh, t, hd))?
+                .transpose(1, 2)?
+                .reshape((b, t, cfg.dim))?;
             x = (x + layer.wo.forward(&y)?)?;
             let hn = self.rms(&x, &layer.ffn_norm)?;
             let ff = (layer.gate.forward(&hn)?.silu()? * layer.up.forward(&hn)?)?;
             x = (x + layer.down.forward(&ff)?)?;
-            new_kv.push((k, v));
         }
         let x = self.rms(&x, &self.norm)?;
-        Ok((self.head.forward(&x)?, new_kv))
+        Ok((self.head.forward(&x)?, new_caches))
     }
-}
-
-/// Repeats each key/value head `rep` times so that query head h reads kv head h / rep.
-fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
-    if rep == 1 {
-        return Ok(x.contiguous()?);
-    }
-    let (b, nkv, s, hd) = x.dims4()?;
-    Ok(x.unsqueeze(2)?
-        .expand((b, nkv, rep, s, hd))?
-        .reshape((b, nkv * rep, s, hd))?)
 }
 
 /// cos/sin of position·θ^(−2i/head_dim) for every position and pair index i: shape (max_seq_len, head_dim/2).
