@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod fading;
+pub mod paper_a;
 pub mod paper_b;
 pub mod rate;
 pub mod units;

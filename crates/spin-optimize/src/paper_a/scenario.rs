@@ -1,0 +1,333 @@
+//! A validated paper-A scenario (SI units) and the evaluation of eq. 27 at any plan.
+//!
+//! The serde form [`ScenarioSpec`] mirrors the scenario file; [`Scenario::new`] checks every field once and names
+//! the offending one (`devices[3].acceptance: 1.2 is outside (0, 1)`), so every planner downstream is infallible
+//! on its inputs.
+
+use crate::OptimizeError;
+use serde::{Deserialize, Serialize};
+use spin_core::expected_accepted;
+
+/// One device as written in a scenario file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSpec {
+    /// Per-token acceptance rate α_k ∈ (0, 1).
+    pub acceptance: f64,
+    /// On-device SLM latency per drafted token T_k^S, in seconds (> 0).
+    pub draft_token_s: f64,
+    /// Uplink spectral efficiency r_k = log₂(1 + p_k H_k / N0), in bit/s/Hz (> 0).
+    pub spectral_efficiency: f64,
+}
+
+/// A paper-A scenario as written in a file. Unknown fields are ignored (files may carry `model`, comments, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioSpec {
+    /// Total uplink bandwidth B in Hz (> 0).
+    pub bandwidth_hz: f64,
+    /// Bits uploaded per drafted token, Q_tok = |V̂|(Q_B + ⌈log₂V⌉) (> 0).
+    pub bits_per_draft_token: f64,
+    /// T_fix of the batched verification latency T_ver = T_fix + K·T_lin (paper A, eq. 7), in seconds (≥ 0).
+    pub verify_fixed_s: f64,
+    /// T_lin of eq. 7, in seconds per device in the batch (≥ 0).
+    pub verify_per_draft_s: f64,
+    /// Largest allowed draft length L_max (≥ 1).
+    pub max_draft_len: u32,
+    /// Smallest allowed draft length (optional, default 1; paper A requires L_k ∈ Z₊).
+    #[serde(default = "default_min_draft_len")]
+    pub min_draft_len: u32,
+    /// The devices (at least one).
+    pub devices: Vec<DeviceSpec>,
+}
+
+fn default_min_draft_len() -> u32 {
+    1
+}
+
+/// One validated device, with a_k = Q_tok / r_k precomputed (bandwidth-seconds per drafted token).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Device {
+    /// α_k ∈ (0, 1).
+    pub alpha: f64,
+    /// T_k^S in seconds.
+    pub draft_token_s: f64,
+    /// r_k in bit/s/Hz.
+    pub spectral_efficiency: f64,
+    /// a_k = Q_tok / r_k in Hz·s: device k needs a_k L / (φ − L T_k^S) Hz to finish L tokens by time φ.
+    pub hz_s_per_token: f64,
+}
+
+impl Device {
+    /// E[N_k | L] (paper A, eq. 12).
+    pub fn expected_tokens(&self, draft_len: u32) -> f64 {
+        expected_accepted(self.alpha, draft_len)
+    }
+
+    /// Bandwidth needed to draft and upload `draft_len` tokens within `latency_s` (Lemma 3, eq. 31), or +∞ when
+    /// drafting alone takes `latency_s` or longer.
+    pub fn bandwidth_for(&self, draft_len: u32, latency_s: f64) -> f64 {
+        let l = f64::from(draft_len);
+        let slack = latency_s - l * self.draft_token_s;
+        if slack > 0.0 {
+            self.hz_s_per_token * l / slack
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// A validated paper-A scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// B in Hz.
+    pub bandwidth_hz: f64,
+    /// Q_tok in bits.
+    pub bits_per_draft_token: f64,
+    /// T_fix in seconds.
+    pub verify_fixed_s: f64,
+    /// T_lin in seconds.
+    pub verify_per_draft_s: f64,
+    /// Smallest allowed draft length (≥ 1).
+    pub min_draft_len: u32,
+    /// L_max.
+    pub max_draft_len: u32,
+    /// The devices (non-empty).
+    pub devices: Vec<Device>,
+}
+
+/// The largest L_max accepted (E[N|L] and the planners are well defined beyond it, but no use case needs it).
+pub const MAX_DRAFT_LEN_LIMIT: u32 = 1024;
+
+impl Scenario {
+    /// Validates a file's scenario; every error names its field.
+    pub fn new(spec: &ScenarioSpec) -> Result<Self, OptimizeError> {
+        OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
+        OptimizeError::positive("bits_per_draft_token", spec.bits_per_draft_token)?;
+        OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
+        OptimizeError::non_negative("verify_per_draft_s", spec.verify_per_draft_s)?;
+        if spec.min_draft_len == 0 {
+            return Err(OptimizeError::Invalid {
+                field: "min_draft_len".into(),
+                reason: "must be at least 1 (paper A requires positive draft lengths)".into(),
+            });
+        }
+        if spec.max_draft_len < spec.min_draft_len || spec.max_draft_len > MAX_DRAFT_LEN_LIMIT {
+            return Err(OptimizeError::Invalid {
+                field: "max_draft_len".into(),
+                reason: format!(
+                    "{} is outside [{}, {MAX_DRAFT_LEN_LIMIT}] (min_draft_len ..= limit)",
+                    spec.max_draft_len, spec.min_draft_len
+                ),
+            });
+        }
+        if spec.devices.is_empty() {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: "the device list is empty".into(),
+            });
+        }
+        let devices = spec
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(k, d)| {
+                let alpha =
+                    OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
+                let t = OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
+                let r = OptimizeError::positive(
+                    format!("devices[{k}].spectral_efficiency"),
+                    d.spectral_efficiency,
+                )?;
+                Ok(Device {
+                    alpha,
+                    draft_token_s: t,
+                    spectral_efficiency: r,
+                    hz_s_per_token: spec.bits_per_draft_token / r,
+                })
+            })
+            .collect::<Result<Vec<_>, OptimizeError>>()?;
+        Ok(Self {
+            bandwidth_hz: spec.bandwidth_hz,
+            bits_per_draft_token: spec.bits_per_draft_token,
+            verify_fixed_s: spec.verify_fixed_s,
+            verify_per_draft_s: spec.verify_per_draft_s,
+            min_draft_len: spec.min_draft_len,
+            max_draft_len: spec.max_draft_len,
+            devices,
+        })
+    }
+
+    /// Number of devices K.
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Always false: a validated scenario has at least one device.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// T_ver = T_fix + K·T_lin (paper A, eq. 7): every device's draft is in the batch (shorter ones padded).
+    pub fn verify_s(&self) -> f64 {
+        self.verify_fixed_s + self.len() as f64 * self.verify_per_draft_s
+    }
+
+    /// The allowed draft lengths, `min_draft_len ..= max_draft_len`.
+    pub fn draft_range(&self) -> std::ops::RangeInclusive<u32> {
+        self.min_draft_len..=self.max_draft_len
+    }
+
+    /// Goodput (eq. 27) and round latency T^ma + T_ver of a plan with given lengths and bandwidths.
+    ///
+    /// # Formula
+    /// T^ma = max_k L_k (T_k^S + Q_tok / (B_k r_k)) (eq. 26); τ = Σ_k E[N_k | L_k] / (T^ma + T_ver) (eq. 27).
+    pub fn evaluate(&self, draft_lengths: &[u32], bandwidth_hz: &[f64]) -> Result<(f64, f64), OptimizeError> {
+        if draft_lengths.len() != self.len() || bandwidth_hz.len() != self.len() {
+            return Err(OptimizeError::Invalid {
+                field: "draft_lengths".into(),
+                reason: format!(
+                    "{} lengths and {} bandwidths for {} devices",
+                    draft_lengths.len(),
+                    bandwidth_hz.len(),
+                    self.len()
+                ),
+            });
+        }
+        let mut latency = 0.0f64;
+        let mut tokens = 0.0;
+        for (k, ((d, &l), &b)) in self
+            .devices
+            .iter()
+            .zip(draft_lengths)
+            .zip(bandwidth_hz)
+            .enumerate()
+        {
+            OptimizeError::positive(format!("bandwidth_hz[{k}]"), b)?;
+            let lf = f64::from(l);
+            latency = latency.max(lf * (d.draft_token_s + d.hz_s_per_token / b));
+            tokens += d.expected_tokens(l);
+        }
+        let total = bandwidth_hz.iter().sum::<f64>();
+        if total > self.bandwidth_hz * (1.0 + 1e-9) {
+            return Err(OptimizeError::Infeasible {
+                reason: format!(
+                    "bandwidths sum to {total} Hz, above bandwidth_hz = {}",
+                    self.bandwidth_hz
+                ),
+            });
+        }
+        let round = latency + self.verify_s();
+        Ok((tokens / round, round))
+    }
+}
+
+/// A round plan: per-device draft lengths and bandwidths with its goodput (eq. 27) and round latency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// L_k per device.
+    pub draft_lengths: Vec<u32>,
+    /// B_k per device, in Hz.
+    pub bandwidth_hz: Vec<f64>,
+    /// τ of eq. 27 at this plan, tokens per second.
+    pub goodput_tokens_per_s: f64,
+    /// T^ma + T_ver, seconds.
+    pub round_latency_s: f64,
+}
+
+impl Plan {
+    /// Builds a plan from lengths and bandwidths, evaluating eq. 27.
+    pub fn evaluated(
+        s: &Scenario,
+        draft_lengths: Vec<u32>,
+        bandwidth_hz: Vec<f64>,
+    ) -> Result<Self, OptimizeError> {
+        let (goodput, round) = s.evaluate(&draft_lengths, &bandwidth_hz)?;
+        Ok(Self {
+            draft_lengths,
+            bandwidth_hz,
+            goodput_tokens_per_s: goodput,
+            round_latency_s: round,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn spec() -> ScenarioSpec {
+        ScenarioSpec {
+            bandwidth_hz: 1e7,
+            bits_per_draft_token: 31744.0,
+            verify_fixed_s: 0.02268,
+            verify_per_draft_s: 0.01272,
+            max_draft_len: 25,
+            min_draft_len: 1,
+            devices: vec![DeviceSpec {
+                acceptance: 0.86,
+                draft_token_s: 0.021,
+                spectral_efficiency: 12.5,
+            }],
+        }
+    }
+
+    #[test]
+    fn json_without_optional_fields_parses() {
+        let json = r#"{ "model": "paper-a", "bandwidth_hz": 1.0e7, "bits_per_draft_token": 31744,
+          "verify_fixed_s": 0.02268, "verify_per_draft_s": 0.01272, "max_draft_len": 25,
+          "devices": [ {"acceptance": 0.86, "draft_token_s": 0.021, "spectral_efficiency": 12.5} ] }"#;
+        let parsed: ScenarioSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(parsed, spec());
+        let s = Scenario::new(&parsed).unwrap();
+        assert!((s.verify_s() - (0.02268 + 0.01272)).abs() < 1e-15);
+    }
+
+    type Mutation = Box<dyn Fn(&mut ScenarioSpec)>;
+
+    #[test]
+    fn every_invalid_field_is_named() {
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|s| s.bandwidth_hz = 0.0), "bandwidth_hz:"),
+            (
+                Box::new(|s| s.bits_per_draft_token = f64::NAN),
+                "bits_per_draft_token:",
+            ),
+            (Box::new(|s| s.verify_fixed_s = -1.0), "verify_fixed_s:"),
+            (
+                Box::new(|s| s.verify_per_draft_s = f64::INFINITY),
+                "verify_per_draft_s:",
+            ),
+            (Box::new(|s| s.max_draft_len = 0), "max_draft_len:"),
+            (Box::new(|s| s.min_draft_len = 0), "min_draft_len:"),
+            (Box::new(|s| s.devices.clear()), "devices:"),
+            (
+                Box::new(|s| s.devices[0].acceptance = 1.0),
+                "devices[0].acceptance:",
+            ),
+            (
+                Box::new(|s| s.devices[0].draft_token_s = 0.0),
+                "devices[0].draft_token_s:",
+            ),
+            (
+                Box::new(|s| s.devices[0].spectral_efficiency = -2.0),
+                "devices[0].spectral_efficiency:",
+            ),
+        ];
+        for (mutate, prefix) in cases {
+            let mut s = spec();
+            mutate(&mut s);
+            let err = Scenario::new(&s).unwrap_err().to_string();
+            assert!(err.starts_with(prefix), "{err} should start with {prefix}");
+        }
+    }
+
+    #[test]
+    fn evaluate_is_eq_27() {
+        let s = Scenario::new(&spec()).unwrap();
+        let (tau, round) = s.evaluate(&[4], &[1e7]).unwrap();
+        let t_ma = 4.0 * (0.021 + 31744.0 / (1e7 * 12.5));
+        let expect = expected_accepted(0.86, 4) / (t_ma + 0.0354);
+        assert!((tau - expect).abs() < 1e-12 * expect);
+        assert!((round - t_ma - 0.0354).abs() < 1e-15);
+        assert!(s.evaluate(&[4], &[2e7]).is_err());
+    }
+}
