@@ -1,9 +1,143 @@
-//! `multispin plan` for a scenarios (filled in by the paper work).
+//! `multispin plan` for paper-A scenarios: validate the file field by field, run the chosen scheme, print the
+//! plan as JSON or as a table.
 
 use crate::failure::Failure;
-use crate::plan::PlanArgs;
+use crate::plan::{Format, PlanArgs};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use spin_optimize::paper_a::baselines::{FIXED_DRAFT_LEN, fixed, uni_bw};
+use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
+use spin_optimize::paper_a::exact::exact;
+use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
+use spin_optimize::paper_a::homogeneous::homo;
+use spin_optimize::paper_a::{DeviceSpec, Plan, Scenario, ScenarioSpec};
 
-/// Plans one round for a scenario of this model.
-pub fn run(_value: serde_json::Value, _args: &PlanArgs) -> Result<(), Failure> {
-    Err(Failure::Input("scheme: this planner is not built yet".into()))
+/// The schemes `plan` accepts for paper-A scenarios.
+pub const SCHEMES: [&str; 6] = ["exact", "paper-alg1", "homo", "uni-bw", "fixed", "brute-force"];
+
+/// Reads one field of a JSON object into `T`; a missing or mistyped field is an input error naming its path.
+fn field<T: DeserializeOwned>(obj: &Map<String, Value>, name: &str, path: &str) -> Result<T, Failure> {
+    let value = obj
+        .get(name)
+        .ok_or_else(|| Failure::Input(format!("{path}{name}: missing")))?;
+    serde_json::from_value(value.clone()).map_err(|e| Failure::Input(format!("{path}{name}: {e}")))
+}
+
+/// Like [`field`], with a default when the field is absent.
+fn optional<T: DeserializeOwned>(obj: &Map<String, Value>, name: &str, default: T) -> Result<T, Failure> {
+    match obj.get(name) {
+        None => Ok(default),
+        Some(_) => field(obj, name, ""),
+    }
+}
+
+/// Builds the scenario spec from JSON, naming the field of any type error (serde alone would not).
+fn spec_from_json(value: &Value) -> Result<ScenarioSpec, Failure> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| Failure::Input("scenario: the top level must be a JSON object".into()))?;
+    let devices_value = obj
+        .get("devices")
+        .ok_or_else(|| Failure::Input("devices: missing".into()))?;
+    let list = devices_value
+        .as_array()
+        .ok_or_else(|| Failure::Input("devices: must be an array".into()))?;
+    let devices = list
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let path = format!("devices[{k}].");
+            let d = d
+                .as_object()
+                .ok_or_else(|| Failure::Input(format!("devices[{k}]: must be an object")))?;
+            Ok(DeviceSpec {
+                acceptance: field(d, "acceptance", &path)?,
+                draft_token_s: field(d, "draft_token_s", &path)?,
+                spectral_efficiency: field(d, "spectral_efficiency", &path)?,
+            })
+        })
+        .collect::<Result<Vec<_>, Failure>>()?;
+    Ok(ScenarioSpec {
+        bandwidth_hz: field(obj, "bandwidth_hz", "")?,
+        bits_per_draft_token: field(obj, "bits_per_draft_token", "")?,
+        verify_fixed_s: field(obj, "verify_fixed_s", "")?,
+        verify_per_draft_s: field(obj, "verify_per_draft_s", "")?,
+        max_draft_len: field(obj, "max_draft_len", "")?,
+        min_draft_len: optional(obj, "min_draft_len", 1)?,
+        devices,
+    })
+}
+
+/// Plans one round for a paper-A scenario.
+pub fn run(value: Value, args: &PlanArgs) -> Result<(), Failure> {
+    let spec = spec_from_json(&value)?;
+    let obj = value.as_object().cloned().unwrap_or_default();
+    let fixed_len: u32 = optional(&obj, "fixed_draft_len", FIXED_DRAFT_LEN)?;
+    let defaults = Alg1Params::default();
+    let alg1 = Alg1Params {
+        phi_points: optional(&obj, "alg1_phi_points", defaults.phi_points)?,
+        lambda_points: optional(&obj, "alg1_lambda_points", defaults.lambda_points)?,
+        lambda_lo_ratio: optional(&obj, "alg1_lambda_lo_ratio", defaults.lambda_lo_ratio)?,
+    };
+    let scenario = Scenario::new(&spec).map_err(Failure::input)?;
+    let plan = match args.scheme.as_str() {
+        "exact" => exact(&scenario),
+        "paper-alg1" => paper_alg1(&scenario, &alg1),
+        "homo" => homo(&scenario),
+        "uni-bw" => uni_bw(&scenario),
+        "fixed" => fixed(&scenario, fixed_len),
+        "brute-force" => brute_force(&scenario, BRUTE_FORCE_LIMIT),
+        other => {
+            return Err(Failure::Input(format!(
+                "scheme: unknown scheme \"{other}\" for a paper-a scenario (expected one of {})",
+                SCHEMES.join(", ")
+            )));
+        }
+    }
+    .map_err(Failure::input)?;
+    match args.format {
+        Format::Json => println!("{}", to_json(&args.scheme, &plan)),
+        Format::Table => print!("{}", to_table(&args.scheme, &scenario, &plan)),
+    }
+    Ok(())
+}
+
+/// The JSON contract: scheme, draft_lengths, bandwidth_hz, goodput_tokens_per_s, round_latency_s.
+fn to_json(scheme: &str, plan: &Plan) -> Value {
+    json!({
+        "scheme": scheme,
+        "draft_lengths": plan.draft_lengths,
+        "bandwidth_hz": plan.bandwidth_hz,
+        "goodput_tokens_per_s": plan.goodput_tokens_per_s,
+        "round_latency_s": plan.round_latency_s,
+    })
+}
+
+fn to_table(scheme: &str, s: &Scenario, plan: &Plan) -> String {
+    let mut out = format!(
+        "scheme: {scheme}\ngoodput: {:.3} tokens/s\nround latency: {:.3} ms\n\n{:>6} {:>9} {:>9} {:>10} {:>12} {:>12}\n",
+        plan.goodput_tokens_per_s,
+        plan.round_latency_s * 1e3,
+        "device",
+        "alpha",
+        "L",
+        "T_S (ms)",
+        "r (b/s/Hz)",
+        "B_k (kHz)"
+    );
+    for (k, (d, (&l, &b))) in s
+        .devices
+        .iter()
+        .zip(plan.draft_lengths.iter().zip(&plan.bandwidth_hz))
+        .enumerate()
+    {
+        out.push_str(&format!(
+            "{k:>6} {:>9.4} {l:>9} {:>10.3} {:>12.3} {:>12.3}\n",
+            d.alpha,
+            d.draft_token_s * 1e3,
+            d.spectral_efficiency,
+            b / 1e3
+        ));
+    }
+    out
 }
