@@ -11,7 +11,12 @@ use std::hint::black_box;
 
 fn gains(count: usize, seed: u64) -> Vec<f64> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    Drop::PAPER_B.sample(&mut rng, count).expect("valid drop").into_iter().map(|d| d.channel_gain).collect()
+    Drop::PAPER_B
+        .sample(&mut rng, count)
+        .expect("valid drop")
+        .into_iter()
+        .map(|d| d.channel_gain)
+        .collect()
 }
 
 fn paper_link() -> Link {
@@ -64,7 +69,9 @@ fn reactive(c: &mut Criterion) {
 fn proactive(c: &mut Criterion) {
     let sc = paper_scenario(20);
     let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).expect("valid evaluator");
-    c.bench_function("paper_b_greedy_k20_g20_n1000", |b| b.iter(|| greedy(black_box(&ev))));
+    c.bench_function("paper_b_greedy_k20_g20_n1000", |b| {
+        b.iter(|| greedy(black_box(&ev)))
+    });
     let mut group = c.benchmark_group("paper_b_best");
     group.sample_size(10);
     group.bench_function("k20_g20_n1000", |b| b.iter(|| best(black_box(&ev))));

@@ -137,6 +137,10 @@ impl Table {
     }
 
     /// Fixed-width text with `sig` significant digits: the form kept in insta snapshots.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "only the snapshot tests render text tables")
+    )]
     pub fn render(&self, sig: usize) -> String {
         let grid = self.text_grid(sig);
         let widths: Vec<usize> = (0..self.columns.len())
