@@ -507,8 +507,9 @@ impl Model {
             // makes one product per kv head, with no repeated copy of the keys and values.
             let rep = nh / nkv;
             let s_keys = k_all.dim(2)?;
-            let qg = q.reshape((b, nkv, rep * t, hd))?;
-            let att = (qg.matmul(&k_all.t()?.contiguous()?)? * scale)?;
+            // The 1/√d scale is applied to the queries, a tensor s_len/hd times smaller than the scores.
+            let qg = (q * scale)?.reshape((b, nkv, rep * t, hd))?;
+            let att = qg.matmul(&k_all.t()?.contiguous()?)?;
             let att = match mask {
                 Some(m) => att
                     .reshape((b, nkv, rep, t, s_keys))?
