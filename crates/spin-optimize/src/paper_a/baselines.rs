@@ -64,12 +64,7 @@ pub fn uni_bw(s: &Scenario) -> Result<Plan, OptimizeError> {
             .zip(&theta)
             .map(|(&l, &t)| f64::from(l) * t)
             .fold(0.0, f64::max);
-        let tokens: f64 = s
-            .devices
-            .iter()
-            .zip(&lens)
-            .map(|(d, &l)| d.expected_tokens(l))
-            .sum();
+        let tokens = s.expected_tokens_sum(&lens);
         let tau = tokens / (latency + verify);
         if best.as_ref().is_none_or(|b| tau > b.0) {
             best = Some((tau, lens));

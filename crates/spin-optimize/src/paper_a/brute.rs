@@ -29,12 +29,7 @@ pub fn brute_force(s: &Scenario, limit: u128) -> Result<Plan, OptimizeError> {
     let mut lens = vec![s.min_draft_len; s.len()];
     let mut best = (f64::NEG_INFINITY, lens.clone());
     loop {
-        let tokens: f64 = s
-            .devices
-            .iter()
-            .zip(&lens)
-            .map(|(d, &l)| d.expected_tokens(l))
-            .sum();
+        let tokens = s.expected_tokens_sum(&lens);
         let tau = tokens / (lemma3_latency_s(s, &lens) + verify);
         if tau > best.0 {
             best = (tau, lens.clone());

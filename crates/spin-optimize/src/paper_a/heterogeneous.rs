@@ -148,12 +148,7 @@ pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeErr
                 continue;
             }
             let phi_hat = super::bandwidth::lemma3_latency_s(s, &lens);
-            let tokens: f64 = s
-                .devices
-                .iter()
-                .zip(&lens)
-                .map(|(d, &l)| d.expected_tokens(l))
-                .sum();
+            let tokens = s.expected_tokens_sum(&lens);
             let tau = tokens / (phi_hat + verify);
             if best.as_ref().is_none_or(|b| tau > b.0) {
                 best = Some((tau, lens.clone()));

@@ -171,6 +171,15 @@ impl Scenario {
         self.verify_fixed_s + self.len() as f64 * self.verify_per_draft_s
     }
 
+    /// Σ_k E[N_k | L_k]: the expected tokens of one round of the plan `draft_lengths` (numerator of eq. 27).
+    pub fn expected_tokens_sum(&self, draft_lengths: &[u32]) -> f64 {
+        self.devices
+            .iter()
+            .zip(draft_lengths)
+            .map(|(d, &l)| d.expected_tokens(l))
+            .sum()
+    }
+
     /// The allowed draft lengths, `min_draft_len ..= max_draft_len`.
     pub fn draft_range(&self) -> std::ops::RangeInclusive<u32> {
         self.min_draft_len..=self.max_draft_len
