@@ -99,7 +99,7 @@ fn main() {
     // SAFETY: the first statement of main, before criterion or candle start any thread.
     #[allow(unsafe_code)]
     let threads = unsafe { spin_runtime::load::fix_cpu_threads() };
-    eprintln!("RAYON_NUM_THREADS={threads} (CPU threads per candle matrix product)");
+    eprintln!("candle CPU threads: {threads}");
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

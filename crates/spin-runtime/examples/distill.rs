@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     // SAFETY: the first statement of main, before any thread exists.
     #[allow(unsafe_code)]
     let threads = unsafe { spin_runtime::load::fix_cpu_threads() };
-    println!("CPU threads per matrix product: {threads}");
+    println!("candle CPU threads: {threads}");
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

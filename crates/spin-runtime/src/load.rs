@@ -19,30 +19,44 @@ pub fn select_device() -> Result<Device> {
     }
 }
 
-/// Fixes the CPU thread count of candle's matrix products once for the process, so that it is not looked up again
-/// on every product. candle 0.11 asks for its thread count on every CPU matmul and, unless `RAYON_NUM_THREADS` is
-/// set (or the cores differ in capacity), re-reads `/proc/cpuinfo` each time: ≈ 0.1 ms per product measured on
-/// the 2-core development machine, more than a whole stories260K projection costs. When `RAYON_NUM_THREADS` is
-/// unset this sets it to the available parallelism; a value the user set is kept. Returns the value in force.
+/// Fixes candle's CPU thread counts once for the process (call it first thing in `main`). Both variables are set
+/// only when unset, so a user's choice is kept; returns the values in force as `RAYON_NUM_THREADS=…
+/// CANDLE_NUM_THREADS=…`.
+///
+/// - `RAYON_NUM_THREADS` (threads of a matrix product) := the available parallelism. candle 0.11 asks for this
+///   count on every CPU matmul and, when the variable is unset (and the cores are alike), re-reads
+///   `/proc/cpuinfo` each time: ≈ 0.15 ms per product measured on the 2-core development machine, more than a
+///   whole stories260K projection costs.
+/// - `CANDLE_NUM_THREADS` (candle's element-wise and quantised-matmul pool) := 1. That pool engages only above
+///   64k elements and its caller spins in a barrier until the workers finish; on the shared 2-core machine this
+///   made the K = 16 verification 2–3× slower (the attention-mask addition crosses the threshold). The cost: GGUF
+///   quantised products run on one thread unless the variable is set.
 ///
 /// # Safety
 ///
-/// It calls `std::env::set_var`: no other thread may exist while it runs (call it first thing in `main`).
+/// It calls `std::env::set_var`: no other thread may exist while it runs.
 #[allow(unsafe_code)]
 pub unsafe fn fix_cpu_threads() -> String {
-    const VAR: &str = "RAYON_NUM_THREADS";
-    if let Some(v) = std::env::var(VAR)
-        .ok()
-        .filter(|v| v.parse::<usize>().is_ok_and(|n| n > 0))
-    {
-        return v;
-    }
-    let n = std::thread::available_parallelism()
+    let cores = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .to_string();
-    // SAFETY: the caller guarantees that no other thread exists, so nothing reads the environment concurrently.
-    unsafe { std::env::set_var(VAR, &n) };
-    n
+    let mut out = Vec::with_capacity(2);
+    for (var, default) in [("RAYON_NUM_THREADS", cores.as_str()), ("CANDLE_NUM_THREADS", "1")] {
+        let set = std::env::var(var)
+            .ok()
+            .filter(|v| v.parse::<usize>().is_ok_and(|n| n > 0));
+        let value = match set {
+            Some(v) => v,
+            None => {
+                // SAFETY: the caller guarantees that no other thread exists, so nothing reads the environment
+                // concurrently.
+                unsafe { std::env::set_var(var, default) };
+                default.to_string()
+            }
+        };
+        out.push(format!("{var}={value}"));
+    }
+    out.join(" ")
 }
 
 /// Loads a model, choosing the format from the path.
