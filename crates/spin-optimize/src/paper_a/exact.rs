@@ -1,16 +1,13 @@
 //! The exact planner: the true integer optimum of (P2) — L_k ∈ {L_min..L_max}, bandwidth by Lemma 3 — by a
-//! Lagrangian branch-and-bound over the equalised latency φ. docs/paper-a.md gives the proof; in short:
+//! search over the equalised latency φ with exact knapsack solves. docs/paper-a.md gives the proof; in short:
 //!
-//! For any plan L with latency φ(L) ∈ [a, b], any price μ ≥ 0 and any target η,
-//!
-//! Σ_k E_k(L_k) − η(φ(L) + T_ver) ≤ Σ_k [E_k(L_k) − μ c_k(L_k, b)] + μB − η(a + T_ver),
-//!
-//! where c_k(l, φ) = a_k l / (φ − l T_k^S) is the bandwidth device k needs to finish l tokens by φ (eq. 31).
-//! This holds because Σ_k c_k(L_k, φ(L)) = B (eq. 32), c_k falls in φ, and φ(L) ≥ a. The right side separates over
-//! devices. So a plan can beat the incumbent goodput η only if its total "loss" against the per-device maxima of
-//! v_k(l) = E_k(l) − μ c_k(l, b) stays below the slack S = Σ_k max_l v_k(l) + μB − η(a + T_ver). Intervals with
-//! S ≤ 0 hold no better plan; wide intervals are bisected; in narrow ones every plan within the slack is
-//! enumerated and evaluated exactly. Every plan better than the final incumbent is therefore evaluated.
+//! A plan L meets latency φ (φ(L) ≤ φ) exactly when Σ_k c_k(L_k, φ) ≤ B, with c_k(l, φ) = a_k l / (φ − l T_k^S)
+//! the bandwidth device k needs to finish l tokens by φ (eq. 31). So V(φ) = max { Σ_k E_k(L_k) : Σ_k c_k ≤ B }, a
+//! multiple-choice knapsack, is nondecreasing in φ, and every plan with φ(L) ∈ [a, b] has goodput at most
+//! V(b)/(a + T_ver). Intervals whose knapsack relaxation U(b) ≥ V(b) already rules them out are dropped, wide ones
+//! are bisected, and in the rest V(b) is solved exactly (depth-first around the Lagrangian maximiser). The plan L_b
+//! that attains V(b) is evaluated (a candidate), and no plan with latency in [min(φ(L_b), V(b)/η − T_ver), b]
+//! beats the incumbent η afterwards, so the interval shrinks to the part below.
 
 use super::bandwidth::{equalised_root, lemma3_bandwidth};
 use super::homogeneous::homo;
@@ -27,13 +24,9 @@ pub struct ExactStats {
     pub evaluations: usize,
 }
 
-/// A relative slack below which an interval counts as holding no better plan: the optimum is exact up to this
+/// A relative margin below which a bound counts as not beating the incumbent: the optimum is exact up to this
 /// relative goodput (far below the 1e−9 the tests demand; it only stops endless splitting on exact ties).
 const TIE_TOLERANCE: f64 = 1e-13;
-
-/// An interval is bisected while its width term η(b − a) exceeds this multiple of its slack; narrower intervals
-/// are enumerated. Larger values trade fewer intervals for more enumerated plans.
-const WIDTH_FACTOR: f64 = 0.25;
 
 struct Solver<'a> {
     s: &'a Scenario,
@@ -158,77 +151,195 @@ impl<'a> Solver<'a> {
         Some(hi)
     }
 
-    /// Enumerates every plan whose loss against the per-device maxima at (b, μ) stays below the slack, evaluating
-    /// each. The slack shrinks as the incumbent improves.
-    fn enumerate(&mut self, a: f64, b: f64, mu: f64, sum_v: f64, argmax: &[u32]) {
+    /// Exact knapsack at latency `b`: the plan with the largest Σ_k E_k among those with Σ_k c_k(L_k, b) ≤ B and
+    /// Σ_k E_k > `theta`, or `None` if there is none. `mu` is any price ≥ 0 (the relaxation's optimal one is
+    /// fastest): Σ E_k = Σ v_k + μ Σ c_k ≤ Σ_k max v_k − Σ loss_k + μB, so only plans with Σ loss_k below
+    /// U − best are searched, depth-first over the devices whose deviations are cheap enough.
+    fn knapsack(&mut self, b: f64, mu: f64, theta: f64, argmax: &[u32]) -> Option<(f64, Vec<u32>)> {
         let budget = self.s.bandwidth_hz;
-        let base = sum_v + mu * budget;
-        let denom = a + self.verify;
-        let s0 = base - self.best_tau * denom;
-        if s0 <= 0.0 {
-            return;
-        }
-        // Candidate values per device: (loss, l) with loss < slack, ascending.
-        let mut flexible: Vec<(usize, Vec<(f64, u32)>)> = Vec::new();
+        let (mut base_e, mut base_c, mut upper) = (0.0, 0.0, mu * budget);
+        let mut flexible: Vec<Flex> = Vec::new();
         for (k, d) in self.s.devices.iter().enumerate() {
-            let v_star = self.e(k, argmax[k]) - mu * d.bandwidth_for(argmax[k], b);
-            let mut cands = Vec::new();
+            let (e0, c0) = (self.e(k, argmax[k]), d.bandwidth_for(argmax[k], b));
+            base_e += e0;
+            base_c += c0;
+            upper += e0 - mu * c0;
+        }
+        if upper <= theta {
+            return None;
+        }
+        let room = upper - theta;
+        for (k, d) in self.s.devices.iter().enumerate() {
+            let (e0, c0) = (self.e(k, argmax[k]), d.bandwidth_for(argmax[k], b));
+            let v0 = e0 - mu * c0;
+            let mut options = Vec::new();
             for l in self.s.draft_range() {
                 let c = d.bandwidth_for(l, b);
                 if !c.is_finite() {
                     break;
                 }
-                let loss = (v_star - (self.e(k, l) - mu * c)).max(0.0);
-                if l != argmax[k] && loss < s0 {
-                    cands.push((loss, l));
+                let e = self.e(k, l);
+                let loss = (v0 - (e - mu * c)).max(0.0);
+                if l != argmax[k] && loss < room {
+                    options.push(Opt {
+                        loss,
+                        l,
+                        de: e - e0,
+                        dc: c - c0,
+                    });
                 }
             }
-            if !cands.is_empty() {
-                cands.sort_by(|x, y| x.0.total_cmp(&y.0));
-                flexible.push((k, cands));
+            if !options.is_empty() {
+                options.sort_by(|x, y| x.loss.total_cmp(&y.loss));
+                let save = options.iter().map(|o| -o.dc).fold(0.0f64, f64::max);
+                flexible.push(Flex { k, options, save });
             }
         }
-        flexible.sort_by(|x, y| x.1[0].0.total_cmp(&y.1[0].0));
-        let mut lens = argmax.to_vec();
-        self.offer(&lens);
-        self.dfs(&flexible, 0, 0.0, &mut lens, (base, denom));
+        flexible.sort_by(|x, y| x.options[0].loss.total_cmp(&y.options[0].loss));
+        // save_after[i]: the most bandwidth devices i.. can still give back.
+        let mut save_after = vec![0.0; flexible.len() + 1];
+        for i in (0..flexible.len()).rev() {
+            save_after[i] = save_after[i + 1] + flexible[i].save;
+        }
+        let mut search = Knap {
+            flexible: &flexible,
+            save_after: &save_after,
+            budget,
+            upper,
+            best_e: theta,
+            best: None,
+            lens: argmax.to_vec(),
+            nodes: 0,
+        };
+        search.visit(base_e, base_c);
+        search.dfs(0, 0.0, base_e, base_c);
+        search.best.map(|l| (search.best_e, l))
     }
 
-    fn dfs(
-        &mut self,
-        flexible: &[(usize, Vec<(f64, u32)>)],
-        depth: usize,
-        loss: f64,
-        lens: &mut Vec<u32>,
-        slack: (f64, f64),
-    ) {
-        let remaining = |best: f64| slack.0 - best * slack.1;
-        if depth == flexible.len() {
-            return;
+    /// Σ_k max_l [E_k(l) − μ c_k(l, b) − w μ |∂c_k/∂φ (l, b)|]: the per-device part of the interval bound whose
+    /// latency term is the tangent of c_k at b (c_k is convex and falling in φ). `None` if some device cannot
+    /// draft `l_min` by `b`.
+    fn penalised_max(&self, b: f64, mu: f64, w: f64) -> Option<f64> {
+        let mut sum = 0.0;
+        for (k, d) in self.s.devices.iter().enumerate() {
+            let value = |l: u32| {
+                let lf = f64::from(l);
+                let slack = b - lf * d.draft_token_s;
+                if slack > 0.0 {
+                    let c = d.hz_s_per_token * lf / slack;
+                    Some(self.e(k, l) - mu * (c + w * c / slack))
+                } else {
+                    None
+                }
+            };
+            let mut l = self.s.min_draft_len;
+            let mut v = value(l)?;
+            while l < self.s.max_draft_len {
+                match value(l + 1) {
+                    Some(next) if next > v => {
+                        (l, v) = (l + 1, next);
+                    }
+                    _ => break,
+                }
+            }
+            sum += v;
         }
-        // Devices are ordered by their cheapest deviation, so once even that overshoots, deeper ones do too.
-        let (k, cands) = &flexible[depth];
-        if loss + cands[0].0 >= remaining(self.best_tau) {
-            return;
-        }
-        // Keep this device at its argmax and vary the later ones.
-        self.dfs(flexible, depth + 1, loss, lens, slack);
-        let keep = lens[*k];
-        for &(dl, l) in cands {
-            if loss + dl >= remaining(self.best_tau) {
+        Some(sum)
+    }
+
+    /// ±1 moves on single devices, each evaluated exactly, until none improves (a strong starting incumbent).
+    fn local_search(&mut self) {
+        let mut lens = self.best.clone();
+        for _ in 0..64 {
+            let before = self.best_tau;
+            for k in 0..lens.len() {
+                for up in [true, false] {
+                    let l = lens[k];
+                    let next = if up {
+                        if l >= self.s.max_draft_len {
+                            continue;
+                        }
+                        l + 1
+                    } else {
+                        if l <= self.s.min_draft_len {
+                            continue;
+                        }
+                        l - 1
+                    };
+                    lens[k] = next;
+                    self.offer(&lens);
+                    if self.best[k] != next {
+                        lens[k] = l;
+                    }
+                }
+            }
+            if self.best_tau <= before {
                 break;
             }
-            lens[*k] = l;
-            self.offer(lens);
-            self.dfs(flexible, depth + 1, loss + dl, lens, slack);
         }
-        lens[*k] = keep;
+    }
+}
+
+struct Opt {
+    loss: f64,
+    l: u32,
+    de: f64,
+    dc: f64,
+}
+
+struct Flex {
+    k: usize,
+    options: Vec<Opt>,
+    /// Largest bandwidth reduction among the options.
+    save: f64,
+}
+
+struct Knap<'f> {
+    flexible: &'f [Flex],
+    save_after: &'f [f64],
+    budget: f64,
+    upper: f64,
+    best_e: f64,
+    best: Option<Vec<u32>>,
+    lens: Vec<u32>,
+    nodes: usize,
+}
+
+impl Knap<'_> {
+    fn visit(&mut self, e: f64, c: f64) {
+        if c <= self.budget && e > self.best_e {
+            self.best_e = e;
+            self.best = Some(self.lens.clone());
+        }
+    }
+
+    fn dfs(&mut self, depth: usize, loss: f64, e: f64, c: f64) {
+        self.nodes += 1;
+        if depth == self.flexible.len() || c - self.save_after[depth] > self.budget {
+            return;
+        }
+        let flex = &self.flexible[depth];
+        if loss + flex.options[0].loss >= self.upper - self.best_e {
+            return;
+        }
+        self.dfs(depth + 1, loss, e, c);
+        let keep = self.lens[flex.k];
+        for o in &flex.options {
+            if loss + o.loss >= self.upper - self.best_e {
+                break;
+            }
+            self.lens[flex.k] = o.l;
+            let (e2, c2) = (e + o.de, c + o.dc);
+            self.visit(e2, c2);
+            self.dfs(depth + 1, loss + o.loss, e2, c2);
+        }
+        self.lens[flex.k] = keep;
     }
 }
 
 #[derive(PartialEq)]
 struct Interval {
-    slack: f64,
+    key: f64,
     a: f64,
     b: f64,
 }
@@ -241,7 +352,7 @@ impl PartialOrd for Interval {
 }
 impl Ord for Interval {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.slack.total_cmp(&other.slack)
+        self.key.total_cmp(&other.key)
     }
 }
 
@@ -249,8 +360,9 @@ impl Ord for Interval {
 pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeError> {
     let mut solver = Solver::new(s);
     let k = s.len();
-    // Incumbents: the best common length (Homo), then a few rounds of exact per-device Lagrangian argmax at the
-    // incumbent's (φ, μ), with μ = η / Σ_k a_k L_k / (φ − L_k T_k)² from the stationarity of the Lagrangian in φ.
+    // Incumbents: the best common length (Homo), a few rounds of exact per-device Lagrangian argmax at the
+    // incumbent's (φ, μ), with μ = η / Σ_k a_k L_k / (φ − L_k T_k)² from the stationarity of the Lagrangian in φ,
+    // then ±1 moves.
     let homo_plan = homo(s)?;
     solver.offer(&homo_plan.draft_lengths);
     let mut scratch = vec![0u32; k];
@@ -276,21 +388,23 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
             break;
         }
     }
+    solver.local_search();
     let lo_lens = vec![s.min_draft_len; k];
     let hi_lens = vec![s.max_draft_len; k];
     let phi_min = solver.phi(&lo_lens);
     let phi_max = solver.phi(&hi_lens);
     let max_tokens: f64 = (0..k).map(|i| solver.e(i, s.max_draft_len)).sum();
+    let verify = solver.verify;
     let mut heap = BinaryHeap::new();
     heap.push(Interval {
-        slack: f64::INFINITY,
+        key: f64::INFINITY,
         a: phi_min,
         b: phi_max,
     });
     while let Some(Interval { a, b, .. }) = heap.pop() {
         solver.stats.intervals += 1;
         // No plan with φ ≥ cap can beat the incumbent even with every device at L_max.
-        let cap = max_tokens / solver.best_tau - solver.verify;
+        let cap = max_tokens / solver.best_tau - verify;
         if a >= cap {
             continue;
         }
@@ -301,22 +415,52 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
         let Some((sum_v, _)) = solver.lagrangian(b, mu, &mut scratch) else {
             continue;
         };
-        let argmax = scratch.clone();
-        // The Lagrangian argmax is a plan in its own right: offering it tightens the incumbent early.
-        solver.offer(&argmax);
-        let scale = solver.best_tau * (a + solver.verify);
-        let slack = sum_v + mu * s.bandwidth_hz - scale;
-        if slack <= TIE_TOLERANCE * scale {
+        let upper = sum_v + mu * s.bandwidth_hz;
+        let eta = solver.best_tau;
+        let theta = eta * (a + verify) * (1.0 + TIE_TOLERANCE);
+        if upper <= theta {
             continue;
         }
-        let width_cost = solver.best_tau * (b - a);
-        if width_cost > WIDTH_FACTOR * slack && b - a > 1e-12 * b {
+        // Tangent bound: for φ(L) ∈ [a, b], Σ E − η(φ + T_ver) ≤ max(at b, at a with the tangent of c_k at b).
+        let w = b - a;
+        let Some(pen) = solver.penalised_max(b, mu, w) else {
+            continue;
+        };
+        let tie = TIE_TOLERANCE * eta * (a + verify);
+        let gap_at_b = upper - eta * (b + verify);
+        let gap_width = pen + mu * s.bandwidth_hz - eta * (a + verify);
+        if gap_at_b.max(gap_width) <= tie {
+            continue;
+        }
+        if (gap_at_b <= tie || gap_width - gap_at_b > gap_at_b) && w > 1e-12 * b {
             let m = 0.5 * (a + b);
-            heap.push(Interval { slack, a, b: m });
-            heap.push(Interval { slack, a: m, b });
+            heap.push(Interval {
+                key: upper - theta,
+                a,
+                b: m,
+            });
+            heap.push(Interval {
+                key: upper - theta,
+                a: m,
+                b,
+            });
             continue;
         }
-        solver.enumerate(a, b, mu, sum_v, &argmax);
+        let argmax = scratch.clone();
+        let Some((v_b, lens)) = solver.knapsack(b, mu, theta, &argmax) else {
+            continue;
+        };
+        solver.offer(&lens);
+        // Plans in [φ(L_b), b] carry at most V(b) tokens at latency ≥ φ(L_b); plans in [V(b)/η − T_ver, b] carry
+        // at most V(b) at latency ≥ V(b)/η − T_ver. Either way none beats the incumbent.
+        let next_b = (solver.phi(&lens) * (1.0 - TIE_TOLERANCE)).min(v_b / solver.best_tau - verify);
+        if next_b > a {
+            heap.push(Interval {
+                key: upper - theta,
+                a,
+                b: next_b,
+            });
+        }
     }
     let lens = solver.best.clone();
     let (_, bandwidth) = lemma3_bandwidth(s, &lens);
@@ -384,5 +528,22 @@ mod tests {
         assert!(stats.evaluations < 200_000, "{stats:?}");
         let total: f64 = plan.bandwidth_hz.iter().sum();
         assert!((total - s.bandwidth_hz).abs() < 1e-9 * s.bandwidth_hz);
+    }
+    #[test]
+    fn exact_equals_exhaustive_search_at_moderate_k() {
+        // Eight devices: the knapsack search branches over several devices at once here.
+        let mut rng = ChaCha8Rng::seed_from_u64(88);
+        for case in 0..3 {
+            let s = random_scenario(&mut rng, 8, 5);
+            let ex = exact(&s).unwrap();
+            let bf = brute_force(&s, BRUTE_FORCE_LIMIT).unwrap();
+            let gap = (bf.goodput_tokens_per_s - ex.goodput_tokens_per_s) / bf.goodput_tokens_per_s;
+            assert!(
+                gap.abs() <= 1e-9,
+                "case {case}: exact {:?} vs brute {:?}",
+                ex.draft_lengths,
+                bf.draft_lengths
+            );
+        }
     }
 }
