@@ -1,8 +1,5 @@
 //! Planner speed for paper A: the exact planner against Algorithm 1 (default 100 × 100 grid) at K = 20 and
 //! K = 1000 on seeded random scenarios (targets: exact ≤ 1 ms at K = 20, ≤ 100 ms at K = 1000).
-//!
-//! The exact planner is benchmarked at K = 20 only: its interval search does not yet meet the K = 1000 target
-//! (it needs minutes there, see docs/paper-a.md), and a bench that cannot finish would block `cargo bench`.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::SeedableRng;

@@ -9,6 +9,15 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// Scenario file (JSON, SI units). `"model": "paper-b"` selects paper B; otherwise paper A.
+    ///
+    /// Paper A fields: bandwidth_hz (Hz), bits_per_draft_token (bit uploaded per drafted token),
+    /// verify_fixed_s and verify_per_draft_s (s; T_ver = fixed + K·per_draft), max_draft_len, and devices:
+    /// [{acceptance (α in (0, 1)), draft_token_s (s per drafted token), spectral_efficiency (bit/s/Hz)}].
+    ///
+    /// Paper B fields: bandwidth_hz, distribution_bits (bit per exchanged distribution), verify_fixed_s,
+    /// verify_per_device_s, max_draft_len, ul_power_w and dl_power_w (W), noise_psd_server_w_per_hz and
+    /// noise_psd_device_w_per_hz (W/Hz), saa_samples, seed, and devices: [{acceptance, draft_token_s,
+    /// channel_gain (linear power gain)}]. Examples: scenarios/examples/.
     #[arg(long, value_name = "FILE.json")]
     pub scenario: PathBuf,
     /// Planning scheme. Paper A: exact, paper-alg1, homo, uni-bw, fixed, brute-force.
