@@ -27,7 +27,7 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
-    /// Paper B objective: `rate` = E[ΣN]/E[T] (long-run tokens/s, default) or `mean-ratio` = E[ΣN/T].
+    /// Paper B objective: `rate` = `E[ΣN]/E[T]` (long-run tokens/s, default) or `mean-ratio` = `E[ΣN/T]`.
     #[arg(long, value_name = "OBJECTIVE")]
     pub objective: Option<String>,
 }

@@ -307,7 +307,7 @@ impl Model {
 
     /// One padded pass over many sequences (paper A eq. 7: all drafts verified together). Sequence b continues
     /// from its own cache with its own new tokens; shorter inputs are padded, and the mask lets every real query
-    /// see exactly its own prefix. Returns per-sequence logits (tokens[b].len(), vocab) and extends every cache.
+    /// see exactly its own prefix. Returns per-sequence logits `(tokens[b].len(), vocab)` and extends every cache.
     pub fn forward_batch(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Vec<Tensor>> {
         if caches.len() != tokens.len() || tokens.is_empty() {
             return Err(RuntimeError::invalid(

@@ -7,7 +7,7 @@
 //!
 //! Round latency ⟨R⟩: T = max_k γ_k T_k^dft + T_ver(K) + T_comm(R), with T_comm the reactive optimum (or a
 //! baseline policy) for the rejected set R of the sample. Two objectives ⟨C⟩:
-//! - [`Objective::Rate`]: E[ΣN] / E[T], the long-run tokens per second (renewal–reward); the default.
+//! - [`Objective::Rate`]: E\[ΣN\] / E\[T\], the long-run tokens per second (renewal–reward); the default.
 //! - [`Objective::MeanRatio`]: E[ΣN / T], the mean of the per-round goodput.
 //!
 //! The reactive problem needs the rejected set sorted by UL delay. At a fixed share b, τ^ul falls with the gain,
@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Objective {
-    /// E[ΣN] / E[T]: long-run throughput in tokens/s (default).
+    /// E\[ΣN\] / E\[T\]: long-run throughput in tokens/s (default).
     #[default]
     Rate,
     /// E[ΣN / T]: mean per-round goodput.
@@ -112,15 +112,15 @@ impl Samples {
 /// Statistics of a draft-length vector over the samples.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RoundStats {
-    /// E[ΣN] / E[T] in tokens/s.
+    /// E\[ΣN\] / E\[T\] in tokens/s.
     pub rate_tokens_per_s: f64,
     /// E[ΣN / T] in tokens/s.
     pub mean_ratio_tokens_per_s: f64,
-    /// E[ΣN] tokens per round.
+    /// E\[ΣN\] tokens per round.
     pub tokens_per_round: f64,
-    /// E[T] in seconds.
+    /// E\[T\] in seconds.
     pub latency_s: f64,
-    /// E[T_comm] in seconds.
+    /// E\[T_comm\] in seconds.
     pub comm_delay_s: f64,
     /// Fraction of device-rounds with every drafted token accepted.
     pub frac_accepted: f64,
