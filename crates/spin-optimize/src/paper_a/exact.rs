@@ -37,6 +37,8 @@ struct Solver<'a> {
     best_tau: f64,
     best: Vec<u32>,
     stats: ExactStats,
+    /// Scratch for `best_price`: (running-minimum efficiency, bandwidth increment) per step.
+    items: Vec<(f64, f64)>,
 }
 
 impl<'a> Solver<'a> {
@@ -55,6 +57,7 @@ impl<'a> Solver<'a> {
             best_tau: 0.0,
             best: vec![],
             stats: ExactStats::default(),
+            items: Vec::new(),
         }
     }
 
@@ -112,43 +115,60 @@ impl<'a> Solver<'a> {
     }
 
     /// The price μ ≥ 0 that minimises the separable bound at `b` (a convex, piecewise-linear function of μ whose
-    /// slope is B − Σ c_k at the argmax), found by bisection on that slope; `None` if no plan fits by `b`.
-    fn best_price(&self, b: f64, scratch: &mut [u32]) -> Option<f64> {
+    /// slope is B − Σ c_k at the argmax); `None` if no plan fits by `b`. Device k moves from l to l + 1 at price μ
+    /// exactly when every step up to there has efficiency ΔE/Δc > μ (the scan in `lagrangian`), so each step counts
+    /// with the running minimum of the efficiencies before it. The optimal μ is the efficiency of the break item:
+    /// the first step, taken in order of falling efficiency, that no longer fits in B.
+    fn best_price(&mut self, b: f64) -> Option<f64> {
         let budget = self.s.bandwidth_hz;
-        let (_, c0) = self.lagrangian(b, 0.0, scratch)?;
-        if c0 <= budget {
-            return Some(0.0);
-        }
-        // Above the largest first-increment ratio every device sits at l_min.
-        let l0 = self.s.min_draft_len;
-        let mut hi = 0.0f64;
+        let mut items = std::mem::take(&mut self.items);
+        items.clear();
+        let mut base = 0.0;
+        let mut feasible = true;
         for (k, d) in self.s.devices.iter().enumerate() {
-            if l0 < self.s.max_draft_len {
-                let dc = d.bandwidth_for(l0 + 1, b) - d.bandwidth_for(l0, b);
-                if dc.is_finite() {
-                    hi = hi.max((self.e(k, l0 + 1) - self.e(k, l0)) / dc);
-                }
-            }
-        }
-        hi *= 2.0;
-        let (_, c_hi) = self.lagrangian(b, hi, scratch)?;
-        if c_hi > budget {
-            return None;
-        }
-        let mut lo = hi * 1e-12;
-        for _ in 0..48 {
-            let mid = (lo * hi).sqrt();
-            let (_, c) = self.lagrangian(b, mid, scratch)?;
-            if c > budget {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-            if hi <= lo * (1.0 + 1e-9) {
+            let mut l = self.s.min_draft_len;
+            let mut c = d.bandwidth_for(l, b);
+            if !c.is_finite() {
+                feasible = false;
                 break;
             }
+            base += c;
+            let mut ratio = f64::INFINITY;
+            while l < self.s.max_draft_len {
+                let c_next = d.bandwidth_for(l + 1, b);
+                if !c_next.is_finite() {
+                    break;
+                }
+                let dc = c_next - c;
+                let r = (self.e(k, l + 1) - self.e(k, l)) / dc;
+                // A NaN or non-positive efficiency is never taken at μ ≥ 0.
+                if r.is_nan() || r <= 0.0 {
+                    break;
+                }
+                ratio = ratio.min(r);
+                items.push((ratio, dc));
+                (l, c) = (l + 1, c_next);
+            }
         }
-        Some(hi)
+        let price = if !feasible || base > budget {
+            None
+        } else if base + items.iter().map(|&(_, dc)| dc).sum::<f64>() <= budget {
+            Some(0.0)
+        } else {
+            items.sort_unstable_by(|x, y| y.0.total_cmp(&x.0));
+            let mut used = base;
+            let mut price = 0.0;
+            for &(r, dc) in &items {
+                used += dc;
+                if used > budget {
+                    price = r;
+                    break;
+                }
+            }
+            Some(price)
+        };
+        self.items = items;
+        price
     }
 
     /// Exact knapsack at latency `b`: the plan with the largest Σ_k E_k among those with Σ_k c_k(L_k, b) ≤ B and
@@ -409,7 +429,7 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
             continue;
         }
         let b = b.min(cap);
-        let Some(mu) = solver.best_price(b, &mut scratch) else {
+        let Some(mu) = solver.best_price(b) else {
             continue;
         };
         let Some((sum_v, _)) = solver.lagrangian(b, mu, &mut scratch) else {
