@@ -267,9 +267,28 @@ impl<'a> Solver<'a> {
         Some(sum)
     }
 
-    /// ±1 moves on single devices, each evaluated exactly, until none improves (a strong starting incumbent).
+    /// Σ_k w_k/(φ − β_k) and Σ_k w_k/(φ − β_k)² for the Lemma 3 terms (w_k, β_k) = (a_k L_k, L_k T_k) of `lens`.
+    fn root_sums(&self, lens: &[u32], phi: f64) -> (f64, f64) {
+        let (mut g, mut dg) = (0.0, 0.0);
+        for (d, &l) in self.s.devices.iter().zip(lens) {
+            let lf = f64::from(l);
+            let inv = 1.0 / (phi - lf * d.draft_token_s);
+            g += d.hz_s_per_token * lf * inv;
+            dg += d.hz_s_per_token * lf * inv * inv;
+        }
+        (g, dg)
+    }
+
+    /// ±1 moves on single devices until none improves (a strong starting incumbent). A move is evaluated exactly
+    /// only if a cheap bound says it might win: g(x) = Σ_k w_k/(x − β_k) − B is convex and falling, so one Newton
+    /// step from the current φ (O(1) from the running sums) lands at or below the new Lemma 3 root, which caps the
+    /// moved plan's goodput.
     fn local_search(&mut self) {
         let mut lens = self.best.clone();
+        let budget = self.s.bandwidth_hz;
+        let mut phi = self.phi(&lens);
+        let (mut g_sum, mut dg_sum) = self.root_sums(&lens, phi);
+        let mut tokens: f64 = (0..lens.len()).map(|k| self.e(k, lens[k])).sum();
         for _ in 0..64 {
             let before = self.best_tau;
             for k in 0..lens.len() {
@@ -286,9 +305,30 @@ impl<'a> Solver<'a> {
                         }
                         l - 1
                     };
+                    let d = &self.s.devices[k];
+                    let (lf, nf) = (f64::from(l), f64::from(next));
+                    let slack_new = phi - nf * d.draft_token_s;
+                    if slack_new > 0.0 {
+                        let inv_old = 1.0 / (phi - lf * d.draft_token_s);
+                        let inv_new = 1.0 / slack_new;
+                        let (w_old, w_new) = (d.hz_s_per_token * lf, d.hz_s_per_token * nf);
+                        let g = g_sum - w_old * inv_old + w_new * inv_new - budget;
+                        let dg = dg_sum - w_old * inv_old * inv_old + w_new * inv_new * inv_new;
+                        let root_lo = phi + g / dg;
+                        let new_tokens = tokens - self.e(k, l) + self.e(k, next);
+                        if root_lo + self.verify > 0.0
+                            && new_tokens / (root_lo + self.verify) <= self.best_tau * (1.0 - 1e-12)
+                        {
+                            continue;
+                        }
+                    }
                     lens[k] = next;
                     self.offer(&lens);
-                    if self.best[k] != next {
+                    if self.best[k] == next {
+                        phi = self.phi(&lens);
+                        (g_sum, dg_sum) = self.root_sums(&lens, phi);
+                        tokens = (0..lens.len()).map(|i| self.e(i, lens[i])).sum();
+                    } else {
                         lens[k] = l;
                     }
                 }
