@@ -155,17 +155,7 @@ impl<'a> Solver<'a> {
         } else if base + items.iter().map(|&(_, dc)| dc).sum::<f64>() <= budget {
             Some(0.0)
         } else {
-            items.sort_unstable_by(|x, y| y.0.total_cmp(&x.0));
-            let mut used = base;
-            let mut price = 0.0;
-            for &(r, dc) in &items {
-                used += dc;
-                if used > budget {
-                    price = r;
-                    break;
-                }
-            }
-            Some(price)
+            Some(break_ratio(&mut items, budget - base))
         };
         self.items = items;
         price
@@ -336,6 +326,38 @@ impl<'a> Solver<'a> {
             if self.best_tau <= before {
                 break;
             }
+        }
+    }
+}
+
+/// The efficiency r of the break item: Σ Δc over steps more efficient than r is at most `room`, over steps at least
+/// as efficient it exceeds `room` (which the caller guarantees of the whole set). Weighted quickselect, O(n)
+/// expected: the order of falling efficiency is never built in full.
+fn break_ratio(items: &mut [(f64, f64)], mut room: f64) -> f64 {
+    let mut slice = items;
+    loop {
+        if slice.len() <= 16 {
+            slice.sort_unstable_by(|x, y| y.0.total_cmp(&x.0));
+            let mut used = 0.0;
+            for &(r, dc) in slice.iter() {
+                used += dc;
+                if used > room {
+                    return r;
+                }
+            }
+            // Only rounding in `room` gets here: the least efficient step is the break item.
+            return slice.last().map_or(0.0, |&(r, _)| r);
+        }
+        let mid = slice.len() / 2;
+        let (left, pivot, right) = slice.select_nth_unstable_by(mid, |x, y| y.0.total_cmp(&x.0));
+        let left_sum: f64 = left.iter().map(|&(_, dc)| dc).sum();
+        if left_sum > room {
+            slice = left;
+        } else if left_sum + pivot.1 > room {
+            return pivot.0;
+        } else {
+            room -= left_sum + pivot.1;
+            slice = right;
         }
     }
 }
