@@ -7,6 +7,7 @@
 pub mod error;
 pub mod gguf;
 pub mod hf;
+mod kernels;
 pub mod llama2c;
 pub mod load;
 pub mod measure;

@@ -5,6 +5,7 @@
 //! padded) and distillation training: with `differentiable` set it uses only ops that candle can back-propagate.
 
 use crate::error::{Result, RuntimeError};
+use crate::kernels::{Attention, Past, SiluMul};
 use candle_core::quantized::QMatMul;
 use candle_core::{D, DType, Device, Module, Tensor};
 
@@ -176,13 +177,33 @@ pub struct Model {
     sin: Tensor,
     device: Device,
     differentiable: bool,
+    cpu_fast: bool,
 }
 
-/// The keys and values one sequence has seen, per layer: shape (n_kv_heads, len, head_dim).
+/// The keys and values one sequence has seen, per layer.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    layers: Vec<LayerKv>,
     len: usize,
+    kv_dim: usize,
+}
+
+/// One layer of a [`KvCache`].
+#[derive(Debug, Clone)]
+enum LayerKv {
+    /// Host vectors, position-major `(len, n_kv_heads, head_dim)`: appending is one copy, truncating shortens the
+    /// vectors, and a padded batch is assembled with plain copies instead of several tensor ops per sequence.
+    Host { k: Vec<f32>, v: Vec<f32> },
+    /// Device tensors `(n_kv_heads, len, head_dim)`, `None` while empty.
+    Device(Option<(Tensor, Tensor)>),
+}
+
+/// What one forward pass adds to one sequence's cache layer, committed only after the whole pass succeeds.
+enum KvUpdate {
+    /// Position-major rows to append to a host layer.
+    Append(Vec<f32>, Vec<f32>),
+    /// The extended device tensors that replace a device layer.
+    Replace(Tensor, Tensor),
 }
 
 impl KvCache {
@@ -194,6 +215,11 @@ impl KvCache {
     /// Whether no position is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether the cache lives in host vectors (see [`Model::set_cpu_fast_path`]).
+    pub fn is_host(&self) -> bool {
+        matches!(self.layers.first(), Some(LayerKv::Host { .. }))
     }
 
     /// Forgets every position from `len` on (after a rejection); `len` may not exceed the current length.
@@ -208,11 +234,19 @@ impl KvCache {
             return Ok(());
         }
         for entry in &mut self.layers {
-            if len == 0 {
-                *entry = None;
-            } else if let Some((k, v)) = entry {
-                *k = k.narrow(1, 0, len)?;
-                *v = v.narrow(1, 0, len)?;
+            match entry {
+                LayerKv::Host { k, v } => {
+                    k.truncate(len * self.kv_dim);
+                    v.truncate(len * self.kv_dim);
+                }
+                LayerKv::Device(slot) => {
+                    if len == 0 {
+                        *slot = None;
+                    } else if let Some((k, v)) = slot {
+                        *k = k.narrow(1, 0, len)?;
+                        *v = v.narrow(1, 0, len)?;
+                    }
+                }
             }
         }
         self.len = len;
@@ -258,12 +292,22 @@ impl Model {
             sin,
             device: device.clone(),
             differentiable: false,
+            cpu_fast: device.is_cpu(),
         })
     }
 
     /// Use only back-propagatable ops (for training); slower than the fused inference kernels.
     pub fn set_differentiable(&mut self, on: bool) {
         self.differentiable = on;
+    }
+
+    /// Use the CPU fast path (the default for CPU models): caches in host vectors, and fused kernels for the
+    /// masked softmax and the SwiGLU product. Off (the default elsewhere), caches are device tensors and every
+    /// step is a stock candle op, the path a GPU runs; both give the same logits to rounding. The kernels run on
+    /// the CPU only, so on other devices this switches only the cache layout. Caches made before a switch keep
+    /// their layout, and one batch may not mix the two.
+    pub fn set_cpu_fast_path(&mut self, on: bool) {
+        self.cpu_fast = on;
     }
 
     /// The model's configuration.
@@ -292,9 +336,18 @@ impl Model {
 
     /// An empty cache for one sequence.
     pub fn new_cache(&self) -> KvCache {
+        let layer = if self.cpu_fast {
+            LayerKv::Host {
+                k: Vec::new(),
+                v: Vec::new(),
+            }
+        } else {
+            LayerKv::Device(None)
+        };
         KvCache {
-            layers: vec![None; self.cfg.n_layers],
+            layers: vec![layer; self.cfg.n_layers],
             len: 0,
+            kv_dim: self.cfg.kv_dim(),
         }
     }
 
@@ -309,6 +362,10 @@ impl Model {
     /// from its own cache with its own new tokens; shorter inputs are padded, and the mask lets every real query
     /// see exactly its own prefix. Returns per-sequence logits `(tokens[b].len(), vocab)` and extends every cache.
     pub fn forward_batch(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Vec<Tensor>> {
+        in_worker(|| self.forward_batch_here(caches, tokens))
+    }
+
+    fn forward_batch_here(&self, caches: &mut [&mut KvCache], tokens: &[&[u32]]) -> Result<Vec<Tensor>> {
         if caches.len() != tokens.len() || tokens.is_empty() {
             return Err(RuntimeError::invalid(
                 "tokens",
@@ -327,6 +384,25 @@ impl Model {
                     format!("token {bad} is outside the vocabulary of {}", self.cfg.vocab_size),
                 ));
             }
+            let c = &caches[i];
+            if c.layers.len() != self.cfg.n_layers || c.kv_dim != self.cfg.kv_dim() {
+                return Err(RuntimeError::invalid(
+                    format!("caches[{i}]"),
+                    format!(
+                        "belongs to a model of {} layers and key width {}, not {} and {}",
+                        c.layers.len(),
+                        c.kv_dim,
+                        self.cfg.n_layers,
+                        self.cfg.kv_dim()
+                    ),
+                ));
+            }
+            if c.is_host() != caches[0].is_host() {
+                return Err(RuntimeError::invalid(
+                    format!("caches[{i}]"),
+                    "mixes host and device cache layouts in one batch",
+                ));
+            }
             let end = caches[i].len + s.len();
             if end > self.cfg.max_seq_len {
                 return Err(RuntimeError::invalid(
@@ -342,35 +418,37 @@ impl Model {
         let s_len = past.iter().max().copied().unwrap_or(0) + t;
         let mut ids = Vec::with_capacity(b * t);
         let mut pos = Vec::with_capacity(b * t);
-        let mut mask = Vec::with_capacity(b * t * s_len);
+        // Keys: cache at [0, past), new tokens at [past, past + t), zero padding after; query j sees a prefix.
+        let mut visible = Vec::with_capacity(b * t);
         for (i, s) in tokens.iter().enumerate() {
             for j in 0..t {
                 ids.push(s.get(j).copied().unwrap_or(0));
                 pos.push(if j < s.len() { (past[i] + j) as u32 } else { 0 });
-                // Keys: cache at [0, past), new tokens at [past, past + t), zero padding after.
-                for k in 0..s_len {
-                    mask.push(if k <= past[i] + j { 0f32 } else { f32::NEG_INFINITY });
-                }
+                visible.push(past[i] + j + 1);
             }
         }
         let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
         let pos = Tensor::from_vec(pos, b * t, &self.device)?;
-        // One new token per sequence and no padding: every key is visible, the mask would add zeros.
-        let mask = if t == 1 && past.iter().all(|&p| p + 1 == s_len) {
-            None
-        } else {
-            Some(Tensor::from_vec(mask, (b, 1, t, s_len), &self.device)?)
-        };
         let lens: Vec<usize> = tokens.iter().map(|s| s.len()).collect();
-        let (logits, new_caches) = self.run(&ids, &pos, mask.as_ref(), s_len, Some((caches, &lens)))?;
+        let (logits, new_caches) = self.run(&ids, &pos, &visible, s_len, Some((caches, &lens)))?;
         let mut out = Vec::with_capacity(b);
         for (i, &n) in lens.iter().enumerate() {
             out.push(logits.get(i)?.narrow(0, 0, n)?);
         }
         // Commit the extended caches only once the whole pass has succeeded.
         for (layer, per_seq) in new_caches.into_iter().enumerate() {
-            for (i, kv) in per_seq.into_iter().enumerate() {
-                caches[i].layers[layer] = Some(kv);
+            for (i, update) in per_seq.into_iter().enumerate() {
+                let slot = &mut caches[i].layers[layer];
+                match update {
+                    // `run` makes host rows only for host layers (checked above: one layout per batch).
+                    KvUpdate::Append(nk, nv) => {
+                        if let LayerKv::Host { k, v } = slot {
+                            k.extend_from_slice(&nk);
+                            v.extend_from_slice(&nv);
+                        }
+                    }
+                    KvUpdate::Replace(k, v) => *slot = LayerKv::Device(Some((k, v))),
+                }
             }
         }
         for (c, &n) in caches.iter_mut().zip(&lens) {
@@ -390,11 +468,8 @@ impl Model {
         }
         let pos: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
         let pos = Tensor::from_vec(pos, b * t, &self.device)?;
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| (0..t).map(move |j| if j <= i { 0f32 } else { f32::NEG_INFINITY }))
-            .collect();
-        let mask = Tensor::from_vec(mask, (1, 1, t, t), &self.device)?;
-        Ok(self.run(ids, &pos, Some(&mask), t, None)?.0)
+        let visible: Vec<usize> = (0..b).flat_map(|_| 1..=t).collect();
+        in_worker(|| Ok(self.run(ids, &pos, &visible, t, None)?.0))
     }
 
     fn rms(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
@@ -435,23 +510,39 @@ impl Model {
     }
 
     /// The transformer body over keys of length `s_len`. With caches, sequence i's keys are laid out as
-    /// [its cache | its `lens[i]` new tokens | zeros up to `s_len`] (the mask hides everything after a query's own
-    /// position). Returns logits (B, T, vocab) and, per layer and sequence, the extended cache (cache ++ new keys).
+    /// [its cache | its `lens[i]` new tokens | zeros up to `s_len`]; query j of sequence i attends to the first
+    /// `visible[i·T + j]` keys only. Returns logits (B, T, vocab) and, per layer and sequence, the cache update.
     #[allow(clippy::type_complexity)]
     fn run(
         &self,
         ids: &Tensor,
         pos: &Tensor,
-        mask: Option<&Tensor>,
+        visible: &[usize],
         s_len: usize,
         caches: Option<(&mut [&mut KvCache], &[usize])>,
-    ) -> Result<(Tensor, Vec<Vec<(Tensor, Tensor)>>)> {
+    ) -> Result<(Tensor, Vec<Vec<KvUpdate>>)> {
         let cfg = &self.cfg;
         let (b, t) = ids.dims2()?;
         let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
         let cos = self.cos.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
         let sin = self.sin.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
         let scale = 1.0 / (hd as f64).sqrt();
+        // CPU inference takes the fused host kernels; elsewhere (and for training, which needs gradients) stock
+        // candle ops with an additive mask. With caches, their layout decides: host caches feed the host kernel.
+        let fused = self.cpu_fast && self.device.is_cpu() && !self.differentiable;
+        let host_attention = match &caches {
+            Some((caches, _)) => caches[0].is_host(),
+            None => fused,
+        };
+        let mask = if host_attention || visible.iter().all(|&n| n >= s_len) {
+            None
+        } else {
+            let m: Vec<f32> = visible
+                .iter()
+                .flat_map(|&n| (0..s_len).map(move |k| if k < n { 0f32 } else { f32::NEG_INFINITY }))
+                .collect();
+            Some(Tensor::from_vec(m, (b, 1, t, s_len), &self.device)?)
+        };
         let mut x = self
             .embed
             .index_select(&ids.flatten_all()?, 0)?
@@ -461,80 +552,158 @@ impl Model {
             let hn = self.rms(&x, &layer.attn_norm)?;
             let q = layer.wq.forward(&hn)?.reshape((b, t, nh, hd))?.transpose(1, 2)?;
             let k = layer.wk.forward(&hn)?.reshape((b, t, nkv, hd))?.transpose(1, 2)?;
-            let v = layer
-                .wv
-                .forward(&hn)?
-                .reshape((b, t, nkv, hd))?
-                .transpose(1, 2)?
-                .contiguous()?;
+            // Values stay (B, T, nkv, hd): position-major like a host cache.
+            let v = layer.wv.forward(&hn)?.reshape((b, t, nkv, hd))?;
             let q = self.rope(&q, &cos, &sin)?;
             let k = self.rope(&k, &cos, &sin)?;
-            let (k_all, v_all) = match &caches {
-                None => (k, v),
-                Some((caches, lens)) => {
-                    let mut ks = Vec::with_capacity(b);
-                    let mut vs = Vec::with_capacity(b);
-                    let mut extended = Vec::with_capacity(b);
-                    for (i, cache) in caches.iter().enumerate() {
-                        let k_new = k.get(i)?.narrow(1, 0, lens[i])?;
-                        let v_new = v.get(i)?.narrow(1, 0, lens[i])?;
-                        let (kc, vc) = match &cache.layers[li] {
-                            Some((kc, vc)) => {
-                                (Tensor::cat(&[kc, &k_new], 1)?, Tensor::cat(&[vc, &v_new], 1)?)
-                            }
-                            None => (k_new.contiguous()?, v_new.contiguous()?),
-                        };
-                        let pad = s_len - cache.len - lens[i];
-                        if pad > 0 {
-                            let z = Tensor::zeros((nkv, pad, hd), DType::F32, &self.device)?;
-                            ks.push(Tensor::cat(&[&kc, &z], 1)?);
-                            vs.push(Tensor::cat(&[&vc, &z], 1)?);
-                        } else {
-                            ks.push(kc.clone());
-                            vs.push(vc.clone());
-                        }
-                        extended.push((kc, vc));
-                    }
-                    new_caches.push(extended);
-                    if b == 1 {
-                        (ks[0].unsqueeze(0)?, vs[0].unsqueeze(0)?)
-                    } else {
-                        (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
-                    }
+            let y = if host_attention {
+                let qf = q.flatten_all()?.to_vec1::<f32>()?;
+                let kf = k.flatten_all()?.to_vec1::<f32>()?;
+                let vf = v.flatten_all()?.to_vec1::<f32>()?;
+                let empty: &[f32] = &[];
+                let past: Vec<Past> = match &caches {
+                    Some((caches, _)) => caches
+                        .iter()
+                        .map(|c| match &c.layers[li] {
+                            LayerKv::Host { k, v } => Past { k, v },
+                            LayerKv::Device(_) => Past { k: empty, v: empty },
+                        })
+                        .collect(),
+                    None => (0..b).map(|_| Past { k: empty, v: empty }).collect(),
+                };
+                let y = Attention {
+                    q: &qf,
+                    k: &kf,
+                    v: &vf,
+                    past,
+                    visible,
+                    queries: t,
+                    n_heads: nh,
+                    n_kv_heads: nkv,
+                    head_dim: hd,
+                    scale: scale as f32,
                 }
-            };
-            // Query heads g·rep .. g·rep + rep − 1 all read kv head g: grouping them as rep·t rows of kv head g
-            // makes one product per kv head, with no repeated copy of the keys and values.
-            let rep = nh / nkv;
-            let s_keys = k_all.dim(2)?;
-            // The 1/√d scale is applied to the queries, a tensor s_len/hd times smaller than the scores.
-            let qg = (q * scale)?.reshape((b, nkv, rep * t, hd))?;
-            let att = qg.matmul(&k_all.t()?.contiguous()?)?;
-            let att = match mask {
-                Some(m) => att
-                    .reshape((b, nkv, rep, t, s_keys))?
-                    .broadcast_add(&m.unsqueeze(2)?)?
-                    .reshape((b, nkv, rep * t, s_keys))?,
-                None => att,
-            };
-            let att = if self.differentiable {
-                candle_nn::ops::softmax(&att, D::Minus1)?
+                .run();
+                if let Some((_, lens)) = &caches {
+                    new_caches.push(host_rows(&kf, &vf, lens, t, nkv, hd));
+                }
+                Tensor::from_vec(y, (b, t, cfg.dim), &self.device)?
             } else {
-                candle_nn::ops::softmax_last_dim(&att)?
+                let v = v.transpose(1, 2)?.contiguous()?;
+                // Keys transposed (B, nkv, hd, S) and values (B, nkv, S, hd), both contiguous.
+                let (k_t, v_all) = match &caches {
+                    None => (k.t()?.contiguous()?, v),
+                    Some((caches, lens)) => {
+                        let (k_t, v_all, updates) = self.device_keys(&k, &v, caches, lens, li, s_len)?;
+                        new_caches.push(updates);
+                        (k_t, v_all)
+                    }
+                };
+                // Query heads g·rep .. g·rep + rep − 1 all read kv head g: grouping them as rep·t rows of kv head
+                // g makes one product per kv head, with no repeated copy of the keys and values. The 1/√d scale
+                // is applied to the queries, a tensor s_len/hd times smaller than the scores.
+                let rep = nh / nkv;
+                let att = (q * scale)?.reshape((b, nkv, rep * t, hd))?.matmul(&k_t)?;
+                let att = match &mask {
+                    Some(m) => att
+                        .reshape((b, nkv, rep, t, s_len))?
+                        .broadcast_add(&m.unsqueeze(2)?)?
+                        .reshape((b, nkv, rep * t, s_len))?,
+                    None => att,
+                };
+                let att = if self.differentiable {
+                    candle_nn::ops::softmax(&att, D::Minus1)?
+                } else {
+                    candle_nn::ops::softmax_last_dim(&att)?
+                };
+                att.matmul(&v_all)?
+                    .reshape((b, nh, t, hd))?
+                    .transpose(1, 2)?
+                    .reshape((b, t, cfg.dim))?
             };
-            let y = att
-                .matmul(&v_all.contiguous()?)?
-                .reshape((b, nh, t, hd))?
-                .transpose(1, 2)?
-                .reshape((b, t, cfg.dim))?;
             x = (x + layer.wo.forward(&y)?)?;
             let hn = self.rms(&x, &layer.ffn_norm)?;
-            let ff = (layer.gate.forward(&hn)?.silu()? * layer.up.forward(&hn)?)?;
+            let (g, u) = (layer.gate.forward(&hn)?, layer.up.forward(&hn)?);
+            let ff = if fused {
+                g.apply_op2_no_bwd(&u, &SiluMul)?
+            } else {
+                (g.silu()? * u)?
+            };
             x = (x + layer.down.forward(&ff)?)?;
         }
         let x = self.rms(&x, &self.norm)?;
         Ok((self.head.forward(&x)?, new_caches))
     }
+
+    /// The padded keys and values of layer `li` for device caches, with tensor ops (per sequence: concatenate,
+    /// pad, then stack): sequence i's keys are [its cache | its new tokens | zeros up to `s_len`]. `k` and `v` are
+    /// the new keys and values (B, nkv, T, hd), contiguous. Returns K transposed (B, nkv, hd, S), V (B, nkv, S, hd)
+    /// and the extended caches.
+    fn device_keys(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        caches: &[&mut KvCache],
+        lens: &[usize],
+        li: usize,
+        s_len: usize,
+    ) -> Result<(Tensor, Tensor, Vec<KvUpdate>)> {
+        let (b, nkv, _, hd) = k.dims4()?;
+        let mut ks = Vec::with_capacity(b);
+        let mut vs = Vec::with_capacity(b);
+        let mut updates = Vec::with_capacity(b);
+        for (i, cache) in caches.iter().enumerate() {
+            let k_new = k.get(i)?.narrow(1, 0, lens[i])?;
+            let v_new = v.get(i)?.narrow(1, 0, lens[i])?;
+            let (kc, vc) = match &cache.layers[li] {
+                LayerKv::Device(Some((kc, vc))) => {
+                    (Tensor::cat(&[kc, &k_new], 1)?, Tensor::cat(&[vc, &v_new], 1)?)
+                }
+                _ => (k_new.contiguous()?, v_new.contiguous()?),
+            };
+            let pad = s_len - cache.len - lens[i];
+            if pad > 0 {
+                let z = Tensor::zeros((nkv, pad, hd), DType::F32, &self.device)?;
+                ks.push(Tensor::cat(&[&kc, &z], 1)?);
+                vs.push(Tensor::cat(&[&vc, &z], 1)?);
+            } else {
+                ks.push(kc.clone());
+                vs.push(vc.clone());
+            }
+            updates.push(KvUpdate::Replace(kc, vc));
+        }
+        let (k_all, v_all) = if b == 1 {
+            (ks[0].unsqueeze(0)?, vs[0].unsqueeze(0)?)
+        } else {
+            (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
+        };
+        Ok((k_all.t()?.contiguous()?, v_all.contiguous()?, updates))
+    }
+}
+
+/// The new rows each sequence appends to a host cache layer, position-major: keys from (B, nkv, T, hd), values
+/// from (B, T, nkv, hd); sequence i keeps its first `lens[i]` positions.
+fn host_rows(k: &[f32], v: &[f32], lens: &[usize], t: usize, nkv: usize, hd: usize) -> Vec<KvUpdate> {
+    let kvd = nkv * hd;
+    lens.iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let mut nk = Vec::with_capacity(n * kvd);
+            for j in 0..n {
+                for h in 0..nkv {
+                    nk.extend_from_slice(&k[((i * nkv + h) * t + j) * hd..][..hd]);
+                }
+            }
+            KvUpdate::Append(nk, v[i * t * kvd..(i * t + n) * kvd].to_vec())
+        })
+        .collect()
+}
+
+/// Runs `f` on a worker of rayon's global pool. candle's CPU kernels split rows with rayon; called from a thread
+/// outside the pool, each of the ~25 ops per layer would hand its work to a pool thread and sleep until woken
+/// (a futex round trip per op, a fifth of a small model's forward time); inside the pool they run in place.
+fn in_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }
 
 /// cos/sin of position·θ^(−2i/head_dim) for every position and pair index i: shape (max_seq_len, head_dim/2).

@@ -55,9 +55,17 @@ fn stepwise(m: &Model, prefix: &[u32], new: &[u32]) -> Tensor {
 
 #[test]
 fn batched_padded_logits_equal_single_sequence_logits() {
-    for rope in [RopeStyle::Interleaved, RopeStyle::Halves] {
+    for (rope, fast) in [
+        (RopeStyle::Interleaved, true),
+        (RopeStyle::Halves, true),
+        (RopeStyle::Interleaved, false),
+        (RopeStyle::Halves, false),
+    ] {
         let cfg = tiny(rope, rope == RopeStyle::Halves, false);
-        let m = model_from_tensors(cfg.clone(), weights(&cfg, 1), &Device::Cpu).unwrap();
+        let mut m = model_from_tensors(cfg.clone(), weights(&cfg, 1), &Device::Cpu).unwrap();
+        // The reference (`stepwise`) always takes the default CPU fast path; the batch takes the path under test.
+        let reference = m.clone();
+        m.set_cpu_fast_path(fast);
         let prefixes: [&[u32]; 4] = [&[1, 5, 9], &[1], &[1, 7, 7, 7, 30, 2, 11], &[1, 4]];
         let news: [&[u32]; 4] = [&[3, 4], &[8, 9, 10, 11, 12], &[40], &[6, 6, 6]];
         let mut caches: Vec<_> = prefixes
@@ -71,9 +79,13 @@ fn batched_padded_logits_equal_single_sequence_logits() {
         let mut refs: Vec<_> = caches.iter_mut().collect();
         let out = m.forward_batch(&mut refs, &news).unwrap();
         for i in 0..4 {
-            let want = stepwise(&m, prefixes[i], news[i]);
+            assert_eq!(caches[i].is_host(), fast);
+            let want = stepwise(&reference, prefixes[i], news[i]);
             let d = max_diff(&out[i], &want);
-            assert!(d < 1e-5, "{rope:?} sequence {i}: max |diff| = {d}");
+            assert!(
+                d < 1e-5,
+                "{rope:?} fast path {fast} sequence {i}: max |diff| = {d}"
+            );
             assert_eq!(caches[i].len(), prefixes[i].len() + news[i].len());
         }
     }
@@ -81,8 +93,15 @@ fn batched_padded_logits_equal_single_sequence_logits() {
 
 #[test]
 fn truncate_then_redecode_equals_decoding_from_scratch() {
+    for host in [true, false] {
+        truncate_then_redecode(host);
+    }
+}
+
+fn truncate_then_redecode(host: bool) {
     let cfg = tiny(RopeStyle::Interleaved, false, true);
-    let m = model_from_tensors(cfg.clone(), weights(&cfg, 2), &Device::Cpu).unwrap();
+    let mut m = model_from_tensors(cfg.clone(), weights(&cfg, 2), &Device::Cpu).unwrap();
+    m.set_cpu_fast_path(host);
     let mut c = m.new_cache();
     m.forward(&mut c, &[1, 5, 6, 7]).unwrap();
     m.forward(&mut c, &[20, 21, 22]).unwrap();
@@ -125,6 +144,18 @@ fn bad_inputs_are_errors_naming_the_field() {
     );
     let e = m.forward(&mut c, &[]).unwrap_err();
     assert!(e.to_string().contains("empty"), "{e}");
+    // A cache of another model, and host and device layouts mixed in one batch.
+    let mut other = m.first_layers(1).unwrap().new_cache();
+    let e = m.forward(&mut other, &[1]).unwrap_err();
+    assert!(e.to_string().starts_with("caches[0]"), "{e}");
+    let mut dev_model = m.clone();
+    dev_model.set_cpu_fast_path(false);
+    let (mut h, mut d) = (m.new_cache(), dev_model.new_cache());
+    let e = m.forward_batch(&mut [&mut h, &mut d], &[&[1], &[1]]).unwrap_err();
+    assert!(
+        e.to_string().starts_with("caches[1]") && e.to_string().contains("mixes"),
+        "{e}"
+    );
     let long = vec![1u32; 65];
     assert!(
         m.forward(&mut c, &long)
