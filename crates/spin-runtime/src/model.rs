@@ -8,6 +8,7 @@ use crate::error::{Result, RuntimeError};
 use crate::kernels::{Attention, Past, SiluMul};
 use candle_core::quantized::QMatMul;
 use candle_core::{D, DType, Device, Module, Tensor};
+use rayon::prelude::*;
 
 /// How rotary embeddings pair the channels of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +199,9 @@ enum LayerKv {
     Device(Option<(Tensor, Tensor)>),
 }
 
+/// A group's per-sequence logits and its cache updates per layer and sequence.
+type GroupPass = (Vec<Tensor>, Vec<Vec<KvUpdate>>);
+
 /// What one forward pass adds to one sequence's cache layer, committed only after the whole pass succeeds.
 enum KvUpdate {
     /// Position-major rows to append to a host layer.
@@ -373,7 +377,6 @@ impl Model {
             ));
         }
         let b = tokens.len();
-        let t = tokens.iter().map(|s| s.len()).max().unwrap_or(0);
         for (i, s) in tokens.iter().enumerate() {
             if s.is_empty() {
                 return Err(RuntimeError::invalid(format!("tokens[{i}]"), "is empty"));
@@ -414,6 +417,60 @@ impl Model {
                 ));
             }
         }
+        // On the CPU fast path with more than one thread, the batch is cut into one group of sequences per
+        // thread and each group runs the whole forward pass: one synchronisation per pass instead of one per op.
+        let threads = rayon::current_num_threads();
+        let groups = if b >= 2 && threads >= 2 && caches[0].is_host() && self.device.is_cpu() {
+            threads.min(b)
+        } else {
+            1
+        };
+        let size = b.div_ceil(groups);
+        let results: Vec<Result<GroupPass>> = caches
+            .par_chunks(size)
+            .zip(tokens.par_chunks(size))
+            .map(|(c, tk)| self.forward_group(c, tk))
+            .collect();
+        let mut out = Vec::with_capacity(b);
+        let mut updates: Vec<Vec<KvUpdate>> = Vec::with_capacity(b);
+        for r in results {
+            let (logits, per_layer) = r?;
+            out.extend(logits);
+            // Transpose (layer, sequence) into (sequence, layer).
+            let first = updates.len();
+            for per_seq in per_layer {
+                for (i, u) in per_seq.into_iter().enumerate() {
+                    if updates.len() <= first + i {
+                        updates.push(Vec::with_capacity(self.cfg.n_layers));
+                    }
+                    updates[first + i].push(u);
+                }
+            }
+        }
+        // Commit the extended caches only once the whole pass has succeeded.
+        for ((cache, per_layer), s) in caches.iter_mut().zip(updates).zip(tokens) {
+            for (slot, update) in cache.layers.iter_mut().zip(per_layer) {
+                match update {
+                    // `run` makes host rows only for host layers (checked above: one layout per batch).
+                    KvUpdate::Append(nk, nv) => {
+                        if let LayerKv::Host { k, v } = slot {
+                            k.extend_from_slice(&nk);
+                            v.extend_from_slice(&nv);
+                        }
+                    }
+                    KvUpdate::Replace(k, v) => *slot = LayerKv::Device(Some((k, v))),
+                }
+            }
+            cache.len += s.len();
+        }
+        Ok(out)
+    }
+
+    /// One padded pass over a group of validated sequences; returns their logits and, per layer and sequence,
+    /// the cache updates, without applying them.
+    fn forward_group(&self, caches: &[&mut KvCache], tokens: &[&[u32]]) -> Result<GroupPass> {
+        let b = tokens.len();
+        let t = tokens.iter().map(|s| s.len()).max().unwrap_or(0);
         let past: Vec<usize> = caches.iter().map(|c| c.len).collect();
         let s_len = past.iter().max().copied().unwrap_or(0) + t;
         let mut ids = Vec::with_capacity(b * t);
@@ -435,26 +492,7 @@ impl Model {
         for (i, &n) in lens.iter().enumerate() {
             out.push(logits.get(i)?.narrow(0, 0, n)?);
         }
-        // Commit the extended caches only once the whole pass has succeeded.
-        for (layer, per_seq) in new_caches.into_iter().enumerate() {
-            for (i, update) in per_seq.into_iter().enumerate() {
-                let slot = &mut caches[i].layers[layer];
-                match update {
-                    // `run` makes host rows only for host layers (checked above: one layout per batch).
-                    KvUpdate::Append(nk, nv) => {
-                        if let LayerKv::Host { k, v } = slot {
-                            k.extend_from_slice(&nk);
-                            v.extend_from_slice(&nv);
-                        }
-                    }
-                    KvUpdate::Replace(k, v) => *slot = LayerKv::Device(Some((k, v))),
-                }
-            }
-        }
-        for (c, &n) in caches.iter_mut().zip(&lens) {
-            c.len += n;
-        }
-        Ok(out)
+        Ok((out, new_caches))
     }
 
     /// Logits (B, T, vocab) for a batch of equal-length sequences from position 0, with no cache (training).
@@ -519,7 +557,7 @@ impl Model {
         pos: &Tensor,
         visible: &[usize],
         s_len: usize,
-        caches: Option<(&mut [&mut KvCache], &[usize])>,
+        caches: Option<(&[&mut KvCache], &[usize])>,
     ) -> Result<(Tensor, Vec<Vec<KvUpdate>>)> {
         let cfg = &self.cfg;
         let (b, t) = ids.dims2()?;
