@@ -72,10 +72,24 @@ fn softmax_in_place(x: &mut [f32]) {
     }
 }
 
-/// Keys and values a sequence's cache already holds for one layer, position-major (len, n_kv_heads, head_dim).
+/// What a sequence's cache already holds for one layer: keys transposed (kv_dim rows of `cap` positions, row
+/// g·head_dim + d for channel d of kv head g, the first `len` filled) and values position-major
+/// (len, n_kv_heads, head_dim).
 pub(crate) struct Past<'a> {
-    pub k: &'a [f32],
+    pub kt: &'a [f32],
+    pub cap: usize,
+    pub len: usize,
     pub v: &'a [f32],
+}
+
+impl Past<'_> {
+    /// No cached positions.
+    pub const EMPTY: Past<'static> = Past {
+        kt: &[],
+        cap: 0,
+        len: 0,
+        v: &[],
+    };
 }
 
 /// Causal grouped-query attention of a padded batch, computed on the host in one pass: scores, prefix mask,
@@ -145,30 +159,28 @@ impl Attention<'_> {
     fn block(&self, i: usize, g: usize) -> Vec<f32> {
         let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
         let rep = nh / nkv;
-        let kvd = nkv * hd;
         let past = &self.past[i];
-        let np = past.k.len() / kvd;
+        let np = past.len;
         let n_max = (0..t).map(|j| self.visible[i * t + j]).max().unwrap_or(0);
-        // Keys transposed (hd, stride) with rows padded to whole blocks of 32, and values (n_max, hd).
+        // Keys transposed (hd, stride) with rows padded to whole blocks of 32: the cached part is a copy of
+        // contiguous rows, only the new keys are transposed here. Values are read in place.
         let stride = n_max.div_ceil(32) * 32;
         let mut kt = vec![0f32; hd * stride];
-        let mut vb = vec![0f32; n_max * hd];
-        for p in 0..n_max {
-            let (k, v) = if p < np {
-                let o = (p * nkv + g) * hd;
-                (&past.k[o..o + hd], &past.v[o..o + hd])
-            } else {
-                let j = p - np;
-                (
-                    &self.k[((i * nkv + g) * t + j) * hd..][..hd],
-                    &self.v[((i * t + j) * nkv + g) * hd..][..hd],
-                )
-            };
-            for (d, &x) in k.iter().enumerate() {
-                kt[d * stride + p] = x;
+        for (d, row) in kt.chunks_exact_mut(stride).enumerate() {
+            row[..np].copy_from_slice(&past.kt[(g * hd + d) * past.cap..][..np]);
+            for (j, x) in row[np..n_max].iter_mut().enumerate() {
+                *x = self.k[((i * nkv + g) * t + j) * hd + d];
             }
-            vb[p * hd..(p + 1) * hd].copy_from_slice(v);
         }
+        // Offset of the value of key p in `past.v` (p < np) or `self.v`.
+        let voff = |p: usize| {
+            if p < np {
+                (p * nkv + g) * hd
+            } else {
+                ((i * t + p - np) * nkv + g) * hd
+            }
+        };
+        let vsrc = |p: usize| if p < np { past.v } else { self.v };
         let (kt_blocks, _) = kt.as_chunks::<32>();
         let blocks_per_row = stride / 32;
         let mut out = vec![0f32; rep * t * hd];
@@ -197,22 +209,30 @@ impl Attention<'_> {
                 let o = &mut out[(r * t + j) * hd..][..hd];
                 if hd.is_multiple_of(8) {
                     // Eight channels at a time, four independent sums over the keys (for latency).
-                    let per = hd / 8;
-                    let (vchunks, _) = vb.as_chunks::<8>();
+                    // hd is a multiple of 8, so every value row starts on a chunk boundary of its slice.
+                    let (pchunks, _) = past.v.as_chunks::<8>();
+                    let (nchunks, _) = self.v.as_chunks::<8>();
+                    let vchunk = |p: usize, c: usize| {
+                        if p < np {
+                            &pchunks[voff(p) / 8 + c]
+                        } else {
+                            &nchunks[voff(p) / 8 + c]
+                        }
+                    };
                     let (oc, _) = o.as_chunks_mut::<8>();
                     for (c, oc) in oc.iter_mut().enumerate() {
                         let mut acc = [[0f32; 8]; 4];
                         let (quads, rest) = sc.as_chunks::<4>();
                         for (pq, ws) in quads.iter().enumerate() {
                             for (u, (&w, acc)) in ws.iter().zip(acc.iter_mut()).enumerate() {
-                                let v = &vchunks[(4 * pq + u) * per + c];
+                                let v = vchunk(4 * pq + u, c);
                                 for (a, &x) in acc.iter_mut().zip(v) {
                                     *a += w * x;
                                 }
                             }
                         }
                         for (u, &w) in rest.iter().enumerate() {
-                            let v = &vchunks[(4 * quads.len() + u) * per + c];
+                            let v = vchunk(4 * quads.len() + u, c);
                             for (a, &x) in acc[0].iter_mut().zip(v) {
                                 *a += w * x;
                             }
@@ -223,7 +243,7 @@ impl Attention<'_> {
                     }
                 } else {
                     for (p, &w) in sc.iter().enumerate() {
-                        for (o, &x) in o.iter_mut().zip(&vb[p * hd..(p + 1) * hd]) {
+                        for (o, &x) in o.iter_mut().zip(&vsrc(p)[voff(p)..voff(p) + hd]) {
                             *o += w * x;
                         }
                     }
@@ -339,6 +359,19 @@ mod tests {
             .iter()
             .map(|&n| (0..n * nkv * hd).map(|i| val(i, 5)).collect())
             .collect();
+        // The cached keys as the cache stores them: transposed, with spare capacity.
+        let caps = [8usize, 0];
+        let pkt: Vec<Vec<f32>> = (0..b)
+            .map(|i| {
+                let mut kt = vec![f32::NAN; nkv * hd * caps[i]];
+                for p in 0..past_len[i] {
+                    for c in 0..nkv * hd {
+                        kt[c * caps[i] + p] = pk[i][p * nkv * hd + c];
+                    }
+                }
+                kt
+            })
+            .collect();
         // Sequence 1 has one real token and two padded queries (which still see a prefix of the padded keys).
         let visible: Vec<usize> = (0..b)
             .flat_map(|i| (0..t).map(move |j| past_len[i] + j + 1))
@@ -347,7 +380,14 @@ mod tests {
             q: &q,
             k: &k,
             v: &v,
-            past: (0..b).map(|i| Past { k: &pk[i], v: &pv[i] }).collect(),
+            past: (0..b)
+                .map(|i| Past {
+                    kt: &pkt[i],
+                    cap: caps[i],
+                    len: past_len[i],
+                    v: &pv[i],
+                })
+                .collect(),
             visible: &visible,
             queries: t,
             n_heads: nh,

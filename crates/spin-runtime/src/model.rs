@@ -192,9 +192,10 @@ pub struct KvCache {
 /// One layer of a [`KvCache`].
 #[derive(Debug, Clone)]
 enum LayerKv {
-    /// Host vectors, position-major `(len, n_kv_heads, head_dim)`: appending is one copy, truncating shortens the
-    /// vectors, and a padded batch is assembled with plain copies instead of several tensor ops per sequence.
-    Host { k: Vec<f32>, v: Vec<f32> },
+    /// Host vectors: keys transposed, `kv_dim` rows of `cap` positions (row g·head_dim + d holds channel d of kv
+    /// head g, so the attention kernel reads a head's keys as contiguous rows), capacity doubling when full;
+    /// values position-major `(len, n_kv_heads, head_dim)`. Truncating only shortens.
+    Host { kt: Vec<f32>, cap: usize, v: Vec<f32> },
     /// Device tensors `(n_kv_heads, len, head_dim)`, `None` while empty.
     Device(Option<(Tensor, Tensor)>),
 }
@@ -239,10 +240,7 @@ impl KvCache {
         }
         for entry in &mut self.layers {
             match entry {
-                LayerKv::Host { k, v } => {
-                    k.truncate(len * self.kv_dim);
-                    v.truncate(len * self.kv_dim);
-                }
+                LayerKv::Host { v, .. } => v.truncate(len * self.kv_dim),
                 LayerKv::Device(slot) => {
                     if len == 0 {
                         *slot = None;
@@ -342,7 +340,8 @@ impl Model {
     pub fn new_cache(&self) -> KvCache {
         let layer = if self.cpu_fast {
             LayerKv::Host {
-                k: Vec::new(),
+                kt: Vec::new(),
+                cap: 0,
                 v: Vec::new(),
             }
         } else {
@@ -449,12 +448,13 @@ impl Model {
         }
         // Commit the extended caches only once the whole pass has succeeded.
         for ((cache, per_layer), s) in caches.iter_mut().zip(updates).zip(tokens) {
+            let (len, kv_dim) = (cache.len, cache.kv_dim);
             for (slot, update) in cache.layers.iter_mut().zip(per_layer) {
                 match update {
                     // `run` makes host rows only for host layers (checked above: one layout per batch).
                     KvUpdate::Append(nk, nv) => {
-                        if let LayerKv::Host { k, v } = slot {
-                            k.extend_from_slice(&nk);
+                        if let LayerKv::Host { kt, cap, v } = slot {
+                            append_keys(kt, cap, len, &nk, kv_dim);
                             v.extend_from_slice(&nv);
                         }
                     }
@@ -598,16 +598,20 @@ impl Model {
                 let qf = q.flatten_all()?.to_vec1::<f32>()?;
                 let kf = k.flatten_all()?.to_vec1::<f32>()?;
                 let vf = v.flatten_all()?.to_vec1::<f32>()?;
-                let empty: &[f32] = &[];
                 let past: Vec<Past> = match &caches {
                     Some((caches, _)) => caches
                         .iter()
                         .map(|c| match &c.layers[li] {
-                            LayerKv::Host { k, v } => Past { k, v },
-                            LayerKv::Device(_) => Past { k: empty, v: empty },
+                            LayerKv::Host { kt, cap, v } => Past {
+                                kt,
+                                cap: *cap,
+                                len: c.len,
+                                v,
+                            },
+                            LayerKv::Device(_) => Past::EMPTY,
                         })
                         .collect(),
-                    None => (0..b).map(|_| Past { k: empty, v: empty }).collect(),
+                    None => (0..b).map(|_| Past::EMPTY).collect(),
                 };
                 let y = Attention {
                     q: &qf,
@@ -716,6 +720,28 @@ impl Model {
             (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
         };
         Ok((k_all.t()?.contiguous()?, v_all.contiguous()?, updates))
+    }
+}
+
+/// Writes position-major key rows (n, kv_dim) after the first `len` positions of a transposed key store of
+/// `cap` positions per row, doubling the capacity (to a multiple of 32) when they do not fit.
+fn append_keys(kt: &mut Vec<f32>, cap: &mut usize, len: usize, rows: &[f32], kv_dim: usize) {
+    let n = rows.len() / kv_dim;
+    if len + n > *cap {
+        let new_cap = (2 * *cap).max(len + n).max(32).div_ceil(32) * 32;
+        let mut grown = vec![0f32; kv_dim * new_cap];
+        if *cap > 0 {
+            for (new_row, old_row) in grown.chunks_exact_mut(new_cap).zip(kt.chunks_exact(*cap)) {
+                new_row[..len].copy_from_slice(&old_row[..len]);
+            }
+        }
+        *kt = grown;
+        *cap = new_cap;
+    }
+    for (p, row) in rows.chunks_exact(kv_dim).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            kt[c * *cap + len + p] = x;
+        }
     }
 }
 
