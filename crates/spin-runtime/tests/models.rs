@@ -92,6 +92,33 @@ fn batched_padded_logits_equal_single_sequence_logits() {
 }
 
 #[test]
+fn thread_groups_of_uneven_size_give_the_same_logits() {
+    // Three pool threads and five sequences: the CPU fast path runs groups of 2, 2 and 1 sequences.
+    let cfg = tiny(RopeStyle::Interleaved, false, true);
+    let m = model_from_tensors(cfg.clone(), weights(&cfg, 5), &Device::Cpu).unwrap();
+    let prefixes: [&[u32]; 5] = [&[1, 2], &[1, 9, 9, 9], &[1], &[1, 3, 5, 7, 11, 13], &[1, 40]];
+    let news: [&[u32]; 5] = [&[4, 5, 6], &[7], &[8, 8, 8, 8], &[2, 3], &[30, 31, 32]];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let mut caches: Vec<_> = prefixes
+        .iter()
+        .map(|p| {
+            let mut c = m.new_cache();
+            m.forward(&mut c, p).unwrap();
+            c
+        })
+        .collect();
+    let out = pool.install(|| {
+        let mut refs: Vec<_> = caches.iter_mut().collect();
+        m.forward_batch(&mut refs, &news).unwrap()
+    });
+    for i in 0..5 {
+        let d = max_diff(&out[i], &stepwise(&m, prefixes[i], news[i]));
+        assert!(d < 1e-5, "sequence {i}: max |diff| = {d}");
+        assert_eq!(caches[i].len(), prefixes[i].len() + news[i].len());
+    }
+}
+
+#[test]
 fn truncate_then_redecode_equals_decoding_from_scratch() {
     for host in [true, false] {
         truncate_then_redecode(host);
