@@ -5,7 +5,7 @@ use candle_core::{Device, Tensor};
 use spin_runtime::hf::{self, Arch};
 use spin_runtime::llama2c::{self, Llama2cTokenizer};
 use spin_runtime::model::{self, model_from_tensors};
-use spin_runtime::{Config, Model, RopeStyle, RuntimeError, gguf};
+use spin_runtime::{Config, KvCache, Model, RopeStyle, RuntimeError, gguf};
 use std::collections::HashMap;
 
 fn tiny(rope: RopeStyle, qkv_bias: bool, tied: bool) -> Config {
@@ -53,6 +53,18 @@ fn stepwise(m: &Model, prefix: &[u32], new: &[u32]) -> Tensor {
     Tensor::cat(&rows, 0).unwrap()
 }
 
+/// One cache per prefix, each filled by a forward pass over its prefix.
+fn prefilled(m: &Model, prefixes: &[&[u32]]) -> Vec<KvCache> {
+    prefixes
+        .iter()
+        .map(|p| {
+            let mut c = m.new_cache();
+            m.forward(&mut c, p).unwrap();
+            c
+        })
+        .collect()
+}
+
 #[test]
 fn batched_padded_logits_equal_single_sequence_logits() {
     for (rope, fast) in [
@@ -68,14 +80,7 @@ fn batched_padded_logits_equal_single_sequence_logits() {
         m.set_cpu_fast_path(fast);
         let prefixes: [&[u32]; 4] = [&[1, 5, 9], &[1], &[1, 7, 7, 7, 30, 2, 11], &[1, 4]];
         let news: [&[u32]; 4] = [&[3, 4], &[8, 9, 10, 11, 12], &[40], &[6, 6, 6]];
-        let mut caches: Vec<_> = prefixes
-            .iter()
-            .map(|p| {
-                let mut c = m.new_cache();
-                m.forward(&mut c, p).unwrap();
-                c
-            })
-            .collect();
+        let mut caches = prefilled(&m, &prefixes);
         let mut refs: Vec<_> = caches.iter_mut().collect();
         let out = m.forward_batch(&mut refs, &news).unwrap();
         for i in 0..4 {
@@ -99,14 +104,7 @@ fn thread_groups_of_uneven_size_give_the_same_logits() {
     let prefixes: [&[u32]; 5] = [&[1, 2], &[1, 9, 9, 9], &[1], &[1, 3, 5, 7, 11, 13], &[1, 40]];
     let news: [&[u32]; 5] = [&[4, 5, 6], &[7], &[8, 8, 8, 8], &[2, 3], &[30, 31, 32]];
     let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-    let mut caches: Vec<_> = prefixes
-        .iter()
-        .map(|p| {
-            let mut c = m.new_cache();
-            m.forward(&mut c, p).unwrap();
-            c
-        })
-        .collect();
+    let mut caches = prefilled(&m, &prefixes);
     let out = pool.install(|| {
         let mut refs: Vec<_> = caches.iter_mut().collect();
         m.forward_batch(&mut refs, &news).unwrap()
