@@ -25,9 +25,8 @@ fn contiguous<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_
 ///
 /// Hand-written: `wide::f32x8::exp` handles NaN, infinities and overflow with masks on every call, is not inlined
 /// into our loops and picks its instruction set at build time; a profile of a K = 16 verification pass spent a
-/// quarter of its time there. Inputs
-/// are clamped to [−87, 88] (NaN stays NaN), where e^x is a normal f32 (softmax arguments are ≤ 0 and anything below −87 adds
-/// less than 2⁻¹²⁵ to a sum of at least 1). Range reduction x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split in two
+/// quarter of its time there. Inputs are clamped to [−87, 88] (NaN stays NaN), where e^x is a normal f32 (softmax
+/// arguments are ≤ 0 and anything below −87 adds less than 2⁻¹²⁵ to a sum of at least 1). Range reduction x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split in two
 /// parts so that n·ln2 is exact), a degree-6 Taylor polynomial for e^r (truncation below 1.2e−7 relative), and
 /// 2ⁿ built in the exponent bits. Tested against f64 to 4e−7 relative.
 #[inline(always)]
@@ -93,8 +92,8 @@ impl Past<'_> {
 }
 
 /// Causal grouped-query attention of a padded batch, computed on the host in one pass: scores, prefix mask,
-/// softmax and the weighted sum of values for every (sequence, query, head), reading each sequence's cached keys
-/// in place. Replaces a padded copy of every cache, two batched products and a masked softmax per layer.
+/// softmax and the weighted sum of values for every (sequence, query, head), reading each sequence's cache as it is
+/// stored. Replaces a padded copy of every cache, two batched products and a masked softmax per layer.
 pub(crate) struct Attention<'a> {
     /// Queries after RoPE, (B, n_heads, T, head_dim).
     pub q: &'a [f32],
@@ -121,9 +120,9 @@ pub(crate) struct Attention<'a> {
 impl Attention<'_> {
     /// The attention output (B, T, n_heads, head_dim), ready for the output projection.
     ///
-    /// One task per (sequence, kv head): its keys are gathered once, transposed, so that the scores of a query
-    /// are `head_dim` vectorised passes over the keys (no horizontal sums), and every query head of the group
-    /// reuses them.
+    /// One task per (sequence, kv head): its keys are laid out transposed once, so that the scores of a query are
+    /// `head_dim` vectorised passes over the keys (no horizontal sums), and every query head of the group reuses
+    /// them.
     pub fn run(&self) -> Vec<f32> {
         let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
         let rep = nh / nkv;
@@ -151,9 +150,7 @@ impl Attention<'_> {
         }
         y
     }
-}
 
-impl Attention<'_> {
     /// The outputs (rep·T, head_dim) of the query heads that share kv head `g` in sequence `i`.
     #[inline(always)]
     fn block(&self, i: usize, g: usize) -> Vec<f32> {
@@ -181,6 +178,16 @@ impl Attention<'_> {
             }
         };
         let vsrc = |p: usize| if p < np { past.v } else { self.v };
+        // With hd a multiple of 8, every value row starts on a chunk boundary of its slice.
+        let (pchunks, _) = past.v.as_chunks::<8>();
+        let (nchunks, _) = self.v.as_chunks::<8>();
+        let vchunk = |p: usize, c: usize| {
+            if p < np {
+                &pchunks[voff(p) / 8 + c]
+            } else {
+                &nchunks[voff(p) / 8 + c]
+            }
+        };
         let (kt_blocks, _) = kt.as_chunks::<32>();
         let blocks_per_row = stride / 32;
         let mut out = vec![0f32; rep * t * hd];
@@ -209,16 +216,6 @@ impl Attention<'_> {
                 let o = &mut out[(r * t + j) * hd..][..hd];
                 if hd.is_multiple_of(8) {
                     // Eight channels at a time, four independent sums over the keys (for latency).
-                    // hd is a multiple of 8, so every value row starts on a chunk boundary of its slice.
-                    let (pchunks, _) = past.v.as_chunks::<8>();
-                    let (nchunks, _) = self.v.as_chunks::<8>();
-                    let vchunk = |p: usize, c: usize| {
-                        if p < np {
-                            &pchunks[voff(p) / 8 + c]
-                        } else {
-                            &nchunks[voff(p) / 8 + c]
-                        }
-                    };
                     let (oc, _) = o.as_chunks_mut::<8>();
                     for (c, oc) in oc.iter_mut().enumerate() {
                         let mut acc = [[0f32; 8]; 4];

@@ -303,8 +303,8 @@ impl Model {
         self.differentiable = on;
     }
 
-    /// Use the CPU fast path (the default for CPU models): caches in host vectors, and fused kernels for the
-    /// masked softmax and the SwiGLU product. Off (the default elsewhere), caches are device tensors and every
+    /// Use the CPU fast path (the default for CPU models): caches in host vectors, and fused kernels for
+    /// attention and the SwiGLU product. Off (the default elsewhere), caches are device tensors and every
     /// step is a stock candle op, the path a GPU runs; both give the same logits to rounding. The kernels run on
     /// the CPU only, so on other devices this switches only the cache layout. Caches made before a switch keep
     /// their layout, and one batch may not mix the two.
