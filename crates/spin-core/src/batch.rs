@@ -278,6 +278,17 @@ mod tests {
     use super::*;
     use rand_chacha::ChaCha8Rng;
 
+    /// One draft per token list, each drafted from the first `tokens.len()` of `qd`.
+    fn draft_refs<'s, 'a>(tokens: &'s [Vec<u32>], qd: &'s [Dist<'a>]) -> Vec<DraftRef<'s, 'a>> {
+        tokens
+            .iter()
+            .map(|t| DraftRef {
+                tokens: t,
+                dists: &qd[..t.len()],
+            })
+            .collect()
+    }
+
     #[test]
     fn shape_and_length_errors() {
         let data = vec![0.5f32; 12];
@@ -309,13 +320,7 @@ mod tests {
         let q = [0.6f32, 0.1, 0.3];
         let qd = [Dist::new(&q).unwrap(); 4];
         let tokens: Vec<Vec<u32>> = (0..k_n).map(|k| (0..k as u32).map(|j| j % 3).collect()).collect();
-        let drafts: Vec<DraftRef> = tokens
-            .iter()
-            .map(|t| DraftRef {
-                tokens: t,
-                dists: &qd[..t.len()],
-            })
-            .collect();
+        let drafts = draft_refs(&tokens, &qd);
         for seed in 0..20 {
             let base =
                 verify_batch_parallel(&targets, &drafts, &mut ChaCha8Rng::seed_from_u64(seed), 1).unwrap();
@@ -347,13 +352,7 @@ mod tests {
         let q = [0.4f32, 0.3, 0.2, 0.1];
         let qd = [Dist::new(&q).unwrap(); 2];
         let tokens = [vec![0u32, 1], vec![2], vec![]];
-        let drafts: Vec<DraftRef> = tokens
-            .iter()
-            .map(|t| DraftRef {
-                tokens: t,
-                dists: &qd[..t.len()],
-            })
-            .collect();
+        let drafts = draft_refs(&tokens, &qd);
         for seed in 0..50 {
             let a = verify_batch(&lazy, &drafts, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
             let b = verify_batch(&eager, &drafts, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
