@@ -21,56 +21,6 @@ fn contiguous<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_
     }
 }
 
-/// e^x, branch-free so that the loops that call it vectorise.
-///
-/// Hand-written: `wide::f32x8::exp` handles NaN, infinities and overflow with masks on every call, is not inlined
-/// into our loops and picks its instruction set at build time; a profile of a K = 16 verification pass spent a
-/// quarter of its time there. Inputs are clamped to [−87, 88] (NaN stays NaN), where e^x is a normal f32 (softmax
-/// arguments are ≤ 0 and anything below −87 adds less than 2⁻¹²⁵ to a sum of at least 1). Range reduction x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split in two
-/// parts so that n·ln2 is exact), a degree-6 Taylor polynomial for e^r (truncation below 1.2e−7 relative), and
-/// 2ⁿ built in the exponent bits. Tested against f64 to 4e−7 relative.
-#[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
-    const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer kept in the low mantissa bits
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
-    let t = x * std::f32::consts::LOG2_E + ROUND;
-    let n = t - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    // The low bits of t hold n in two's complement around ROUND's bit pattern; n + 127 is the biased exponent.
-    let bits = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23;
-    p * f32::from_bits(bits)
-}
-
-/// Σ x, eight independent partial sums (a sequential float sum does not vectorise).
-#[inline(always)]
-fn sum(x: &[f32]) -> f32 {
-    let (chunks, tail) = x.as_chunks::<8>();
-    let mut acc = [0f32; 8];
-    for c in chunks {
-        for (a, v) in acc.iter_mut().zip(c) {
-            *a += v;
-        }
-    }
-    acc.iter().sum::<f32>() + tail.iter().sum::<f32>()
-}
-
-/// Softmax of a row in place; the row is not empty.
-#[inline(always)]
-fn softmax_in_place(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for v in x.iter_mut() {
-        *v = exp(*v - max);
-    }
-    let inv = 1.0 / sum(x);
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
-
 /// What a sequence's cache already holds for one layer: keys transposed (kv_dim rows of `cap` positions, row
 /// g·head_dim + d for channel d of kv head g, the first `len` filled) and values position-major
 /// (len, n_kv_heads, head_dim).
@@ -117,155 +67,281 @@ pub(crate) struct Attention<'a> {
     pub scale: f32,
 }
 
+/// a·b + c: one fused instruction where the instruction set has one (`F`), a multiply and an add otherwise
+/// (`f32::mul_add` without hardware FMA is a slow library call).
+#[inline(always)]
+fn fmadd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if F { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// Whether pulp's instruction set `S` has fused multiply-add (x86-64-v3, and every aarch64 with NEON).
+fn has_fma<S: pulp::Simd>() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::any::TypeId::of::<S>() == std::any::TypeId::of::<pulp::x86::V3>()
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        !S::IS_SCALAR
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// e^x, branch-free so that the loops that call it vectorise.
+///
+/// Hand-written: `wide::f32x8::exp` handles NaN, infinities and overflow with masks on every call, is not inlined
+/// into our loops and picks its instruction set at build time; a profile of a K = 16 verification pass spent a
+/// quarter of its time there. Inputs are clamped to [−87, 88] (NaN stays NaN), where e^x is a normal f32 (softmax
+/// arguments are ≤ 0 and anything below −87 adds less than 2⁻¹²⁵ to a sum of at least 1). Range reduction
+/// x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split in two parts so that n·ln2 is exact), a degree-6 Taylor polynomial
+/// for e^r (truncation below 1.2e−7 relative), and 2ⁿ built in the exponent bits. Tested against f64 to 4e−7
+/// relative, with and without fused multiply-add.
+#[inline(always)]
+fn exp_with<const F: bool>(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer kept in the low mantissa bits
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let t = fmadd::<F>(x, std::f32::consts::LOG2_E, ROUND);
+    let n = t - ROUND;
+    let r = fmadd::<F>(-n, LN2_LO, fmadd::<F>(-n, LN2_HI, x));
+    let mut p = 1.0 / 720.0;
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = fmadd::<F>(p, r, c);
+    }
+    // The low bits of t hold n in two's complement around ROUND's bit pattern; n + 127 is the biased exponent.
+    let bits = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23;
+    p * f32::from_bits(bits)
+}
+
+/// Eight lanes: the rows of a block are processed eight at a time, one row per lane.
+type Lanes = [f32; 8];
+
+/// Scratch space of one attention task, reused across the tasks a rayon job runs.
+#[derive(Default)]
+struct Scratch {
+    /// Scaled queries, row-vector-major: `qt[v·head_dim + d]` holds channel d of rows 8v .. 8v + 7.
+    qt: Vec<Lanes>,
+    /// One key, gathered from the transposed cache.
+    key: Vec<f32>,
+    /// Scores, then weights, position-major: `s[p·rv + v]` for rows 8v .. 8v + 7.
+    s: Vec<Lanes>,
+    /// Per row vector, the sum of weights.
+    sum: Vec<Lanes>,
+}
+
 impl Attention<'_> {
     /// The attention output (B, T, n_heads, head_dim), ready for the output projection.
     ///
-    /// One task per (sequence, kv head): its keys are laid out transposed once, so that the scores of a query are
-    /// `head_dim` vectorised passes over the keys (no horizontal sums), and every query head of the group reuses
-    /// them.
+    /// One task per (sequence, kv head), holding the rep·T query rows of that kv head. Every step runs across
+    /// eight rows at once, one per vector lane: the scores of a key are head_dim multiply-adds of a broadcast key
+    /// channel, the softmax statistics are lane-wise, and the weighted sum of values broadcasts value channels.
+    /// Keys and values are read where they are stored (cache, then new rows); nothing is gathered or transposed
+    /// but the queries.
     pub fn run(&self) -> Vec<f32> {
         let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
         let rep = nh / nkv;
         let b = self.past.len();
         let arch = pulp::Arch::new();
-        let blocks: Vec<Vec<f32>> = (0..b * nkv)
-            .into_par_iter()
-            .map(|task| {
+        // Task (i, g) writes its rep·T rows (head-major) to its own chunk; they are interleaved into
+        // (B, T, n_heads, head_dim) afterwards.
+        let mut blocks = vec![0f32; b * nh * t * hd];
+        blocks.par_chunks_mut(rep * t * hd).enumerate().for_each_init(
+            Scratch::default,
+            |scratch, (task, out)| {
                 arch.dispatch(Block {
                     att: self,
                     i: task / nkv,
                     g: task % nkv,
+                    out,
+                    scratch,
                 })
-            })
-            .collect();
+            },
+        );
         let mut y = vec![0f32; b * t * nh * hd];
-        for (task, block) in blocks.iter().enumerate() {
+        for (task, block) in blocks.chunks_exact(rep * t * hd).enumerate() {
             let (i, g) = (task / nkv, task % nkv);
-            for r in 0..rep {
-                for j in 0..t {
-                    let dst = ((i * t + j) * nh + g * rep + r) * hd;
-                    y[dst..dst + hd].copy_from_slice(&block[(r * t + j) * hd..][..hd]);
-                }
+            for (row, src) in block.chunks_exact(hd).enumerate() {
+                let (r, j) = (row / t, row % t);
+                let dst = ((i * t + j) * nh + g * rep + r) * hd;
+                copy(&mut y[dst..dst + hd], src);
             }
         }
         y
     }
 
-    /// The outputs (rep·T, head_dim) of the query heads that share kv head `g` in sequence `i`.
+    /// The outputs (rep·T rows of head_dim, row r·T + j for query j of the r-th head of the group) of the query
+    /// heads that share kv head `g` in sequence `i`.
     #[inline(always)]
-    fn block(&self, i: usize, g: usize) -> Vec<f32> {
+    fn block<const F: bool>(&self, i: usize, g: usize, out: &mut [f32], s: &mut Scratch) {
         let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
         let rep = nh / nkv;
         let past = &self.past[i];
         let np = past.len;
-        let n_max = (0..t).map(|j| self.visible[i * t + j]).max().unwrap_or(0);
-        // Keys transposed (hd, stride) with rows padded to whole blocks of 32: the cached part is a copy of
-        // contiguous rows, only the new keys are transposed here. Values are read in place.
-        let stride = n_max.div_ceil(32) * 32;
-        let mut kt = vec![0f32; hd * stride];
-        for (d, row) in kt.chunks_exact_mut(stride).enumerate() {
-            row[..np].copy_from_slice(&past.kt[(g * hd + d) * past.cap..][..np]);
-            for (j, x) in row[np..n_max].iter_mut().enumerate() {
-                *x = self.k[((i * nkv + g) * t + j) * hd + d];
+        let visible = &self.visible[i * t..(i + 1) * t];
+        let n_max = visible.iter().copied().max().unwrap_or(0).min(np + t);
+        let rows = rep * t;
+        let rv = rows.div_ceil(8);
+        let kvd = nkv * hd;
+        // This kv head's new keys (T, hd) and the new and cached values, position-major with kvd floats a row.
+        let new_k = &self.k[(i * nkv + g) * t * hd..][..t * hd];
+        let new_v = &self.v[i * t * kvd..][..t * kvd];
+        let past_v = &past.v[..np * kvd];
+
+        s.qt.clear();
+        s.qt.resize(rv * hd, [0.0; 8]);
+        for row in 0..rows {
+            let (r, j) = (row / t, row % t);
+            let q = &self.q[((i * nh + g * rep + r) * t + j) * hd..][..hd];
+            for (d, &x) in q.iter().enumerate() {
+                s.qt[(row / 8) * hd + d][row % 8] = x * self.scale;
             }
         }
-        // Offset of the value of key p in `past.v` (p < np) or `self.v`.
-        let voff = |p: usize| {
-            if p < np {
-                (p * nkv + g) * hd
-            } else {
-                ((i * t + p - np) * nkv + g) * hd
+
+        // Scores of every visible key: the cached ones (gathered from the transposed store), then the new ones.
+        s.s.clear();
+        s.s.resize(n_max * rv, [0.0; 8]);
+        s.key.clear();
+        s.key.resize(hd, 0.0);
+        let n_new = n_max.saturating_sub(np);
+        let (s_past, s_new) = s.s.split_at_mut(np.min(n_max) * rv);
+        for (p, sp) in s_past.chunks_exact_mut(rv).enumerate() {
+            for (d, k) in s.key.iter_mut().enumerate() {
+                *k = past.kt[(g * hd + d) * past.cap + p];
+            }
+            scores::<F>(sp, &s.qt, &s.key);
+        }
+        for (key, sp) in new_k.chunks_exact(hd).take(n_new).zip(s_new.chunks_exact_mut(rv)) {
+            scores::<F>(sp, &s.qt, key);
+        }
+
+        // Causal mask: row r·T + j sees visible[j] keys; only new keys can be hidden.
+        let masked = |s: &mut [Lanes], value: f32| {
+            for row in 0..rows {
+                for p in visible[row % t].min(n_max)..n_max {
+                    s[p * rv + row / 8][row % 8] = value;
+                }
             }
         };
-        let vsrc = |p: usize| if p < np { past.v } else { self.v };
-        // With hd a multiple of 8, every value row starts on a chunk boundary of its slice.
-        let (pchunks, _) = past.v.as_chunks::<8>();
-        let (nchunks, _) = self.v.as_chunks::<8>();
-        let vchunk = |p: usize, c: usize| {
-            if p < np {
-                &pchunks[voff(p) / 8 + c]
-            } else {
-                &nchunks[voff(p) / 8 + c]
+        masked(&mut s.s, f32::NEG_INFINITY);
+        // Per row vector: lane-wise maximum, then exponentials and their sums, each kept in registers.
+        s.sum.clear();
+        for v in 0..rv {
+            let mut m = [f32::NEG_INFINITY; 8];
+            for sp in s.s.chunks_exact(rv) {
+                let x = sp[v];
+                m = lanes(|l| if x[l] > m[l] { x[l] } else { m[l] });
             }
-        };
-        let (kt_blocks, _) = kt.as_chunks::<32>();
-        let blocks_per_row = stride / 32;
-        let mut out = vec![0f32; rep * t * hd];
-        let mut scores = vec![0f32; stride];
-        for r in 0..rep {
-            let h = g * rep + r;
-            for j in 0..t {
-                let n = self.visible[i * t + j].min(n_max);
-                let q = &self.q[((i * nh + h) * t + j) * hd..][..hd];
-                // Scores 32 keys at a time, kept in registers across the head_dim products.
-                let (sblocks, _) = scores.as_chunks_mut::<32>();
-                for (c, sb) in sblocks.iter_mut().enumerate().take(n.div_ceil(32)) {
-                    let mut acc = [0f32; 32];
-                    for (d, &qd) in q.iter().enumerate() {
-                        let kb = &kt_blocks[d * blocks_per_row + c];
-                        for (a, &k) in acc.iter_mut().zip(kb) {
-                            *a += qd * k;
-                        }
-                    }
-                    for (s, a) in sb.iter_mut().zip(acc) {
-                        *s = a * self.scale;
+            let mut z = [0f32; 8];
+            for sp in s.s.chunks_exact_mut(rv) {
+                let x = sp[v];
+                let e = lanes(|l| exp_with::<F>(x[l] - m[l]));
+                sp[v] = e;
+                z = lanes(|l| z[l] + e[l]);
+            }
+            s.sum.push(z);
+        }
+        // exp clamps −∞ to e⁻⁸⁷; masked keys get exactly zero weight (the sums differ by under 2⁻¹²⁵).
+        masked(&mut s.s, 0.0);
+
+        // Weighted sums of values, lanes = rows; value channels are broadcast, eight at a time (fewer in the last
+        // group when head_dim is not a multiple of 8).
+        let values = |v: usize, d0: usize, width: usize| -> [Lanes; 8] {
+            let pasts = past_v.chunks_exact(kvd).map(|row| &row[g * hd + d0..][..width]);
+            let news = new_v
+                .chunks_exact(kvd)
+                .take(n_new)
+                .map(|row| &row[g * hd + d0..][..width]);
+            let mut acc = [[0f32; 8]; 8];
+            let rows = pasts.chain(news).zip(s.s.chunks_exact(rv));
+            if width == 8 {
+                for (x, sp) in rows {
+                    let (x, w): (&Lanes, Lanes) = (x.try_into().expect("eight channels"), sp[v]);
+                    acc = std::array::from_fn(|dd| lanes(|l| fmadd::<F>(x[dd], w[l], acc[dd][l])));
+                }
+            } else {
+                for (x, sp) in rows {
+                    for (acc, &x) in acc.iter_mut().zip(x) {
+                        *acc = lanes(|l| fmadd::<F>(x, sp[v][l], acc[l]));
                     }
                 }
-                let sc = &mut scores[..n];
-                softmax_in_place(sc);
-                let o = &mut out[(r * t + j) * hd..][..hd];
-                if hd.is_multiple_of(8) {
-                    // Eight channels at a time, four independent sums over the keys (for latency).
-                    let (oc, _) = o.as_chunks_mut::<8>();
-                    for (c, oc) in oc.iter_mut().enumerate() {
-                        let mut acc = [[0f32; 8]; 4];
-                        let (quads, rest) = sc.as_chunks::<4>();
-                        for (pq, ws) in quads.iter().enumerate() {
-                            for (u, (&w, acc)) in ws.iter().zip(acc.iter_mut()).enumerate() {
-                                let v = vchunk(4 * pq + u, c);
-                                for (a, &x) in acc.iter_mut().zip(v) {
-                                    *a += w * x;
-                                }
-                            }
-                        }
-                        for (u, &w) in rest.iter().enumerate() {
-                            let v = vchunk(4 * quads.len() + u, c);
-                            for (a, &x) in acc[0].iter_mut().zip(v) {
-                                *a += w * x;
-                            }
-                        }
-                        for (l, o) in oc.iter_mut().enumerate() {
-                            *o = (acc[0][l] + acc[1][l]) + (acc[2][l] + acc[3][l]);
-                        }
-                    }
-                } else {
-                    for (p, &w) in sc.iter().enumerate() {
-                        for (o, &x) in o.iter_mut().zip(&vsrc(p)[voff(p)..voff(p) + hd]) {
-                            *o += w * x;
+            }
+            acc
+        };
+        for v in 0..rv {
+            let inv = s.sum[v].map(|z| 1.0 / z);
+            for d0 in (0..hd).step_by(8) {
+                let width = (hd - d0).min(8);
+                let acc = values(v, d0, width);
+                for (l, &inv) in inv.iter().enumerate() {
+                    let row = 8 * v + l;
+                    if row < rows {
+                        for (dd, o) in out[row * hd + d0..][..width].iter_mut().enumerate() {
+                            *o = acc[dd][l] * inv;
                         }
                     }
                 }
             }
         }
-        out
+    }
+}
+
+/// The eight lanes f(0), …, f(7), built by value so that the compiler keeps them in one vector register.
+#[inline(always)]
+fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
+    std::array::from_fn(f)
+}
+
+/// s[v] = Σ_d key[d] · qt[v·head_dim + d] for every row vector v: the scores of one key against all rows.
+#[inline(always)]
+fn scores<const F: bool>(s: &mut [Lanes], qt: &[Lanes], key: &[f32]) {
+    for (sv, qv) in s.iter_mut().zip(qt.chunks_exact(key.len())) {
+        let mut acc = [0f32; 8];
+        for (&k, q) in key.iter().zip(qv) {
+            acc = lanes(|l| fmadd::<F>(k, q[l], acc[l]));
+        }
+        *sv = acc;
+    }
+}
+
+/// dst = src for short rows: eight floats at a time as fixed-size moves (a plain slice copy of eight floats
+/// becomes a `memcpy` call).
+#[inline(always)]
+fn copy(dst: &mut [f32], src: &[f32]) {
+    let (dc, dt) = dst.as_chunks_mut::<8>();
+    let (sc, st) = src.as_chunks::<8>();
+    for (d, s) in dc.iter_mut().zip(sc) {
+        *d = *s;
+    }
+    for (d, s) in dt.iter_mut().zip(st) {
+        *d = *s;
     }
 }
 
 /// One (sequence, kv head) block of [`Attention::run`], compiled for the instruction set `pulp` picks. (A struct
 /// rather than a closure: a closure reaches `dispatch` through a `FnOnce` shim that is not inlined, and the loops
 /// then stay at the baseline instruction set.)
-struct Block<'a, 'b> {
+struct Block<'a, 'b, 'c> {
     att: &'a Attention<'b>,
     i: usize,
     g: usize,
+    out: &'c mut [f32],
+    scratch: &'c mut Scratch,
 }
 
-impl pulp::WithSimd for Block<'_, '_> {
-    type Output = Vec<f32>;
+impl pulp::WithSimd for Block<'_, '_, '_> {
+    type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) -> Vec<f32> {
-        self.att.block(self.i, self.g)
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        if has_fma::<S>() {
+            self.att.block::<true>(self.i, self.g, self.out, self.scratch)
+        } else {
+            self.att.block::<false>(self.i, self.g, self.out, self.scratch)
+        }
     }
 }
 
@@ -281,9 +357,18 @@ impl pulp::WithSimd for SiluRows<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
-        for ((o, &g), &u) in self.out.iter_mut().zip(self.g).zip(self.u) {
-            *o = g * u / (1.0 + exp(-g));
+        if has_fma::<S>() {
+            silu_mul::<true>(self.out, self.g, self.u)
+        } else {
+            silu_mul::<false>(self.out, self.g, self.u)
         }
+    }
+}
+
+#[inline(always)]
+fn silu_mul<const F: bool>(out: &mut [f32], g: &[f32], u: &[f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+        *o = g * u / (1.0 + exp_with::<F>(-g));
     }
 }
 
@@ -341,13 +426,20 @@ mod tests {
 
     #[test]
     fn attention_equals_explicit_reference_with_caches_and_padding() {
-        // 2 sequences, 3 queries each, 4 query heads over 2 kv heads, head_dim 12 (a tail after 8 lanes).
-        let (b, t, nh, nkv, hd) = (2usize, 3usize, 4usize, 2usize, 12usize);
+        // head_dim 12 (the one-channel-at-a-time path), 8 and 16 (eight channels at a time, one and two chunks);
+        // 6, 18 and 20 query rows per kv head (row groups of 8, 4, 2 and 1); caches empty, shorter than a chunk of
+        // keys, and crossing chunk boundaries.
+        check_attention(3, 4, 2, 12, &[5, 0], &[8, 0]);
+        check_attention(9, 8, 4, 8, &[70, 13], &[96, 32]);
+        check_attention(5, 4, 1, 16, &[0, 17, 40], &[0, 32, 64]);
+    }
+
+    fn check_attention(t: usize, nh: usize, nkv: usize, hd: usize, past_len: &[usize], caps: &[usize]) {
+        let b = past_len.len();
         let val = |i: usize, salt: usize| (((i * 31 + salt * 17) % 97) as f32 - 48.0) / 40.0;
         let q: Vec<f32> = (0..b * nh * t * hd).map(|i| val(i, 1)).collect();
         let k: Vec<f32> = (0..b * nkv * t * hd).map(|i| val(i, 2)).collect();
         let v: Vec<f32> = (0..b * t * nkv * hd).map(|i| val(i, 3)).collect();
-        let past_len = [5usize, 0];
         let pk: Vec<Vec<f32>> = past_len
             .iter()
             .map(|&n| (0..n * nkv * hd).map(|i| val(i, 4)).collect())
@@ -357,7 +449,6 @@ mod tests {
             .map(|&n| (0..n * nkv * hd).map(|i| val(i, 5)).collect())
             .collect();
         // The cached keys as the cache stores them: transposed, with spare capacity.
-        let caps = [8usize, 0];
         let pkt: Vec<Vec<f32>> = (0..b)
             .map(|i| {
                 let mut kt = vec![f32::NAN; nkv * hd * caps[i]];
@@ -369,7 +460,7 @@ mod tests {
                 kt
             })
             .collect();
-        // Sequence 1 has one real token and two padded queries (which still see a prefix of the padded keys).
+        // Query j of a sequence sees its cache and the new keys up to its own.
         let visible: Vec<usize> = (0..b)
             .flat_map(|i| (0..t).map(move |j| past_len[i] + j + 1))
             .collect();
@@ -423,18 +514,23 @@ mod tests {
 
     #[test]
     fn exp_is_accurate_and_saturates() {
-        let mut worst = 0f64;
-        for i in 0..=200_000 {
-            let x = -87.0 + 175.0 * i as f64 / 200_000.0;
-            let got = exp(x as f32) as f64;
-            let want = (x as f32 as f64).exp();
-            worst = worst.max((got - want).abs() / want);
+        for (fused, exp) in [
+            (false, exp_with::<false> as fn(f32) -> f32),
+            (true, exp_with::<true>),
+        ] {
+            let mut worst = 0f64;
+            for i in 0..=200_000 {
+                let x = -87.0 + 175.0 * i as f64 / 200_000.0;
+                let got = exp(x as f32) as f64;
+                let want = (x as f32 as f64).exp();
+                worst = worst.max((got - want).abs() / want);
+            }
+            assert!(worst < 4e-7, "fused {fused}: max relative error {worst}");
+            assert_eq!(exp(0.0), 1.0);
+            assert!(exp(-1e4) > 0.0 && exp(-1e4) < 1e-37);
+            assert!(exp(1e4).is_finite());
+            assert!(exp(f32::NAN).is_nan());
         }
-        assert!(worst < 4e-7, "max relative error {worst}");
-        assert_eq!(exp(0.0), 1.0);
-        assert!(exp(-1e4) > 0.0 && exp(-1e4) < 1e-37);
-        assert!(exp(1e4).is_finite());
-        assert!(exp(f32::NAN).is_nan());
     }
 
     #[test]
