@@ -8,7 +8,7 @@
 //! offers, chosen at run time by `pulp::Arch::dispatch` (AVX2 and FMA on x86-64-v3, SSE2 otherwise), with no
 //! `unsafe` here. Both split their work with rayon (the model calls them from inside the pool).
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
 use rayon::prelude::*;
 
 fn contiguous<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
@@ -21,12 +21,10 @@ fn contiguous<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> candle_
     }
 }
 
-/// What a sequence's cache already holds for one layer: keys transposed (kv_dim rows of `cap` positions, row
-/// g·head_dim + d for channel d of kv head g, the first `len` filled) and values position-major
-/// (len, n_kv_heads, head_dim).
+/// What a sequence's cache already holds for one layer: `len` positions of keys and of values, both
+/// position-major (len, n_kv_heads, head_dim).
 pub(crate) struct Past<'a> {
-    pub kt: &'a [f32],
-    pub cap: usize,
+    pub k: &'a [f32],
     pub len: usize,
     pub v: &'a [f32],
 }
@@ -34,8 +32,7 @@ pub(crate) struct Past<'a> {
 impl Past<'_> {
     /// No cached positions.
     pub const EMPTY: Past<'static> = Past {
-        kt: &[],
-        cap: 0,
+        k: &[],
         len: 0,
         v: &[],
     };
@@ -125,8 +122,6 @@ type Lanes = [f32; 8];
 struct Scratch {
     /// Scaled queries, row-vector-major: `qt[v·head_dim + d]` holds channel d of rows 8v .. 8v + 7.
     qt: Vec<Lanes>,
-    /// One key, gathered from the transposed cache.
-    key: Vec<f32>,
     /// Scores, then weights, position-major: `s[p·rv + v]` for rows 8v .. 8v + 7.
     s: Vec<Lanes>,
     /// Per row vector, the sum of weights.
@@ -189,6 +184,7 @@ impl Attention<'_> {
         // This kv head's new keys (T, hd) and the new and cached values, position-major with kvd floats a row.
         let new_k = &self.k[(i * nkv + g) * t * hd..][..t * hd];
         let new_v = &self.v[i * t * kvd..][..t * kvd];
+        let past_k = &past.k[..np * kvd];
         let past_v = &past.v[..np * kvd];
 
         s.qt.clear();
@@ -201,18 +197,14 @@ impl Attention<'_> {
             }
         }
 
-        // Scores of every visible key: the cached ones (gathered from the transposed store), then the new ones.
+        // Scores of every visible key: the cached ones, then the new ones.
         s.s.clear();
         s.s.resize(n_max * rv, [0.0; 8]);
-        s.key.clear();
-        s.key.resize(hd, 0.0);
         let n_new = n_max.saturating_sub(np);
         let (s_past, s_new) = s.s.split_at_mut(np.min(n_max) * rv);
-        for (p, sp) in s_past.chunks_exact_mut(rv).enumerate() {
-            for (d, k) in s.key.iter_mut().enumerate() {
-                *k = past.kt[(g * hd + d) * past.cap + p];
-            }
-            scores::<F>(sp, &s.qt, &s.key);
+        let past_keys = past_k.chunks_exact(kvd).map(|row| &row[g * hd..][..hd]);
+        for (key, sp) in past_keys.zip(s_past.chunks_exact_mut(rv)) {
+            scores::<F>(sp, &s.qt, key);
         }
         for (key, sp) in new_k.chunks_exact(hd).take(n_new).zip(s_new.chunks_exact_mut(rv)) {
             scores::<F>(sp, &s.qt, key);
@@ -345,60 +337,67 @@ impl pulp::WithSimd for Block<'_, '_, '_> {
     }
 }
 
-/// A chunk of [`SiluMul`], dispatched like [`Block`].
-struct SiluRows<'a> {
+/// Rows of [`SwiGlu`], dispatched like [`Block`].
+struct SwiGluRows<'a> {
     out: &'a mut [f32],
-    g: &'a [f32],
-    u: &'a [f32],
+    gate_up: &'a [f32],
+    hidden: usize,
 }
 
-impl pulp::WithSimd for SiluRows<'_> {
+impl pulp::WithSimd for SwiGluRows<'_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         if has_fma::<S>() {
-            silu_mul::<true>(self.out, self.g, self.u)
+            self.run::<true>()
         } else {
-            silu_mul::<false>(self.out, self.g, self.u)
+            self.run::<false>()
         }
     }
 }
 
-#[inline(always)]
-fn silu_mul<const F: bool>(out: &mut [f32], g: &[f32], u: &[f32]) {
-    for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-        *o = g * u / (1.0 + exp_with::<F>(-g));
+impl SwiGluRows<'_> {
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let h = self.hidden;
+        for (out, gu) in self.out.chunks_exact_mut(h).zip(self.gate_up.chunks_exact(2 * h)) {
+            let (g, u) = gu.split_at(h);
+            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                *o = g * u / (1.0 + exp_with::<F>(-g));
+            }
+        }
     }
 }
 
-/// silu(g) · u = g·u / (1 + e^(−g)), elementwise over two contiguous tensors of one shape.
-pub(crate) struct SiluMul;
+/// The SwiGLU product silu(g) · u = g·u / (1 + e^(−g)) of a contiguous tensor (.., 2·hidden) whose last axis
+/// holds the gate g then the up projection u; the result is (.., hidden).
+pub(crate) struct SwiGlu;
 
-impl CustomOp2 for SiluMul {
+impl CustomOp1 for SwiGlu {
     fn name(&self) -> &'static str {
-        "silu-mul"
+        "swiglu"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let g = contiguous(s1, l1, self.name())?;
-        let u = contiguous(s2, l2, self.name())?;
-        if l1.shape() != l2.shape() {
-            candle_core::bail!("silu-mul: shapes {:?} and {:?} differ", l1.shape(), l2.shape());
-        }
-        let mut dst = vec![0f32; g.len()];
-        const CHUNK: usize = 4096;
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let gate_up = contiguous(storage, layout, self.name())?;
+        let mut dims = layout.dims().to_vec();
+        let last = dims.last_mut().filter(|n| **n > 0 && n.is_multiple_of(2));
+        let Some(last) = last else {
+            candle_core::bail!(
+                "swiglu: last axis of {:?} is not a positive even length",
+                layout.dims()
+            )
+        };
+        *last /= 2;
+        let hidden = *last;
+        let mut dst = vec![0f32; gate_up.len() / 2];
+        let rows = 4096usize.div_ceil(hidden);
         let arch = pulp::Arch::new();
-        dst.par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK).zip(u.par_chunks(CHUNK)))
-            .for_each(|(out, (g, u))| arch.dispatch(SiluRows { out, g, u }));
-        Ok((CpuStorage::F32(dst), l1.shape().clone()))
+        dst.par_chunks_mut(rows * hidden)
+            .zip(gate_up.par_chunks(2 * rows * hidden))
+            .for_each(|(out, gate_up)| arch.dispatch(SwiGluRows { out, gate_up, hidden }));
+        Ok((CpuStorage::F32(dst), Shape::from(dims)))
     }
 }
 
@@ -429,37 +428,25 @@ mod tests {
         // head_dim 12 (the one-channel-at-a-time path), 8 and 16 (eight channels at a time, one and two chunks);
         // 6, 18 and 20 query rows per kv head (row groups of 8, 4, 2 and 1); caches empty, shorter than a chunk of
         // keys, and crossing chunk boundaries.
-        check_attention(3, 4, 2, 12, &[5, 0], &[8, 0]);
-        check_attention(9, 8, 4, 8, &[70, 13], &[96, 32]);
-        check_attention(5, 4, 1, 16, &[0, 17, 40], &[0, 32, 64]);
+        check_attention(3, 4, 2, 12, &[5, 0]);
+        check_attention(9, 8, 4, 8, &[70, 13]);
+        check_attention(5, 4, 1, 16, &[0, 17, 40]);
     }
 
-    fn check_attention(t: usize, nh: usize, nkv: usize, hd: usize, past_len: &[usize], caps: &[usize]) {
+    fn check_attention(t: usize, nh: usize, nkv: usize, hd: usize, past_len: &[usize]) {
         let b = past_len.len();
         let val = |i: usize, salt: usize| (((i * 31 + salt * 17) % 97) as f32 - 48.0) / 40.0;
         let q: Vec<f32> = (0..b * nh * t * hd).map(|i| val(i, 1)).collect();
         let k: Vec<f32> = (0..b * nkv * t * hd).map(|i| val(i, 2)).collect();
         let v: Vec<f32> = (0..b * t * nkv * hd).map(|i| val(i, 3)).collect();
-        let pk: Vec<Vec<f32>> = past_len
-            .iter()
-            .map(|&n| (0..n * nkv * hd).map(|i| val(i, 4)).collect())
-            .collect();
-        let pv: Vec<Vec<f32>> = past_len
-            .iter()
-            .map(|&n| (0..n * nkv * hd).map(|i| val(i, 5)).collect())
-            .collect();
-        // The cached keys as the cache stores them: transposed, with spare capacity.
-        let pkt: Vec<Vec<f32>> = (0..b)
-            .map(|i| {
-                let mut kt = vec![f32::NAN; nkv * hd * caps[i]];
-                for p in 0..past_len[i] {
-                    for c in 0..nkv * hd {
-                        kt[c * caps[i] + p] = pk[i][p * nkv * hd + c];
-                    }
-                }
-                kt
-            })
-            .collect();
+        // Caches with three rows of NaN after their length, which must never be read.
+        let cache = |n: usize, salt: usize| -> Vec<f32> {
+            (0..(n + 3) * nkv * hd)
+                .map(|i| if i < n * nkv * hd { val(i, salt) } else { f32::NAN })
+                .collect()
+        };
+        let pk: Vec<Vec<f32>> = past_len.iter().map(|&n| cache(n, 4)).collect();
+        let pv: Vec<Vec<f32>> = past_len.iter().map(|&n| cache(n, 5)).collect();
         // Query j of a sequence sees its cache and the new keys up to its own.
         let visible: Vec<usize> = (0..b)
             .flat_map(|i| (0..t).map(move |j| past_len[i] + j + 1))
@@ -470,8 +457,7 @@ mod tests {
             v: &v,
             past: (0..b)
                 .map(|i| Past {
-                    kt: &pkt[i],
-                    cap: caps[i],
+                    k: &pk[i],
                     len: past_len[i],
                     v: &pv[i],
                 })
@@ -534,27 +520,28 @@ mod tests {
     }
 
     #[test]
-    fn silu_mul_equals_the_formula() {
-        let n = 8 * 700 + 5;
-        let g: Vec<f32> = (0..n).map(|i| ((i * 13 % 97) as f32 - 48.0) / 6.0).collect();
-        let u: Vec<f32> = (0..n).map(|i| ((i * 7 % 31) as f32 - 15.0) / 5.0).collect();
-        let gt = Tensor::from_vec(g.clone(), n, &Device::Cpu).unwrap();
-        let ut = Tensor::from_vec(u.clone(), n, &Device::Cpu).unwrap();
-        let got = gt
-            .apply_op2_no_bwd(&ut, &SiluMul)
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        for i in 0..n {
-            let (gi, ui) = (g[i] as f64, u[i] as f64);
-            let want = gi * ui / (1.0 + (-gi).exp());
-            assert!(
-                (got[i] as f64 - want).abs() <= 1e-6 * want.abs().max(1.0),
-                "{i}: {} vs {want}",
-                got[i]
-            );
+    fn swiglu_equals_the_formula() {
+        // 9 rows of hidden 701: row chunks of 6 rows, and a tail after the last multiple of 8 in every row.
+        let (rows, h) = (9usize, 701usize);
+        let gu: Vec<f32> = (0..rows * 2 * h)
+            .map(|i| ((i * 13 % 97) as f32 - 48.0) / 6.0)
+            .collect();
+        let t = Tensor::from_vec(gu.clone(), (rows, 2 * h), &Device::Cpu).unwrap();
+        let got = t.apply_op1_no_bwd(&SwiGlu).unwrap();
+        assert_eq!(got.dims(), &[rows, h]);
+        let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for r in 0..rows {
+            for j in 0..h {
+                let (g, u) = (gu[r * 2 * h + j] as f64, gu[r * 2 * h + h + j] as f64);
+                let want = g * u / (1.0 + (-g).exp());
+                let a = got[r * h + j] as f64;
+                assert!(
+                    (a - want).abs() <= 1e-6 * want.abs().max(1.0),
+                    "{r},{j}: {a} vs {want}"
+                );
+            }
         }
-        let short = Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu).unwrap();
-        assert!(gt.apply_op2_no_bwd(&short, &SiluMul).is_err());
+        let odd = Tensor::zeros((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap();
+        assert!(odd.apply_op1_no_bwd(&SwiGlu).is_err());
     }
 }

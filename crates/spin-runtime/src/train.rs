@@ -72,7 +72,7 @@ pub fn distill(
         device: device.clone(),
     };
     let mut student = Model::from_source(cfg.student.clone(), &map as &dyn WeightSource, &device)?;
-    student.set_differentiable(true);
+    student.set_differentiable(true)?;
     let params = ParamsAdamW {
         lr: cfg.learning_rate,
         weight_decay: 0.0,

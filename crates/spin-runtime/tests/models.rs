@@ -151,12 +151,42 @@ fn differentiable_path_equals_fused_path_and_cached_path() {
         let seq = [1u32, 9, 8, 7, 6, 5];
         let ids = Tensor::new(&[seq], &Device::Cpu).unwrap();
         let fused = m.forward_full(&ids).unwrap().squeeze(0).unwrap();
-        m.set_differentiable(true);
+        m.set_differentiable(true).unwrap();
         let plain = m.forward_full(&ids).unwrap().squeeze(0).unwrap();
         assert!(max_diff(&fused, &plain) < 1e-5, "{rope:?}");
-        m.set_differentiable(false);
+        m.set_differentiable(false).unwrap();
         assert!(max_diff(&fused, &stepwise(&m, &[], &seq)) < 1e-5, "{rope:?}");
     }
+}
+
+#[test]
+fn fused_projections_follow_weights_updated_while_training() {
+    // Weights held in variables, as the distillation trains them: after an update in differentiable mode and a
+    // switch back, the fast path (fused copies) and the stock path (the variables themselves) must agree, and
+    // both must differ from the logits before the update.
+    let cfg = tiny(RopeStyle::Interleaved, true, false);
+    let vars: HashMap<String, candle_core::Var> = weights(&cfg, 4)
+        .into_iter()
+        .map(|(n, t)| (n, candle_core::Var::from_tensor(&t).unwrap()))
+        .collect();
+    let tensors = vars
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect();
+    let mut m = model_from_tensors(cfg.clone(), tensors, &Device::Cpu).unwrap();
+    let seq = [1u32, 5, 9, 2];
+    let before = stepwise(&m, &[], &seq);
+    m.set_differentiable(true).unwrap();
+    let w = &vars["model.layers.1.mlp.up_proj.weight"];
+    w.set(&(w.as_tensor() * 1.5).unwrap()).unwrap();
+    let b = &vars["model.layers.0.self_attn.k_proj.bias"];
+    b.set(&(b.as_tensor() + 0.25).unwrap()).unwrap();
+    m.set_differentiable(false).unwrap();
+    let fast = stepwise(&m, &[], &seq);
+    m.set_cpu_fast_path(false);
+    let stock = stepwise(&m, &[], &seq);
+    assert!(max_diff(&fast, &stock) < 1e-5);
+    assert!(max_diff(&fast, &before) > 1e-3);
 }
 
 #[test]
