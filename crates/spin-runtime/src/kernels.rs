@@ -6,7 +6,8 @@
 //! most of its time in copies and per-call overhead. Here no cache is copied or padded, each sequence reads only
 //! its own keys, and the exponentials come from a branch-free polynomial. The loops are plain Rust compiled for
 //! the best instruction set the CPU offers, chosen at run time by `pulp::Arch::dispatch` (AVX2 and FMA on
-//! x86-64-v3, SSE2 otherwise), with no `unsafe` here. Both split their work with rayon (the model calls them from inside the pool).
+//! x86-64-v3, SSE2 otherwise), with no `unsafe` here. Both split their work with rayon (the model calls them
+//! from inside the pool).
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
 use rayon::prelude::*;
