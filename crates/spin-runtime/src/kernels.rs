@@ -203,12 +203,19 @@ impl Attention<'_> {
         s.s.resize(n_max * rv, [0.0; 8]);
         let n_new = n_max.saturating_sub(np);
         let (s_past, s_new) = s.s.split_at_mut(np.min(n_max) * rv);
-        let past_keys = past_k.chunks_exact(kvd).map(|row| &row[g * hd..][..hd]);
-        for (key, sp) in past_keys.zip(s_past.chunks_exact_mut(rv)) {
-            scores::<F>(sp, &s.qt, key);
-        }
-        for (key, sp) in new_k.chunks_exact(hd).take(n_new).zip(s_new.chunks_exact_mut(rv)) {
-            scores::<F>(sp, &s.qt, key);
+        // Four keys at a time (four independent multiply-add chains), then one at a time.
+        for (rows, stride, sp) in [(past_k, kvd, s_past), (&new_k[..n_new * hd], hd, s_new)] {
+            let offset = if stride == kvd { g * hd } else { 0 };
+            let quads = rows.chunks_exact(4 * stride).zip(sp.chunks_exact_mut(4 * rv));
+            let done = rows.len() / (4 * stride);
+            for (r, sq) in quads {
+                let k: [&[f32]; 4] = std::array::from_fn(|j| &r[j * stride + offset..][..hd]);
+                scores::<4, F>(sq, &s.qt, k, rv);
+            }
+            let rest = rows[done * 4 * stride..].chunks_exact(stride);
+            for (r, s1) in rest.zip(sp[done * 4 * rv..].chunks_exact_mut(rv)) {
+                scores::<1, F>(s1, &s.qt, [&r[offset..offset + hd]], rv);
+            }
         }
 
         // Causal mask: row r·T + j sees visible[j] keys; only new keys can be hidden.
@@ -226,14 +233,17 @@ impl Attention<'_> {
             let mut m = [f32::NEG_INFINITY; 8];
             for sp in s.s.chunks_exact(rv) {
                 let x = sp[v];
-                m = lanes(|l| if x[l] > m[l] { x[l] } else { m[l] });
+                for l in 0..8 {
+                    m[l] = if x[l] > m[l] { x[l] } else { m[l] };
+                }
             }
             let mut z = [0f32; 8];
             for sp in s.s.chunks_exact_mut(rv) {
-                let x = sp[v];
-                let e = lanes(|l| exp_with::<F>(x[l] - m[l]));
-                sp[v] = e;
-                z = lanes(|l| z[l] + e[l]);
+                let x = &mut sp[v];
+                for l in 0..8 {
+                    x[l] = exp_with::<F>(x[l] - m[l]);
+                    z[l] += x[l];
+                }
             }
             s.sum.push(z);
         }
@@ -242,27 +252,12 @@ impl Attention<'_> {
 
         // Weighted sums of values, lanes = rows; value channels are broadcast, eight at a time (fewer in the last
         // group when head_dim is not a multiple of 8).
+        let (s_past, s_new) = s.s.split_at(np.min(n_max) * rv);
         let values = |v: usize, d0: usize, width: usize| -> [Lanes; 8] {
-            let pasts = past_v.chunks_exact(kvd).map(|row| &row[g * hd + d0..][..width]);
-            let news = new_v
-                .chunks_exact(kvd)
-                .take(n_new)
-                .map(|row| &row[g * hd + d0..][..width]);
-            let mut acc = [[0f32; 8]; 8];
-            let rows = pasts.chain(news).zip(s.s.chunks_exact(rv));
-            if width == 8 {
-                for (x, sp) in rows {
-                    let (x, w): (&Lanes, Lanes) = (x.try_into().expect("eight channels"), sp[v]);
-                    acc = std::array::from_fn(|dd| lanes(|l| fmadd::<F>(x[dd], w[l], acc[dd][l])));
-                }
-            } else {
-                for (x, sp) in rows {
-                    for (acc, &x) in acc.iter_mut().zip(x) {
-                        *acc = lanes(|l| fmadd::<F>(x, sp[v][l], acc[l]));
-                    }
-                }
-            }
-            acc
+            let offset = g * hd + d0;
+            let acc = [[0f32; 8]; 8];
+            let acc = weighted::<F>(acc, past_v, kvd, offset, width, s_past, rv, v);
+            weighted::<F>(acc, &new_v[..n_new * kvd], kvd, offset, width, s_new, rv, v)
         };
         for v in 0..rv {
             let inv = s.sum[v].map(|z| 1.0 / z);
@@ -282,21 +277,64 @@ impl Attention<'_> {
     }
 }
 
-/// The eight lanes f(0), …, f(7), built by value so that the compiler keeps them in one vector register.
+/// acc[dd][l] += Σ_p values[p][offset + dd] · s[p·rv + v][l] over the positions of `values` (rows of `stride`
+/// floats) for dd < width: the weighted sum of `width` value channels for the eight rows of lane vector v. The
+/// accumulators travel by value so that they stay in registers.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
-    std::array::from_fn(f)
+fn weighted<const F: bool>(
+    mut acc: [Lanes; 8],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    width: usize,
+    s: &[Lanes],
+    rv: usize,
+    v: usize,
+) -> [Lanes; 8] {
+    let rows = values.chunks_exact(stride).zip(s.chunks_exact(rv));
+    if width == 8 {
+        for (row, sp) in rows {
+            let x: &Lanes = row[offset..offset + 8].try_into().expect("eight channels");
+            let w = sp[v];
+            for dd in 0..8 {
+                for l in 0..8 {
+                    acc[dd][l] = fmadd::<F>(x[dd], w[l], acc[dd][l]);
+                }
+            }
+        }
+    } else {
+        for (row, sp) in rows {
+            let w = sp[v];
+            for (acc, &x) in acc.iter_mut().zip(&row[offset..offset + width]) {
+                for l in 0..8 {
+                    acc[l] = fmadd::<F>(x, w[l], acc[l]);
+                }
+            }
+        }
+    }
+    acc
 }
 
-/// s[v] = Σ_d key[d] · qt[v·head_dim + d] for every row vector v: the scores of one key against all rows.
+/// s[j·rv + v] = Σ_d keys[j][d] · qt[v·head_dim + d] for every row vector v: the scores of N consecutive keys
+/// against all rows, as N independent multiply-add chains that share each query load.
 #[inline(always)]
-fn scores<const F: bool>(s: &mut [Lanes], qt: &[Lanes], key: &[f32]) {
-    for (sv, qv) in s.iter_mut().zip(qt.chunks_exact(key.len())) {
-        let mut acc = [0f32; 8];
-        for (&k, q) in key.iter().zip(qv) {
-            acc = lanes(|l| fmadd::<F>(k, q[l], acc[l]));
+fn scores<const N: usize, const F: bool>(s: &mut [Lanes], qt: &[Lanes], keys: [&[f32]; N], rv: usize) {
+    let hd = keys[0].len();
+    let keys = keys.map(|k| &k[..hd]);
+    for (v, qv) in qt.chunks_exact(hd).enumerate().take(rv) {
+        let mut acc = [[0f32; 8]; N];
+        for (d, q) in qv.iter().enumerate() {
+            for j in 0..N {
+                let k = keys[j][d];
+                for l in 0..8 {
+                    acc[j][l] = fmadd::<F>(k, q[l], acc[j][l]);
+                }
+            }
         }
-        *sv = acc;
+        for (j, a) in acc.into_iter().enumerate() {
+            s[j * rv + v] = a;
+        }
     }
 }
 
