@@ -204,8 +204,12 @@ impl Attention<'_> {
         let n_new = n_max.saturating_sub(np);
         let (s_past, s_new) = s.s.split_at_mut(np.min(n_max) * rv);
         // Four keys at a time (four independent multiply-add chains), then one at a time.
-        for (rows, stride, sp) in [(past_k, kvd, s_past), (&new_k[..n_new * hd], hd, s_new)] {
-            let offset = if stride == kvd { g * hd } else { 0 };
+        // Cached keys are rows of kv_dim with this head at g·hd; new keys are this head's own rows of hd.
+        let segments = [
+            (past_k, kvd, g * hd, s_past),
+            (&new_k[..n_new * hd], hd, 0, s_new),
+        ];
+        for (rows, stride, offset, sp) in segments {
             let quads = rows.chunks_exact(4 * stride).zip(sp.chunks_exact_mut(4 * rv));
             let done = rows.len() / (4 * stride);
             for (r, sq) in quads {
@@ -464,9 +468,9 @@ mod tests {
 
     #[test]
     fn attention_equals_explicit_reference_with_caches_and_padding() {
-        // head_dim 12 (the one-channel-at-a-time path), 8 and 16 (eight channels at a time, one and two chunks);
-        // 6, 18 and 20 query rows per kv head (row groups of 8, 4, 2 and 1); caches empty, shorter than a chunk of
-        // keys, and crossing chunk boundaries.
+        // head_dim 12 (a last group of four value channels), 8 and 16 (one and two full groups of eight); 6, 18
+        // and 20 query rows per kv head (one or three lane vectors, the last partly padding); caches empty, and of
+        // 5, 13, 17, 40 and 70 keys (whole groups of four keys plus a remainder), before 3 to 9 new keys.
         check_attention(3, 4, 2, 12, &[5, 0]);
         check_attention(9, 8, 4, 8, &[70, 13]);
         check_attention(5, 4, 1, 16, &[0, 17, 40]);

@@ -353,12 +353,12 @@ impl Model {
             differentiable: false,
             cpu_fast: device.is_cpu(),
         };
-        model.refuse()?;
+        model.rebuild_fused()?;
         Ok(model)
     }
 
     /// Builds (on the CPU, for inference) or drops (elsewhere, and while training) the fused projections.
-    fn refuse(&mut self) -> Result<()> {
+    fn rebuild_fused(&mut self) -> Result<()> {
         let want = self.device.is_cpu() && !self.differentiable;
         for layer in &mut self.layers {
             layer.fused = if want { Fused::of(layer)? } else { None };
@@ -371,13 +371,14 @@ impl Model {
     /// from the weights as they then are.
     pub fn set_differentiable(&mut self, on: bool) -> Result<()> {
         self.differentiable = on;
-        self.refuse()
+        self.rebuild_fused()
     }
 
-    /// Use the CPU fast path (the default for CPU models): caches in host vectors, and fused kernels for
-    /// attention and the SwiGLU product. Off (the default elsewhere), caches are device tensors and every
-    /// step is a stock candle op, the path a GPU runs; both give the same logits to rounding. The kernels run on
-    /// the CPU only, so on other devices this switches only the cache layout. Caches made before a switch keep
+    /// Use the CPU fast path (the default for CPU models): caches in host vectors, fused kernels for attention
+    /// and the SwiGLU product, and the fused q|k|v and gate|up projections of dense layers. Off (the default
+    /// elsewhere), caches are device tensors and every step is a stock candle op, the path a GPU runs; both give
+    /// the same logits to rounding. The kernels run on the CPU only, so on other devices this switches only the
+    /// cache layout. Caches made before a switch keep
     /// their layout, and one batch may not mix the two.
     pub fn set_cpu_fast_path(&mut self, on: bool) {
         self.cpu_fast = on;
