@@ -4,6 +4,7 @@
 use crate::failure::Failure;
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use spin_runtime::measure::{self as m, AffineFit, Uplink};
 use spin_runtime::speculative;
@@ -79,7 +80,7 @@ enum What {
         /// Tokens already in every cache.
         #[arg(long, default_value_t = 64)]
         prefix_len: usize,
-        /// Repetitions per K (median taken).
+        /// Timed rounds; each times one pass of every K, interleaved (the median per K is kept).
         #[arg(long, default_value_t = 7)]
         reps: usize,
     },
@@ -173,6 +174,10 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                 let text = read_text(path)?;
                 let ps = m::prompts_from_text(&text, &l.tok, *count, *words, models.seed + i as u64)
                     .map_err(Failure::input)?;
+                let name = path
+                    .file_stem()
+                    .map_or("prompts".into(), |s| s.to_string_lossy().into_owned());
+                let bar = progress(ps.len() * new_tokens, &format!("{name}: tokens"));
                 let alphas = m::acceptance_per_prompt(
                     &l.target,
                     &l.drafter,
@@ -181,12 +186,11 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                     *new_tokens,
                     params,
                     models.seed,
+                    &mut |done| bar.set_position(done as u64),
                 )
                 .context("measuring acceptance")?;
+                bar.finish_and_clear();
                 let (mean, std) = m::mean_std(&alphas);
-                let name = path
-                    .file_stem()
-                    .map_or("prompts".into(), |s| s.to_string_lossy().into_owned());
                 writeln!(csv, "{name},{},{mean:.6},{std:.6}", alphas.len()).expect("writing to a String");
                 println!("{name}: α = {mean:.4} ± {std:.4} over {} prompts", alphas.len());
                 bars.push((name, mean));
@@ -272,6 +276,7 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             };
             let mut csv = String::from("draft_len,alpha,empirical_tok_s,formula_tok_s\n");
             let (mut emp, mut form, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
+            let bar = progress(max_draft_len + 1, "draft lengths");
             for len in 0..=*max_draft_len {
                 let g = m::goodput(
                     &l.target,
@@ -296,7 +301,9 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                 if g.alpha.is_finite() {
                     alphas.push(g.alpha);
                 }
+                bar.inc(1);
             }
+            bar.finish_and_clear();
             write(&models.out.join("goodput.csv"), &csv)?;
             svg_lines(
                 &models.out.join("goodput.svg"),
@@ -305,7 +312,20 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                 "tokens/s",
                 &[("empirical", &emp, true), ("paper-A formula", &form, false)],
             )?;
-            let alpha = m::mean_std(&alphas).0.clamp(1e-6, 1.0 - 1e-6);
+            // A scenario needs α in (0, 1) and non-negative latencies; a measurement at the edge is moved inside
+            // and said so, never changed silently.
+            let measured = m::mean_std(&alphas).0;
+            let alpha = measured.clamp(1e-6, 1.0 - 1e-6);
+            if alpha != measured {
+                eprintln!("note: measured α = {measured} is outside (0, 1); scenario.json uses {alpha}");
+            }
+            if fit.intercept < 0.0 || fit.slope < 0.0 {
+                eprintln!(
+                    "note: the verification fit T_fix = {:.4e} s, T_lin = {:.4e} s has a negative term; \
+                     scenario.json uses 0 for it",
+                    fit.intercept, fit.slope
+                );
+            }
             let scenario = serde_json::json!({
                 "model": "paper-a",
                 "bandwidth_hz": bandwidth_hz,
@@ -342,14 +362,26 @@ fn verify_latency(
     if reps == 0 || prefix_len == 0 {
         return Err(Failure::Input("reps, prefix_len: must be positive".into()));
     }
-    let mut pts = Vec::with_capacity(max_k);
-    for k in 1..=max_k {
-        let t = m::verify_latency_s(&l.target, k, prefix_len, draft_len, reps).map_err(Failure::input)?;
-        pts.push((k as f64, t));
-    }
+    let ks: Vec<usize> = (1..=max_k).collect();
+    let bar = progress(reps, &format!("verifying K = 1..{max_k}"));
+    let times = m::verify_latency_s(&l.target, &ks, prefix_len, draft_len, reps, &mut || bar.inc(1))
+        .map_err(Failure::input)?;
+    bar.finish_and_clear();
+    let pts: Vec<(f64, f64)> = ks.iter().zip(times).map(|(&k, t)| (k as f64, t)).collect();
     let fit = m::affine_fit(&pts).map_err(Failure::input)?;
     let draft_s = m::draft_token_latency_s(&l.drafter, prefix_len, 32).map_err(Failure::input)?;
     Ok((fit, draft_s, pts))
+}
+
+/// A progress bar of `len` steps on stderr; indicatif hides it when stderr is not a terminal.
+fn progress(len: usize, msg: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    let style = ProgressStyle::with_template("{msg:>24} [{bar:40}] {pos}/{len} ({elapsed}, eta {eta})")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(msg.to_owned());
+    bar
 }
 
 fn write(path: &Path, text: &str) -> Result<(), Failure> {

@@ -44,7 +44,9 @@ pub fn prompts_from_text(
 }
 
 /// Per-prompt acceptance rate: the mean of min(1, p(y)/q(y)) over every drafted token of `new_tokens` generated
-/// tokens (MODEL.md §1), all prompts run as devices of one speculative batch.
+/// tokens (MODEL.md §1), all prompts run as devices of one speculative batch. After every round, `progress` gets
+/// the number of tokens generated so far over all prompts (at most `prompts.len() · new_tokens`).
+#[allow(clippy::too_many_arguments)]
 pub fn acceptance_per_prompt(
     target: &Model,
     drafter: &Model,
@@ -53,6 +55,7 @@ pub fn acceptance_per_prompt(
     new_tokens: usize,
     params: SamplingParams,
     seed: u64,
+    progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<f64>> {
     let cfg = SpecConfig {
         params,
@@ -61,7 +64,14 @@ pub fn acceptance_per_prompt(
         seed,
     };
     let mut s = Speculator::new(target, drafter, prompts, &vec![draft_len; prompts.len()], cfg)?;
-    s.run()?;
+    while s.step()? {
+        progress(
+            s.devices
+                .iter()
+                .map(|d| d.generated().len().min(new_tokens))
+                .sum(),
+        );
+    }
     s.devices
         .iter()
         .enumerate()
@@ -88,69 +98,90 @@ pub fn mean_std(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Median wall time in seconds of a padded batch verification: K sequences of `prefix_len` tokens each score
-/// `draft_len + 1` new positions (paper A eq. 7), repeated `reps` times after one untimed pass.
+/// Median wall time in seconds of a padded batch verification for every K in `ks`: K sequences of `prefix_len`
+/// tokens each score `draft_len + 1` new positions (paper A eq. 7).
+///
+/// The K values are interleaved: each of the `reps` rounds times one pass of every K, starting from a different
+/// K each round, so that a machine whose speed drifts during the sweep (other load, clock changes) moves every K
+/// alike instead of bending the fit. One untimed pass of every K comes first (it grows the caches' capacity and
+/// warms the allocator and the thread pool). `progress` is called after each timed round.
 pub fn verify_latency_s(
     model: &Model,
-    k: usize,
+    ks: &[usize],
     prefix_len: usize,
     draft_len: usize,
     reps: usize,
-) -> Result<f64> {
-    if k == 0 || prefix_len == 0 || reps == 0 {
+    progress: &mut dyn FnMut(),
+) -> Result<Vec<f64>> {
+    if ks.is_empty() || ks.contains(&0) {
         return Err(RuntimeError::invalid(
-            "verify_latency",
-            "k, prefix_len and reps must be positive",
+            "ks",
+            "must be a non-empty list of positive batch sizes",
         ));
     }
-    let vocab = model.config().vocab_size as u32;
-    let prefix: Vec<u32> = (0..prefix_len as u32)
-        .map(|i| 3 + (i * 7) % (vocab - 3))
-        .collect();
+    if prefix_len == 0 || reps == 0 {
+        return Err(RuntimeError::invalid("prefix_len, reps", "must be positive"));
+    }
+    let vocab = model.config().vocab_size;
+    let prefix: Vec<u32> = (0..prefix_len).map(|i| filler(i * 7, vocab)).collect();
     let mut base = model.new_cache();
     model.forward(&mut base, &prefix)?;
-    let drafts: Vec<Vec<u32>> = (0..k)
-        .map(|b| {
-            (0..=draft_len as u32)
-                .map(|j| 3 + (j * 13 + b as u32 * 5) % (vocab - 3))
-                .collect()
-        })
+    let max_k = ks.iter().copied().max().unwrap_or(1);
+    let drafts: Vec<Vec<u32>> = (0..max_k)
+        .map(|b| (0..=draft_len).map(|j| filler(j * 13 + b * 5, vocab)).collect())
         .collect();
     let refs: Vec<&[u32]> = drafts.iter().map(|d| d.as_slice()).collect();
-    let mut times = Vec::with_capacity(reps);
-    let mut caches: Vec<KvCache> = vec![base.clone(); k];
-    // One untimed pass first: it grows the caches' capacity and warms the allocator and the thread pool.
-    for rep in 0..=reps {
-        for c in caches.iter_mut() {
+    // Batch K uses the first K caches; every pass starts from the prefix alone.
+    let mut caches: Vec<KvCache> = vec![base; max_k];
+    let mut pass = |k: usize| -> Result<f64> {
+        for c in caches[..k].iter_mut() {
             c.truncate(prefix_len)?;
         }
-        let mut cref: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let mut cref: Vec<&mut KvCache> = caches[..k].iter_mut().collect();
         let start = Instant::now();
-        let out = model.forward_batch(&mut cref, &refs)?;
+        let out = model.forward_batch(&mut cref, &refs[..k])?;
         // Pull the logits to the host as the verifier must, so lazy devices are timed in full.
         for o in &out {
             let _ = o.sum_all()?.to_scalar::<f32>()?;
         }
-        if rep > 0 {
-            times.push(start.elapsed().as_secs_f64());
-        }
+        Ok(start.elapsed().as_secs_f64())
+    };
+    for &k in ks {
+        pass(k)?;
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    let mut times = vec![Vec::with_capacity(reps); ks.len()];
+    for rep in 0..reps {
+        for i in (0..ks.len()).map(|i| (i + rep) % ks.len()) {
+            times[i].push(pass(ks[i])?);
+        }
+        progress();
+    }
+    Ok(times
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect())
+}
+
+/// A token id for synthetic timing inputs: `i` folded into the vocabulary, above the three ids llama-style
+/// tokenizers reserve (unknown, begin, end) when the vocabulary is large enough to leave any.
+fn filler(i: usize, vocab: usize) -> u32 {
+    let reserved = if vocab > 3 { 3 } else { 0 };
+    (reserved + i % (vocab - reserved).max(1)) as u32
 }
 
 /// Median per-token drafting latency (s): one-token decode steps after `prefix_len` tokens.
 pub fn draft_token_latency_s(model: &Model, prefix_len: usize, tokens: usize) -> Result<f64> {
-    let vocab = model.config().vocab_size as u32;
-    let prefix: Vec<u32> = (0..prefix_len.max(1) as u32)
-        .map(|i| 3 + (i * 7) % (vocab - 3))
-        .collect();
+    let vocab = model.config().vocab_size;
+    let prefix: Vec<u32> = (0..prefix_len.max(1)).map(|i| filler(i * 7, vocab)).collect();
     let mut cache = model.new_cache();
     model.forward(&mut cache, &prefix)?;
     let mut times = Vec::with_capacity(tokens);
     for i in 0..tokens {
         let start = Instant::now();
-        let l = model.forward(&mut cache, &[3 + (i as u32 * 11) % (vocab - 3)])?;
+        let l = model.forward(&mut cache, &[filler(i * 11, vocab)])?;
         let _ = l.sum_all()?.to_scalar::<f32>()?;
         times.push(start.elapsed().as_secs_f64());
     }
