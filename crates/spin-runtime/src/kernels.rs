@@ -43,12 +43,9 @@ impl Past<'_> {
 /// softmax and the weighted sum of values for every (sequence, query, head), reading each sequence's cache as it is
 /// stored. Replaces a padded copy of every cache, two batched products and a masked softmax per layer.
 pub(crate) struct Attention<'a> {
-    /// Queries after RoPE, (B, n_heads, T, head_dim).
-    pub q: &'a [f32],
-    /// New keys after RoPE, (B, n_kv_heads, T, head_dim).
-    pub k: &'a [f32],
-    /// New values, (B, T, n_kv_heads, head_dim).
-    pub v: &'a [f32],
+    /// One row per (sequence, position), B·T rows: the n_heads query heads and the n_kv_heads key heads after
+    /// RoPE, then the n_kv_heads value heads, head_dim floats each (the q|k|v projection's output as it is).
+    pub qkv: &'a [f32],
     /// Per sequence, what its cache held before this pass (empty slices when nothing).
     pub past: Vec<Past<'a>>,
     /// Keys visible to query (b, j), cache included: B·T entries, each at most past_b + T.
@@ -135,8 +132,8 @@ impl Attention<'_> {
     /// One task per (sequence, kv head), holding the rep·T query rows of that kv head. Every step runs across
     /// eight rows at once, one per vector lane: the scores of a key are head_dim multiply-adds of a broadcast key
     /// channel, the softmax statistics are lane-wise, and the weighted sum of values broadcasts value channels.
-    /// Keys and values are read where they are stored (cache, then new rows); nothing is gathered or transposed
-    /// but the queries.
+    /// Keys and values are read where they are stored (cache, then the new q|k|v rows); nothing is gathered or
+    /// transposed but the queries.
     pub fn run(&self) -> Vec<f32> {
         let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
         let rep = nh / nkv;
@@ -181,10 +178,11 @@ impl Attention<'_> {
         let n_max = visible.iter().copied().max().unwrap_or(0).min(np + t);
         let rows = rep * t;
         let rv = rows.div_ceil(8);
-        let kvd = nkv * hd;
-        // This kv head's new keys (T, hd) and the new and cached values, position-major with kvd floats a row.
-        let new_k = &self.k[(i * nkv + g) * t * hd..][..t * hd];
-        let new_v = &self.v[i * t * kvd..][..t * kvd];
+        let (d, kvd) = (nh * hd, nkv * hd);
+        // This sequence's new q|k|v rows (w floats each: queries at 0, keys at d, values at d + kvd) and its cached
+        // keys and values, position-major with kvd floats a row.
+        let w = d + 2 * kvd;
+        let new = &self.qkv[i * t * w..][..t * w];
         let past_k = &past.k[..np * kvd];
         let past_v = &past.v[..np * kvd];
 
@@ -192,7 +190,7 @@ impl Attention<'_> {
         s.qt.resize(rv * hd, [0.0; 8]);
         for row in 0..rows {
             let (r, j) = (row / t, row % t);
-            let q = &self.q[((i * nh + g * rep + r) * t + j) * hd..][..hd];
+            let q = &new[j * w + (g * rep + r) * hd..][..hd];
             for (d, &x) in q.iter().enumerate() {
                 s.qt[(row / 8) * hd + d][row % 8] = x * self.scale;
             }
@@ -204,10 +202,10 @@ impl Attention<'_> {
         let n_new = n_max.saturating_sub(np);
         let (s_past, s_new) = s.s.split_at_mut(np.min(n_max) * rv);
         // Four keys at a time (four independent multiply-add chains), then one at a time.
-        // Cached keys are rows of kv_dim with this head at g·hd; new keys are this head's own rows of hd.
+        // Cached keys are rows of kv_dim with this head at g·hd; new keys sit in rows of w at d + g·hd.
         let segments = [
             (past_k, kvd, g * hd, s_past),
-            (&new_k[..n_new * hd], hd, 0, s_new),
+            (&new[..n_new * w], w, d + g * hd, s_new),
         ];
         for (rows, stride, offset, sp) in segments {
             let quads = rows.chunks_exact(4 * stride).zip(sp.chunks_exact_mut(4 * rv));
@@ -258,10 +256,10 @@ impl Attention<'_> {
         // group when head_dim is not a multiple of 8).
         let (s_past, s_new) = s.s.split_at(np.min(n_max) * rv);
         let values = |v: usize, d0: usize, width: usize| -> [Lanes; 8] {
-            let offset = g * hd + d0;
             let acc = [[0f32; 8]; 8];
-            let acc = weighted::<F>(acc, past_v, kvd, offset, width, s_past, rv, v);
-            weighted::<F>(acc, &new_v[..n_new * kvd], kvd, offset, width, s_new, rv, v)
+            let acc = weighted::<F>(acc, past_v, kvd, g * hd + d0, width, s_past, rv, v);
+            let offset = d + kvd + g * hd + d0;
+            weighted::<F>(acc, &new[..n_new * w], w, offset, width, s_new, rv, v)
         };
         for v in 0..rv {
             let inv = s.sum[v].map(|z| 1.0 / z);
@@ -479,9 +477,11 @@ mod tests {
     fn check_attention(t: usize, nh: usize, nkv: usize, hd: usize, past_len: &[usize]) {
         let b = past_len.len();
         let val = |i: usize, salt: usize| (((i * 31 + salt * 17) % 97) as f32 - 48.0) / 40.0;
-        let q: Vec<f32> = (0..b * nh * t * hd).map(|i| val(i, 1)).collect();
-        let k: Vec<f32> = (0..b * nkv * t * hd).map(|i| val(i, 2)).collect();
-        let v: Vec<f32> = (0..b * t * nkv * hd).map(|i| val(i, 3)).collect();
+        // q|k|v rows of w floats per (sequence, position).
+        let (d, kvd) = (nh * hd, nkv * hd);
+        let w = d + 2 * kvd;
+        let rows: Vec<f32> = (0..b * t * w).map(|i| val(i, 1)).collect();
+        let at = |i: usize, j: usize, offset: usize| &rows[(i * t + j) * w + offset..][..hd];
         // Caches with three rows of NaN after their length, which must never be read.
         let cache = |n: usize, salt: usize| -> Vec<f32> {
             (0..(n + 3) * nkv * hd)
@@ -495,9 +495,7 @@ mod tests {
             .flat_map(|i| (0..t).map(move |j| past_len[i] + j + 1))
             .collect();
         let att = Attention {
-            q: &q,
-            k: &k,
-            v: &v,
+            qkv: &rows,
             past: (0..b)
                 .map(|i| Past {
                     k: &pk[i],
@@ -524,10 +522,10 @@ mod tests {
                         vals.push(pv[i][(p * nkv + g) * hd..][..hd].to_vec());
                     }
                     for jj in 0..=j {
-                        keys.push(k[((i * nkv + g) * t + jj) * hd..][..hd].to_vec());
-                        vals.push(v[((i * t + jj) * nkv + g) * hd..][..hd].to_vec());
+                        keys.push(at(i, jj, d + g * hd).to_vec());
+                        vals.push(at(i, jj, d + kvd + g * hd).to_vec());
                     }
-                    let qv = &q[((i * nh + h) * t + j) * hd..][..hd];
+                    let qv = at(i, j, h * hd);
                     let want = reference(qv, &keys, &vals, 0.3);
                     let got = &y[((i * t + j) * nh + h) * hd..][..hd];
                     for (a, w) in got.iter().zip(&want) {

@@ -230,6 +230,9 @@ pub struct Model {
     head: Proj,
     cos: Tensor,
     sin: Tensor,
+    /// The same tables on the host, (max_seq_len, head_dim/2) row-major, for the CPU fast path.
+    cos_host: Vec<f32>,
+    sin_host: Vec<f32>,
     device: Device,
     differentiable: bool,
     cpu_fast: bool,
@@ -340,7 +343,10 @@ impl Model {
         } else {
             src.proj("lm_head", cfg.vocab_size, d, false)?
         };
-        let (cos, sin) = rope_tables(&cfg, device)?;
+        let (cos_host, sin_host) = rope_tables(&cfg);
+        let half = cfg.head_dim() / 2;
+        let cos = Tensor::from_vec(cos_host.clone(), (cfg.max_seq_len, half), device)?;
+        let sin = Tensor::from_vec(sin_host.clone(), (cfg.max_seq_len, half), device)?;
         let mut model = Model {
             cfg,
             embed,
@@ -349,6 +355,8 @@ impl Model {
             head,
             cos,
             sin,
+            cos_host,
+            sin_host,
             device: device.clone(),
             differentiable: false,
             cpu_fast: device.is_cpu(),
@@ -555,7 +563,6 @@ impl Model {
             }
         }
         let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
-        let pos = Tensor::from_vec(pos, b * t, &self.device)?;
         let lens: Vec<usize> = tokens.iter().map(|s| s.len()).collect();
         let (logits, new_caches) = self.run(&ids, &pos, &visible, s_len, Some((caches, &lens)))?;
         let mut out = Vec::with_capacity(b);
@@ -575,7 +582,6 @@ impl Model {
             ));
         }
         let pos: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
-        let pos = Tensor::from_vec(pos, b * t, &self.device)?;
         let visible: Vec<usize> = (0..b).flat_map(|_| 1..=t).collect();
         in_worker(|| Ok(self.run(ids, &pos, &visible, t, None)?.0))
     }
@@ -587,6 +593,39 @@ impl Model {
             Ok(x.broadcast_div(&(ms + eps)?.sqrt()?)?.broadcast_mul(w)?)
         } else {
             Ok(candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)?)
+        }
+    }
+
+    /// Rotates, in place, the query and key heads of q|k|v rows (one row of d + 2·kv_dim per position, position
+    /// `pos[row]`) the way [`Model::rope`] rotates tensors; the values are left alone. Hand-written because the
+    /// rows are already on the host for the attention kernel: candle's rotary ops would need q and k cut out,
+    /// transposed and copied into tensors of their own first.
+    fn rope_rows(&self, rows: &mut [f32], pos: &[u32]) {
+        let (hd, heads) = (self.cfg.head_dim(), self.cfg.n_heads + self.cfg.n_kv_heads);
+        let half = hd / 2;
+        let w = self.cfg.dim + 2 * self.cfg.kv_dim();
+        for (row, &p) in rows.chunks_exact_mut(w).zip(pos) {
+            let at = p as usize * half;
+            let (cos, sin) = (&self.cos_host[at..at + half], &self.sin_host[at..at + half]);
+            for head in row[..heads * hd].chunks_exact_mut(hd) {
+                match self.cfg.rope {
+                    RopeStyle::Interleaved => {
+                        for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
+                            let (a, b) = (pair[0], pair[1]);
+                            pair[0] = a * c - b * s;
+                            pair[1] = a * s + b * c;
+                        }
+                    }
+                    RopeStyle::Halves => {
+                        let (x0, x1) = head.split_at_mut(half);
+                        for (((a, b), &c), &s) in x0.iter_mut().zip(x1.iter_mut()).zip(cos).zip(sin) {
+                            let (u, v) = (*a, *b);
+                            *a = u * c - v * s;
+                            *b = u * s + v * c;
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -624,7 +663,7 @@ impl Model {
     fn run(
         &self,
         ids: &Tensor,
-        pos: &Tensor,
+        pos: &[u32],
         visible: &[usize],
         s_len: usize,
         caches: Option<(&[&mut KvCache], &[usize])>,
@@ -632,8 +671,6 @@ impl Model {
         let cfg = &self.cfg;
         let (b, t) = ids.dims2()?;
         let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
-        let cos = self.cos.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
-        let sin = self.sin.index_select(pos, 0)?.reshape((b, t, hd / 2))?;
         let scale = 1.0 / (hd as f64).sqrt();
         // CPU inference takes the fused host kernels; elsewhere (and for training, which needs gradients) stock
         // candle ops with an additive mask. With caches, their layout decides: host caches feed the host kernel.
@@ -655,101 +692,124 @@ impl Model {
             .embed
             .index_select(&ids.flatten_all()?, 0)?
             .reshape((b, t, cfg.dim))?;
+        // The stock path rotates q and k with tensor ops; the host kernel rotates its own rows (`rope_rows`).
+        let tables = if host_attention {
+            None
+        } else {
+            let pos = Tensor::from_slice(pos, b * t, &self.device)?;
+            Some((
+                self.cos.index_select(&pos, 0)?.reshape((b, t, hd / 2))?,
+                self.sin.index_select(&pos, 0)?.reshape((b, t, hd / 2))?,
+            ))
+        };
         let mut new_caches = Vec::with_capacity(self.layers.len());
         let (d, kvd) = (cfg.dim, cfg.kv_dim());
+        let m = b * t;
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = self.rms(&x, &layer.attn_norm)?;
             let fw = if fused { layer.fused.as_ref() } else { None };
-            let (q, k, v) = match fw {
+            let qkv = match fw {
                 Some(f) => {
-                    let qkv = hn.reshape((b * t, d))?.matmul(&f.qkv)?;
-                    let qkv = match &f.qkv_bias {
+                    let qkv = hn.reshape((m, d))?.matmul(&f.qkv)?;
+                    Some(match &f.qkv_bias {
                         Some(bias) => qkv.broadcast_add(bias)?,
                         None => qkv,
+                    })
+                }
+                None => None,
+            };
+            let y = match &tables {
+                None => {
+                    // Rows q|k|v of every position, copied to the host once, rotated in place and read by the
+                    // kernel where they lie; the new keys and values go to the caches from the same rows.
+                    let qkv = match qkv {
+                        Some(qkv) => qkv,
+                        None => Tensor::cat(
+                            &[
+                                &layer.wq.forward(&hn)?,
+                                &layer.wk.forward(&hn)?,
+                                &layer.wv.forward(&hn)?,
+                            ],
+                            D::Minus1,
+                        )?
+                        .reshape((m, d + 2 * kvd))?,
                     };
-                    (
-                        qkv.narrow(1, 0, d)?,
-                        qkv.narrow(1, d, kvd)?,
-                        qkv.narrow(1, d + kvd, kvd)?,
-                    )
-                }
-                None => (
-                    layer.wq.forward(&hn)?,
-                    layer.wk.forward(&hn)?,
-                    layer.wv.forward(&hn)?,
-                ),
-            };
-            let q = q.reshape((b, t, nh, hd))?.transpose(1, 2)?;
-            let k = k.reshape((b, t, nkv, hd))?.transpose(1, 2)?;
-            // Values stay (B, T, nkv, hd): position-major like a host cache.
-            let v = v.reshape((b, t, nkv, hd))?;
-            let q = self.rope(&q, &cos, &sin)?;
-            let k = self.rope(&k, &cos, &sin)?;
-            let y = if host_attention {
-                let qf = q.flatten_all()?.to_vec1::<f32>()?;
-                let kf = k.flatten_all()?.to_vec1::<f32>()?;
-                let vf = v.flatten_all()?.to_vec1::<f32>()?;
-                let past: Vec<Past> = match &caches {
-                    Some((caches, _)) => caches
-                        .iter()
-                        .map(|c| match &c.layers[li] {
-                            LayerKv::Host { k, v } => Past { k, len: c.len, v },
-                            LayerKv::Device(_) => Past::EMPTY,
-                        })
-                        .collect(),
-                    None => (0..b).map(|_| Past::EMPTY).collect(),
-                };
-                let y = Attention {
-                    q: &qf,
-                    k: &kf,
-                    v: &vf,
-                    past,
-                    visible,
-                    queries: t,
-                    n_heads: nh,
-                    n_kv_heads: nkv,
-                    head_dim: hd,
-                    scale: scale as f32,
-                }
-                .run();
-                if let Some((_, lens)) = &caches {
-                    new_caches.push(host_rows(&kf, &vf, lens, t, nkv, hd));
-                }
-                Tensor::from_vec(y, (b, t, cfg.dim), &self.device)?
-            } else {
-                let v = v.transpose(1, 2)?.contiguous()?;
-                // Keys transposed (B, nkv, hd, S) and values (B, nkv, S, hd), both contiguous.
-                let (k_t, v_all) = match &caches {
-                    None => (k.t()?.contiguous()?, v),
-                    Some((caches, lens)) => {
-                        let (k_t, v_all, updates) = self.device_keys(&k, &v, caches, lens, li, s_len)?;
-                        new_caches.push(updates);
-                        (k_t, v_all)
+                    let mut rows = qkv.flatten_all()?.to_vec1::<f32>()?;
+                    self.rope_rows(&mut rows, pos);
+                    let past: Vec<Past> = match &caches {
+                        Some((caches, _)) => caches
+                            .iter()
+                            .map(|c| match &c.layers[li] {
+                                LayerKv::Host { k, v } => Past { k, len: c.len, v },
+                                LayerKv::Device(_) => Past::EMPTY,
+                            })
+                            .collect(),
+                        None => (0..b).map(|_| Past::EMPTY).collect(),
+                    };
+                    let y = Attention {
+                        qkv: &rows,
+                        past,
+                        visible,
+                        queries: t,
+                        n_heads: nh,
+                        n_kv_heads: nkv,
+                        head_dim: hd,
+                        scale: scale as f32,
                     }
-                };
-                // Query heads g·rep .. g·rep + rep − 1 all read kv head g: grouping them as rep·t rows of kv head
-                // g makes one product per kv head, with no repeated copy of the keys and values. The 1/√d scale
-                // is applied to the queries, a tensor s_len/hd times smaller than the scores.
-                let rep = nh / nkv;
-                let att = (q * scale)?.reshape((b, nkv, rep * t, hd))?.matmul(&k_t)?;
-                let att = match &mask {
-                    Some(m) => att
-                        .reshape((b, nkv, rep, t, s_len))?
-                        .broadcast_add(&m.unsqueeze(2)?)?
-                        .reshape((b, nkv, rep * t, s_len))?,
-                    None => att,
-                };
-                let att = if self.differentiable {
-                    candle_nn::ops::softmax(&att, D::Minus1)?
-                } else {
-                    candle_nn::ops::softmax_last_dim(&att)?
-                };
-                att.matmul(&v_all)?
-                    .reshape((b, nh, t, hd))?
-                    .transpose(1, 2)?
-                    .reshape((b, t, cfg.dim))?
+                    .run();
+                    if let Some((_, lens)) = &caches {
+                        new_caches.push(host_rows(&rows, lens, t, d, kvd));
+                    }
+                    Tensor::from_vec(y, (b, t, cfg.dim), &self.device)?
+                }
+                Some((cos, sin)) => {
+                    let (q, k, v) = match &qkv {
+                        Some(qkv) => (
+                            qkv.narrow(1, 0, d)?,
+                            qkv.narrow(1, d, kvd)?,
+                            qkv.narrow(1, d + kvd, kvd)?,
+                        ),
+                        None => (
+                            layer.wq.forward(&hn)?,
+                            layer.wk.forward(&hn)?,
+                            layer.wv.forward(&hn)?,
+                        ),
+                    };
+                    let q = self.rope(&q.reshape((b, t, nh, hd))?.transpose(1, 2)?, cos, sin)?;
+                    let k = self.rope(&k.reshape((b, t, nkv, hd))?.transpose(1, 2)?, cos, sin)?;
+                    let v = v.reshape((b, t, nkv, hd))?.transpose(1, 2)?.contiguous()?;
+                    // Keys transposed (B, nkv, hd, S) and values (B, nkv, S, hd), both contiguous.
+                    let (k_t, v_all) = match &caches {
+                        None => (k.t()?.contiguous()?, v),
+                        Some((caches, lens)) => {
+                            let (k_t, v_all, updates) = self.device_keys(&k, &v, caches, lens, li, s_len)?;
+                            new_caches.push(updates);
+                            (k_t, v_all)
+                        }
+                    };
+                    // Query heads g·rep .. g·rep + rep − 1 all read kv head g: grouping them as rep·t rows of kv
+                    // head g makes one product per kv head, with no repeated copy of the keys and values. The
+                    // 1/√d scale is applied to the queries, a tensor s_len/hd times smaller than the scores.
+                    let rep = nh / nkv;
+                    let att = (q * scale)?.reshape((b, nkv, rep * t, hd))?.matmul(&k_t)?;
+                    let att = match &mask {
+                        Some(m) => att
+                            .reshape((b, nkv, rep, t, s_len))?
+                            .broadcast_add(&m.unsqueeze(2)?)?
+                            .reshape((b, nkv, rep * t, s_len))?,
+                        None => att,
+                    };
+                    let att = if self.differentiable {
+                        candle_nn::ops::softmax(&att, D::Minus1)?
+                    } else {
+                        candle_nn::ops::softmax_last_dim(&att)?
+                    };
+                    att.matmul(&v_all)?
+                        .reshape((b, nh, t, hd))?
+                        .transpose(1, 2)?
+                        .reshape((b, t, cfg.dim))?
+                }
             };
-            let m = b * t;
             x = match fw {
                 Some(f) => (x + y.reshape((m, d))?.matmul(&f.o)?.reshape((b, t, d))?)?,
                 None => (x + layer.wo.forward(&y)?)?,
@@ -824,20 +884,20 @@ impl Model {
     }
 }
 
-/// The new rows each sequence appends to a host cache layer, position-major: keys from (B, nkv, T, hd), values
-/// from (B, T, nkv, hd); sequence i keeps its first `lens[i]` positions.
-fn host_rows(k: &[f32], v: &[f32], lens: &[usize], t: usize, nkv: usize, hd: usize) -> Vec<KvUpdate> {
-    let kvd = nkv * hd;
+/// The new rows each sequence appends to a host cache layer, position-major, cut from the rotated q|k|v rows
+/// (B·T rows of d + 2·kv_dim: queries, keys, values); sequence i keeps its first `lens[i]` positions.
+fn host_rows(rows: &[f32], lens: &[usize], t: usize, d: usize, kvd: usize) -> Vec<KvUpdate> {
+    let w = d + 2 * kvd;
     lens.iter()
         .enumerate()
         .map(|(i, &n)| {
             let mut nk = Vec::with_capacity(n * kvd);
-            for j in 0..n {
-                for h in 0..nkv {
-                    nk.extend_from_slice(&k[((i * nkv + h) * t + j) * hd..][..hd]);
-                }
+            let mut nv = Vec::with_capacity(n * kvd);
+            for row in rows[i * t * w..].chunks_exact(w).take(n) {
+                nk.extend_from_slice(&row[d..d + kvd]);
+                nv.extend_from_slice(&row[d + kvd..]);
             }
-            KvUpdate::Append(nk, v[i * t * kvd..(i * t + n) * kvd].to_vec())
+            KvUpdate::Append(nk, nv)
         })
         .collect()
 }
@@ -849,8 +909,8 @@ fn in_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
 
-/// cos/sin of position·θ^(−2i/head_dim) for every position and pair index i: shape (max_seq_len, head_dim/2).
-fn rope_tables(cfg: &Config, device: &Device) -> Result<(Tensor, Tensor)> {
+/// cos/sin of position·θ^(−2i/head_dim) for every position and pair index i, (max_seq_len, head_dim/2) row-major.
+fn rope_tables(cfg: &Config) -> (Vec<f32>, Vec<f32>) {
     let half = cfg.head_dim() / 2;
     let mut cos = Vec::with_capacity(cfg.max_seq_len * half);
     let mut sin = Vec::with_capacity(cfg.max_seq_len * half);
@@ -862,10 +922,7 @@ fn rope_tables(cfg: &Config, device: &Device) -> Result<(Tensor, Tensor)> {
             sin.push(a.sin() as f32);
         }
     }
-    Ok((
-        Tensor::from_vec(cos, (cfg.max_seq_len, half), device)?,
-        Tensor::from_vec(sin, (cfg.max_seq_len, half), device)?,
-    ))
+    (cos, sin)
 }
 
 /// A weight source over named dense tensors (safetensors files, llama2.c checkpoints, trained variables).
