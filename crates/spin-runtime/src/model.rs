@@ -228,6 +228,8 @@ pub struct Model {
     layers: Vec<Layer>,
     norm: Tensor,
     head: Proj,
+    /// The dense output head again, transposed (dim, vocab) and contiguous, for the CPU fast path (as `Fused`).
+    head_t: Option<Tensor>,
     cos: Tensor,
     sin: Tensor,
     /// The same tables on the host, (max_seq_len, head_dim/2) row-major, for the CPU fast path.
@@ -353,6 +355,7 @@ impl Model {
             layers,
             norm,
             head,
+            head_t: None,
             cos,
             sin,
             cos_host,
@@ -365,12 +368,17 @@ impl Model {
         Ok(model)
     }
 
-    /// Builds (on the CPU, for inference) or drops (elsewhere, and while training) the fused projections.
+    /// Builds (on the CPU, for inference) or drops (elsewhere, and while training) the fused projections and the
+    /// transposed output head.
     fn rebuild_fused(&mut self) -> Result<()> {
         let want = self.device.is_cpu() && !self.differentiable;
         for layer in &mut self.layers {
             layer.fused = if want { Fused::of(layer)? } else { None };
         }
+        self.head_t = match &self.head {
+            Proj::Dense(l) if want => Some(l.weight().t()?.contiguous()?),
+            _ => None,
+        };
         Ok(())
     }
 
@@ -835,7 +843,11 @@ impl Model {
             };
         }
         let x = self.rms(&x, &self.norm)?;
-        Ok((self.head.forward(&x)?, new_caches))
+        let logits = match &self.head_t {
+            Some(w) if fused => x.reshape((m, d))?.matmul(w)?.reshape((b, t, cfg.vocab_size))?,
+            _ => self.head.forward(&x)?,
+        };
+        Ok((logits, new_caches))
     }
 
     /// The padded keys and values of layer `li` for device caches, with tensor ops (per sequence: concatenate,

@@ -161,8 +161,9 @@ fn differentiable_path_equals_fused_path_and_cached_path() {
 
 #[test]
 fn fused_projections_follow_weights_updated_while_training() {
-    // Weights held in variables, as the distillation trains them: after an update in differentiable mode and a
-    // switch back, the fast path (fused copies) and the stock path (the variables themselves) must agree, and
+    // Weights held in variables, as the distillation trains them: after an update in differentiable mode (a
+    // projection, a bias and the untied output head) and a switch back, the fast path (fused and transposed
+    // copies) and the stock path (the variables themselves) must agree, and
     // both must differ from the logits before the update.
     let cfg = tiny(RopeStyle::Interleaved, true, false);
     let vars: HashMap<String, candle_core::Var> = weights(&cfg, 4)
@@ -181,6 +182,8 @@ fn fused_projections_follow_weights_updated_while_training() {
     w.set(&(w.as_tensor() * 1.5).unwrap()).unwrap();
     let b = &vars["model.layers.0.self_attn.k_proj.bias"];
     b.set(&(b.as_tensor() + 0.25).unwrap()).unwrap();
+    let h = &vars["lm_head.weight"];
+    h.set(&(h.as_tensor() * 0.5).unwrap()).unwrap();
     m.set_differentiable(false).unwrap();
     let fast = stepwise(&m, &[], &seq);
     m.set_cpu_fast_path(false);
