@@ -7,7 +7,7 @@
 use crate::error::{Result, RuntimeError};
 use crate::kernels::{Attention, Past, SwiGlu};
 use candle_core::quantized::QMatMul;
-use candle_core::{D, DType, Device, Module, Tensor};
+use candle_core::{CpuStorage, D, DType, Device, Module, Storage, Tensor};
 use rayon::prelude::*;
 
 /// How rotary embeddings pair the channels of a head.
@@ -604,18 +604,22 @@ impl Model {
         }
     }
 
-    /// Rotates, in place, the query and key heads of q|k|v rows (one row of d + 2·kv_dim per position, position
-    /// `pos[row]`) the way [`Model::rope`] rotates tensors; the values are left alone. Hand-written because the
+    /// A copy of q|k|v rows (one row of d + 2·kv_dim per position, position `pos[row]`) with the query and key
+    /// heads rotated the way [`Model::rope`] rotates tensors; the values are copied as they are. Hand-written because the
     /// rows are already on the host for the attention kernel: candle's rotary ops would need q and k cut out,
     /// transposed and copied into tensors of their own first.
-    fn rope_rows(&self, rows: &mut [f32], pos: &[u32]) {
+    fn rope_rows(&self, src: &[f32], pos: &[u32]) -> Vec<f32> {
         let (hd, heads) = (self.cfg.head_dim(), self.cfg.n_heads + self.cfg.n_kv_heads);
         let half = hd / 2;
         let w = self.cfg.dim + 2 * self.cfg.kv_dim();
-        for (row, &p) in rows.chunks_exact_mut(w).zip(pos) {
+        let mut rows = Vec::with_capacity(src.len());
+        for (row, &p) in src.chunks_exact(w).zip(pos) {
+            // Copy a row and rotate it while it is in cache: one pass over the data.
+            let start = rows.len();
+            rows.extend_from_slice(row);
             let at = p as usize * half;
             let (cos, sin) = (&self.cos_host[at..at + half], &self.sin_host[at..at + half]);
-            for head in row[..heads * hd].chunks_exact_mut(hd) {
+            for head in rows[start..start + heads * hd].chunks_exact_mut(hd) {
                 match self.cfg.rope {
                     RopeStyle::Interleaved => {
                         for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(cos).zip(sin) {
@@ -635,6 +639,7 @@ impl Model {
                 }
             }
         }
+        rows
     }
 
     /// Rotates q or k (B, heads, T, head_dim) by per-token angles cos/sin (B, T, head_dim/2).
@@ -742,8 +747,20 @@ impl Model {
                         )?
                         .reshape((m, d + 2 * kvd))?,
                     };
-                    let mut rows = qkv.flatten_all()?.to_vec1::<f32>()?;
-                    self.rope_rows(&mut rows, pos);
+                    // Read in place when the rows already sit in host memory (a CPU model), else fetched first.
+                    let host = {
+                        let (storage, layout) = qkv.storage_and_layout();
+                        match (&*storage, layout.contiguous_offsets()) {
+                            (Storage::Cpu(CpuStorage::F32(data)), Some((a, z))) => {
+                                Some(self.rope_rows(&data[a..z], pos))
+                            }
+                            _ => None,
+                        }
+                    };
+                    let rows = match host {
+                        Some(rows) => rows,
+                        None => self.rope_rows(&qkv.flatten_all()?.to_vec1::<f32>()?, pos),
+                    };
                     let past: Vec<Past> = match &caches {
                         Some((caches, _)) => caches
                             .iter()
