@@ -319,23 +319,28 @@ fn weighted<const F: bool>(
 }
 
 /// s[j·rv + v] = Σ_d keys[j][d] · qt[v·head_dim + d] for every row vector v: the scores of N consecutive keys
-/// against all rows, as N independent multiply-add chains that share each query load.
+/// against all rows. Even and odd channels go to separate accumulators, 2·N independent multiply-add chains of
+/// head_dim/2 steps each (one chain per key would leave the multiply-add units waiting on each other's latency).
 #[inline(always)]
 fn scores<const N: usize, const F: bool>(s: &mut [Lanes], qt: &[Lanes], keys: [&[f32]; N], rv: usize) {
     let hd = keys[0].len();
     let keys = keys.map(|k| &k[..hd]);
     for (v, qv) in qt.chunks_exact(hd).enumerate().take(rv) {
-        let mut acc = [[0f32; 8]; N];
-        for (d, q) in qv.iter().enumerate() {
+        let mut even = [[0f32; 8]; N];
+        let mut odd = [[0f32; 8]; N];
+        for (p, q) in qv.chunks_exact(2).enumerate() {
             for j in 0..N {
-                let k = keys[j][d];
+                let (k0, k1) = (keys[j][2 * p], keys[j][2 * p + 1]);
                 for l in 0..8 {
-                    acc[j][l] = fmadd::<F>(k, q[l], acc[j][l]);
+                    even[j][l] = fmadd::<F>(k0, q[0][l], even[j][l]);
+                    odd[j][l] = fmadd::<F>(k1, q[1][l], odd[j][l]);
                 }
             }
         }
-        for (j, a) in acc.into_iter().enumerate() {
-            s[j * rv + v] = a;
+        for j in 0..N {
+            for l in 0..8 {
+                s[j * rv + v][l] = even[j][l] + odd[j][l];
+            }
         }
     }
 }
