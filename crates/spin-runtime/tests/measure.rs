@@ -2,34 +2,12 @@
 //! (first-order conditions, squared correlation), the interleaved verification sweep and the acceptance run with
 //! their progress reports, and their errors on bad settings.
 
-use approx::assert_relative_eq;
-use candle_core::Device;
-use spin_runtime::measure::{self, Uplink};
-use spin_runtime::model::{self, model_from_tensors};
-use spin_runtime::{Config, Model, RopeStyle, RuntimeError};
+mod common;
 
-fn tiny(seed: u64, n_layers: usize) -> Model {
-    let cfg = Config {
-        vocab_size: 24,
-        dim: 32,
-        hidden_dim: 48,
-        n_layers,
-        n_heads: 4,
-        n_kv_heads: 2,
-        max_seq_len: 64,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
-    };
-    model_from_tensors(
-        cfg.clone(),
-        model::random_tensors(&cfg, 0.5, seed, &Device::Cpu).unwrap(),
-        &Device::Cpu,
-    )
-    .unwrap()
-}
+use approx::assert_relative_eq;
+use common::tiny;
+use spin_runtime::RuntimeError;
+use spin_runtime::measure::{self, Uplink};
 
 fn field(e: RuntimeError) -> String {
     match e {
@@ -97,7 +75,7 @@ fn uplink_payload_and_time_follow_paper_a() {
 
 #[test]
 fn interleaved_sweep_gives_one_median_per_batch_size_and_reports_each_round() {
-    let m = tiny(1, 2);
+    let m = tiny(1, 0.5, 2);
     let mut rounds = 0;
     let ks = [1, 3, 2];
     let t = measure::verify_latency_s(&m, &ks, 8, 4, 5, &mut || rounds += 1).unwrap();
@@ -122,13 +100,13 @@ fn interleaved_sweep_gives_one_median_per_batch_size_and_reports_each_round() {
         field(measure::verify_latency_s(&m, &[1], 8, 4, 0, &mut none).unwrap_err()),
         "prefix_len, reps"
     );
-    // 60 cached tokens and 9 new ones exceed max_seq_len 64: an error from the model, not a panic.
-    assert!(measure::verify_latency_s(&m, &[2], 60, 8, 1, &mut none).is_err());
+    // 90 cached tokens and 9 new ones exceed max_seq_len 96: an error from the model, not a panic.
+    assert!(measure::verify_latency_s(&m, &[2], 90, 8, 1, &mut none).is_err());
 }
 
 #[test]
 fn acceptance_run_reports_monotone_progress_up_to_every_token() {
-    let target = tiny(3, 2);
+    let target = tiny(3, 0.5, 2);
     let drafter = target.first_layers(1).unwrap();
     let prompts = vec![vec![1, 5, 7], vec![1, 9], vec![1, 2, 3, 4]];
     let params = spin_runtime::speculative::sampling(1.0).unwrap();

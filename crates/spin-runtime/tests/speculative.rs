@@ -1,36 +1,16 @@
 //! The K-device speculative loop: token-for-token equality with greedy decoding at temperature 0, seeded
 //! determinism, and a chi-square test of the generated tokens against their exact distribution at temperature 1.
 
+mod common;
+
 use candle_core::Device;
+use common::tiny;
 use spin_runtime::model::{self, model_from_tensors};
 use spin_runtime::speculative::{
     self, Drafting, SpecConfig, Speculator, generate_plain, generate_plain_batch, prob_rows,
 };
-use spin_runtime::{Config, Model, RopeStyle};
+use spin_runtime::{Config, Model};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
-
-fn tiny(seed: u64, std: f64, n_layers: usize) -> Model {
-    let cfg = Config {
-        vocab_size: 24,
-        dim: 32,
-        hidden_dim: 48,
-        n_layers,
-        n_heads: 4,
-        n_kv_heads: 2,
-        max_seq_len: 96,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
-    };
-    model_from_tensors(
-        cfg.clone(),
-        model::random_tensors(&cfg, std, seed, &Device::Cpu).unwrap(),
-        &Device::Cpu,
-    )
-    .unwrap()
-}
 
 fn spec(params: spin_core::SamplingParams, max_new_tokens: usize, seed: u64) -> SpecConfig {
     SpecConfig {
