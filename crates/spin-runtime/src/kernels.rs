@@ -191,8 +191,8 @@ impl Attention<'_> {
         for row in 0..rows {
             let (r, j) = (row / t, row % t);
             let q = &new[j * w + (g * rep + r) * hd..][..hd];
-            for (d, &x) in q.iter().enumerate() {
-                s.qt[(row / 8) * hd + d][row % 8] = x * self.scale;
+            for (c, &x) in q.iter().enumerate() {
+                s.qt[(row / 8) * hd + c][row % 8] = x * self.scale;
             }
         }
 
@@ -201,7 +201,7 @@ impl Attention<'_> {
         s.s.resize(n_max * rv, [0.0; 8]);
         let n_new = n_max.saturating_sub(np);
         let (s_past, s_new) = s.s.split_at_mut(np.min(n_max) * rv);
-        // Four keys at a time (four independent multiply-add chains), then one at a time.
+        // Four keys at a time (eight independent multiply-add chains, see `scores`), then one at a time.
         // Cached keys are rows of kv_dim with this head at g·hd; new keys sit in rows of w at d + g·hd.
         let segments = [
             (past_k, kvd, g * hd, s_past),

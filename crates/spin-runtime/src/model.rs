@@ -605,9 +605,9 @@ impl Model {
     }
 
     /// A copy of q|k|v rows (one row of d + 2·kv_dim per position, position `pos[row]`) with the query and key
-    /// heads rotated the way [`Model::rope`] rotates tensors; the values are copied as they are. Hand-written because the
-    /// rows are already on the host for the attention kernel: candle's rotary ops would need q and k cut out,
-    /// transposed and copied into tensors of their own first.
+    /// heads rotated the way [`Model::rope`] rotates tensors; the values are copied as they are. Hand-written
+    /// because the rows are already on the host for the attention kernel: candle's rotary ops would need q and k
+    /// cut out, transposed and copied into tensors of their own first.
     fn rope_rows(&self, src: &[f32], pos: &[u32]) -> Vec<f32> {
         let (hd, heads) = (self.cfg.head_dim(), self.cfg.n_heads + self.cfg.n_kv_heads);
         let half = hd / 2;
