@@ -733,8 +733,8 @@ impl Model {
             };
             let y = match &tables {
                 None => {
-                    // Rows q|k|v of every position, copied to the host once, rotated in place and read by the
-                    // kernel where they lie; the new keys and values go to the caches from the same rows.
+                    // Rows q|k|v of every position, copied to the host once and rotated on the way, then read
+                    // by the kernel where they lie; the new keys and values go to the caches from the same rows.
                     let qkv = match qkv {
                         Some(qkv) => qkv,
                         None => Tensor::cat(
