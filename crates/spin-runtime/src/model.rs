@@ -391,11 +391,11 @@ impl Model {
     }
 
     /// Use the CPU fast path (the default for CPU models): caches in host vectors, fused kernels for attention
-    /// and the SwiGLU product, and the fused q|k|v and gate|up projections of dense layers. Off (the default
-    /// elsewhere), caches are device tensors and every step is a stock candle op, the path a GPU runs; both give
-    /// the same logits to rounding. The kernels run on the CPU only, so on other devices this switches only the
-    /// cache layout. Caches made before a switch keep
-    /// their layout, and one batch may not mix the two.
+    /// and the SwiGLU product, and the fused q|k|v and gate|up projections and transposed output head of dense
+    /// models. Off (the default elsewhere), caches are device tensors and every step is a stock candle op, the
+    /// path a GPU runs; both give the same logits to rounding. The kernels run on the CPU only, so on other
+    /// devices this switches only the cache layout. Caches made before a switch keep their layout, and one batch
+    /// may not mix the two.
     pub fn set_cpu_fast_path(&mut self, on: bool) {
         self.cpu_fast = on;
     }
