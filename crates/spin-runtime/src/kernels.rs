@@ -207,14 +207,14 @@ impl Attention<'_> {
             (past_k, kvd, g * hd, s_past),
             (&new[..n_new * w], w, d + g * hd, s_new),
         ];
-        for (rows, stride, offset, sp) in segments {
-            let quads = rows.chunks_exact(4 * stride).zip(sp.chunks_exact_mut(4 * rv));
-            let done = rows.len() / (4 * stride);
+        for (keys, stride, offset, sp) in segments {
+            let quads = keys.chunks_exact(4 * stride).zip(sp.chunks_exact_mut(4 * rv));
+            let done = keys.len() / (4 * stride);
             for (r, sq) in quads {
                 let k: [&[f32]; 4] = std::array::from_fn(|j| &r[j * stride + offset..][..hd]);
                 scores::<4, F>(sq, &s.qt, k, rv);
             }
-            let rest = rows[done * 4 * stride..].chunks_exact(stride);
+            let rest = keys[done * 4 * stride..].chunks_exact(stride);
             for (r, s1) in rest.zip(sp[done * 4 * rv..].chunks_exact_mut(rv)) {
                 scores::<1, F>(s1, &s.qt, [&r[offset..offset + hd]], rv);
             }
