@@ -31,15 +31,25 @@ pub enum OptimizeError {
         reason: String,
     },
     /// An exhaustive search was asked for on an instance too large to enumerate.
-    #[error("{field}: search space of {size} points exceeds the limit of {limit}")]
+    #[error("{field}: search space of {} points exceeds the limit of {limit}", points(*size))]
     TooLarge {
         /// What makes the instance large (e.g. `devices`).
         field: String,
-        /// The number of points the search would visit (saturating).
+        /// The number of points the search would visit; `u128::MAX` stands for "more than u128 can hold" and is
+        /// printed as such, never as the number itself.
         size: u128,
         /// The largest search this method accepts.
         limit: u128,
     },
+}
+
+/// A search-space size in words: the exact count, or "more than 3.4e38" where it saturated `u128`.
+fn points(size: u128) -> String {
+    if size == u128::MAX {
+        format!("more than {:.1e}", u128::MAX as f64)
+    } else {
+        size.to_string()
+    }
 }
 
 impl OptimizeError {

@@ -1,6 +1,7 @@
 //! Paper A's baselines (§VI-A4): Fixed BW&L, Uni-BW, P2P-SPIN and Cen-SPIN (Homo lives in `homogeneous`).
 //! Every modelling choice the paper leaves open is a named, documented parameter.
 
+use super::bandwidth::fit_to_budget;
 use super::scenario::{Plan, Scenario};
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
@@ -16,12 +17,20 @@ pub fn fixed(s: &Scenario, draft_len: u32) -> Result<Plan, OptimizeError> {
             ),
         });
     }
-    let share = s.bandwidth_hz / s.len() as f64;
-    Plan::evaluated(s, vec![draft_len; s.len()], vec![share; s.len()])
+    let mut shares = vec![s.bandwidth_hz / s.len() as f64; s.len()];
+    fit_to_budget(&mut shares, s.bandwidth_hz);
+    Plan::evaluated(s, vec![draft_len; s.len()], shares)
 }
 
 /// The paper's Fixed BW&L draft length L̄ = 8.
 pub const FIXED_DRAFT_LEN: u32 = 8;
+
+/// The draft length Fixed BW&L uses when none is given: the paper's L̄ = 8 if the scenario allows it, otherwise
+/// the allowed length nearest to it (L_max when L_max < 8, L_min when L_min > 8). A length the user gives is
+/// never moved: [`fixed`] refuses one outside the range, naming `fixed_draft_len`.
+pub fn default_fixed_draft_len(s: &Scenario) -> u32 {
+    FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len)
+}
 
 /// Uni-BW: equal bandwidth B/K, heterogeneous lengths.
 ///
@@ -49,31 +58,90 @@ pub fn uni_bw(s: &Scenario) -> Result<Plan, OptimizeError> {
         .collect();
     caps.sort_by(f64::total_cmp);
     caps.dedup();
-    let mut best: Option<(f64, Vec<u32>)> = None;
-    for cap in caps {
-        let lens: Vec<u32> = theta
-            .iter()
-            .map(|&t| {
-                // ⌊cap/θ⌋ with a relative guard so that cap = l·θ itself yields l.
-                let l = (cap / t * (1.0 + 1e-12)).floor();
-                (l as u32).clamp(s.min_draft_len, s.max_draft_len)
-            })
-            .collect();
-        let latency = lens
-            .iter()
-            .zip(&theta)
-            .map(|(&l, &t)| f64::from(l) * t)
-            .fold(0.0, f64::max);
-        let tokens = s.expected_tokens_sum(&lens);
-        let tau = tokens / (latency + verify);
-        if best.as_ref().is_none_or(|b| tau > b.0) {
-            best = Some((tau, lens));
+    // ⌊cap/θ⌋ with a relative guard so that cap = l·θ itself yields l, clamped to the range; nondecreasing in cap.
+    let length_at = |cap: f64, t: f64| {
+        let l = (cap / t * (1.0 + 1e-12)).floor();
+        (l as u32).clamp(s.min_draft_len, s.max_draft_len)
+    };
+    // Sweep the caps upwards; device k reaches length l at the first cap where `length_at` says so (a binary search,
+    // the predicate being monotone), so the whole sweep costs O(K·L log(K·L)) rather than O(K²·L).
+    let mut events: Vec<(usize, usize, u32)> = Vec::new();
+    let mut lens: Vec<u32> = Vec::with_capacity(theta.len());
+    for (k, &t) in theta.iter().enumerate() {
+        let first = caps.first().map_or(s.min_draft_len, |&c| length_at(c, t));
+        lens.push(first);
+        for l in first + 1..=s.max_draft_len {
+            let at = caps.partition_point(|&c| length_at(c, t) < l);
+            if at == caps.len() {
+                break;
+            }
+            events.push((at, k, l));
         }
     }
+    events.sort_unstable();
+    // Σ_k E_k(L_k) kept as a compensated (Neumaier) running sum, so that it stays within a few ulps of the direct
+    // sum however many events change it.
+    let mut tokens = Neumaier::default();
+    for (d, &l) in s.devices.iter().zip(&lens) {
+        tokens.add(d.expected_tokens(l));
+    }
+    let mut latency = lens
+        .iter()
+        .zip(&theta)
+        .map(|(&l, &t)| f64::from(l) * t)
+        .fold(0.0, f64::max);
+    let mut best: Option<(f64, usize)> = None;
+    let mut next = 0;
+    for i in 0..caps.len() {
+        while next < events.len() && events[next].0 == i {
+            let (_, k, l) = events[next];
+            let d = &s.devices[k];
+            tokens.add(d.expected_tokens(l));
+            tokens.add(-d.expected_tokens(lens[k]));
+            lens[k] = l;
+            latency = latency.max(f64::from(l) * theta[k]);
+            next += 1;
+        }
+        let tau = tokens.value() / (latency + verify);
+        if best.is_none_or(|b| tau > b.0) {
+            best = Some((tau, i));
+        }
+    }
+    let best = best.map(|(tau, i)| {
+        (
+            tau,
+            theta.iter().map(|&t| length_at(caps[i], t)).collect::<Vec<u32>>(),
+        )
+    });
     let (_, lens) = best.ok_or_else(|| OptimizeError::Infeasible {
         reason: "uni-bw: no draft length fits".into(),
     })?;
-    Plan::evaluated(s, lens, vec![share; s.len()])
+    let mut shares = vec![share; s.len()];
+    fit_to_budget(&mut shares, s.bandwidth_hz);
+    Plan::evaluated(s, lens, shares)
+}
+
+/// A compensated running sum (Neumaier's variant of Kahan summation).
+#[derive(Default)]
+struct Neumaier {
+    sum: f64,
+    compensation: f64,
+}
+
+impl Neumaier {
+    fn add(&mut self, x: f64) {
+        let t = self.sum + x;
+        if self.sum.abs() >= x.abs() {
+            self.compensation += (self.sum - t) + x;
+        } else {
+            self.compensation += (x - t) + self.sum;
+        }
+        self.sum = t;
+    }
+
+    fn value(&self) -> f64 {
+        self.sum + self.compensation
+    }
 }
 
 /// The goodput of a protocol baseline that is not a Multi-SPIN plan (no shared band).

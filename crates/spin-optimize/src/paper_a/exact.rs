@@ -22,6 +22,8 @@ pub struct ExactStats {
     pub intervals: usize,
     /// Plans evaluated exactly (root solves).
     pub evaluations: usize,
+    /// Nodes of the knapsack depth-first searches.
+    pub knapsack_nodes: usize,
 }
 
 /// A relative margin below which a bound counts as not beating the incumbent: the optimum is exact up to this
@@ -223,6 +225,7 @@ impl<'a> Solver<'a> {
         };
         search.visit(base_e, base_c);
         search.dfs(0, 0.0, base_e, base_c);
+        self.stats.knapsack_nodes += search.nodes;
         search.best.map(|l| (search.best_e, l))
     }
 

@@ -105,6 +105,9 @@ pub fn round_length(continuous: f64, l_min: u32, l_max: u32) -> u32 {
     }
 }
 
+/// The most (φ, λ, device) evaluations [`paper_alg1`] performs: |Φ|·|Λ|·K (the default grid at K = 10,000 is 10⁸).
+pub const ALG1_WORK_LIMIT: u128 = 1_000_000_000;
+
 /// Algorithm 1 (paper A §V-D): for each (φ, λ) on the grid, L = round(L̃(φ, λ)) (eqs. 36–37), φ̂ from Lemma 3,
 /// keep the best τ (eq. 33); bandwidth by eq. 39 at the winner.
 pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeError> {
@@ -112,6 +115,15 @@ pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeErr
         return Err(OptimizeError::Invalid {
             field: "phi_points".into(),
             reason: "grid sizes must be at least 1".into(),
+        });
+    }
+    let work = (params.phi_points as u128) * (params.lambda_points as u128) * (s.len() as u128);
+    if work > ALG1_WORK_LIMIT {
+        return Err(OptimizeError::Invalid {
+            field: "alg1_phi_points".into(),
+            reason: format!(
+                "alg1_phi_points × alg1_lambda_points × devices = {work} exceeds the limit of {ALG1_WORK_LIMIT}"
+            ),
         });
     }
     if !(params.lambda_lo_ratio > 0.0 && params.lambda_lo_ratio <= 1.0) {

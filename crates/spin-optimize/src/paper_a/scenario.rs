@@ -97,13 +97,47 @@ pub struct Scenario {
 /// The largest L_max accepted (E[N|L] and the planners are well defined beyond it, but no use case needs it).
 pub const MAX_DRAFT_LEN_LIMIT: u32 = 1024;
 
+/// The most devices a paper-A scenario may have. Every planner's memory is O(K·(L_max − L_min + 1)) and
+/// [`MAX_PLAN_TABLE`] caps that product; this caps K alone so that the O(K) vectors of a plan stay small.
+pub const MAX_DEVICES: usize = 10_000;
+
+/// The largest K·(L_max − L_min + 1), the size of the per-device draft-length tables the planners keep (the exact
+/// planner holds a few f64 per entry, so this bounds its memory to a few hundred MB at most).
+pub const MAX_PLAN_TABLE: u64 = 4_000_000;
+
+/// Times (T_k^S, T_fix, T_lin, and the upload time of one token over the whole band Q_tok/(r_k B)) must be at most
+/// this many seconds; the upload time must also be at least [`MIN_UPLOAD_S`]. Inside these limits every sum,
+/// square and ratio the planners form stays a normal, finite f64 (docs/paper-a.md, "Limits and tolerances").
+pub const MAX_TIME_S: f64 = 1e100;
+
+/// The smallest upload time of one token over the whole band, Q_tok/(r_k B), in seconds (see [`MAX_TIME_S`]).
+pub const MIN_UPLOAD_S: f64 = 1e-100;
+
+/// A relative tolerance on Σ_k B_k ≤ B in [`Scenario::evaluate`]: plans a few ulps over the band (a file's
+/// rounded decimals, a sum taken in another order) are accepted. The planners' own shares never exceed B at all.
+pub const BANDWIDTH_TOLERANCE: f64 = 1e-9;
+
+fn at_most(field: impl Into<String>, value: f64, limit: f64) -> Result<f64, OptimizeError> {
+    if value <= limit {
+        Ok(value)
+    } else {
+        Err(OptimizeError::Invalid {
+            field: field.into(),
+            reason: format!("{value:e} s is above the limit of {limit:e} s"),
+        })
+    }
+}
+
 impl Scenario {
-    /// Validates a file's scenario; every error names its field.
+    /// Validates a file's scenario; every error names its field. Size limits ([`MAX_DEVICES`],
+    /// [`MAX_DRAFT_LEN_LIMIT`], [`MAX_PLAN_TABLE`]) are checked before anything is allocated.
     pub fn new(spec: &ScenarioSpec) -> Result<Self, OptimizeError> {
         OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
         OptimizeError::positive("bits_per_draft_token", spec.bits_per_draft_token)?;
         OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
         OptimizeError::non_negative("verify_per_draft_s", spec.verify_per_draft_s)?;
+        at_most("verify_fixed_s", spec.verify_fixed_s, MAX_TIME_S)?;
+        at_most("verify_per_draft_s", spec.verify_per_draft_s, MAX_TIME_S)?;
         if spec.min_draft_len == 0 {
             return Err(OptimizeError::Invalid {
                 field: "min_draft_len".into(),
@@ -125,6 +159,26 @@ impl Scenario {
                 reason: "the device list is empty".into(),
             });
         }
+        if spec.devices.len() > MAX_DEVICES {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: format!(
+                    "{} devices are more than the limit of {MAX_DEVICES}",
+                    spec.devices.len()
+                ),
+            });
+        }
+        let table = spec.devices.len() as u64 * u64::from(spec.max_draft_len - spec.min_draft_len + 1);
+        if table > MAX_PLAN_TABLE {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: format!(
+                    "{} devices × {} draft lengths = {table} exceeds the limit of {MAX_PLAN_TABLE}",
+                    spec.devices.len(),
+                    spec.max_draft_len - spec.min_draft_len + 1
+                ),
+            });
+        }
         let devices = spec
             .devices
             .iter()
@@ -137,6 +191,17 @@ impl Scenario {
                     format!("devices[{k}].spectral_efficiency"),
                     d.spectral_efficiency,
                 )?;
+                at_most(format!("devices[{k}].draft_token_s"), t, MAX_TIME_S)?;
+                let upload = spec.bits_per_draft_token / r / spec.bandwidth_hz;
+                if !(MIN_UPLOAD_S..=MAX_TIME_S).contains(&upload) {
+                    return Err(OptimizeError::Invalid {
+                        field: format!("devices[{k}].spectral_efficiency"),
+                        reason: format!(
+                            "one token takes bits_per_draft_token / (spectral_efficiency · bandwidth_hz) = {upload:e} s \
+                             over the whole band, outside [{MIN_UPLOAD_S:e}, {MAX_TIME_S:e}] s"
+                        ),
+                    });
+                }
                 Ok(Device {
                     alpha,
                     draft_token_s: t,
@@ -216,7 +281,7 @@ impl Scenario {
             tokens += d.expected_tokens(l);
         }
         let total = bandwidth_hz.iter().sum::<f64>();
-        if total > self.bandwidth_hz * (1.0 + 1e-9) {
+        if total > self.bandwidth_hz * (1.0 + BANDWIDTH_TOLERANCE) {
             return Err(OptimizeError::Infeasible {
                 reason: format!(
                     "bandwidths sum to {total} Hz, above bandwidth_hz = {}",

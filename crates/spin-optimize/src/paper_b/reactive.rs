@@ -253,7 +253,10 @@ pub fn solve<R: Rng + ?Sized>(
             if m > BRUTE_FORCE_LIMIT {
                 return Err(OptimizeError::TooLarge {
                     field: "rejected".into(),
-                    size: 1u128 << m.min(127),
+                    size: u32::try_from(m)
+                        .ok()
+                        .and_then(|m| 1u128.checked_shl(m))
+                        .unwrap_or(u128::MAX),
                     limit: 1u128 << BRUTE_FORCE_LIMIT,
                 });
             }

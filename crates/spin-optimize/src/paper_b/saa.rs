@@ -165,6 +165,7 @@ pub struct Evaluator {
 impl Evaluator {
     /// Draws the scenario's `saa_samples` with its `seed` and prepares the tables.
     pub fn new(scenario: &Scenario, policy: ModeScheme, objective: Objective) -> Result<Self, OptimizeError> {
+        scenario.check_planning_size()?;
         let alpha: Vec<f64> = scenario.devices.iter().map(|d| d.acceptance).collect();
         let samples = Samples::draw(
             &alpha,
@@ -182,6 +183,7 @@ impl Evaluator {
         objective: Objective,
         samples: Samples,
     ) -> Result<Self, OptimizeError> {
+        scenario.check_planning_size()?;
         if policy == ModeScheme::BruteForce {
             return Err(OptimizeError::Invalid {
                 field: "scheme".into(),

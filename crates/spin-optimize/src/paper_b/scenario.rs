@@ -11,6 +11,14 @@ use std::ops::Deref;
 pub const MAX_DRAFT_LEN_LIMIT: u32 = 1000;
 /// The largest number of SAA samples a scenario may ask for.
 pub const SAA_SAMPLES_LIMIT: u32 = 10_000_000;
+/// The most devices a paper-B scenario may have (reactive correction is O(K log K) per round).
+pub const MAX_DEVICES: usize = 100_000;
+/// The most devices proactive planning (an SAA [`Evaluator`](super::Evaluator)) accepts: its tables hold K² delays.
+pub const MAX_PLANNING_DEVICES: usize = 2_000;
+/// The largest K²·(γ_max + 1)·N_SAA proactive planning accepts: the greedy's work is at most that many sample
+/// visits (K·γ_max steps of K candidate moves over N_SAA samples), and the other searches scale alike. Paper B's
+/// setting (K = 20, γ_max = 20, N_SAA = 1000) is 8.4·10⁶; K = 100 with 1000 samples is 2.1·10⁸.
+pub const MAX_PLANNING_WORK: u128 = 1_000_000_000;
 
 /// One device as written in a scenario file.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -100,6 +108,15 @@ impl Scenario {
                 reason: "at least one device is needed".into(),
             });
         }
+        if spec.devices.len() > MAX_DEVICES {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: format!(
+                    "{} devices are more than the limit of {MAX_DEVICES}",
+                    spec.devices.len()
+                ),
+            });
+        }
         for (k, d) in spec.devices.iter().enumerate() {
             OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
             OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
@@ -113,6 +130,37 @@ impl Scenario {
             });
         }
         Ok(Scenario(spec))
+    }
+
+    /// Checks the size limits of proactive planning ([`MAX_PLANNING_DEVICES`], [`MAX_PLANNING_WORK`]) before an
+    /// evaluator allocates its samples and tables; the error names `devices` or `saa_samples`.
+    pub fn check_planning_size(&self) -> Result<(), OptimizeError> {
+        let k = self.0.devices.len();
+        if k > MAX_PLANNING_DEVICES {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: format!(
+                    "{k} devices are more than the {MAX_PLANNING_DEVICES} proactive planning accepts \
+                     (reactive correction takes up to {MAX_DEVICES})"
+                ),
+            });
+        }
+        let work = (k as u128)
+            * (k as u128)
+            * (u128::from(self.0.max_draft_len) + 1)
+            * u128::from(self.0.saa_samples);
+        if work > MAX_PLANNING_WORK {
+            return Err(OptimizeError::Invalid {
+                field: "saa_samples".into(),
+                reason: format!(
+                    "devices² × (max_draft_len + 1) × saa_samples = {k}² × {} × {} = {work} exceeds the \
+                     planning limit of {MAX_PLANNING_WORK}",
+                    self.0.max_draft_len + 1,
+                    self.0.saa_samples
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The file form of this scenario.

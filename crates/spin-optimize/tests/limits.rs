@@ -1,0 +1,182 @@
+//! Documented size limits of both papers' scenarios: checked before any allocation, each error naming its field,
+//! and search-space sizes that never print as u128::MAX.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
+use spin_optimize::paper_a::heterogeneous::{ALG1_WORK_LIMIT, Alg1Params, paper_alg1};
+use spin_optimize::paper_a::scenario::{MAX_DEVICES, MAX_PLAN_TABLE, MAX_TIME_S};
+use spin_optimize::paper_a::{self, Scenario};
+use spin_optimize::paper_b::reactive::{self, ModeScheme};
+use spin_optimize::paper_b::scenario::{MAX_PLANNING_DEVICES, MAX_PLANNING_WORK};
+use spin_optimize::paper_b::{self, Evaluator, Objective};
+
+fn paper_a_spec(k: usize, max_draft_len: u32) -> paper_a::ScenarioSpec {
+    paper_a::ScenarioSpec {
+        bandwidth_hz: 1e7,
+        bits_per_draft_token: 34816.0,
+        verify_fixed_s: 0.02268,
+        verify_per_draft_s: 0.01272,
+        max_draft_len,
+        min_draft_len: 1,
+        devices: vec![
+            paper_a::DeviceSpec {
+                acceptance: 0.8,
+                draft_token_s: 0.02,
+                spectral_efficiency: 8.0,
+            };
+            k
+        ],
+    }
+}
+
+fn paper_b_spec(k: usize) -> paper_b::ScenarioSpec {
+    paper_b::ScenarioSpec {
+        bandwidth_hz: 1e7,
+        distribution_bits: 34816.0,
+        verify_fixed_s: 0.0428,
+        verify_per_device_s: 0.0076,
+        max_draft_len: 20,
+        ul_power_w: 0.0316,
+        dl_power_w: 1.0,
+        noise_psd_server_w_per_hz: 1.26e-20,
+        noise_psd_device_w_per_hz: 2e-20,
+        saa_samples: 1000,
+        seed: 1,
+        devices: vec![
+            paper_b::DeviceSpec {
+                acceptance: 0.8,
+                draft_token_s: 0.0152,
+                channel_gain: 1e-12,
+            };
+            k
+        ],
+    }
+}
+
+fn err_a(spec: &paper_a::ScenarioSpec) -> String {
+    Scenario::new(spec).unwrap_err().to_string()
+}
+
+#[test]
+fn paper_a_limits_name_their_field() {
+    assert!(Scenario::new(&paper_a_spec(MAX_DEVICES, 25)).is_ok());
+    const { assert!(MAX_DEVICES as u64 * 25 <= MAX_PLAN_TABLE) };
+    let e = err_a(&paper_a_spec(MAX_DEVICES + 1, 2));
+    assert!(
+        e.starts_with("devices: 10001 devices are more than the limit"),
+        "{e}"
+    );
+    let e = err_a(&paper_a_spec(5000, 1024));
+    assert!(e.starts_with("devices: 5000 devices × 1024 draft lengths"), "{e}");
+    const { assert!(5000 * 1024 > MAX_PLAN_TABLE) };
+    let e = err_a(&paper_a_spec(2, 1025));
+    assert!(e.starts_with("max_draft_len: 1025 is outside [1, 1024]"), "{e}");
+
+    let mut spec = paper_a_spec(3, 25);
+    spec.devices[2].draft_token_s = 1e101;
+    assert!(err_a(&spec).starts_with("devices[2].draft_token_s: 1e101 s is above the limit"));
+    let mut spec = paper_a_spec(3, 25);
+    spec.verify_fixed_s = MAX_TIME_S * 10.0;
+    assert!(err_a(&spec).starts_with("verify_fixed_s:"));
+    // An upload time outside [1e-100, 1e100] s would overflow or underflow the planners' sums.
+    let mut spec = paper_a_spec(3, 25);
+    spec.bits_per_draft_token = 1e-300;
+    assert!(err_a(&spec).starts_with("devices[0].spectral_efficiency: one token takes"));
+    let mut spec = paper_a_spec(3, 25);
+    spec.devices[1].spectral_efficiency = 1e-300;
+    assert!(err_a(&spec).starts_with("devices[1].spectral_efficiency:"));
+}
+
+#[test]
+fn algorithm1_grid_is_bounded() {
+    let s = Scenario::new(&paper_a_spec(10, 25)).unwrap();
+    let params = Alg1Params {
+        phi_points: 1_000_000,
+        lambda_points: 1_000,
+        lambda_lo_ratio: 1e-6,
+    };
+    const { assert!(1_000_000u128 * 1_000 * 10 > ALG1_WORK_LIMIT) };
+    let e = paper_alg1(&s, &params).unwrap_err().to_string();
+    assert!(
+        e.starts_with("alg1_phi_points: alg1_phi_points × alg1_lambda_points × devices"),
+        "{e}"
+    );
+}
+
+#[test]
+fn search_sizes_never_print_as_u128_max() {
+    let s = Scenario::new(&paper_a_spec(40, 25)).unwrap();
+    let e = brute_force(&s, BRUTE_FORCE_LIMIT).unwrap_err().to_string();
+    assert!(!e.contains(&u128::MAX.to_string()), "{e}");
+    // 25^40 ≈ 8.3e55 saturates u128.
+    assert_eq!(
+        e,
+        "devices: search space of more than 3.4e38 points exceeds the limit of 2000000"
+    );
+    let s = Scenario::new(&paper_a_spec(5, 25)).unwrap();
+    let e = brute_force(&s, BRUTE_FORCE_LIMIT).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "devices: search space of 9765625 points exceeds the limit of 2000000"
+    );
+
+    let sc = paper_b::Scenario::new(paper_b_spec(4)).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    for (m, printed) in [
+        (21, "2097152"),
+        (127, "170141183460469231731687303715884105728"),
+        (128, "more than 3.4e38"),
+        (500, "more than 3.4e38"),
+    ] {
+        let e = reactive::solve(&sc.link(), &vec![1e-12; m], ModeScheme::BruteForce, &mut rng)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!("rejected: search space of {printed} points exceeds the limit of 1048576")
+        );
+    }
+}
+
+#[test]
+fn paper_b_planning_at_a_hundred_thousand_devices_is_refused_before_allocating() {
+    // K = 10⁵ used to allocate 8·K² = 80 GB and abort. Reactive correction still accepts the scenario.
+    let sc = paper_b::Scenario::new(paper_b_spec(100_000)).unwrap();
+    let e = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("devices: 100000 devices are more than the 2000"),
+        "{e}"
+    );
+    assert!(e.contains(&MAX_PLANNING_DEVICES.to_string()));
+    let e = paper_b::Scenario::new(paper_b_spec(100_001))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("devices: 100001 devices are more than the limit"),
+        "{e}"
+    );
+    let c = reactive::solve(
+        &sc.link(),
+        &vec![1e-12; 100_000],
+        ModeScheme::Optimal,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .unwrap();
+    assert_eq!(c.modes.len(), 100_000);
+
+    // The work limit: K²·(γ_max + 1)·N_SAA.
+    let sc = paper_b::Scenario::new(paper_b_spec(300)).unwrap();
+    let e = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)
+        .unwrap_err()
+        .to_string();
+    const { assert!(300u128 * 300 * 21 * 1000 > MAX_PLANNING_WORK) };
+    assert!(
+        e.starts_with("saa_samples: devices² × (max_draft_len + 1) × saa_samples"),
+        "{e}"
+    );
+    let sc = paper_b::Scenario::new(paper_b_spec(20)).unwrap();
+    assert!(Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).is_ok());
+}
