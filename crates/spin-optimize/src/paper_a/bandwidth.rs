@@ -28,6 +28,15 @@ pub fn equalised_slack<I>(terms: I, budget: f64) -> (f64, f64)
 where
     I: Iterator<Item = (f64, f64)> + Clone,
 {
+    let (max_b, y, _) = equalised_slack_counted(terms, budget);
+    (max_b, y)
+}
+
+/// [`equalised_slack`] that also returns the number of Newton iterations taken (at most 200), for work accounting.
+pub(crate) fn equalised_slack_counted<I>(terms: I, budget: f64) -> (f64, f64, u32)
+where
+    I: Iterator<Item = (f64, f64)> + Clone,
+{
     let (mut max_b, mut sum_w) = (f64::NEG_INFINITY, 0.0);
     for (w, b) in terms.clone() {
         max_b = max_b.max(b);
@@ -36,7 +45,7 @@ where
     let mut lo = 0.0;
     let mut hi = sum_w / budget;
     let mut y = hi;
-    for _ in 0..200 {
+    for iteration in 1..=200 {
         let (mut g, mut dg) = (-budget, 0.0);
         for (w, b) in terms.clone() {
             let inv = 1.0 / (y + (max_b - b));
@@ -44,7 +53,7 @@ where
             dg -= w * inv * inv;
         }
         if g == 0.0 {
-            return (max_b, y);
+            return (max_b, y, iteration);
         }
         if g > 0.0 {
             lo = y;
@@ -56,11 +65,11 @@ where
             next = 0.5 * (lo + hi);
         }
         if (next - y).abs() <= 1e-15 * y || hi - lo <= 4.0 * f64::EPSILON * hi {
-            return (max_b, next);
+            return (max_b, next, iteration);
         }
         y = next;
     }
-    (max_b, y)
+    (max_b, y, 200)
 }
 
 /// The unique x > max b_k with Σ_k w_k / (x − b_k) = `budget` (weights w_k > 0, finite offsets b_k): max b plus

@@ -2,7 +2,7 @@
 //! tested against. Bandwidth by Lemma 3 for each vector, so the result is the integer optimum of (P2).
 
 use super::bandwidth::{lemma3_bandwidth, lemma3_latency_s};
-use super::scenario::{Plan, Scenario};
+use super::scenario::{Optimality, Plan, Scenario};
 use crate::OptimizeError;
 
 /// The default largest number of draft-length vectors `brute_force` visits (L_max^K ≤ 2·10⁶, e.g. 25⁴ = 390,625
@@ -39,7 +39,9 @@ pub fn brute_force(s: &Scenario, limit: u128) -> Result<Plan, OptimizeError> {
         loop {
             if k == lens.len() {
                 let (_, bandwidth) = lemma3_bandwidth(s, &best.1);
-                return Plan::evaluated(s, best.1, bandwidth);
+                let mut plan = Plan::evaluated(s, best.1, bandwidth)?;
+                plan.optimality = Optimality::Optimal;
+                return Ok(plan);
             }
             if lens[k] < s.max_draft_len {
                 lens[k] += 1;

@@ -9,9 +9,9 @@
 //! that attains V(b) is evaluated (a candidate), and no plan with latency in [min(φ(L_b), V(b)/η − T_ver), b]
 //! beats the incumbent η afterwards, so the interval shrinks to the part below.
 
-use super::bandwidth::{equalised_root, lemma3_bandwidth};
+use super::bandwidth::{equalised_slack_counted, lemma3_bandwidth};
 use super::homogeneous::homo;
-use super::scenario::{Plan, Scenario};
+use super::scenario::{Optimality, Plan, Scenario};
 use crate::OptimizeError;
 use std::collections::BinaryHeap;
 
@@ -24,7 +24,20 @@ pub struct ExactStats {
     pub evaluations: usize,
     /// Nodes of the knapsack depth-first searches.
     pub knapsack_nodes: usize,
+    /// Work units spent (see [`DEFAULT_WORK_BUDGET`]); never more than the budget plus one unit of the step that
+    /// crossed it.
+    pub work: u64,
 }
+
+/// The exact planner's default work budget, in units of one per-device step: one device's term in a root solve's
+/// Newton iteration, one draft length of one device in a price, Lagrangian or knapsack scan, or one knapsack search
+/// node. Each unit costs a few nanoseconds, so the default bounds a plan to well under a second on one core
+/// (docs/paper-a.md, "Worst-case work", gives the measured worst cases).
+pub const DEFAULT_WORK_BUDGET: u64 = 60_000_000;
+
+/// The most nodes one knapsack search may visit before its interval is split instead (a hard knapsack at a wide
+/// interval is usually easy on its halves).
+const KNAPSACK_NODE_LIMIT: u64 = 200_000;
 
 /// A relative margin below which a bound counts as not beating the incumbent: the optimum is exact up to this
 /// relative goodput (far below the 1e−9 the tests demand; it only stops endless splitting on exact ties).
@@ -41,10 +54,14 @@ struct Solver<'a> {
     stats: ExactStats,
     /// Scratch for `best_price`: (running-minimum efficiency, bandwidth increment) per step.
     items: Vec<(f64, f64)>,
+    /// Work units the search may spend.
+    budget: u64,
+    /// K·(L_max − L_min + 1): the cost of one scan over every device's lengths.
+    scan: u64,
 }
 
 impl<'a> Solver<'a> {
-    fn new(s: &'a Scenario) -> Self {
+    fn new(s: &'a Scenario, budget: u64) -> Self {
         let n = (s.max_draft_len - s.min_draft_len + 1) as usize;
         let tokens = s
             .devices
@@ -60,19 +77,29 @@ impl<'a> Solver<'a> {
             best: vec![],
             stats: ExactStats::default(),
             items: Vec::new(),
+            budget,
+            scan: (s.len() * n) as u64,
         }
+    }
+
+    /// Books `units` of work; false once the budget is spent.
+    fn charge(&mut self, units: u64) -> bool {
+        self.stats.work = self.stats.work.saturating_add(units);
+        self.stats.work <= self.budget
     }
 
     fn e(&self, k: usize, l: u32) -> f64 {
         self.tokens[k * self.n + (l - self.s.min_draft_len) as usize]
     }
 
-    fn phi(&self, lens: &[u32]) -> f64 {
+    fn phi(&mut self, lens: &[u32]) -> f64 {
         let terms = self.s.devices.iter().zip(lens).map(|(d, &l)| {
             let lf = f64::from(l);
             (d.hz_s_per_token * lf, lf * d.draft_token_s)
         });
-        equalised_root(terms, self.s.bandwidth_hz)
+        let (max_b, y, iterations) = equalised_slack_counted(terms, self.s.bandwidth_hz);
+        self.charge(u64::from(iterations + 1) * self.s.len() as u64);
+        max_b + y
     }
 
     /// Evaluates a plan exactly (eq. 33) and keeps it if it beats the incumbent.
@@ -167,7 +194,21 @@ impl<'a> Solver<'a> {
     /// Σ_k E_k > `theta`, or `None` if there is none. `mu` is any price ≥ 0 (the relaxation's optimal one is
     /// fastest): Σ E_k = Σ v_k + μ Σ c_k ≤ Σ_k max v_k − Σ loss_k + μB, so only plans with Σ loss_k below
     /// U − best are searched, depth-first over the devices whose deviations are cheap enough.
-    fn knapsack(&mut self, b: f64, mu: f64, theta: f64, argmax: &[u32]) -> Option<(f64, Vec<u32>)> {
+    ///
+    /// The depth-first search stops when the work budget is spent; the second value says whether it finished (only
+    /// then is the first the knapsack optimum; otherwise it is the best plan found, if any).
+    fn knapsack(
+        &mut self,
+        b: f64,
+        mu: f64,
+        theta: f64,
+        argmax: &[u32],
+        node_limit: u64,
+    ) -> (Option<(f64, Vec<u32>)>, bool) {
+        // Two scans over every device's lengths and the sorts of the options.
+        if !self.charge(3 * self.scan) {
+            return (None, false);
+        }
         let budget = self.s.bandwidth_hz;
         let (mut base_e, mut base_c, mut upper) = (0.0, 0.0, mu * budget);
         let mut flexible: Vec<Flex> = Vec::new();
@@ -178,7 +219,7 @@ impl<'a> Solver<'a> {
             upper += e0 - mu * c0;
         }
         if upper <= theta {
-            return None;
+            return (None, true);
         }
         let room = upper - theta;
         for (k, d) in self.s.devices.iter().enumerate() {
@@ -222,11 +263,15 @@ impl<'a> Solver<'a> {
             best: None,
             lens: argmax.to_vec(),
             nodes: 0,
+            limit: node_limit.min(self.budget.saturating_sub(self.stats.work)),
+            aborted: false,
         };
         search.visit(base_e, base_c);
         search.dfs(0, 0.0, base_e, base_c);
-        self.stats.knapsack_nodes += search.nodes;
-        search.best.map(|l| (search.best_e, l))
+        self.stats.knapsack_nodes += search.nodes as usize;
+        self.charge(search.nodes);
+        let complete = !search.aborted;
+        (search.best.map(|l| (search.best_e, l)), complete)
     }
 
     /// Σ_k max_l [E_k(l) − μ c_k(l, b) − w μ |∂c_k/∂φ (l, b)|]: the per-device part of the interval bound whose
@@ -285,6 +330,9 @@ impl<'a> Solver<'a> {
         for _ in 0..64 {
             let before = self.best_tau;
             for k in 0..lens.len() {
+                if !self.charge(2) {
+                    return;
+                }
                 for up in [true, false] {
                     let l = lens[k];
                     let next = if up {
@@ -319,6 +367,7 @@ impl<'a> Solver<'a> {
                     self.offer(&lens);
                     if self.best[k] == next {
                         phi = self.phi(&lens);
+                        self.charge(2 * lens.len() as u64);
                         (g_sum, dg_sum) = self.root_sums(&lens, phi);
                         tokens = (0..lens.len()).map(|i| self.e(i, lens[i])).sum();
                     } else {
@@ -387,7 +436,11 @@ struct Knap<'f> {
     best_e: f64,
     best: Option<Vec<u32>>,
     lens: Vec<u32>,
-    nodes: usize,
+    nodes: u64,
+    /// The most nodes this search may visit (the rest of the work budget).
+    limit: u64,
+    /// Set when `limit` was reached: the search is incomplete.
+    aborted: bool,
 }
 
 impl Knap<'_> {
@@ -400,7 +453,10 @@ impl Knap<'_> {
 
     fn dfs(&mut self, depth: usize, loss: f64, e: f64, c: f64) {
         self.nodes += 1;
-        if depth == self.flexible.len() || c - self.save_after[depth] > self.budget {
+        if self.nodes > self.limit {
+            self.aborted = true;
+        }
+        if self.aborted || depth == self.flexible.len() || c - self.save_after[depth] > self.budget {
             return;
         }
         let flex = &self.flexible[depth];
@@ -410,7 +466,7 @@ impl Knap<'_> {
         self.dfs(depth + 1, loss, e, c);
         let keep = self.lens[flex.k];
         for o in &flex.options {
-            if loss + o.loss >= self.upper - self.best_e {
+            if self.aborted || loss + o.loss >= self.upper - self.best_e {
                 break;
             }
             self.lens[flex.k] = o.l;
@@ -427,6 +483,8 @@ struct Interval {
     key: f64,
     a: f64,
     b: f64,
+    /// An upper bound on the goodput of every plan with latency in [a, b] (inherited by sub-intervals).
+    bound: f64,
 }
 
 impl Eq for Interval {}
@@ -441,17 +499,31 @@ impl Ord for Interval {
     }
 }
 
-/// The integer optimum of (P2) with its work counters.
+/// The integer optimum of (P2) with its work counters, under [`DEFAULT_WORK_BUDGET`].
 pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeError> {
-    let mut solver = Solver::new(s);
+    exact_with_budget(s, DEFAULT_WORK_BUDGET)
+}
+
+/// The exact planner under a work budget (units of [`DEFAULT_WORK_BUDGET`]).
+///
+/// Returns the integer optimum of (P2) with [`Optimality::Optimal`] when the search finishes within the budget;
+/// otherwise the best plan found with [`Optimality::Bounded`]: a rigorous upper bound on the optimal goodput (the
+/// largest bound of the latency intervals not yet ruled out) and the relative gap. Either way the work is at most
+/// `work_budget` units plus one step (`ExactStats::work`), and no error is returned for a valid scenario.
+pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactStats), OptimizeError> {
+    let mut solver = Solver::new(s, work_budget);
     let k = s.len();
     // Incumbents: the best common length (Homo), a few rounds of exact per-device Lagrangian argmax at the
     // incumbent's (φ, μ), with μ = η / Σ_k a_k L_k / (φ − L_k T_k)² from the stationarity of the Lagrangian in φ,
     // then ±1 moves.
     let homo_plan = homo(s)?;
+    solver.charge(2 * solver.scan);
     solver.offer(&homo_plan.draft_lengths);
     let mut scratch = vec![0u32; k];
     for _ in 0..8 {
+        if !solver.charge(2 * solver.scan) {
+            break;
+        }
         let lens = solver.best.clone();
         let phi = solver.phi(&lens);
         let denom: f64 = s
@@ -481,12 +553,22 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
     let max_tokens: f64 = (0..k).map(|i| solver.e(i, s.max_draft_len)).sum();
     let verify = solver.verify;
     let mut heap = BinaryHeap::new();
+    // Intervals whose knapsack could not be finished and could not be split further.
+    let mut open: Vec<Interval> = Vec::new();
+    // Every plan has φ(L) ≥ φ(L_min, …) and at most Σ_k E_k(L_max) tokens.
     heap.push(Interval {
         key: f64::INFINITY,
         a: phi_min,
         b: phi_max,
+        bound: max_tokens / (phi_min + verify),
     });
-    while let Some(Interval { a, b, .. }) = heap.pop() {
+    while let Some(interval) = heap.pop() {
+        // One interval costs three scans (price, Lagrangian, tangent bound).
+        if !solver.charge(3 * solver.scan) {
+            heap.push(interval);
+            break;
+        }
+        let Interval { a, b, bound, .. } = interval;
         solver.stats.intervals += 1;
         // No plan with φ ≥ cap can beat the incumbent even with every device at L_max.
         let cap = max_tokens / solver.best_tau - verify;
@@ -501,6 +583,8 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
             continue;
         };
         let upper = sum_v + mu * s.bandwidth_hz;
+        // U(b) ≥ V(b) bounds the tokens of every plan in [a, b], whose latency is at least a.
+        let bound = bound.min(upper / (a + verify));
         let eta = solver.best_tau;
         let theta = eta * (a + verify) * (1.0 + TIE_TOLERANCE);
         if upper <= theta {
@@ -523,19 +607,53 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
                 key: upper - theta,
                 a,
                 b: m,
+                bound,
             });
             heap.push(Interval {
                 key: upper - theta,
                 a: m,
                 b,
+                bound: bound.min(upper / (m + verify)),
             });
             continue;
         }
+        // The tangent bound also caps the goodput itself: Σ E − η'(φ + T_ver) ≤ 0 for every η' above both parts.
+        let bound = bound.min((upper / (b + verify)).max((pen + mu * s.bandwidth_hz) / (a + verify)));
         let argmax = scratch.clone();
-        let Some((v_b, lens)) = solver.knapsack(b, mu, theta, &argmax) else {
+        let (found, complete) = solver.knapsack(b, mu, theta, &argmax, KNAPSACK_NODE_LIMIT);
+        if let Some((_, lens)) = &found {
+            solver.offer(lens);
+        }
+        let Some((v_b, lens)) = found.filter(|_| complete) else {
+            if complete {
+                continue;
+            }
+            // The knapsack at b is hard. Halves are easier (U falls with b, the threshold η(a + T_ver) rises
+            // with a), so split while the interval is wide; otherwise leave it open with its bound.
+            if w > 1e-12 * b && solver.stats.work <= solver.budget {
+                let m = 0.5 * (a + b);
+                heap.push(Interval {
+                    key: upper - theta,
+                    a,
+                    b: m,
+                    bound,
+                });
+                heap.push(Interval {
+                    key: upper - theta,
+                    a: m,
+                    b,
+                    bound: bound.min(upper / (m + verify)),
+                });
+            } else {
+                open.push(Interval {
+                    key: upper - theta,
+                    a,
+                    b,
+                    bound,
+                });
+            }
             continue;
         };
-        solver.offer(&lens);
         // Plans in [φ(L_b), b] carry at most V(b) tokens at latency ≥ φ(L_b); plans in [V(b)/η − T_ver, b] carry
         // at most V(b) at latency ≥ V(b)/η − T_ver. Either way none beats the incumbent.
         let next_b = (solver.phi(&lens) * (1.0 - TIE_TOLERANCE)).min(v_b / solver.best_tau - verify);
@@ -544,15 +662,37 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
                 key: upper - theta,
                 a,
                 b: next_b,
+                bound,
             });
         }
     }
+    // Intervals left open (budget spent) bound what the search did not rule out; those beyond the final cap hold
+    // no better plan.
+    let cap = max_tokens / solver.best_tau - verify;
+    let open_bound = heap
+        .iter()
+        .chain(&open)
+        .filter(|i| i.a < cap)
+        .map(|i| i.bound)
+        .fold(f64::NEG_INFINITY, f64::max);
     let lens = solver.best.clone();
     let (_, bandwidth) = lemma3_bandwidth(s, &lens);
-    Ok((Plan::evaluated(s, lens, bandwidth)?, solver.stats))
+    let mut plan = Plan::evaluated(s, lens, bandwidth)?;
+    let value = plan.goodput_tokens_per_s;
+    plan.optimality = if open_bound <= solver.best_tau * (1.0 + TIE_TOLERANCE) {
+        Optimality::Optimal
+    } else {
+        let upper = open_bound.max(value);
+        Optimality::Bounded {
+            upper_bound_tokens_per_s: upper,
+            relative_gap: (upper - value) / value,
+        }
+    };
+    Ok((plan, solver.stats))
 }
 
-/// The integer optimum of (P2): L_k ∈ {L_min..L_max}, Lemma 3 bandwidth (exact up to a relative 1e−13).
+/// The integer optimum of (P2): L_k ∈ {L_min..L_max}, Lemma 3 bandwidth (exact up to a relative 1e−13), under the
+/// default work budget; the plan's `optimality` says whether it is proven optimal or within a stated gap.
 pub fn exact(s: &Scenario) -> Result<Plan, OptimizeError> {
     exact_with_stats(s).map(|(plan, _)| plan)
 }

@@ -294,6 +294,38 @@ impl Scenario {
     }
 }
 
+/// What a planner can say about the optimality of its plan for (P2). Outcomes, not errors: a plan always comes with
+/// one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum Optimality {
+    /// Proven to be the integer optimum of (P2) (up to a relative 1e−13 that only breaks exact ties): the exact
+    /// planner finished its search, or brute force enumerated every plan.
+    Optimal,
+    /// The exact planner's work budget ran out first: this is the best plan it found, and no plan has a goodput
+    /// above `upper_bound_tokens_per_s` (a rigorous bound, docs/paper-a.md "Worst-case work").
+    Bounded {
+        /// An upper bound on the optimal goodput, tokens per second.
+        upper_bound_tokens_per_s: f64,
+        /// (upper bound − goodput) / goodput: the largest relative improvement the optimum could still offer.
+        relative_gap: f64,
+    },
+    /// A heuristic or baseline plan: no claim about (P2) (the default of [`Plan::evaluated`]).
+    #[default]
+    NoClaim,
+}
+
+impl Optimality {
+    /// A short name: `optimal`, `bounded` or `no-claim`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Optimality::Optimal => "optimal",
+            Optimality::Bounded { .. } => "bounded",
+            Optimality::NoClaim => "no-claim",
+        }
+    }
+}
+
 /// A round plan: per-device draft lengths and bandwidths with its goodput (eq. 27) and round latency.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -305,10 +337,13 @@ pub struct Plan {
     pub goodput_tokens_per_s: f64,
     /// T^ma + T_ver, seconds.
     pub round_latency_s: f64,
+    /// Whether this plan is proven optimal for (P2), within a bounded gap, or a heuristic.
+    #[serde(default)]
+    pub optimality: Optimality,
 }
 
 impl Plan {
-    /// Builds a plan from lengths and bandwidths, evaluating eq. 27.
+    /// Builds a plan from lengths and bandwidths, evaluating eq. 27 ([`Optimality::NoClaim`]).
     pub fn evaluated(
         s: &Scenario,
         draft_lengths: Vec<u32>,
@@ -320,6 +355,7 @@ impl Plan {
             bandwidth_hz,
             goodput_tokens_per_s: goodput,
             round_latency_s: round,
+            optimality: Optimality::NoClaim,
         })
     }
 }
