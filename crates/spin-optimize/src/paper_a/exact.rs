@@ -24,9 +24,18 @@ pub struct ExactStats {
     pub evaluations: usize,
     /// Nodes of the knapsack depth-first searches.
     pub knapsack_nodes: usize,
-    /// Work units spent (see [`DEFAULT_WORK_BUDGET`]); never more than the budget plus one unit of the step that
-    /// crossed it.
+    /// Work units spent (see [`DEFAULT_WORK_BUDGET`]); at most the budget plus [`overshoot_bound`] (the steps
+    /// taken after the last check of the budget).
     pub work: u64,
+}
+
+/// The most work units the exact planner spends beyond its budget: 3·K·n + 1,024·K for K devices and
+/// n = L_max − L_min + 1 allowed lengths (at most three scans, or the Homo start, plus five root solves, run between
+/// two checks of the budget). The final plan's bandwidth solve and evaluation (≤ 202·K) are not counted.
+pub fn overshoot_bound(s: &Scenario) -> u64 {
+    let k = s.len() as u64;
+    let n = u64::from(s.max_draft_len - s.min_draft_len + 1);
+    3 * k * n + 1024 * k
 }
 
 /// The exact planner's default work budget, in units of one per-device step: one device's term in a root solve's
@@ -80,6 +89,11 @@ impl<'a> Solver<'a> {
             budget,
             scan: (s.len() * n) as u64,
         }
+    }
+
+    /// Whether the budget still allows a step.
+    fn within_budget(&self) -> bool {
+        self.stats.work <= self.budget
     }
 
     /// Books `units` of work; false once the budget is spent.
@@ -363,6 +377,9 @@ impl<'a> Solver<'a> {
                             continue;
                         }
                     }
+                    if !self.within_budget() {
+                        return;
+                    }
                     lens[k] = next;
                     self.offer(&lens);
                     if self.best[k] == next {
@@ -517,7 +534,8 @@ pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactS
     // incumbent's (φ, μ), with μ = η / Σ_k a_k L_k / (φ − L_k T_k)² from the stationarity of the Lagrangian in φ,
     // then ±1 moves.
     let homo_plan = homo(s)?;
-    solver.charge(2 * solver.scan);
+    // Homo scans every length of every device twice and solves Lemma 1 twice (Newton and Brent, ≤ 200 passes each).
+    solver.charge(2 * solver.scan + 400 * k as u64);
     solver.offer(&homo_plan.draft_lengths);
     let mut scratch = vec![0u32; k];
     for _ in 0..8 {
