@@ -7,6 +7,7 @@
 
 pub mod model;
 pub mod search;
+pub mod testing;
 
 pub use model::{Evaluator, Expectation, Scratch, State};
 pub use search::{Options, SearchStats, UnifiedPlanner, plan, plan_with_stats, search_space};

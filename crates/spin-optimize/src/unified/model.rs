@@ -381,8 +381,9 @@ impl Evaluator {
         u32::from(self.outcomes.first[k * self.outcomes.count + s]).min(l + 1)
     }
 
-    /// T_comm of outcome `s` and the number of UL devices, with `rejected` as scratch.
-    fn comm(&self, s: usize, lens: &[u32], dists: &[bool], rejected: &mut Vec<usize>) -> (f64, usize) {
+    /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch.
+    fn comm(&self, s: usize, lens: &[u32], dists: &[bool], buf: &mut CommBuf) -> (f64, usize) {
+        let CommBuf { rejected, suffix } = buf;
         rejected.clear();
         for (pos, &k) in self.order.iter().enumerate() {
             if self.rejected(k, s, lens[k], dists[k]) {
@@ -416,7 +417,8 @@ impl Evaluator {
             ModeScheme::Optimal | ModeScheme::BruteForce => {
                 // Lemma 2 holds with separate DL gains: for a largest UL delay t, putting every device with
                 // τ^ul ≤ t in UL only shrinks Σ 1/g^dl of the rest, so an optimal UL set is a prefix in UL order.
-                let mut suffix = vec![0.0; m + 1];
+                suffix.clear();
+                suffix.resize(m + 1, 0.0);
                 for i in (0..m).rev() {
                     suffix[i] = suffix[i + 1] + self.inverse_dl_gain[rejected[i]];
                 }
@@ -489,7 +491,7 @@ impl Evaluator {
                 *t += u32::from(f).min(l + 1);
             }
         }
-        let mut scratch = Vec::with_capacity(self.k_n);
+        let mut scratch = CommBuf::default();
         let comm: Vec<f64> = if self.rejectable(lens, dists) {
             (0..n).map(|s| self.comm(s, lens, dists, &mut scratch).0).collect()
         } else {
@@ -538,8 +540,23 @@ impl Evaluator {
             scratch.lens[k] = l;
             scratch.dists[k] = d;
         }
-        let lens = &scratch.lens;
-        let dists = &scratch.dists;
+        let lens = std::mem::take(&mut scratch.lens);
+        let dists = std::mem::take(&mut scratch.dists);
+        let value = self.try_at(state, changes, objective, scratch, &lens, &dists);
+        scratch.lens = lens;
+        scratch.dists = dists;
+        value
+    }
+
+    fn try_at(
+        &self,
+        state: &State,
+        changes: &[Change],
+        objective: Objective,
+        scratch: &mut Scratch,
+        lens: &[u32],
+        dists: &[bool],
+    ) -> f64 {
         let phi = self.uplink_latency_s(lens, dists);
         let base = phi + self.verify_s;
         let closed_now = self.closed_tokens && !self.rejectable(lens, dists);
@@ -551,33 +568,7 @@ impl Evaluator {
             return self.state_at(lens, dists, phi, objective).value;
         }
         let n = self.outcomes.count;
-        let stride = self.max_len as usize + 3;
-        // Outcomes whose rejected set changes.
-        scratch.flipped.clear();
-        scratch.mark.resize(n, false);
-        for &(k, l, d) in changes {
-            let (l0, d0) = (state.lens[k], state.dists[k]);
-            let (lo_f, hi_f) = if d0 == d {
-                if d || l == l0 {
-                    continue;
-                }
-                (l.min(l0) + 1, l.max(l0))
-            } else {
-                (1, if d0 { l } else { l0 })
-            };
-            if lo_f > hi_f {
-                continue;
-            }
-            let from = self.bucket_start[k * stride + lo_f as usize];
-            let to = self.bucket_start[k * stride + hi_f as usize + 1];
-            for &s in &self.bucket[from..to] {
-                let s = s as usize;
-                if !scratch.mark[s] {
-                    scratch.mark[s] = true;
-                    scratch.flipped.push(s);
-                }
-            }
-        }
+        self.mark_flipped(state, changes, scratch);
         let width = self.max_len as usize + 1;
         let mut token_mean = state.token_mean;
         for &(k, l, _) in changes {
@@ -611,6 +602,87 @@ impl Evaluator {
             scratch.mark[s] = false;
         }
         value
+    }
+
+    /// Collects in `scratch.flipped` the outcomes whose rejected set changes under `changes`.
+    fn mark_flipped(&self, state: &State, changes: &[Change], scratch: &mut Scratch) {
+        let n = self.outcomes.count;
+        let stride = self.max_len as usize + 3;
+        scratch.flipped.clear();
+        scratch.mark.resize(n, false);
+        for &(k, l, d) in changes {
+            let (l0, d0) = (state.lens[k], state.dists[k]);
+            let (lo_f, hi_f) = if d0 == d {
+                if d || l == l0 {
+                    continue;
+                }
+                (l.min(l0) + 1, l.max(l0))
+            } else {
+                (1, if d0 { l } else { l0 })
+            };
+            if lo_f > hi_f {
+                continue;
+            }
+            let from = self.bucket_start[k * stride + lo_f as usize];
+            let to = self.bucket_start[k * stride + hi_f as usize + 1];
+            for &s in &self.bucket[from..to] {
+                let s = s as usize;
+                if !scratch.mark[s] {
+                    scratch.mark[s] = true;
+                    scratch.flipped.push(s);
+                }
+            }
+        }
+    }
+
+    /// Moves `state` by `changes` in place (the committed form of [`Evaluator::try_moves`]): per-outcome totals
+    /// are updated only where they change.
+    pub fn apply_moves(&self, state: &mut State, changes: &[Change], objective: Objective, scratch: &mut Scratch) {
+        let mut lens = state.lens.clone();
+        let mut dists = state.dists.clone();
+        for &(k, l, d) in changes {
+            lens[k] = l;
+            dists[k] = d;
+        }
+        let phi = self.uplink_latency_s(&lens, &dists);
+        let closed_now = self.closed_tokens && !self.rejectable(&lens, &dists);
+        if closed_now || state.tokens.is_empty() {
+            *state = self.state_at(&lens, &dists, phi, objective);
+            return;
+        }
+        self.mark_flipped(state, changes, scratch);
+        let n = self.outcomes.count;
+        let width = self.max_len as usize + 1;
+        for &(k, l, _) in changes {
+            let l0 = state.lens[k];
+            if l != l0 {
+                state.token_mean += self.token_table[k * width + l as usize] - self.token_table[k * width + l0 as usize];
+                for (s, t) in state.tokens.iter_mut().enumerate() {
+                    *t = *t + self.tokens(k, s, l) - self.tokens(k, s, l0);
+                }
+            }
+        }
+        let mut buf = std::mem::take(&mut scratch.rejected);
+        for &s in &scratch.flipped {
+            let c = self.comm(s, &lens, &dists, &mut buf).0;
+            state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+            state.comm[s] = c;
+            scratch.mark[s] = false;
+        }
+        scratch.rejected = buf;
+        debug_assert_eq!(state.tokens.len(), n);
+        state.lens = lens;
+        state.dists = dists;
+        state.uplink_s = phi;
+        let base = phi + self.verify_s;
+        state.value = self.reduce(
+            objective,
+            base,
+            state.token_mean,
+            state.comm_mean,
+            state.tokens.iter().copied(),
+            state.comm.iter().copied(),
+        );
     }
 
     /// An upper bound on the objective over the box lo ≤ L ≤ hi at payload choice `dists`, and the exact value at
@@ -696,5 +768,12 @@ pub struct Scratch {
     flipped: Vec<usize>,
     mark: Vec<bool>,
     comm_values: Vec<f64>,
+    rejected: CommBuf,
+}
+
+/// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl.
+#[derive(Debug, Default, Clone)]
+struct CommBuf {
     rejected: Vec<usize>,
+    suffix: Vec<f64>,
 }

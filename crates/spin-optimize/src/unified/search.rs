@@ -22,8 +22,9 @@ pub struct Options {
     pub expectation: Expectation,
     /// The correction rule.
     pub correction: CorrectionPolicy,
-    /// Seed the search with paper B's `best` plan (its cost dominates the planner's at K ≈ 20).
-    pub paper_b_seed: bool,
+    /// Seed the search with paper B's `best` plan up to this many devices (above, with its greedy and uniform
+    /// plans): `best` costs about as much as the rest of the planner at K = 20 and far more at K = 200.
+    pub paper_b_best_max_devices: usize,
     /// Run the branch and bound when the number of (L, z) points is at most this.
     pub exact_space_limit: u128,
     /// The most boxes the branch and bound visits before it gives up proving optimality.
@@ -38,7 +39,7 @@ impl Default for Options {
             objective: Objective::Rate,
             expectation: Expectation::Auto { limit: 4096 },
             correction: CorrectionPolicy::default(),
-            paper_b_seed: true,
+            paper_b_best_max_devices: 64,
             exact_space_limit: 50_000_000,
             exact_node_limit: 200_000,
             pair_moves_max_devices: 64,
@@ -109,9 +110,11 @@ impl Search<'_> {
         self.ev.try_moves(state, changes, self.objective, &mut self.scratch)
     }
 
-    /// Best-improvement coordinate search: ±1 on one device, a payload flip on one device (policy `choose`),
-    /// ±1 on every device together, and pair moves when those stall.
-    fn local_search(&mut self, start: State, pair_limit: usize) -> Result<State, OptimizeError> {
+    /// Coordinate search: sweeps over the devices, each taking its best improving move among ±1 on its length
+    /// and a payload flip (policy `choose`, also with ±1); then ±1 on every device together; when a sweep finds
+    /// nothing, the best pair move (+1 on one device, −1 on another, up to `pair_limit` devices). Ends at a point
+    /// no such move improves.
+    fn local_search(&mut self, start: State, pair_limit: usize) -> State {
         let ev = self.ev;
         let range = ev.draft_range();
         let (l_min, l_max) = (*range.start(), *range.end());
@@ -119,26 +122,34 @@ impl Search<'_> {
         let k_n = ev.devices();
         let mut state = start;
         let mut changes: Vec<Change> = Vec::with_capacity(k_n);
+        let mut candidates: Vec<Change> = Vec::with_capacity(6);
         loop {
-            let mut best: Option<(f64, Vec<Change>)> = None;
-            let consider = |v: f64, m: &[Change], best: &mut Option<(f64, Vec<Change>)>| {
-                if v > best.as_ref().map_or(state.value, |b| b.0) {
-                    *best = Some((v, m.to_vec()));
-                }
-            };
+            let mut improved = false;
             for k in 0..k_n {
                 let (l, d) = (state.lens[k], state.dists[k]);
-                if l < l_max {
-                    let m = [(k, l + 1, d)];
-                    consider(self.try_moves(&state, &m), &m, &mut best);
+                candidates.clear();
+                for flip in if choose { &[false, true][..] } else { &[false][..] } {
+                    let nd = d ^ flip;
+                    if *flip {
+                        candidates.push((k, l, nd));
+                    }
+                    if l < l_max {
+                        candidates.push((k, l + 1, nd));
+                    }
+                    if l > l_min {
+                        candidates.push((k, l - 1, nd));
+                    }
                 }
-                if l > l_min {
-                    let m = [(k, l - 1, d)];
-                    consider(self.try_moves(&state, &m), &m, &mut best);
+                let mut best: Option<(f64, Change)> = None;
+                for &c in &candidates {
+                    let v = self.try_moves(&state, &[c]);
+                    if v > best.map_or(state.value, |b| b.0) {
+                        best = Some((v, c));
+                    }
                 }
-                if choose {
-                    let m = [(k, l, !d)];
-                    consider(self.try_moves(&state, &m), &m, &mut best);
+                if let Some((_, c)) = best {
+                    self.apply(&mut state, &[c]);
+                    improved = true;
                 }
             }
             for up in [true, false] {
@@ -150,35 +161,40 @@ impl Search<'_> {
                         changes.push((k, to, state.dists[k]));
                     }
                 }
-                if !changes.is_empty() {
-                    let v = self.try_moves(&state, &changes);
-                    consider(v, &changes, &mut best);
+                if !changes.is_empty() && self.try_moves(&state, &changes) > state.value {
+                    let moves = changes.clone();
+                    self.apply(&mut state, &moves);
+                    improved = true;
                 }
             }
-            if best.is_none() && k_n <= pair_limit {
+            if !improved && k_n <= pair_limit {
+                let mut best: Option<(f64, [Change; 2])> = None;
                 for i in 0..k_n {
                     for j in 0..k_n {
                         let (li, lj) = (state.lens[i], state.lens[j]);
                         if i != j && li < l_max && lj > l_min {
                             let m = [(i, li + 1, state.dists[i]), (j, lj - 1, state.dists[j])];
-                            consider(self.try_moves(&state, &m), &m, &mut best);
+                            let v = self.try_moves(&state, &m);
+                            if v > best.map_or(state.value, |b| b.0) {
+                                best = Some((v, m));
+                            }
                         }
                     }
                 }
-            }
-            match best {
-                Some((_, moves)) => {
-                    let mut lens = state.lens.clone();
-                    let mut dists = state.dists.clone();
-                    for (k, l, d) in moves {
-                        lens[k] = l;
-                        dists[k] = d;
-                    }
-                    state = self.state(&lens, &dists)?;
+                if let Some((_, m)) = best {
+                    self.apply(&mut state, &m);
+                    improved = true;
                 }
-                None => return Ok(state),
+            }
+            if !improved {
+                return state;
             }
         }
+    }
+
+    fn apply(&mut self, state: &mut State, changes: &[Change]) {
+        self.stats.evaluations += 1;
+        self.ev.apply_moves(state, changes, self.objective, &mut self.scratch);
     }
 
     /// Branch and bound over boxes of draft lengths at payload choice `dists`; false if the node limit stopped it.
@@ -250,7 +266,7 @@ pub fn plan_with_stats(round: &Round, options: &Options) -> Result<(RoundPlan, S
         let s = round.to_paper_b()?;
         let pb = paper_b::Evaluator::new(&s, ModeScheme::Optimal, options.objective)?;
         let mut push = |g: Vec<u32>| seeds.push((g.into_iter().map(|l| l.max(l_min)).collect(), vec![false; k_n]));
-        if options.paper_b_seed {
+        if k_n <= options.paper_b_best_max_devices {
             push(paper_b::proactive::best(&pb).draft_lengths);
         } else {
             push(paper_b::proactive::greedy(&pb).draft_lengths);
@@ -268,7 +284,7 @@ pub fn plan_with_stats(round: &Round, options: &Options) -> Result<(RoundPlan, S
         let start = search.state(&lens, &dists)?;
         search.offer(start.clone());
         if !paper_a_exact {
-            let end = search.local_search(start, options.pair_moves_max_devices)?;
+            let end = search.local_search(start, options.pair_moves_max_devices);
             search.offer(end);
         }
     }
