@@ -114,11 +114,11 @@ impl Search<'_> {
     /// and a payload flip (policy `choose`, also with ±1); then ±1 on every device together; when a sweep finds
     /// nothing, the best pair move (+1 on one device, −1 on another, up to `pair_limit` devices). Ends at a point
     /// no such move improves.
-    fn local_search(&mut self, start: State, pair_limit: usize) -> State {
+    fn local_search(&mut self, start: State, pair_limit: usize, flips: bool) -> State {
         let ev = self.ev;
         let range = ev.draft_range();
         let (l_min, l_max) = (*range.start(), *range.end());
-        let choose = ev.payload() == PayloadPolicy::Choose;
+        let choose = flips && ev.payload() == PayloadPolicy::Choose;
         let k_n = ev.devices();
         let mut state = start;
         let mut changes: Vec<Change> = Vec::with_capacity(k_n);
@@ -279,13 +279,24 @@ pub fn plan_with_stats(round: &Round, options: &Options) -> Result<(RoundPlan, S
             }
         }
     }
-    seeds.push((vec![l_min; k_n], vec![policy != PayloadPolicy::Pair; k_n]));
+    if policy.allows_distribution() {
+        seeds.push((vec![l_min; k_n], vec![true; k_n]));
+    }
+    if policy.allows_pair() {
+        seeds.push((vec![l_min; k_n], vec![false; k_n]));
+    }
     for (lens, dists) in seeds {
         let start = search.state(&lens, &dists)?;
         search.offer(start.clone());
         if !paper_a_exact {
-            let end = search.local_search(start, options.pair_moves_max_devices);
-            search.offer(end);
+            // First without payload flips (so `choose` never ends below the single-payload searches from the same
+            // seeds), then with them.
+            let end = search.local_search(start, options.pair_moves_max_devices, false);
+            search.offer(end.clone());
+            if policy == PayloadPolicy::Choose {
+                let end = search.local_search(end, options.pair_moves_max_devices, true);
+                search.offer(end);
+            }
         }
     }
     let mut proven = paper_a_exact;
