@@ -7,6 +7,7 @@ mod paper_b;
 mod plot;
 mod report;
 mod table;
+mod unified;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -24,8 +25,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
-    /// Regenerate the figures of paper A (Figs. 3, 4, 6, 7, 8) and paper B (Figs. 6–11) as CSV + SVG and write
-    /// REPORT.md beside them. Paper-scale sample counts by default.
+    /// Regenerate the figures of paper A (Figs. 3, 4, 6, 7, 8), paper B (Figs. 6–11) and the unified model
+    /// ("beyond the papers") as CSV + SVG and write REPORT.md beside them. Paper-scale sample counts by default.
     Reproduce {
         /// Small sample counts (a smoke run in seconds; numbers are noisier than the paper-scale run).
         #[arg(long)]
@@ -36,8 +37,8 @@ enum Task {
         /// Output folder.
         #[arg(long, default_value = "target/reproduce")]
         out: PathBuf,
-        /// Only this paper's figures.
-        #[arg(long, value_parser = ["a", "b"])]
+        /// Only this paper's figures (`unified`: only the "beyond the papers" section).
+        #[arg(long, value_parser = ["a", "b", "unified"])]
         only: Option<String>,
     },
     /// Train a draft model for a llama2.c target by distillation (runs the spin-runtime `distill` example in
@@ -66,11 +67,14 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("creating {}", ctx.out_dir.display()))?;
             let mut report = Report::default();
             let start = Instant::now();
-            if only.as_deref() != Some("b") {
+            if only.is_none() || only.as_deref() == Some("a") {
                 paper_a::reproduce(&ctx, &mut report).context("paper A figures")?;
             }
-            if only.as_deref() != Some("a") {
+            if only.is_none() || only.as_deref() == Some("b") {
                 paper_b::reproduce(&ctx, &mut report).context("paper B figures")?;
+            }
+            if only.is_none() || only.as_deref() == Some("unified") {
+                unified::reproduce(&ctx, &mut report).context("beyond the papers (unified)")?;
             }
             let mut command = String::from("cargo xtask reproduce");
             if quick {

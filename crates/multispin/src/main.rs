@@ -10,6 +10,7 @@ mod measure;
 mod plan;
 mod plan_a;
 mod plan_b;
+mod plan_unified;
 mod scenario;
 
 use clap::{Parser, Subcommand};

@@ -21,7 +21,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE.json")]
     pub scenario: PathBuf,
     /// Planning scheme. Paper A: exact, paper-alg1, homo, uni-bw, fixed, brute-force.
-    /// Paper B: greedy, best, uniform, comp-only, exhaustive.
+    /// Paper B: greedy, best, uniform, comp-only, exhaustive. Unified (any scenario): unified; a `"model":
+    /// "unified"` scenario takes every scheme (fields: docs/unified.md, example scenarios/examples/unified.json).
     #[arg(long, value_name = "SCHEME")]
     pub scheme: String,
     /// Output format.
@@ -44,6 +45,10 @@ pub enum Format {
 /// Runs `multispin plan`.
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     let (model, value) = scenario::read(&args.scenario)?;
+    // The unified model takes every scheme; the `unified` scheme takes every scenario (docs/unified.md).
+    if model == Model::Unified || args.scheme == "unified" {
+        return crate::plan_unified::run(model, value, args);
+    }
     match model {
         Model::PaperA => {
             if args.objective.is_some() {
@@ -54,5 +59,6 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
             crate::plan_a::run(value, args)
         }
         Model::PaperB => crate::plan_b::run(value, args),
+        Model::Unified => crate::plan_unified::run(model, value, args),
     }
 }

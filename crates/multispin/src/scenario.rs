@@ -1,4 +1,4 @@
-//! Reading scenario files: JSON with a `model` field (`paper-a`, the default, or `paper-b`).
+//! Reading scenario files: JSON with a `model` field (`paper-a`, the default, `paper-b` or `unified`).
 
 use crate::failure::Failure;
 use serde::de::DeserializeOwned;
@@ -11,6 +11,8 @@ pub enum Model {
     PaperA,
     /// Paper B: uplink/downlink correction and proactive draft lengths.
     PaperB,
+    /// The unified model of both papers (docs/unified.md).
+    Unified,
 }
 
 /// Reads `path` as JSON and tells its model kind; malformed JSON is an input error naming the file.
@@ -23,9 +25,10 @@ pub fn read(path: &Path) -> Result<(Model, serde_json::Value), Failure> {
         None => Model::PaperA,
         Some(serde_json::Value::String(s)) if s == "paper-a" => Model::PaperA,
         Some(serde_json::Value::String(s)) if s == "paper-b" => Model::PaperB,
+        Some(serde_json::Value::String(s)) if s == "unified" => Model::Unified,
         Some(other) => {
             return Err(Failure::Input(format!(
-                "model: expected \"paper-a\" or \"paper-b\", found {other}"
+                "model: expected \"paper-a\", \"paper-b\" or \"unified\", found {other}"
             )));
         }
     };

@@ -7,5 +7,7 @@
 pub mod error;
 pub mod paper_a;
 pub mod paper_b;
+pub mod round;
+pub mod unified;
 
 pub use error::OptimizeError;

@@ -1,0 +1,900 @@
+//! One planning vocabulary for both papers: a [`Round`] (devices, band, radio, payload, T_ver), a [`RoundPlan`]
+//! (draft lengths, uplink shares, payload choice, correction policy), the [`Scheme`] names of every planner and
+//! the [`Planner`] trait with adapters that run paper A's and paper B's planners on a `Round`.
+//!
+//! The model a `Round` describes is the unified model of docs/unified.md; paper A's and paper B's rounds are its
+//! two special cases ([`Round::from_paper_a`], [`Round::from_paper_b`]). The payload sizes come from
+//! `spin_core::dist::index_bits` (D = V_eff(⌈log₂V⌉ + Q)), the spectral efficiencies from `spin-channel`.
+
+use crate::OptimizeError;
+use crate::paper_a;
+use crate::paper_b;
+use crate::paper_b::{ModeScheme, Objective};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Deref;
+use std::str::FromStr;
+
+/// What each drafted token carries on the uplink, and hence whether a rejection needs an exchange afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PayloadPolicy {
+    /// Paper A: every drafted token goes up with its truncated distribution (D bits); the server then holds q at
+    /// every position and corrects a rejection itself, so no exchange follows verification.
+    Distribution,
+    /// Paper B: every drafted token goes up as a (token, probability) pair; a rejected device exchanges one
+    /// distribution (D bits) afterwards, in UL or DL mode.
+    Pair,
+    /// The planner chooses per device between the two (beyond both papers).
+    Choose,
+}
+
+impl PayloadPolicy {
+    /// The file and command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadPolicy::Distribution => "distribution",
+            PayloadPolicy::Pair => "pair",
+            PayloadPolicy::Choose => "choose",
+        }
+    }
+
+    /// Whether a device may send distributions per token under this policy.
+    pub fn allows_distribution(self) -> bool {
+        self != PayloadPolicy::Pair
+    }
+
+    /// Whether a device may send pairs under this policy.
+    pub fn allows_pair(self) -> bool {
+        self != PayloadPolicy::Distribution
+    }
+}
+
+/// How the band of the correction phase is split among the rejected devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CorrectionSplit {
+    /// b = B/|R| for every rejected device, in both directions (paper B).
+    #[default]
+    Equal,
+}
+
+/// The payload sizes of a round in bits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Payload {
+    /// D: bits of one truncated, quantised distribution (paper A's Q_tok, paper B's D).
+    pub distribution_bits: f64,
+    /// Bits of one (token, probability) pair; 0 neglects them as paper B does.
+    pub pair_bits: f64,
+    /// Which per-token payloads the unified planner may use.
+    pub policy: PayloadPolicy,
+}
+
+/// The format of an exchanged distribution: V_eff entries of a V-token vocabulary, Q bits per value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistributionFormat {
+    /// V_eff, the entries kept (1 ≤ V_eff ≤ V).
+    pub effective_support: u32,
+    /// V, the vocabulary size (≥ 2).
+    pub vocabulary: u32,
+    /// Q, bits per kept value (1..=24, as `spin_core::SparseDist::quantise` accepts).
+    pub quant_bits: u32,
+}
+
+impl DistributionFormat {
+    /// Paper B's setting: V_eff = 1024, V = 151,665, Q = 16 (D = 34,816 bits).
+    pub const PAPER_B: DistributionFormat = DistributionFormat {
+        effective_support: 1024,
+        vocabulary: 151_665,
+        quant_bits: 16,
+    };
+
+    /// Checks the ranges; errors name `effective_support`, `vocabulary` or `quant_bits`.
+    pub fn validate(&self) -> Result<(), OptimizeError> {
+        if self.vocabulary < 2 {
+            return Err(OptimizeError::Invalid {
+                field: "vocabulary".into(),
+                reason: format!("{} is below 2", self.vocabulary),
+            });
+        }
+        if self.effective_support == 0 || self.effective_support > self.vocabulary {
+            return Err(OptimizeError::Invalid {
+                field: "effective_support".into(),
+                reason: format!("{} is outside [1, vocabulary = {}]", self.effective_support, self.vocabulary),
+            });
+        }
+        if !(1..=24).contains(&self.quant_bits) {
+            return Err(OptimizeError::Invalid {
+                field: "quant_bits".into(),
+                reason: format!("{} is outside [1, 24]", self.quant_bits),
+            });
+        }
+        Ok(())
+    }
+
+    /// D = V_eff(⌈log₂V⌉ + Q) bits, the size `spin_core::SparseDist::bits_on_air` reports.
+    pub fn distribution_bits(&self) -> f64 {
+        f64::from(self.effective_support) * self.pair_bits()
+    }
+
+    /// ⌈log₂V⌉ + Q bits: one token index and one quantised probability.
+    pub fn pair_bits(&self) -> f64 {
+        f64::from(spin_core::dist::index_bits(self.vocabulary as usize) + self.quant_bits)
+    }
+}
+
+/// The radio of the correction phase (SI units).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Radio {
+    /// P_ul, each device's maximum transmit power in W.
+    pub ul_power_w: f64,
+    /// P_dl, the server's downlink budget in W.
+    pub dl_power_w: f64,
+    /// N0 at the server (uplink receiver) in W/Hz.
+    pub noise_psd_server_w_per_hz: f64,
+    /// N0 at the devices (downlink receivers) in W/Hz.
+    pub noise_psd_device_w_per_hz: f64,
+}
+
+impl Radio {
+    /// Paper B's budgets and noise: P_ul = 15 dBm, P_dl = 30 dBm, N0_ser = −169 dBm/Hz, N0_dev = −167 dBm/Hz.
+    pub fn paper_b() -> Radio {
+        use spin_channel::units::{dbm_per_hz_to_w_per_hz, dbm_to_w};
+        Radio {
+            ul_power_w: dbm_to_w(15.0),
+            dl_power_w: dbm_to_w(30.0),
+            noise_psd_server_w_per_hz: dbm_per_hz_to_w_per_hz(-169.0),
+            noise_psd_device_w_per_hz: dbm_per_hz_to_w_per_hz(-167.0),
+        }
+    }
+}
+
+/// One device of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RoundDevice {
+    /// α_k ∈ (0, 1), the per-token acceptance rate.
+    pub acceptance: f64,
+    /// T_k^S, seconds per drafted token (> 0).
+    pub draft_token_s: f64,
+    /// r_k, bit/s/Hz of the draft uplink (paper A's spectral efficiency, > 0).
+    pub spectral_efficiency: f64,
+    /// g_k^ul, linear power gain device → server for the correction upload (> 0).
+    pub uplink_gain: f64,
+    /// g_k^dl, linear power gain server → device for the correction download (> 0).
+    pub downlink_gain: f64,
+}
+
+/// A round as the planners see it (unvalidated; [`Round::new`] checks it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundSpec {
+    /// B in Hz, shared by the draft uplink (OFDMA shares) and, afterwards, by the correction phase.
+    pub bandwidth_hz: f64,
+    /// T_fix of T_ver(K) = T_fix + K·T_lin in seconds.
+    pub verify_fixed_s: f64,
+    /// T_lin in seconds per device in the batch (K counts every device).
+    pub verify_per_device_s: f64,
+    /// Smallest draft length (0 lets a device take one token from the target model alone).
+    pub min_draft_len: u32,
+    /// Largest draft length L_max.
+    pub max_draft_len: u32,
+    /// The correction radio.
+    pub radio: Radio,
+    /// Payload sizes and policy.
+    pub payload: Payload,
+    /// How the correction band is split.
+    pub correction_split: CorrectionSplit,
+    /// Outcome samples of the sample-average approximation (when outcomes are not enumerated).
+    pub saa_samples: u32,
+    /// Seed of the outcome samples.
+    pub seed: u64,
+    /// The devices.
+    pub devices: Vec<RoundDevice>,
+}
+
+/// The largest draft length a round may allow (outcome samples store positions in 16 bits; paper B's limit).
+pub const MAX_DRAFT_LEN_LIMIT: u32 = paper_b::scenario::MAX_DRAFT_LEN_LIMIT;
+
+/// A validated round; read its fields through `Deref` to [`RoundSpec`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Round(RoundSpec);
+
+impl Deref for Round {
+    type Target = RoundSpec;
+    fn deref(&self) -> &RoundSpec {
+        &self.0
+    }
+}
+
+impl Round {
+    /// Checks every field once; the error names the first offending one.
+    pub fn new(spec: RoundSpec) -> Result<Round, OptimizeError> {
+        OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
+        OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
+        OptimizeError::non_negative("verify_per_device_s", spec.verify_per_device_s)?;
+        if spec.max_draft_len == 0 || spec.max_draft_len > MAX_DRAFT_LEN_LIMIT {
+            return Err(OptimizeError::OutOfDomain {
+                field: "max_draft_len".into(),
+                value: f64::from(spec.max_draft_len),
+                domain: "{1, …, 1000}",
+            });
+        }
+        if spec.min_draft_len > spec.max_draft_len {
+            return Err(OptimizeError::Invalid {
+                field: "min_draft_len".into(),
+                reason: format!("{} is above max_draft_len = {}", spec.min_draft_len, spec.max_draft_len),
+            });
+        }
+        OptimizeError::positive("ul_power_w", spec.radio.ul_power_w)?;
+        OptimizeError::positive("dl_power_w", spec.radio.dl_power_w)?;
+        OptimizeError::positive("noise_psd_server_w_per_hz", spec.radio.noise_psd_server_w_per_hz)?;
+        OptimizeError::positive("noise_psd_device_w_per_hz", spec.radio.noise_psd_device_w_per_hz)?;
+        OptimizeError::positive("distribution_bits", spec.payload.distribution_bits)?;
+        OptimizeError::non_negative("pair_bits", spec.payload.pair_bits)?;
+        if spec.saa_samples == 0 || spec.saa_samples > paper_b::scenario::SAA_SAMPLES_LIMIT {
+            return Err(OptimizeError::OutOfDomain {
+                field: "saa_samples".into(),
+                value: f64::from(spec.saa_samples),
+                domain: "{1, …, 10000000}",
+            });
+        }
+        if spec.devices.is_empty() {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: "at least one device is needed".into(),
+            });
+        }
+        for (k, d) in spec.devices.iter().enumerate() {
+            OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
+            OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
+            OptimizeError::positive(format!("devices[{k}].spectral_efficiency"), d.spectral_efficiency)?;
+            OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
+            OptimizeError::positive(format!("devices[{k}].downlink_gain"), d.downlink_gain)?;
+        }
+        let round = Round(spec);
+        if round.verify_s() <= 0.0 {
+            return Err(OptimizeError::Invalid {
+                field: "verify_fixed_s".into(),
+                reason: "verification latency T_fix + K·T_lin must be positive".into(),
+            });
+        }
+        Ok(round)
+    }
+
+    /// The file form.
+    pub fn spec(&self) -> &RoundSpec {
+        &self.0
+    }
+
+    /// Number of devices K.
+    pub fn len(&self) -> usize {
+        self.0.devices.len()
+    }
+
+    /// Always false: a validated round has a device.
+    pub fn is_empty(&self) -> bool {
+        self.0.devices.is_empty()
+    }
+
+    /// T_ver(K) = T_fix + K·T_lin, K counting every device (paper A eq. 7, paper B eq. 16).
+    pub fn verify_s(&self) -> f64 {
+        self.0.verify_fixed_s + self.0.verify_per_device_s * self.0.devices.len() as f64
+    }
+
+    /// Uplink bits per drafted token for a device that sends distributions (`true`) or pairs (`false`).
+    pub fn token_bits(&self, sends_distributions: bool) -> f64 {
+        if sends_distributions {
+            self.0.payload.distribution_bits
+        } else {
+            self.0.payload.pair_bits
+        }
+    }
+
+    /// The correction link in paper B's form (the radio formulas of the correction phase live there).
+    pub fn link(&self) -> paper_b::Link {
+        paper_b::Link {
+            distribution_bits: self.0.payload.distribution_bits,
+            bandwidth_hz: self.0.bandwidth_hz,
+            ul_power_w: self.0.radio.ul_power_w,
+            dl_power_w: self.0.radio.dl_power_w,
+            noise_psd_server_w_per_hz: self.0.radio.noise_psd_server_w_per_hz,
+            noise_psd_device_w_per_hz: self.0.radio.noise_psd_device_w_per_hz,
+        }
+    }
+
+    /// Paper A's round as a special case: distributions per token, no correction phase, L ≥ `min_draft_len`.
+    ///
+    /// Paper A gives spectral efficiencies, not gains; the gains (used only if a plan sends pairs) are the ones
+    /// that give r_k at full-band SNR under `radio`: g_k = (2^{r_k} − 1) N0_ser B / P_ul.
+    pub fn from_paper_a(s: &paper_a::Scenario, radio: Radio) -> Result<Round, OptimizeError> {
+        let devices = s
+            .devices
+            .iter()
+            .map(|d| {
+                // (2^r − 1) computed as exp_m1(r ln 2) for accuracy at small r.
+                let snr = (d.spectral_efficiency * std::f64::consts::LN_2).exp_m1();
+                let gain = snr * radio.noise_psd_server_w_per_hz * s.bandwidth_hz / radio.ul_power_w;
+                RoundDevice {
+                    acceptance: d.alpha,
+                    draft_token_s: d.draft_token_s,
+                    spectral_efficiency: d.spectral_efficiency,
+                    uplink_gain: gain,
+                    downlink_gain: gain,
+                }
+            })
+            .collect();
+        Round::new(RoundSpec {
+            bandwidth_hz: s.bandwidth_hz,
+            verify_fixed_s: s.verify_fixed_s,
+            verify_per_device_s: s.verify_per_draft_s,
+            min_draft_len: s.min_draft_len,
+            max_draft_len: s.max_draft_len,
+            radio,
+            payload: Payload {
+                distribution_bits: s.bits_per_draft_token,
+                pair_bits: 0.0,
+                policy: PayloadPolicy::Distribution,
+            },
+            correction_split: CorrectionSplit::Equal,
+            saa_samples: 1000,
+            seed: 0,
+            devices,
+        })
+    }
+
+    /// Paper B's round as a special case: pairs per token (neglected, 0 bits), one exchange per rejection with
+    /// the band split equally, γ ∈ {0..γ_max}, one gain both ways. The draft uplink's spectral efficiency (unused
+    /// while pairs cost 0 bits) is log₂(1 + P_ul g / (N0_ser B)) from `spin_channel::spectral_efficiency`.
+    pub fn from_paper_b(s: &paper_b::Scenario) -> Result<Round, OptimizeError> {
+        let radio = Radio {
+            ul_power_w: s.ul_power_w,
+            dl_power_w: s.dl_power_w,
+            noise_psd_server_w_per_hz: s.noise_psd_server_w_per_hz,
+            noise_psd_device_w_per_hz: s.noise_psd_device_w_per_hz,
+        };
+        let devices = s
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(k, d)| {
+                Ok(RoundDevice {
+                    acceptance: d.acceptance,
+                    draft_token_s: d.draft_token_s,
+                    spectral_efficiency: full_band_spectral_efficiency(&radio, s.bandwidth_hz, d.channel_gain)
+                        .map_err(|e| OptimizeError::Invalid {
+                            field: format!("devices[{k}].channel_gain"),
+                            reason: e.to_string(),
+                        })?,
+                    uplink_gain: d.channel_gain,
+                    downlink_gain: d.channel_gain,
+                })
+            })
+            .collect::<Result<Vec<_>, OptimizeError>>()?;
+        Round::new(RoundSpec {
+            bandwidth_hz: s.bandwidth_hz,
+            verify_fixed_s: s.verify_fixed_s,
+            verify_per_device_s: s.verify_per_device_s,
+            min_draft_len: 0,
+            max_draft_len: s.max_draft_len,
+            radio,
+            payload: Payload {
+                distribution_bits: s.distribution_bits,
+                pair_bits: 0.0,
+                policy: PayloadPolicy::Pair,
+            },
+            correction_split: CorrectionSplit::Equal,
+            saa_samples: s.saa_samples,
+            seed: s.seed,
+            devices,
+        })
+    }
+
+    /// This round as paper A sees it: distributions per token (Q_tok = D), L ≥ max(1, `min_draft_len`).
+    pub fn to_paper_a(&self) -> Result<paper_a::Scenario, OptimizeError> {
+        paper_a::Scenario::new(&paper_a::ScenarioSpec {
+            bandwidth_hz: self.bandwidth_hz,
+            bits_per_draft_token: self.payload.distribution_bits,
+            verify_fixed_s: self.verify_fixed_s,
+            verify_per_draft_s: self.verify_per_device_s,
+            max_draft_len: self.max_draft_len,
+            min_draft_len: self.min_draft_len.max(1),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| paper_a::DeviceSpec {
+                    acceptance: d.acceptance,
+                    draft_token_s: d.draft_token_s,
+                    spectral_efficiency: d.spectral_efficiency,
+                })
+                .collect(),
+        })
+    }
+
+    /// This round as paper B sees it: pairs neglected, one gain both ways (paper B assumes reciprocity; the
+    /// uplink gain is used), γ ∈ {0..γ_max}.
+    pub fn to_paper_b(&self) -> Result<paper_b::Scenario, OptimizeError> {
+        paper_b::Scenario::new(paper_b::ScenarioSpec {
+            bandwidth_hz: self.bandwidth_hz,
+            distribution_bits: self.payload.distribution_bits,
+            verify_fixed_s: self.verify_fixed_s,
+            verify_per_device_s: self.verify_per_device_s,
+            max_draft_len: self.max_draft_len,
+            ul_power_w: self.radio.ul_power_w,
+            dl_power_w: self.radio.dl_power_w,
+            noise_psd_server_w_per_hz: self.radio.noise_psd_server_w_per_hz,
+            noise_psd_device_w_per_hz: self.radio.noise_psd_device_w_per_hz,
+            saa_samples: self.saa_samples,
+            seed: self.seed,
+            devices: self
+                .devices
+                .iter()
+                .map(|d| paper_b::DeviceSpec {
+                    acceptance: d.acceptance,
+                    draft_token_s: d.draft_token_s,
+                    channel_gain: d.uplink_gain,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// log₂(1 + P_ul g / (N0_ser B)): the draft uplink's spectral efficiency when the device spreads P_ul over the
+/// whole band (the power spectral density stays fixed whatever its share, as paper A's linear rate assumes).
+pub fn full_band_spectral_efficiency(
+    radio: &Radio,
+    bandwidth_hz: f64,
+    gain: f64,
+) -> Result<f64, spin_channel::ChannelError> {
+    spin_channel::spectral_efficiency(radio.ul_power_w * gain / (radio.noise_psd_server_w_per_hz * bandwidth_hz))
+}
+
+/// One device of a unified scenario file.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioDevice {
+    /// α_k ∈ (0, 1).
+    pub acceptance: f64,
+    /// T_k^S in seconds per drafted token.
+    pub draft_token_s: f64,
+    /// g_k^ul, linear power gain device → server.
+    pub uplink_gain: f64,
+    /// g_k^dl, linear power gain server → device (default: `uplink_gain`, a reciprocal channel).
+    #[serde(default)]
+    pub downlink_gain: Option<f64>,
+    /// r_k of the draft uplink in bit/s/Hz (default: log₂(1 + P_ul g^ul / (N0_ser B)), the full-band SNR).
+    #[serde(default)]
+    pub spectral_efficiency: Option<f64>,
+}
+
+/// A unified scenario file (`"model": "unified"`, SI units). Unknown fields are refused, so a misspelt optional
+/// field cannot silently fall back to its default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioSpec {
+    /// Must be `"unified"` when present.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// B in Hz.
+    pub bandwidth_hz: f64,
+    /// T_fix of T_ver(K) = T_fix + K·T_lin, seconds.
+    pub verify_fixed_s: f64,
+    /// T_lin, seconds per device.
+    pub verify_per_device_s: f64,
+    /// Smallest draft length (default 0).
+    #[serde(default)]
+    pub min_draft_len: u32,
+    /// Largest draft length.
+    pub max_draft_len: u32,
+    /// P_ul in W.
+    pub ul_power_w: f64,
+    /// P_dl in W.
+    pub dl_power_w: f64,
+    /// N0_ser in W/Hz.
+    pub noise_psd_server_w_per_hz: f64,
+    /// N0_dev in W/Hz.
+    pub noise_psd_device_w_per_hz: f64,
+    /// `distribution`, `pair` or `choose` (default `choose`).
+    #[serde(default = "default_policy")]
+    pub payload: PayloadPolicy,
+    /// V_eff of an exchanged distribution.
+    pub effective_support: u32,
+    /// V, the vocabulary size.
+    pub vocabulary: u32,
+    /// Q, bits per kept probability.
+    pub quant_bits: u32,
+    /// Charge ⌈log₂V⌉ + Q bits per pair on the draft uplink (default true; false neglects them as paper B).
+    #[serde(default = "default_true")]
+    pub charge_pairs: bool,
+    /// How the correction band is split (default `equal`).
+    #[serde(default)]
+    pub correction_split: CorrectionSplit,
+    /// SAA outcome samples (default 1000).
+    #[serde(default = "default_samples")]
+    pub saa_samples: u32,
+    /// Seed of the samples (default 0).
+    #[serde(default)]
+    pub seed: u64,
+    /// The devices.
+    pub devices: Vec<ScenarioDevice>,
+}
+
+fn default_policy() -> PayloadPolicy {
+    PayloadPolicy::Choose
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_samples() -> u32 {
+    1000
+}
+
+impl ScenarioSpec {
+    /// Validates the file and builds the round; every error names its field.
+    pub fn into_round(self) -> Result<Round, OptimizeError> {
+        if let Some(m) = &self.model
+            && m != "unified"
+        {
+            return Err(OptimizeError::Invalid {
+                field: "model".into(),
+                reason: format!("{m:?} is not \"unified\""),
+            });
+        }
+        let format = DistributionFormat {
+            effective_support: self.effective_support,
+            vocabulary: self.vocabulary,
+            quant_bits: self.quant_bits,
+        };
+        format.validate()?;
+        OptimizeError::positive("bandwidth_hz", self.bandwidth_hz)?;
+        let radio = Radio {
+            ul_power_w: OptimizeError::positive("ul_power_w", self.ul_power_w)?,
+            dl_power_w: self.dl_power_w,
+            noise_psd_server_w_per_hz: OptimizeError::positive(
+                "noise_psd_server_w_per_hz",
+                self.noise_psd_server_w_per_hz,
+            )?,
+            noise_psd_device_w_per_hz: self.noise_psd_device_w_per_hz,
+        };
+        let devices = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(k, d)| {
+                let uplink_gain = OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
+                let spectral_efficiency = match d.spectral_efficiency {
+                    Some(r) => r,
+                    None => full_band_spectral_efficiency(&radio, self.bandwidth_hz, uplink_gain).map_err(|e| {
+                        OptimizeError::Invalid {
+                            field: format!("devices[{k}].spectral_efficiency"),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                };
+                Ok(RoundDevice {
+                    acceptance: d.acceptance,
+                    draft_token_s: d.draft_token_s,
+                    spectral_efficiency,
+                    uplink_gain,
+                    downlink_gain: d.downlink_gain.unwrap_or(uplink_gain),
+                })
+            })
+            .collect::<Result<Vec<_>, OptimizeError>>()?;
+        Round::new(RoundSpec {
+            bandwidth_hz: self.bandwidth_hz,
+            verify_fixed_s: self.verify_fixed_s,
+            verify_per_device_s: self.verify_per_device_s,
+            min_draft_len: self.min_draft_len,
+            max_draft_len: self.max_draft_len,
+            radio,
+            payload: Payload {
+                distribution_bits: format.distribution_bits(),
+                pair_bits: if self.charge_pairs { format.pair_bits() } else { 0.0 },
+                policy: self.payload,
+            },
+            correction_split: self.correction_split,
+            saa_samples: self.saa_samples,
+            seed: self.seed,
+            devices,
+        })
+    }
+}
+
+/// How the rejected devices are corrected: the mode rule and the band split; DL powers follow Lemma 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorrectionPolicy {
+    /// The mode rule (paper B's reactive schemes; `optimal` is Proposition 1).
+    pub modes: ModeScheme,
+    /// The split of the correction band.
+    pub split: CorrectionSplit,
+}
+
+impl Default for CorrectionPolicy {
+    fn default() -> Self {
+        CorrectionPolicy {
+            modes: ModeScheme::Optimal,
+            split: CorrectionSplit::Equal,
+        }
+    }
+}
+
+/// One round's decisions and what the unified model predicts for them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundPlan {
+    /// The scheme that made the plan.
+    pub scheme: Scheme,
+    /// L_k per device.
+    pub draft_lengths: Vec<u32>,
+    /// B_k of the draft uplink per device in Hz (Σ ≤ B; 0 for a device with nothing to send).
+    pub uplink_share_hz: Vec<f64>,
+    /// Per device: true = distributions per token (paper A), false = pairs (paper B).
+    pub sends_distributions: Vec<bool>,
+    /// The correction rule for the rejected devices (DL powers by Lemma 1).
+    pub correction: CorrectionPolicy,
+    /// The predicted goodput E\[ΣN\]/E\[T\] (renewal–reward) in tokens/s.
+    pub rate_tokens_per_s: f64,
+    /// The predicted mean per-round goodput E[ΣN/T] in tokens/s.
+    pub mean_ratio_tokens_per_s: f64,
+    /// E\[ΣN\], tokens per round.
+    pub tokens_per_round: f64,
+    /// Drafting and draft upload, max_k L_k (T_k^S + u_k/(B_k r_k)), seconds.
+    pub uplink_latency_s: f64,
+    /// T_ver(K) in seconds.
+    pub verify_s: f64,
+    /// E[T_comm] of the correction phase in seconds.
+    pub comm_delay_s: f64,
+    /// Whether the planner proved this plan optimal for its objective (exact search completed).
+    pub proven_optimal: bool,
+}
+
+impl RoundPlan {
+    /// The goodput under `objective`.
+    pub fn goodput(&self, objective: Objective) -> f64 {
+        match objective {
+            Objective::Rate => self.rate_tokens_per_s,
+            Objective::MeanRatio => self.mean_ratio_tokens_per_s,
+        }
+    }
+}
+
+/// Which paper a scheme comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Paper A: draft lengths and OFDMA bandwidth, distributions per token.
+    PaperA,
+    /// Paper B: draft lengths with UL/DL correction, pairs per token.
+    PaperB,
+    /// The unified model's joint planner.
+    Unified,
+}
+
+/// Every planning scheme of both papers and the unified planner, by one name each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheme {
+    /// Paper A: the exact integer optimum of (P2).
+    Exact,
+    /// Paper A: Algorithm 1 (relax and round on a grid).
+    PaperAlg1,
+    /// Paper A: common L, Lemma 1 bandwidth.
+    Homo,
+    /// Paper A: equal bandwidth, heterogeneous L.
+    UniBw,
+    /// Paper A: L = 8 and B/K for everyone.
+    Fixed,
+    /// Paper A: exhaustive search (small K).
+    BruteForce,
+    /// Paper B: the two-phase greedy.
+    Greedy,
+    /// Paper B: our multi-start local search.
+    Best,
+    /// Paper B: best common γ.
+    Uniform,
+    /// Paper B: computation-only control.
+    CompOnly,
+    /// Paper B: exhaustive search (small K).
+    Exhaustive,
+    /// The unified model's joint planner (draft lengths, uplink shares, payload, correction).
+    Unified,
+}
+
+impl Scheme {
+    /// Every scheme, in the order of [`Scheme::NAMES`].
+    pub const ALL: [Scheme; 12] = [
+        Scheme::Exact,
+        Scheme::PaperAlg1,
+        Scheme::Homo,
+        Scheme::UniBw,
+        Scheme::Fixed,
+        Scheme::BruteForce,
+        Scheme::Greedy,
+        Scheme::Best,
+        Scheme::Uniform,
+        Scheme::CompOnly,
+        Scheme::Exhaustive,
+        Scheme::Unified,
+    ];
+
+    /// The command-line names, in the order of [`Scheme::ALL`].
+    pub const NAMES: [&'static str; 12] = [
+        "exact",
+        "paper-alg1",
+        "homo",
+        "uni-bw",
+        "fixed",
+        "brute-force",
+        "greedy",
+        "best",
+        "uniform",
+        "comp-only",
+        "exhaustive",
+        "unified",
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        let i = Scheme::ALL.iter().position(|&s| s == self).unwrap_or(0);
+        Scheme::NAMES[i]
+    }
+
+    /// The paper the scheme comes from.
+    pub fn family(self) -> Family {
+        match self {
+            Scheme::Exact | Scheme::PaperAlg1 | Scheme::Homo | Scheme::UniBw | Scheme::Fixed | Scheme::BruteForce => {
+                Family::PaperA
+            }
+            Scheme::Greedy | Scheme::Best | Scheme::Uniform | Scheme::CompOnly | Scheme::Exhaustive => Family::PaperB,
+            Scheme::Unified => Family::Unified,
+        }
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Scheme {
+    type Err = OptimizeError;
+    fn from_str(name: &str) -> Result<Scheme, OptimizeError> {
+        Scheme::NAMES
+            .iter()
+            .position(|&n| n == name)
+            .map(|i| Scheme::ALL[i])
+            .ok_or_else(|| OptimizeError::Invalid {
+                field: "scheme".into(),
+                reason: format!("unknown scheme {name:?}; expected one of {}", Scheme::NAMES.join(", ")),
+            })
+    }
+}
+
+/// A planner: one round in, one plan out, scored by the unified model.
+pub trait Planner {
+    /// The scheme this planner implements.
+    fn scheme(&self) -> Scheme;
+    /// Plans `round`.
+    fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError>;
+}
+
+/// Runs one of the papers' planners on a [`Round`] and scores its plan with the unified model.
+///
+/// Paper-A schemes plan in paper A's system: distributions per token, Lemma 3 (or the scheme's own) shares, no
+/// correction phase. Paper-B schemes plan γ in paper B's system (pairs neglected, optimal modes, equal split) on
+/// the round's samples; the plan sends pairs with equal draft-uplink shares B/K (paper B allocates none).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaperPlanner {
+    /// The scheme to run (a paper-A or paper-B one).
+    pub scheme: Scheme,
+    /// The objective paper-B schemes maximise and plans are reported under.
+    pub objective: Objective,
+}
+
+impl Planner for PaperPlanner {
+    fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
+        let k = round.len();
+        let (lens, shares, dists) = match self.scheme.family() {
+            Family::PaperA => {
+                let s = round.to_paper_a()?;
+                let p = match self.scheme {
+                    Scheme::Exact => paper_a::exact::exact(&s)?,
+                    Scheme::PaperAlg1 => {
+                        paper_a::heterogeneous::paper_alg1(&s, &paper_a::heterogeneous::Alg1Params::default())?
+                    }
+                    Scheme::Homo => paper_a::homogeneous::homo(&s)?,
+                    Scheme::UniBw => paper_a::baselines::uni_bw(&s)?,
+                    Scheme::Fixed => paper_a::baselines::fixed(
+                        &s,
+                        paper_a::baselines::FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len),
+                    )?,
+                    _ => paper_a::brute::brute_force(&s, paper_a::brute::BRUTE_FORCE_LIMIT)?,
+                };
+                (p.draft_lengths, p.bandwidth_hz, vec![true; k])
+            }
+            Family::PaperB => {
+                let s = round.to_paper_b()?;
+                let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, self.objective)?;
+                let scheme = match self.scheme {
+                    Scheme::Greedy => paper_b::DraftScheme::Greedy,
+                    Scheme::Best => paper_b::DraftScheme::Best,
+                    Scheme::Uniform => paper_b::DraftScheme::Uniform,
+                    Scheme::CompOnly => paper_b::DraftScheme::CompOnly,
+                    _ => paper_b::DraftScheme::Exhaustive,
+                };
+                let p = paper_b::proactive::plan(&ev, scheme)?;
+                (p.draft_lengths, vec![round.bandwidth_hz / k as f64; k], vec![false; k])
+            }
+            Family::Unified => {
+                return crate::unified::UnifiedPlanner {
+                    options: crate::unified::Options {
+                        objective: self.objective,
+                        ..crate::unified::Options::default()
+                    },
+                }
+                .plan(round);
+            }
+        };
+        let ev = crate::unified::Evaluator::new(round, crate::unified::Expectation::Saa, CorrectionPolicy::default())?;
+        ev.round_plan(self.scheme, &lens, &dists, &shares, false)
+    }
+}
+
+/// The planner of `scheme` with `objective` (paper-A schemes ignore the objective when no correction phase exists).
+pub fn planner(scheme: Scheme, objective: Objective) -> Box<dyn Planner> {
+    match scheme {
+        Scheme::Unified => Box::new(crate::unified::UnifiedPlanner {
+            options: crate::unified::Options {
+                objective,
+                ..crate::unified::Options::default()
+            },
+        }),
+        _ => Box::new(PaperPlanner { scheme, objective }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheme_names_round_trip_and_unknown_names_list_all() {
+        for s in Scheme::ALL {
+            assert_eq!(s.name().parse::<Scheme>().unwrap(), s);
+            assert_eq!(s.to_string(), s.name());
+        }
+        let err = "exactt".parse::<Scheme>().unwrap_err().to_string();
+        assert!(err.starts_with("scheme: unknown scheme \"exactt\""), "{err}");
+        for n in Scheme::NAMES {
+            assert!(err.contains(n), "{err} lacks {n}");
+        }
+    }
+
+    #[test]
+    fn payload_sizes_come_from_spin_core() {
+        let f = DistributionFormat::PAPER_B;
+        f.validate().unwrap();
+        assert_eq!(f.distribution_bits(), 34_816.0);
+        assert_eq!(f.pair_bits(), 34.0);
+        // The same number a 1024-entry, 16-bit SparseDist reports on the air.
+        let probs: Vec<f32> = (0..2048).map(|i| 1.0 + i as f32).collect();
+        let sparse = spin_core::SparseDist::truncate(spin_core::Dist::new(&probs).unwrap(), 1024)
+            .unwrap()
+            .quantise(16)
+            .unwrap();
+        let small = DistributionFormat {
+            effective_support: 1024,
+            vocabulary: 2048,
+            quant_bits: 16,
+        };
+        assert_eq!(small.distribution_bits(), sparse.bits_on_air() as f64);
+        let bad = DistributionFormat {
+            quant_bits: 0,
+            ..f
+        };
+        assert!(bad.validate().unwrap_err().to_string().starts_with("quant_bits:"));
+    }
+}

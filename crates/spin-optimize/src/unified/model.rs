@@ -1,0 +1,779 @@
+//! The unified model's expected goodput: OFDMA draft upload with a per-device payload, batched verification, and
+//! one distribution exchange per rejected pair-sending device (UL or DL, Lemma-1 DL powers, equal band split).
+//!
+//! A round with draft lengths L, payload choice z (z_k = distributions per token) and draft-uplink shares B_k lasts
+//! T = max_k L_k (T_k^S + u_k/(B_k r_k)) + T_ver(K) + T_comm(R), with u_k the per-token bits of device k's payload
+//! and R the rejected devices that sent pairs. The expectation over the rejection outcomes is an exact enumeration
+//! (weights = probabilities) or a sample-average approximation with common random numbers (paper B's samples, so the
+//! paper-B special case gives paper B's numbers); both are a list of weighted outcomes here.
+
+use crate::OptimizeError;
+use crate::paper_a::bandwidth::equalised_root;
+use crate::paper_b::reactive::split_by_bisection;
+use crate::paper_b::{Link, ModeScheme, Objective, Samples};
+use crate::round::{CorrectionPolicy, PayloadPolicy, Round, RoundPlan, Scheme};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spin_core::expected_accepted;
+
+/// How the expectation over rejection outcomes is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    /// Sample average over the round's `saa_samples` outcome samples (seed `seed`), the same samples paper B
+    /// draws for the same acceptance rates.
+    Saa,
+    /// Exact enumeration of every outcome F ∈ {1..L_max + 1}^K (refused above `limit` outcomes).
+    Exact {
+        /// The most outcomes enumerated.
+        limit: u128,
+    },
+    /// Exact when (L_max + 1)^K ≤ `limit`, otherwise SAA.
+    Auto {
+        /// The most outcomes enumerated.
+        limit: u128,
+    },
+}
+
+/// Weighted outcomes: the first-rejection position F of every device in every outcome, device-major.
+#[derive(Debug, Clone)]
+struct Outcomes {
+    count: usize,
+    first: Vec<u16>,
+    weight: Vec<f64>,
+    /// Random-mode coins (true = UL), device-major.
+    coin: Vec<bool>,
+    exact: bool,
+}
+
+fn outcome_space(k: usize, max_len: u32) -> u128 {
+    (0..k).fold(1u128, |acc, _| acc.saturating_mul(u128::from(max_len) + 1))
+}
+
+impl Outcomes {
+    fn saa(alpha: &[f64], count: usize, max_len: u32, seed: u64) -> Outcomes {
+        let samples = Samples::draw(alpha, count, max_len, seed);
+        let k_n = alpha.len();
+        let mut first = Vec::with_capacity(k_n * count);
+        for k in 0..k_n {
+            first.extend((0..count).map(|s| samples.first_rejection(k, s) as u16));
+        }
+        // The random-mode coins come from their own stream (the samples' coins are private to paper B).
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636f_696e_7321);
+        let coin = (0..k_n * count).map(|_| rng.random_bool(0.5)).collect();
+        Outcomes {
+            count,
+            first,
+            weight: vec![1.0 / count as f64; count],
+            coin,
+            exact: false,
+        }
+    }
+
+    fn exact(alpha: &[f64], max_len: u32, limit: u128) -> Result<Outcomes, OptimizeError> {
+        let k_n = alpha.len();
+        let size = outcome_space(k_n, max_len);
+        if size > limit {
+            return Err(OptimizeError::TooLarge {
+                field: "devices".into(),
+                size,
+                limit,
+            });
+        }
+        let count = size as usize;
+        let cap = max_len + 1;
+        let mut first = vec![0u16; k_n * count];
+        let mut weight = vec![0.0; count];
+        let mut f = vec![1u32; k_n];
+        for (s, w) in weight.iter_mut().enumerate() {
+            let mut p = 1.0;
+            for k in 0..k_n {
+                first[k * count + s] = f[k] as u16;
+                let a = alpha[k];
+                p *= if f[k] < cap {
+                    a.powi(f[k] as i32 - 1) * (1.0 - a)
+                } else {
+                    a.powi(max_len as i32)
+                };
+            }
+            *w = p;
+            for fk in f.iter_mut() {
+                if *fk < cap {
+                    *fk += 1;
+                    break;
+                }
+                *fk = 1;
+            }
+        }
+        Ok(Outcomes {
+            count,
+            first,
+            weight,
+            coin: vec![false; k_n * count],
+            exact: true,
+        })
+    }
+}
+
+/// A point of a search with its per-outcome totals, for cheap evaluation of nearby points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State {
+    /// L_k per device.
+    pub lens: Vec<u32>,
+    /// z_k per device (true = distributions per token).
+    pub dists: Vec<bool>,
+    /// The Lemma-3 uplink latency φ(L, z).
+    pub uplink_s: f64,
+    tokens: Vec<u32>,
+    comm: Vec<f64>,
+    token_mean: f64,
+    comm_mean: f64,
+    /// The objective value.
+    pub value: f64,
+}
+
+/// One change of a move: device, new length, new payload choice.
+pub type Change = (usize, u32, bool);
+
+/// Evaluates plans of one round on one set of outcomes under one correction policy.
+#[derive(Debug, Clone)]
+pub struct Evaluator {
+    k_n: usize,
+    alpha: Vec<f64>,
+    draft_token_s: Vec<f64>,
+    spectral_efficiency: Vec<f64>,
+    distribution_bits: f64,
+    pair_bits: f64,
+    bandwidth_hz: f64,
+    verify_s: f64,
+    min_len: u32,
+    max_len: u32,
+    payload: PayloadPolicy,
+    policy: CorrectionPolicy,
+    link: Link,
+    outcomes: Outcomes,
+    /// Tokens in closed form (Σ E[N_k]) when no device can be rejected and the round sends only distributions.
+    closed_tokens: bool,
+    /// Devices by uplink gain, strongest first (= UL delay ascending at any equal share).
+    order: Vec<usize>,
+    /// 1/g^dl by position in `order`.
+    inverse_dl_gain: Vec<f64>,
+    /// τ^ul by (m − 1)·K + position.
+    ul_table: Vec<f64>,
+    /// Σ_s w_s min(F_ks, l + 1) at [k·(L_max + 1) + l].
+    token_table: Vec<f64>,
+    /// Outcomes by first-rejection position: bucket_start[k·(L_max + 3) + f] .. [.. + f + 1] in `bucket`.
+    bucket_start: Vec<usize>,
+    bucket: Vec<u32>,
+}
+
+impl Evaluator {
+    /// Prepares the outcomes and tables for `round`.
+    pub fn new(round: &Round, expectation: Expectation, policy: CorrectionPolicy) -> Result<Evaluator, OptimizeError> {
+        let k_n = round.len();
+        let alpha: Vec<f64> = round.devices.iter().map(|d| d.acceptance).collect();
+        let max_len = round.max_draft_len;
+        let outcomes = match expectation {
+            Expectation::Saa => Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed),
+            Expectation::Exact { limit } => Outcomes::exact(&alpha, max_len, limit)?,
+            Expectation::Auto { limit } => {
+                if outcome_space(k_n, max_len) <= limit {
+                    Outcomes::exact(&alpha, max_len, limit)?
+                } else {
+                    Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed)
+                }
+            }
+        };
+        if outcomes.exact && policy.modes == ModeScheme::Random {
+            return Err(OptimizeError::Invalid {
+                field: "correction".into(),
+                reason: "random modes need sampled outcomes (their coins are samples), not exact enumeration".into(),
+            });
+        }
+        if policy.modes == ModeScheme::BruteForce {
+            return Err(OptimizeError::Invalid {
+                field: "correction".into(),
+                reason: "brute-force mode selection is a test reference; optimal is exact (Proposition 1)".into(),
+            });
+        }
+        let link = round.link();
+        let mut order: Vec<usize> = (0..k_n).collect();
+        let ul_gain: Vec<f64> = round.devices.iter().map(|d| d.uplink_gain).collect();
+        order.sort_by(|&i, &j| ul_gain[j].total_cmp(&ul_gain[i]).then(i.cmp(&j)));
+        let inverse_dl_gain = order.iter().map(|&k| 1.0 / round.devices[k].downlink_gain).collect();
+        let mut ul_table = Vec::with_capacity(k_n * k_n);
+        for m in 1..=k_n {
+            let b = link.share_hz(m);
+            ul_table.extend(order.iter().map(|&k| link.ul_delay_s(b, ul_gain[k])));
+        }
+        let n = outcomes.count;
+        let width = max_len as usize + 1;
+        let mut token_table = vec![0.0; k_n * width];
+        let stride = max_len as usize + 3;
+        let mut bucket_start = vec![0usize; k_n * stride];
+        let mut bucket = Vec::with_capacity(k_n * n);
+        for k in 0..k_n {
+            let row = &outcomes.first[k * n..(k + 1) * n];
+            for l in 0..width {
+                let cap = l as u32 + 1;
+                token_table[k * width + l] = row
+                    .iter()
+                    .zip(&outcomes.weight)
+                    .map(|(&f, w)| w * f64::from(u32::from(f).min(cap)))
+                    .sum();
+            }
+            // Counting sort of the outcomes by F ∈ {1..L_max + 1}.
+            let mut counts = vec![0usize; stride];
+            for &f in row {
+                counts[f as usize] += 1;
+            }
+            let base = bucket.len();
+            let mut start = base;
+            for f in 0..stride {
+                bucket_start[k * stride + f] = start;
+                start += counts[f];
+            }
+            bucket.resize(base + n, 0);
+            let mut fill: Vec<usize> = (0..stride).map(|f| bucket_start[k * stride + f]).collect();
+            for (s, &f) in row.iter().enumerate() {
+                bucket[fill[f as usize]] = s as u32;
+                fill[f as usize] += 1;
+            }
+        }
+        Ok(Evaluator {
+            k_n,
+            alpha,
+            draft_token_s: round.devices.iter().map(|d| d.draft_token_s).collect(),
+            spectral_efficiency: round.devices.iter().map(|d| d.spectral_efficiency).collect(),
+            distribution_bits: round.payload.distribution_bits,
+            pair_bits: round.payload.pair_bits,
+            bandwidth_hz: round.bandwidth_hz,
+            verify_s: round.verify_s(),
+            min_len: round.min_draft_len,
+            max_len,
+            payload: round.payload.policy,
+            policy,
+            link,
+            outcomes,
+            closed_tokens: round.payload.policy == PayloadPolicy::Distribution,
+            order,
+            inverse_dl_gain,
+            ul_table,
+            token_table,
+            bucket_start,
+            bucket,
+        })
+    }
+
+    /// Number of devices K.
+    pub fn devices(&self) -> usize {
+        self.k_n
+    }
+
+    /// The draft-length range of the round.
+    pub fn draft_range(&self) -> std::ops::RangeInclusive<u32> {
+        self.min_len..=self.max_len
+    }
+
+    /// The round's payload policy.
+    pub fn payload(&self) -> PayloadPolicy {
+        self.payload
+    }
+
+    /// Whether the outcomes are enumerated exactly (otherwise sampled).
+    pub fn is_exact(&self) -> bool {
+        self.outcomes.exact
+    }
+
+    /// Number of outcomes (enumerated or sampled).
+    pub fn outcome_count(&self) -> usize {
+        self.outcomes.count
+    }
+
+    /// T_ver(K) in seconds.
+    pub fn verify_s(&self) -> f64 {
+        self.verify_s
+    }
+
+    fn token_bits(&self, dist: bool) -> f64 {
+        if dist { self.distribution_bits } else { self.pair_bits }
+    }
+
+    /// (w_k, β_k) of device k's Lemma 3 term: it needs w/(φ − β) Hz to finish by φ.
+    fn term(&self, k: usize, l: u32, dist: bool) -> (f64, f64) {
+        let lf = f64::from(l);
+        (self.token_bits(dist) * lf / self.spectral_efficiency[k], lf * self.draft_token_s[k])
+    }
+
+    /// The smallest uplink latency φ(L, z) over all shares with Σ B_k ≤ B (Lemma 3 on the devices with bits to
+    /// send; a device without bits finishes at L_k T_k^S).
+    pub fn uplink_latency_s(&self, lens: &[u32], dists: &[bool]) -> f64 {
+        let mut floor = 0.0f64;
+        let mut any = false;
+        for k in 0..self.k_n {
+            let (w, b) = self.term(k, lens[k], dists[k]);
+            if w > 0.0 {
+                any = true;
+            } else {
+                floor = floor.max(b);
+            }
+        }
+        if !any {
+            return floor;
+        }
+        let terms = (0..self.k_n)
+            .map(|k| self.term(k, lens[k], dists[k]))
+            .filter(|&(w, _)| w > 0.0);
+        equalised_root(terms, self.bandwidth_hz).max(floor)
+    }
+
+    /// Lemma 3 shares B_k = w_k/(φ − β_k) (0 for a device without bits) with their φ.
+    pub fn lemma3_shares(&self, lens: &[u32], dists: &[bool]) -> (f64, Vec<f64>) {
+        let phi = self.uplink_latency_s(lens, dists);
+        let shares = (0..self.k_n)
+            .map(|k| {
+                let (w, b) = self.term(k, lens[k], dists[k]);
+                if w > 0.0 { w / (phi - b) } else { 0.0 }
+            })
+            .collect();
+        (phi, shares)
+    }
+
+    /// max_k L_k (T_k^S + u_k/(B_k r_k)) for given shares; errors name `uplink_share_hz`.
+    pub fn uplink_latency_with_shares(&self, lens: &[u32], dists: &[bool], shares: &[f64]) -> Result<f64, OptimizeError> {
+        if shares.len() != self.k_n {
+            return Err(OptimizeError::Invalid {
+                field: "uplink_share_hz".into(),
+                reason: format!("{} shares for {} devices", shares.len(), self.k_n),
+            });
+        }
+        let mut total = 0.0;
+        let mut latency = 0.0f64;
+        for k in 0..self.k_n {
+            let b = OptimizeError::non_negative(format!("uplink_share_hz[{k}]"), shares[k])?;
+            total += b;
+            let (w, beta) = self.term(k, lens[k], dists[k]);
+            let t = if w > 0.0 {
+                if b <= 0.0 {
+                    return Err(OptimizeError::Invalid {
+                        field: format!("uplink_share_hz[{k}]"),
+                        reason: "device has bits to send but no bandwidth".into(),
+                    });
+                }
+                beta + w / b
+            } else {
+                beta
+            };
+            latency = latency.max(t);
+        }
+        if total > self.bandwidth_hz * (1.0 + 1e-9) {
+            return Err(OptimizeError::Infeasible {
+                reason: format!("uplink shares sum to {total} Hz, above bandwidth_hz = {}", self.bandwidth_hz),
+            });
+        }
+        Ok(latency)
+    }
+
+    fn rejected(&self, k: usize, s: usize, l: u32, dist: bool) -> bool {
+        !dist && u32::from(self.outcomes.first[k * self.outcomes.count + s]) <= l
+    }
+
+    fn tokens(&self, k: usize, s: usize, l: u32) -> u32 {
+        u32::from(self.outcomes.first[k * self.outcomes.count + s]).min(l + 1)
+    }
+
+    /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch.
+    fn comm(&self, s: usize, lens: &[u32], dists: &[bool], buf: &mut CommBuf) -> (f64, usize) {
+        let CommBuf { rejected, suffix } = buf;
+        rejected.clear();
+        for (pos, &k) in self.order.iter().enumerate() {
+            if self.rejected(k, s, lens[k], dists[k]) {
+                rejected.push(pos);
+            }
+        }
+        let m = rejected.len();
+        if m == 0 {
+            return (0.0, 0);
+        }
+        let b = self.link.share_hz(m);
+        let row = &self.ul_table[(m - 1) * self.k_n..m * self.k_n];
+        match self.policy.modes {
+            ModeScheme::AllUl => (row[rejected[m - 1]], m),
+            ModeScheme::AllDl => {
+                let inv: f64 = rejected.iter().map(|&p| self.inverse_dl_gain[p]).sum();
+                (self.link.dl_delay_s(b, inv), 0)
+            }
+            ModeScheme::Random => {
+                let (mut ul_max, mut inv, mut n_ul) = (0.0f64, 0.0, 0);
+                for &p in rejected.iter() {
+                    if self.outcomes.coin[self.order[p] * self.outcomes.count + s] {
+                        ul_max = ul_max.max(row[p]);
+                        n_ul += 1;
+                    } else {
+                        inv += self.inverse_dl_gain[p];
+                    }
+                }
+                (ul_max.max(self.link.dl_delay_s(b, inv)), n_ul)
+            }
+            ModeScheme::Optimal | ModeScheme::BruteForce => {
+                // Lemma 2 holds with separate DL gains: for a largest UL delay t, putting every device with
+                // τ^ul ≤ t in UL only shrinks Σ 1/g^dl of the rest, so an optimal UL set is a prefix in UL order.
+                suffix.clear();
+                suffix.resize(m + 1, 0.0);
+                for i in (0..m).rev() {
+                    suffix[i] = suffix[i + 1] + self.inverse_dl_gain[rejected[i]];
+                }
+                let (n_ul, delay) =
+                    split_by_bisection(m, |i| row[rejected[i]], |n_dl| self.link.dl_delay_s(b, suffix[n_dl]));
+                (delay, n_ul)
+            }
+        }
+    }
+
+    fn rejectable(&self, lens: &[u32], dists: &[bool]) -> bool {
+        lens.iter().zip(dists).any(|(&l, &d)| l > 0 && !d)
+    }
+
+    fn closed_form_tokens(&self, lens: &[u32]) -> f64 {
+        lens.iter().zip(&self.alpha).map(|(&l, &a)| expected_accepted(a, l)).sum()
+    }
+
+    fn token_mean(&self, lens: &[u32]) -> f64 {
+        let w = self.max_len as usize + 1;
+        lens.iter().enumerate().map(|(k, &l)| self.token_table[k * w + l as usize]).sum()
+    }
+
+    fn check(&self, lens: &[u32], dists: &[bool]) -> Result<(), OptimizeError> {
+        if lens.len() != self.k_n || dists.len() != self.k_n {
+            return Err(OptimizeError::Invalid {
+                field: "draft_lengths".into(),
+                reason: format!("{} lengths and {} payload choices for {} devices", lens.len(), dists.len(), self.k_n),
+            });
+        }
+        for (k, &l) in lens.iter().enumerate() {
+            if l > self.max_len {
+                return Err(OptimizeError::Invalid {
+                    field: format!("draft_lengths[{k}]"),
+                    reason: format!("{l} is above max_draft_len = {}", self.max_len),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Full evaluation at Lemma-3 shares, keeping per-outcome totals for [`Evaluator::try_moves`].
+    pub fn state(&self, lens: &[u32], dists: &[bool], objective: Objective) -> Result<State, OptimizeError> {
+        self.check(lens, dists)?;
+        let phi = self.uplink_latency_s(lens, dists);
+        Ok(self.state_at(lens, dists, phi, objective))
+    }
+
+    fn state_at(&self, lens: &[u32], dists: &[bool], phi: f64, objective: Objective) -> State {
+        let n = self.outcomes.count;
+        let closed = self.closed_tokens && !self.rejectable(lens, dists);
+        let base = phi + self.verify_s;
+        if closed {
+            let tokens = self.closed_form_tokens(lens);
+            return State {
+                lens: lens.to_vec(),
+                dists: dists.to_vec(),
+                uplink_s: phi,
+                tokens: vec![],
+                comm: vec![],
+                token_mean: tokens,
+                comm_mean: 0.0,
+                value: tokens / base,
+            };
+        }
+        let mut tokens = vec![0u32; n];
+        for (k, &l) in lens.iter().enumerate() {
+            let row = &self.outcomes.first[k * n..(k + 1) * n];
+            for (t, &f) in tokens.iter_mut().zip(row) {
+                *t += u32::from(f).min(l + 1);
+            }
+        }
+        let mut scratch = CommBuf::default();
+        let comm: Vec<f64> = if self.rejectable(lens, dists) {
+            (0..n).map(|s| self.comm(s, lens, dists, &mut scratch).0).collect()
+        } else {
+            vec![0.0; n]
+        };
+        let token_mean = self.token_mean(lens);
+        let comm_mean: f64 = comm.iter().zip(&self.outcomes.weight).map(|(c, w)| c * w).sum();
+        let value = self.reduce(objective, base, token_mean, comm_mean, tokens.iter().copied(), comm.iter().copied());
+        State {
+            lens: lens.to_vec(),
+            dists: dists.to_vec(),
+            uplink_s: phi,
+            tokens,
+            comm,
+            token_mean,
+            comm_mean,
+            value,
+        }
+    }
+
+    fn reduce(
+        &self,
+        objective: Objective,
+        base: f64,
+        token_mean: f64,
+        comm_mean: f64,
+        tokens: impl Iterator<Item = u32>,
+        comm: impl Iterator<Item = f64>,
+    ) -> f64 {
+        match objective {
+            Objective::Rate => token_mean / (base + comm_mean),
+            Objective::MeanRatio => tokens
+                .zip(comm)
+                .zip(&self.outcomes.weight)
+                .map(|((t, c), w)| w * f64::from(t) / (base + c))
+                .sum(),
+        }
+    }
+
+    /// The objective after `changes` to `state` (device, new L, new z; each device at most once), at Lemma-3
+    /// shares. Only outcomes where a changed device switches between rejected and not rejected recompute T_comm.
+    pub fn try_moves(&self, state: &State, changes: &[Change], objective: Objective, scratch: &mut Scratch) -> f64 {
+        scratch.lens.clone_from(&state.lens);
+        scratch.dists.clone_from(&state.dists);
+        for &(k, l, d) in changes {
+            scratch.lens[k] = l;
+            scratch.dists[k] = d;
+        }
+        let lens = std::mem::take(&mut scratch.lens);
+        let dists = std::mem::take(&mut scratch.dists);
+        let value = self.try_at(state, changes, objective, scratch, &lens, &dists);
+        scratch.lens = lens;
+        scratch.dists = dists;
+        value
+    }
+
+    fn try_at(
+        &self,
+        state: &State,
+        changes: &[Change],
+        objective: Objective,
+        scratch: &mut Scratch,
+        lens: &[u32],
+        dists: &[bool],
+    ) -> f64 {
+        let phi = self.uplink_latency_s(lens, dists);
+        let base = phi + self.verify_s;
+        let closed_now = self.closed_tokens && !self.rejectable(lens, dists);
+        if closed_now {
+            return self.closed_form_tokens(lens) / base;
+        }
+        if state.tokens.is_empty() {
+            // The state was in closed form: no per-outcome totals to update from.
+            return self.state_at(lens, dists, phi, objective).value;
+        }
+        let n = self.outcomes.count;
+        self.mark_flipped(state, changes, scratch);
+        let width = self.max_len as usize + 1;
+        let mut token_mean = state.token_mean;
+        for &(k, l, _) in changes {
+            token_mean += self.token_table[k * width + l as usize] - self.token_table[k * width + state.lens[k] as usize];
+        }
+        let mut comm_mean = state.comm_mean;
+        scratch.comm_values.resize(n, 0.0);
+        let mut rejected = std::mem::take(&mut scratch.rejected);
+        for &s in &scratch.flipped {
+            let c = self.comm(s, lens, dists, &mut rejected).0;
+            comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+            scratch.comm_values[s] = c;
+        }
+        scratch.rejected = rejected;
+        let value = match objective {
+            Objective::Rate => token_mean / (base + comm_mean),
+            Objective::MeanRatio => {
+                let mut acc = 0.0;
+                for s in 0..n {
+                    let mut t = state.tokens[s];
+                    for &(k, l, _) in changes {
+                        t = t + self.tokens(k, s, l) - self.tokens(k, s, state.lens[k]);
+                    }
+                    let c = if scratch.mark[s] { scratch.comm_values[s] } else { state.comm[s] };
+                    acc += self.outcomes.weight[s] * f64::from(t) / (base + c);
+                }
+                acc
+            }
+        };
+        for &s in &scratch.flipped {
+            scratch.mark[s] = false;
+        }
+        value
+    }
+
+    /// Collects in `scratch.flipped` the outcomes whose rejected set changes under `changes`.
+    fn mark_flipped(&self, state: &State, changes: &[Change], scratch: &mut Scratch) {
+        let n = self.outcomes.count;
+        let stride = self.max_len as usize + 3;
+        scratch.flipped.clear();
+        scratch.mark.resize(n, false);
+        for &(k, l, d) in changes {
+            let (l0, d0) = (state.lens[k], state.dists[k]);
+            let (lo_f, hi_f) = if d0 == d {
+                if d || l == l0 {
+                    continue;
+                }
+                (l.min(l0) + 1, l.max(l0))
+            } else {
+                (1, if d0 { l } else { l0 })
+            };
+            if lo_f > hi_f {
+                continue;
+            }
+            let from = self.bucket_start[k * stride + lo_f as usize];
+            let to = self.bucket_start[k * stride + hi_f as usize + 1];
+            for &s in &self.bucket[from..to] {
+                let s = s as usize;
+                if !scratch.mark[s] {
+                    scratch.mark[s] = true;
+                    scratch.flipped.push(s);
+                }
+            }
+        }
+    }
+
+    /// Moves `state` by `changes` in place (the committed form of [`Evaluator::try_moves`]): per-outcome totals
+    /// are updated only where they change.
+    pub fn apply_moves(&self, state: &mut State, changes: &[Change], objective: Objective, scratch: &mut Scratch) {
+        let mut lens = state.lens.clone();
+        let mut dists = state.dists.clone();
+        for &(k, l, d) in changes {
+            lens[k] = l;
+            dists[k] = d;
+        }
+        let phi = self.uplink_latency_s(&lens, &dists);
+        let closed_now = self.closed_tokens && !self.rejectable(&lens, &dists);
+        if closed_now || state.tokens.is_empty() {
+            *state = self.state_at(&lens, &dists, phi, objective);
+            return;
+        }
+        self.mark_flipped(state, changes, scratch);
+        let n = self.outcomes.count;
+        let width = self.max_len as usize + 1;
+        for &(k, l, _) in changes {
+            let l0 = state.lens[k];
+            if l != l0 {
+                state.token_mean += self.token_table[k * width + l as usize] - self.token_table[k * width + l0 as usize];
+                for (s, t) in state.tokens.iter_mut().enumerate() {
+                    *t = *t + self.tokens(k, s, l) - self.tokens(k, s, l0);
+                }
+            }
+        }
+        let mut buf = std::mem::take(&mut scratch.rejected);
+        for &s in &scratch.flipped {
+            let c = self.comm(s, &lens, &dists, &mut buf).0;
+            state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+            state.comm[s] = c;
+            scratch.mark[s] = false;
+        }
+        scratch.rejected = buf;
+        debug_assert_eq!(state.tokens.len(), n);
+        state.lens = lens;
+        state.dists = dists;
+        state.uplink_s = phi;
+        let base = phi + self.verify_s;
+        state.value = self.reduce(
+            objective,
+            base,
+            state.token_mean,
+            state.comm_mean,
+            state.tokens.iter().copied(),
+            state.comm.iter().copied(),
+        );
+    }
+
+    /// An upper bound on the objective over the box lo ≤ L ≤ hi at payload choice `dists`, and the exact value at
+    /// `lo`: tokens rise with every L_k in every outcome, and φ and every outcome's T_comm rise with L too (a larger
+    /// rejected set has a smaller share per device and a larger Σ 1/g^dl), so N(hi) over T(lo) bounds the box.
+    pub fn box_bound(&self, lo: &[u32], hi: &[u32], dists: &[bool], objective: Objective, scratch: &mut Scratch) -> (f64, f64) {
+        let phi = self.uplink_latency_s(lo, dists);
+        let base = phi + self.verify_s;
+        let closed = self.closed_tokens && !self.rejectable(hi, dists);
+        if closed {
+            return (self.closed_form_tokens(hi) / base, self.closed_form_tokens(lo) / base);
+        }
+        let n = self.outcomes.count;
+        let rejectable = self.rejectable(lo, dists);
+        let mut rejected = std::mem::take(&mut scratch.rejected);
+        let result = match objective {
+            Objective::Rate => {
+                let comm_mean: f64 = if rejectable {
+                    (0..n)
+                        .map(|s| self.outcomes.weight[s] * self.comm(s, lo, dists, &mut rejected).0)
+                        .sum()
+                } else {
+                    0.0
+                };
+                let d = base + comm_mean;
+                (self.token_mean(hi) / d, self.token_mean(lo) / d)
+            }
+            Objective::MeanRatio => {
+                let (mut up, mut at) = (0.0, 0.0);
+                for s in 0..n {
+                    let c = if rejectable { self.comm(s, lo, dists, &mut rejected).0 } else { 0.0 };
+                    let (mut t_hi, mut t_lo) = (0u32, 0u32);
+                    for k in 0..self.k_n {
+                        t_hi += self.tokens(k, s, hi[k]);
+                        t_lo += self.tokens(k, s, lo[k]);
+                    }
+                    let w = self.outcomes.weight[s] / (base + c);
+                    up += w * f64::from(t_hi);
+                    at += w * f64::from(t_lo);
+                }
+                (up, at)
+            }
+        };
+        scratch.rejected = rejected;
+        result
+    }
+
+    /// Scores a plan with given shares under both objectives (the numbers a [`RoundPlan`] reports).
+    pub fn round_plan(
+        &self,
+        scheme: Scheme,
+        lens: &[u32],
+        dists: &[bool],
+        shares: &[f64],
+        proven_optimal: bool,
+    ) -> Result<RoundPlan, OptimizeError> {
+        self.check(lens, dists)?;
+        let uplink = self.uplink_latency_with_shares(lens, dists, shares)?;
+        let rate = self.state_at(lens, dists, uplink, Objective::Rate);
+        let ratio = self.state_at(lens, dists, uplink, Objective::MeanRatio);
+        Ok(RoundPlan {
+            scheme,
+            draft_lengths: lens.to_vec(),
+            uplink_share_hz: shares.to_vec(),
+            sends_distributions: dists.to_vec(),
+            correction: self.policy,
+            rate_tokens_per_s: rate.value,
+            mean_ratio_tokens_per_s: ratio.value,
+            tokens_per_round: rate.token_mean,
+            uplink_latency_s: uplink,
+            verify_s: self.verify_s,
+            comm_delay_s: rate.comm_mean,
+            proven_optimal,
+        })
+    }
+}
+
+/// Reusable buffers of [`Evaluator::try_moves`] and [`Evaluator::box_bound`].
+#[derive(Debug, Default, Clone)]
+pub struct Scratch {
+    lens: Vec<u32>,
+    dists: Vec<bool>,
+    flipped: Vec<usize>,
+    mark: Vec<bool>,
+    comm_values: Vec<f64>,
+    rejected: CommBuf,
+}
+
+/// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl.
+#[derive(Debug, Default, Clone)]
+struct CommBuf {
+    rejected: Vec<usize>,
+    suffix: Vec<f64>,
+}

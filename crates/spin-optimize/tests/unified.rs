@@ -1,0 +1,439 @@
+//! The unified model and planner against both papers (their special cases) and against brute force on small K.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spin_optimize::paper_a;
+use spin_optimize::paper_b::{self, ModeScheme, Objective};
+use spin_optimize::round::{
+    CorrectionPolicy, CorrectionSplit, PaperPlanner, Payload, PayloadPolicy, Planner, Radio, Round,
+    RoundDevice, RoundSpec, Scheme, full_band_spectral_efficiency,
+};
+use spin_optimize::unified::{self, Evaluator, Expectation, Options, Scratch};
+
+fn paper_a_example() -> paper_a::Scenario {
+    let spec: paper_a::ScenarioSpec =
+        serde_json::from_str(include_str!("../../../scenarios/examples/paper-a.json")).unwrap();
+    paper_a::Scenario::new(&spec).unwrap()
+}
+
+fn paper_b_example() -> paper_b::Scenario {
+    let spec: paper_b::ScenarioSpec =
+        serde_json::from_str(include_str!("../../../scenarios/examples/paper-b.json")).unwrap();
+    paper_b::Scenario::new(spec).unwrap()
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs())
+}
+
+#[test]
+fn paper_a_payload_without_correction_gives_paper_a_numbers() {
+    let s = paper_a_example();
+    let round = Round::from_paper_a(&s, Radio::paper_b()).unwrap();
+    let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
+    for scheme in [Scheme::Exact, Scheme::PaperAlg1, Scheme::Homo, Scheme::UniBw, Scheme::Fixed, Scheme::BruteForce] {
+        let ours = PaperPlanner {
+            scheme,
+            objective: Objective::Rate,
+        }
+        .plan(&round)
+        .unwrap();
+        // The same plan scored by paper A's eq. 27.
+        let (tau, latency) = s.evaluate(&ours.draft_lengths, &ours.uplink_share_hz).unwrap();
+        assert!(close(ours.rate_tokens_per_s, tau, 1e-12), "{scheme}: {} vs {tau}", ours.rate_tokens_per_s);
+        assert!(close(ours.mean_ratio_tokens_per_s, tau, 1e-12));
+        assert!(close(ours.uplink_latency_s + ours.verify_s, latency, 1e-12));
+        assert_eq!(ours.comm_delay_s, 0.0);
+        assert!(ours.sends_distributions.iter().all(|&d| d));
+        let direct = ev.round_plan(scheme, &ours.draft_lengths, &ours.sends_distributions, &ours.uplink_share_hz, false);
+        assert_eq!(direct.unwrap().rate_tokens_per_s, ours.rate_tokens_per_s);
+    }
+    let exact = paper_a::exact::exact(&s).unwrap();
+    let (plan, stats) = unified::plan_with_stats(&round, &Options::default()).unwrap();
+    assert!(close(plan.rate_tokens_per_s, exact.goodput_tokens_per_s, 1e-12));
+    assert!(stats.proven_optimal && plan.proven_optimal);
+    // Lemma 3 shares: the same as paper A's.
+    for (a, b) in plan.uplink_share_hz.iter().zip(&exact.bandwidth_hz) {
+        assert!(close(*a, *b, 1e-9), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
+    let s = paper_b_example();
+    let round = Round::from_paper_b(&s).unwrap();
+    for objective in [Objective::Rate, Objective::MeanRatio] {
+        let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, objective).unwrap();
+        for (scheme, draft) in [
+            (Scheme::Greedy, paper_b::DraftScheme::Greedy),
+            (Scheme::Uniform, paper_b::DraftScheme::Uniform),
+            (Scheme::CompOnly, paper_b::DraftScheme::CompOnly),
+        ] {
+            let theirs = paper_b::proactive::plan(&ev, draft).unwrap();
+            let ours = PaperPlanner { scheme, objective }.plan(&round).unwrap();
+            assert_eq!(ours.draft_lengths, theirs.draft_lengths, "{scheme}");
+            assert!(ours.sends_distributions.iter().all(|&d| !d));
+            let stats = ev.stats(&theirs.draft_lengths);
+            assert!(close(ours.goodput(objective), theirs.value, 1e-12), "{scheme} {objective:?}");
+            assert!(close(ours.rate_tokens_per_s, stats.rate_tokens_per_s, 1e-12));
+            assert!(close(ours.mean_ratio_tokens_per_s, stats.mean_ratio_tokens_per_s, 1e-12));
+            assert!(close(ours.comm_delay_s, stats.comm_delay_s, 1e-12));
+        }
+    }
+    // Also every policy of the reactive step, scored on the same samples.
+    for modes in [ModeScheme::AllUl, ModeScheme::AllDl] {
+        let ev = paper_b::Evaluator::new(&s, modes, Objective::Rate).unwrap();
+        let ours = Evaluator::new(
+            &round,
+            Expectation::Saa,
+            CorrectionPolicy {
+                modes,
+                split: CorrectionSplit::Equal,
+            },
+        )
+        .unwrap();
+        let gamma = [3, 5, 2, 7, 0, 4];
+        let st = ours.state(&gamma, &[false; 6], Objective::Rate).unwrap();
+        assert!(close(st.value, ev.value(&gamma), 1e-12));
+    }
+    // The unified planner on paper B's round is never below paper B's best search on the same samples.
+    let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, Objective::Rate).unwrap();
+    let best = paper_b::proactive::best(&ev);
+    let plan = unified::plan(&round, &Options { expectation: Expectation::Saa, ..Options::default() }).unwrap();
+    assert!(plan.rate_tokens_per_s >= best.value * (1.0 - 1e-12), "{} < {}", plan.rate_tokens_per_s, best.value);
+}
+
+/// A random small round where the correction phase matters.
+fn random_round(rng: &mut ChaCha8Rng, k: usize, l_min: u32, l_max: u32, policy: PayloadPolicy) -> Round {
+    let mut u = |lo: f64, hi: f64| lo + (hi - lo) * rng.random::<f64>();
+    let radio = Radio {
+        ul_power_w: 10f64.powf(u(-3.0, -1.0)),
+        dl_power_w: 10f64.powf(u(-2.0, 1.0)),
+        noise_psd_server_w_per_hz: 1.26e-20,
+        noise_psd_device_w_per_hz: 2.0e-20,
+    };
+    let bandwidth_hz = u(1e6, 2e7);
+    let devices = (0..k)
+        .map(|_| {
+            let g = 10f64.powf(u(-14.0, -11.0));
+            RoundDevice {
+                acceptance: u(0.5, 0.95),
+                draft_token_s: u(0.005, 0.04),
+                spectral_efficiency: full_band_spectral_efficiency(&radio, bandwidth_hz, g).unwrap().max(0.5),
+                uplink_gain: g,
+                downlink_gain: g * 10f64.powf(u(-0.5, 0.5)),
+            }
+        })
+        .collect();
+    Round::new(RoundSpec {
+        bandwidth_hz,
+        verify_fixed_s: u(0.01, 0.08),
+        verify_per_device_s: u(0.002, 0.02),
+        min_draft_len: l_min,
+        max_draft_len: l_max,
+        radio,
+        payload: Payload {
+            distribution_bits: 34_816.0 * u(0.05, 1.0),
+            pair_bits: 34.0,
+            policy,
+        },
+        correction_split: CorrectionSplit::Equal,
+        saa_samples: 200,
+        seed: rng.random(),
+        devices,
+    })
+    .unwrap()
+}
+
+/// The reference: every outcome enumerated with its probability, every mode assignment of the rejected devices
+/// tried (Lemma-1 DL powers, equal split), tokens counted from the outcome. Shares by Lemma 3 (checked below).
+fn reference_value(round: &Round, ev: &Evaluator, lens: &[u32], dists: &[bool], objective: Objective) -> f64 {
+    let phi = ev.uplink_latency_s(lens, dists);
+    let base = phi + round.verify_s();
+    let link = round.link();
+    let k_n = round.len();
+    let mut f = vec![1u32; k_n];
+    let (mut e_tok, mut e_lat, mut e_ratio) = (0.0, 0.0, 0.0);
+    loop {
+        let mut p = 1.0;
+        let mut tokens = 0u32;
+        let mut rejected = Vec::new();
+        for k in 0..k_n {
+            let a = round.devices[k].acceptance;
+            if f[k] <= lens[k] {
+                p *= a.powi(f[k] as i32 - 1) * (1.0 - a);
+                if !dists[k] {
+                    rejected.push(k);
+                }
+            } else {
+                p *= a.powi(lens[k] as i32);
+            }
+            tokens += f[k];
+        }
+        let m = rejected.len();
+        let comm = if m == 0 {
+            0.0
+        } else {
+            let b = link.share_hz(m);
+            (0..1u32 << m)
+                .map(|mask| {
+                    let (mut ul, mut inv) = (0.0f64, 0.0);
+                    for (i, &k) in rejected.iter().enumerate() {
+                        if mask >> i & 1 == 1 {
+                            ul = ul.max(link.ul_delay_s(b, round.devices[k].uplink_gain));
+                        } else {
+                            inv += 1.0 / round.devices[k].downlink_gain;
+                        }
+                    }
+                    ul.max(link.dl_delay_s(b, inv))
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        e_tok += p * f64::from(tokens);
+        e_lat += p * (base + comm);
+        e_ratio += p * f64::from(tokens) / (base + comm);
+        let mut k = 0;
+        while k < k_n {
+            if f[k] <= lens[k] {
+                f[k] += 1;
+                break;
+            }
+            f[k] = 1;
+            k += 1;
+        }
+        if k == k_n {
+            break;
+        }
+    }
+    match objective {
+        Objective::Rate => e_tok / e_lat,
+        Objective::MeanRatio => e_ratio,
+    }
+}
+
+fn brute_force(round: &Round, objective: Objective) -> (f64, Vec<u32>, Vec<bool>) {
+    let k_n = round.len();
+    let policy = round.payload.policy;
+    let masks: Vec<u32> = match policy {
+        PayloadPolicy::Distribution => vec![(1 << k_n) - 1],
+        PayloadPolicy::Pair => vec![0],
+        PayloadPolicy::Choose => (0..1 << k_n).collect(),
+    };
+    let ev = Evaluator::new(round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
+    let mut best = (f64::NEG_INFINITY, vec![], vec![]);
+    for mask in masks {
+        let dists: Vec<bool> = (0..k_n).map(|k| mask >> k & 1 == 1).collect();
+        let mut lens = vec![round.min_draft_len; k_n];
+        loop {
+            let v = reference_value(round, &ev, &lens, &dists, objective);
+            if v > best.0 {
+                best = (v, lens.clone(), dists.clone());
+            }
+            let mut k = 0;
+            while k < k_n {
+                if lens[k] < round.max_draft_len {
+                    lens[k] += 1;
+                    break;
+                }
+                lens[k] = round.min_draft_len;
+                k += 1;
+            }
+            if k == k_n {
+                break;
+            }
+        }
+    }
+    best
+}
+
+#[test]
+fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let exact = Options {
+        expectation: Expectation::Exact { limit: 1 << 16 },
+        ..Options::default()
+    };
+    let mut mixed = 0;
+    // (K, L_min, L_max, policy): the largest covered are K = 3 with L ∈ {0..5} (choose: 2³·6³ plans) and
+    // K = 4 with L ∈ {0..3}.
+    let cases = [
+        (1, 0, 8, PayloadPolicy::Choose),
+        (2, 0, 6, PayloadPolicy::Pair),
+        (2, 1, 6, PayloadPolicy::Choose),
+        (3, 0, 5, PayloadPolicy::Choose),
+        (3, 0, 5, PayloadPolicy::Pair),
+        (4, 0, 3, PayloadPolicy::Choose),
+    ];
+    for (case, &(k, l_min, l_max, policy)) in cases.iter().cycle().take(18).enumerate() {
+        let round = random_round(&mut rng, k, l_min, l_max, policy);
+        for objective in [Objective::Rate, Objective::MeanRatio] {
+            let (want, lens, dists) = brute_force(&round, objective);
+            let (plan, stats) = unified::plan_with_stats(&round, &Options { objective, ..exact }).unwrap();
+            assert!(stats.proven_optimal, "case {case}: not proven ({stats:?})");
+            let got = plan.goodput(objective);
+            assert!(
+                close(got, want, 1e-9),
+                "case {case} {objective:?}: planner {got} {:?} {:?} vs brute force {want} {lens:?} {dists:?}",
+                plan.draft_lengths,
+                plan.sends_distributions
+            );
+            if dists.iter().any(|&d| d) && dists.iter().any(|&d| !d) {
+                mixed += 1;
+            }
+        }
+    }
+    assert!(mixed >= 3, "only {mixed} optima mix the payloads: the choice is not exercised");
+}
+
+#[test]
+fn lemma3_shares_beat_every_other_split() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for _ in 0..50 {
+        let k = rng.random_range(1..=5);
+        let round = random_round(&mut rng, k, 0, 10, PayloadPolicy::Choose);
+        let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
+        let lens: Vec<u32> = (0..k).map(|_| rng.random_range(0..=10)).collect();
+        let dists: Vec<bool> = (0..k).map(|_| rng.random_bool(0.5)).collect();
+        let (phi, shares) = ev.lemma3_shares(&lens, &dists);
+        let at = ev.uplink_latency_with_shares(&lens, &dists, &shares).unwrap();
+        assert!(close(at, phi, 1e-9), "{at} vs {phi}");
+        for _ in 0..100 {
+            let raw: Vec<f64> = (0..k).map(|_| rng.random::<f64>() + 1e-9).collect();
+            let sum: f64 = raw.iter().sum();
+            let other: Vec<f64> = raw.iter().map(|r| r / sum * round.bandwidth_hz).collect();
+            let t = ev.uplink_latency_with_shares(&lens, &dists, &other).unwrap();
+            assert!(t >= phi * (1.0 - 1e-12), "{t} < {phi}");
+        }
+    }
+}
+
+#[test]
+fn exact_enumeration_agrees_with_the_reference_and_saa_is_close() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for _ in 0..10 {
+        let k = rng.random_range(1..=3);
+        let round = random_round(&mut rng, k, 0, 4, PayloadPolicy::Choose);
+        let exact = Evaluator::new(&round, Expectation::Exact { limit: 1 << 12 }, CorrectionPolicy::default()).unwrap();
+        assert!(exact.is_exact());
+        let lens: Vec<u32> = (0..k).map(|_| rng.random_range(0..=4)).collect();
+        let dists: Vec<bool> = (0..k).map(|_| rng.random_bool(0.4)).collect();
+        for objective in [Objective::Rate, Objective::MeanRatio] {
+            let v = exact.state(&lens, &dists, objective).unwrap().value;
+            assert!(close(v, reference_value(&round, &exact, &lens, &dists, objective), 1e-12));
+        }
+    }
+    let err = Evaluator::new(
+        &random_round(&mut rng, 8, 0, 20, PayloadPolicy::Pair),
+        Expectation::Exact { limit: 1000 },
+        CorrectionPolicy::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("devices:"), "{err}");
+}
+
+#[test]
+fn incremental_moves_equal_full_evaluation() {
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    let mut scratch = Scratch::default();
+    for policy in [PayloadPolicy::Pair, PayloadPolicy::Choose, PayloadPolicy::Distribution] {
+        let round = random_round(&mut rng, 7, 0, 12, policy);
+        for expectation in [Expectation::Saa, Expectation::Exact { limit: 0 }] {
+            let Ok(ev) = Evaluator::new(&round, expectation, CorrectionPolicy::default()) else {
+                continue;
+            };
+            for objective in [Objective::Rate, Objective::MeanRatio] {
+                for _ in 0..30 {
+                    let lens: Vec<u32> = (0..7).map(|_| rng.random_range(0..=12)).collect();
+                    let dists: Vec<bool> = (0..7).map(|_| rng.random_bool(0.5)).collect();
+                    let state = ev.state(&lens, &dists, objective).unwrap();
+                    let mut moved = (lens.clone(), dists.clone());
+                    let mut changes = Vec::new();
+                    for k in 0..7 {
+                        if rng.random_bool(0.3) {
+                            let c = (k, rng.random_range(0..=12), rng.random_bool(0.5));
+                            moved.0[k] = c.1;
+                            moved.1[k] = c.2;
+                            changes.push(c);
+                        }
+                    }
+                    let fast = ev.try_moves(&state, &changes, objective, &mut scratch);
+                    let full = ev.state(&moved.0, &moved.1, objective).unwrap().value;
+                    assert!(close(fast, full, 1e-12), "{fast} vs {full}");
+                    // The committed move lands on the same point and value.
+                    let mut applied = state.clone();
+                    ev.apply_moves(&mut applied, &changes, objective, &mut scratch);
+                    assert_eq!((&applied.lens, &applied.dists), (&moved.0, &moved.1));
+                    assert!(close(applied.value, full, 1e-12), "{} vs {full}", applied.value);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unified_is_never_below_either_paper_and_choose_never_below_one_payload() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    for _ in 0..4 {
+        let round = random_round(&mut rng, 6, 0, 10, PayloadPolicy::Choose);
+        let options = Options {
+            expectation: Expectation::Saa,
+            exact_space_limit: 0,
+            ..Options::default()
+        };
+        let unified = unified::plan(&round, &options).unwrap();
+        for scheme in [Scheme::Exact, Scheme::Best, Scheme::Greedy] {
+            let p = PaperPlanner {
+                scheme,
+                objective: Objective::Rate,
+            }
+            .plan(&round)
+            .unwrap();
+            assert!(
+                unified.rate_tokens_per_s >= p.rate_tokens_per_s * (1.0 - 1e-12),
+                "{scheme}: {} > unified {}",
+                p.rate_tokens_per_s,
+                unified.rate_tokens_per_s
+            );
+        }
+        // Pairs only, on the same samples: the `choose` search runs the pair-only search from the same seeds.
+        let mut spec = round.spec().clone();
+        spec.payload.policy = PayloadPolicy::Pair;
+        let pairs = unified::plan(&Round::new(spec).unwrap(), &options).unwrap();
+        assert!(unified.rate_tokens_per_s >= pairs.rate_tokens_per_s * (1.0 - 1e-12));
+        let total: f64 = unified.uplink_share_hz.iter().sum();
+        assert!(total <= round.bandwidth_hz * (1.0 + 1e-9));
+    }
+}
+
+#[test]
+fn invalid_rounds_name_their_field() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let good = random_round(&mut rng, 3, 0, 5, PayloadPolicy::Pair).spec().clone();
+    type Edit = Box<dyn Fn(&mut RoundSpec)>;
+    let cases: Vec<(Edit, &str)> = vec![
+        (Box::new(|s| s.bandwidth_hz = f64::NAN), "bandwidth_hz"),
+        (Box::new(|s| s.max_draft_len = 0), "max_draft_len"),
+        (Box::new(|s| s.min_draft_len = 9), "min_draft_len"),
+        (Box::new(|s| s.radio.dl_power_w = -1.0), "dl_power_w"),
+        (Box::new(|s| s.payload.distribution_bits = 0.0), "distribution_bits"),
+        (Box::new(|s| s.payload.pair_bits = -1.0), "pair_bits"),
+        (Box::new(|s| s.saa_samples = 0), "saa_samples"),
+        (Box::new(|s| s.devices.clear()), "devices"),
+        (Box::new(|s| s.devices[2].acceptance = 1.0), "devices[2].acceptance"),
+        (Box::new(|s| s.devices[1].downlink_gain = 0.0), "devices[1].downlink_gain"),
+        (Box::new(|s| s.devices[0].spectral_efficiency = f64::INFINITY), "devices[0].spectral_efficiency"),
+    ];
+    for (edit, field) in cases {
+        let mut spec = good.clone();
+        edit(&mut spec);
+        let msg = Round::new(spec).unwrap_err().to_string();
+        assert!(msg.starts_with(&format!("{field}:")), "{msg}");
+    }
+    let round = Round::new(good).unwrap();
+    let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
+    let msg = ev.state(&[1, 2], &[false, false], Objective::Rate).unwrap_err().to_string();
+    assert!(msg.starts_with("draft_lengths:"), "{msg}");
+    let msg = ev.state(&[1, 2, 6], &[false; 3], Objective::Rate).unwrap_err().to_string();
+    assert!(msg.starts_with("draft_lengths[2]:"), "{msg}");
+}
+

@@ -1,0 +1,240 @@
+//! "Beyond the papers": the unified controller against paper-A-only and paper-B-only control on one unified round
+//! model, across bandwidth and DL/UL power ratio (CSV + SVG and a REPORT.md section; docs/unified.md).
+
+use crate::plot::{LineChart, Series, line_chart};
+use crate::report::{Ctx, Report};
+use crate::table::{Cell, Table};
+use anyhow::Context;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use spin_channel::paper_b::PowerBudget;
+use spin_channel::units::dbm_to_w;
+use spin_optimize::paper_b::Objective;
+use spin_optimize::round::{PaperPlanner, PayloadPolicy, Planner, Radio, Round, Scheme};
+use spin_optimize::unified::testing::DropRound;
+use spin_optimize::unified::{Options, plan};
+
+/// The controllers compared, as (column name, legend label).
+const CONTROLLERS: [(&str, &str); 4] = [
+    ("paper_a", "paper A only (distributions per token, exact L + OFDMA)"),
+    ("paper_b", "paper B only (pairs, best γ, equal shares, optimal modes)"),
+    ("unified_pair", "unified, pairs only (joint L + OFDMA + modes)"),
+    ("unified", "unified (payload chosen per device)"),
+];
+
+struct Size {
+    devices: usize,
+    drops: usize,
+    saa_samples: u32,
+}
+
+fn size(quick: bool) -> Size {
+    if quick {
+        Size {
+            devices: 6,
+            drops: 1,
+            saa_samples: 100,
+        }
+    } else {
+        Size {
+            devices: 20,
+            drops: 5,
+            saa_samples: 1000,
+        }
+    }
+}
+
+/// Goodput (rate objective) of the four controllers on one round.
+fn controllers(round: &Round) -> anyhow::Result<[f64; 4]> {
+    let rate = |p: spin_optimize::round::RoundPlan| p.rate_tokens_per_s;
+    let a = PaperPlanner {
+        scheme: Scheme::Exact,
+        objective: Objective::Rate,
+    }
+    .plan(round)?;
+    let b = PaperPlanner {
+        scheme: Scheme::Best,
+        objective: Objective::Rate,
+    }
+    .plan(round)?;
+    let mut pair_spec = round.spec().clone();
+    pair_spec.payload.policy = PayloadPolicy::Pair;
+    let pair = plan(&Round::new(pair_spec)?, &Options::default())?;
+    let unified = plan(round, &Options::default())?;
+    Ok([rate(a), rate(b), rate(pair), rate(unified)])
+}
+
+/// One sweep: for every x value, the mean goodput over `drops` realisations (same channels at every x).
+fn sweep(
+    ctx: &Ctx,
+    name: &str,
+    x_name: &str,
+    xs: &[f64],
+    make: impl Fn(f64) -> DropRound + Sync,
+) -> anyhow::Result<Table> {
+    let sz = size(ctx.quick);
+    let mut cols = vec![x_name];
+    cols.extend(CONTROLLERS.iter().map(|c| c.0));
+    cols.push("unified_gain_pct");
+    let mut table = Table::new(&cols);
+    let bar = ctx.progress(xs.len() as u64, name);
+    for &x in xs {
+        let per_drop: Vec<[f64; 4]> = (0..sz.drops)
+            .into_par_iter()
+            .map(|d| {
+                let seed = ctx.seed ^ (0x756e_6966 + d as u64);
+                let round = make(x).draw(&mut ChaCha8Rng::seed_from_u64(seed))?;
+                controllers(&round)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let mean: Vec<f64> = (0..4)
+            .map(|i| per_drop.iter().map(|r| r[i]).sum::<f64>() / per_drop.len() as f64)
+            .collect();
+        let best_paper = mean[0].max(mean[1]);
+        let mut row = vec![Cell::from(x)];
+        row.extend(mean.iter().map(|&v| Cell::from(v)));
+        row.push(Cell::from(100.0 * (mean[3] / best_paper - 1.0)));
+        table.push(row);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(table)
+}
+
+fn column(t: &Table, j: usize) -> Vec<f64> {
+    t.rows
+        .iter()
+        .filter_map(|r| match r.get(j) {
+            Some(Cell::Num(v)) => Some(*v),
+            _ => None,
+        })
+        .collect()
+}
+
+fn draw(ctx: &Ctx, t: &Table, file: &str, title: &str, x_label: &str) -> anyhow::Result<()> {
+    let x = column(t, 0);
+    let series: Vec<Series> = CONTROLLERS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Series {
+            label: c.1.to_owned(),
+            points: x.iter().copied().zip(column(t, i + 1)).collect(),
+        })
+        .collect();
+    line_chart(
+        &ctx.path(file),
+        &LineChart {
+            title,
+            x_label,
+            y_label: "goodput E[ΣN]/E[T] (tokens/s)",
+            series: &series,
+        },
+    )
+}
+
+/// The two sweeps: bandwidth at paper B's powers, and the DL/UL power ratio at 10 MHz under P_tot(K).
+pub fn tables(ctx: &Ctx) -> anyhow::Result<(Table, Table)> {
+    let sz = size(ctx.quick);
+    let base = DropRound {
+        devices: sz.devices,
+        saa_samples: sz.saa_samples,
+        ..DropRound::default()
+    };
+    let bandwidths = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0];
+    let by_bandwidth = sweep(ctx, "unified: bandwidth", "bandwidth_mhz", &bandwidths, |mhz| DropRound {
+        bandwidth_hz: mhz * 1e6,
+        ..base
+    })?;
+    let total = PowerBudget::total_w(dbm_to_w(30.0), dbm_to_w(15.0), sz.devices)?;
+    let ratios = [1.0, 4.0, 16.0, 64.0, 256.0];
+    let budgets: Vec<PowerBudget> = ratios
+        .iter()
+        .map(|&r| PowerBudget::split(total, r, sz.devices))
+        .collect::<Result<_, _>>()?;
+    let by_ratio = sweep(ctx, "unified: power ratio", "dl_ul_ratio", &ratios, |r| {
+        let i = ratios.iter().position(|&x| x == r).unwrap_or(0);
+        DropRound {
+            radio: Radio {
+                ul_power_w: budgets[i].ul_power_w,
+                dl_power_w: budgets[i].dl_power_w,
+                ..base.radio
+            },
+            ..base
+        }
+    })?;
+    Ok((by_bandwidth, by_ratio))
+}
+
+/// Writes the CSV and SVG files and the report section.
+pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+    let sz = size(ctx.quick);
+    let (by_bandwidth, by_ratio) = tables(ctx).context("unified sweeps")?;
+    by_bandwidth.write_csv(&ctx.path("unified_bandwidth.csv"))?;
+    by_ratio.write_csv(&ctx.path("unified_power_ratio.csv"))?;
+    draw(
+        ctx,
+        &by_bandwidth,
+        "unified_bandwidth.svg",
+        "Unified vs paper-A-only vs paper-B-only control",
+        "bandwidth B (MHz)",
+    )?;
+    draw(
+        ctx,
+        &by_ratio,
+        "unified_power_ratio.svg",
+        "Unified control across the DL/UL power ratio (P_tot(K) fixed, B = 10 MHz)",
+        "P_dl / P_ul",
+    )?;
+    let mut body = format!(
+        "Paper B's drop and Qwen setting (T0 = 42.8 ms, T1 = 7.6 ms, T^dft = 15.2 ms × U[1, 1.15], acceptance \
+         drawn from (0.85, 0.82, 0.72, 0.75)), K = {}, L ∈ {{0..20}}, D = 34,816 bits, pairs charged at 34 bits, \
+         N_SAA = {}, {} realisation(s) per point, the same channels at every x. Every controller's plan is scored by \
+         the same unified model (docs/unified.md): `paper_a` plans with paper A's exact planner and sends \
+         distributions per token; `paper_b` plans γ with paper B's `best` search and sends pairs over equal shares; \
+         `unified_pair` plans lengths, OFDMA shares and modes jointly with pairs; `unified` also chooses the payload \
+         per device. `unified_gain_pct` is the gain of `unified` over the better of the two papers.\n\n\
+         Goodput (tokens/s) versus bandwidth, P_ul = 15 dBm, P_dl = 30 dBm:\n\n",
+        sz.devices, sz.saa_samples, sz.drops
+    );
+    body.push_str(&by_bandwidth.to_markdown(4));
+    body.push_str(
+        "\nGoodput (tokens/s) versus P_dl/P_ul with P_dl + K·P_ul = P̄_dl + K·P̄_ul (30 dBm, 15 dBm), B = 10 MHz:\n\n",
+    );
+    body.push_str(&by_ratio.to_markdown(4));
+    body.push_str("\nFiles: `unified_bandwidth.{csv,svg}`, `unified_power_ratio.{csv,svg}`.\n");
+    report.section("Beyond the papers: unified control", body);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unified_is_never_below_either_paper_in_the_quick_sweeps() {
+        let ctx = Ctx {
+            out_dir: std::env::temp_dir(),
+            quick: true,
+            seed: 2026,
+        };
+        let (by_bandwidth, by_ratio) = tables(&ctx).unwrap();
+        for t in [&by_bandwidth, &by_ratio] {
+            assert!(!t.rows.is_empty());
+            for row in &t.rows {
+                let v: Vec<f64> = row
+                    .iter()
+                    .filter_map(|c| match c {
+                        Cell::Num(v) => Some(*v),
+                        Cell::Text(_) => None,
+                    })
+                    .collect();
+                let (a, b, pair, unified) = (v[1], v[2], v[3], v[4]);
+                assert!(unified >= a * (1.0 - 1e-9), "{v:?}");
+                assert!(unified >= b * (1.0 - 1e-9), "{v:?}");
+                assert!(unified >= pair * (1.0 - 1e-9), "{v:?}");
+                assert!(pair >= b * (1.0 - 1e-9), "{v:?}");
+            }
+        }
+    }
+}
