@@ -107,6 +107,16 @@ pub fn round_length(continuous: f64, l_min: u32, l_max: u32) -> u32 {
 
 /// Algorithm 1 (paper A §V-D): for each (φ, λ) on the grid, L = round(L̃(φ, λ)) (eqs. 36–37), φ̂ from Lemma 3,
 /// keep the best τ (eq. 33); bandwidth by eq. 39 at the winner.
+///
+/// The result is the one the plain grid loop gives (kept as the reference in this module's tests, where the two
+/// are compared bit for bit), computed with less work:
+/// - L̃ falls in λ (W₀ and ln z rise in λ), so along one φ row each device's rounded length is a non-increasing
+///   step function of the λ index. Only the ends of a row, the neighbours of the previous row's steps and bisection
+///   points between unequal known values are evaluated; a run between two equal known values is filled.
+/// - Every distinct grid plan (consecutive duplicates skipped, as in the paper's loop) gets the upper bound
+///   τ ≤ ΣE / (φ_lb + T_ver) from a lower bound φ_lb on Lemma 3's root (see [`lemma3_lower_bound`]); plans are
+///   solved in order of falling bound until the bound drops below the incumbent, and ties go to the earlier grid
+///   point, which is what the loop's strict `>` keeps.
 pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeError> {
     if params.phi_points == 0 || params.lambda_points == 0 {
         return Err(OptimizeError::Invalid {
@@ -121,46 +131,205 @@ pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeErr
             domain: "(0, 1]",
         });
     }
-    let ((phi_lo, phi_hi), (lam_lo, lam_hi)) = search_ranges(s, params);
-    let verify = s.verify_s();
-    let step = |lo: f64, hi: f64, n: usize, i: usize| {
-        if n == 1 {
-            hi
-        } else {
-            lo + (hi - lo) * i as f64 / (n - 1) as f64
-        }
-    };
-    let mut lens = vec![s.min_draft_len; s.len()];
-    let mut last: Option<Vec<u32>> = None;
-    let mut best: Option<(f64, Vec<u32>)> = None;
-    for i in 0..params.phi_points {
-        let phi = step(phi_lo, phi_hi, params.phi_points, i);
-        for j in 0..params.lambda_points {
-            let lambda = (step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j)).exp();
-            for (l, d) in lens.iter_mut().zip(&s.devices) {
-                *l = round_length(
-                    continuous_length(d, phi, lambda),
-                    s.min_draft_len,
-                    s.max_draft_len,
-                );
-            }
-            if last.as_deref() == Some(&lens[..]) {
-                continue;
-            }
-            let phi_hat = super::bandwidth::lemma3_latency_s(s, &lens);
-            let tokens = s.expected_tokens_sum(&lens);
-            let tau = tokens / (phi_hat + verify);
-            if best.as_ref().is_none_or(|b| tau > b.0) {
-                best = Some((tau, lens.clone()));
-            }
-            last = Some(lens.clone());
-        }
-    }
-    let (_, lens) = best.ok_or_else(|| OptimizeError::Infeasible {
-        reason: "algorithm 1 grid is empty".into(),
-    })?;
+    let lens = Grid::new(s, params).best_plan()?;
     let (_, bandwidth) = lemma3_bandwidth(s, &lens);
     Plan::evaluated(s, lens, bandwidth)
+}
+
+/// A lower bound on Lemma 3's root φ̂ of Σ_k w_k / (φ − b_k) = B (w_k = a_k L_k, b_k = L_k T_k^S): every term is
+/// at most B, so φ̂ ≥ b_k + w_k/B; and 1/(φ − b) is convex in b, so by Jensen with weights w_k/Σw,
+/// B ≥ Σw / (φ̂ − b̄) with b̄ = Σ w_k b_k / Σw, i.e. φ̂ ≥ b̄ + Σw/B.
+pub fn lemma3_lower_bound(s: &Scenario, draft_lengths: &[u32]) -> f64 {
+    let budget = s.bandwidth_hz;
+    let (mut single, mut sum_w, mut sum_wb) = (0.0f64, 0.0, 0.0);
+    for (d, &l) in s.devices.iter().zip(draft_lengths) {
+        let lf = f64::from(l);
+        let (w, b) = (d.hz_s_per_token * lf, lf * d.draft_token_s);
+        single = single.max(b + w / budget);
+        sum_w += w;
+        sum_wb += w * b;
+    }
+    if sum_w > 0.0 {
+        single.max(sum_wb / sum_w + sum_w / budget)
+    } else {
+        single
+    }
+}
+
+/// Relative margin on the upper bound of τ before a plan is skipped: far above the rounding error of the bound
+/// and of Lemma 3's root (relative 1e−15), far below any gap that matters.
+const BOUND_MARGIN: f64 = 1e-9;
+
+/// Algorithm 1's grid of one scenario, with the per-device constants of eq. 37 hoisted out of the grid loop (the
+/// same floating-point operations in the same order as [`continuous_length`], so the same bits).
+struct Grid<'a> {
+    s: &'a Scenario,
+    phis: Vec<f64>,
+    lambdas: Vec<f64>,
+    /// Per device: β = −ln α, ln(2T), (1 − α).
+    beta: Vec<f64>,
+    ln_two_t: Vec<f64>,
+    /// λ_j · a_k, device-major (the first product of eq. 37's logarithm).
+    lambda_a: Vec<f64>,
+    /// E_k(l) for l = l_min + i, device-major.
+    tokens: Vec<f64>,
+}
+
+impl<'a> Grid<'a> {
+    fn new(s: &'a Scenario, params: &Alg1Params) -> Self {
+        let ((phi_lo, phi_hi), (lam_lo, lam_hi)) = search_ranges(s, params);
+        let step = |lo: f64, hi: f64, n: usize, i: usize| {
+            if n == 1 {
+                hi
+            } else {
+                lo + (hi - lo) * i as f64 / (n - 1) as f64
+            }
+        };
+        let phis = (0..params.phi_points)
+            .map(|i| step(phi_lo, phi_hi, params.phi_points, i))
+            .collect();
+        let lambdas: Vec<f64> = (0..params.lambda_points)
+            .map(|j| (step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j)).exp())
+            .collect();
+        let lambda_a = s
+            .devices
+            .iter()
+            .flat_map(|d| lambdas.iter().map(move |&l| l * d.hz_s_per_token))
+            .collect();
+        Grid {
+            s,
+            phis,
+            beta: s.devices.iter().map(|d| -d.alpha.ln()).collect(),
+            ln_two_t: s.devices.iter().map(|d| (2.0 * d.draft_token_s).ln()).collect(),
+            lambda_a,
+            tokens: s
+                .devices
+                .iter()
+                .flat_map(|d| s.draft_range().map(|l| d.expected_tokens(l)))
+                .collect(),
+            lambdas,
+        }
+    }
+
+    /// round(L̃_k(φ, λ_j)) with `head` = βφ/(2T) − ln(2T): [`continuous_length`] term by term.
+    fn length(&self, k: usize, phi: f64, head: f64, j: usize) -> u32 {
+        let d = &self.s.devices[k];
+        let beta = self.beta[k];
+        let la = self.lambda_a[k * self.lambdas.len() + j];
+        let ln_z = head + 0.5 * (la * phi * beta * (1.0 - d.alpha) / d.alpha).ln();
+        let l = phi / d.draft_token_s - 2.0 / beta * lambert_w0_from_ln(ln_z);
+        round_length(l, self.s.min_draft_len, self.s.max_draft_len)
+    }
+
+    /// Row `phi` of device `k` into `out`, using the previous row `hint` (if any) to guess where the steps are.
+    fn row(&self, k: usize, phi: f64, hint: Option<&[u32]>, out: &mut [u32], known: &mut [bool]) {
+        let d = &self.s.devices[k];
+        let head = self.beta[k] * phi / (2.0 * d.draft_token_s) - self.ln_two_t[k];
+        let n = out.len();
+        known.fill(false);
+        let eval = |j: usize, out: &mut [u32], known: &mut [bool]| {
+            if !known[j] {
+                out[j] = self.length(k, phi, head, j);
+                known[j] = true;
+            }
+        };
+        eval(0, out, known);
+        eval(n - 1, out, known);
+        if let Some(prev) = hint {
+            for j in 1..n {
+                if prev[j] != prev[j - 1] {
+                    eval(j - 1, out, known);
+                    eval(j, out, known);
+                }
+            }
+        }
+        // Resolve each gap between consecutive known points: equal ends fill it (monotone), unequal ends bisect.
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        let mut p = 0;
+        for q in 1..n {
+            if known[q] {
+                stack.push((p, q));
+                p = q;
+            }
+        }
+        while let Some((p, q)) = stack.pop() {
+            if q <= p + 1 {
+                continue;
+            }
+            if out[p] == out[q] {
+                let v = out[p];
+                out[p + 1..q].fill(v);
+            } else if out[p] < out[q] {
+                // Not non-increasing (floating-point noise at a step): evaluate the whole gap.
+                for j in p + 1..q {
+                    eval(j, out, known);
+                }
+            } else {
+                let mid = p + (q - p) / 2;
+                eval(mid, out, known);
+                stack.push((p, mid));
+                stack.push((mid, q));
+            }
+        }
+    }
+
+    /// The grid's best plan: the first grid point (φ-major) with the largest τ.
+    fn best_plan(&self) -> Result<Vec<u32>, OptimizeError> {
+        let s = self.s;
+        let (k_n, n_l) = (s.len(), self.lambdas.len());
+        let verify = s.verify_s();
+        let n_tok = (s.max_draft_len - s.min_draft_len + 1) as usize;
+        let mut rows = vec![0u32; k_n * n_l];
+        let mut prev = vec![0u32; k_n * n_l];
+        let mut known = vec![false; n_l];
+        // Distinct consecutive plans in grid order: lengths (flat), Σ E_k and the bound on τ.
+        let mut plans: Vec<u32> = Vec::new();
+        let mut bounds: Vec<(f64, f64)> = Vec::new();
+        let mut lens = vec![0u32; k_n];
+        for (i, &phi) in self.phis.iter().enumerate() {
+            for k in 0..k_n {
+                let hint = (i > 0).then(|| &prev[k * n_l..(k + 1) * n_l]);
+                self.row(k, phi, hint, &mut rows[k * n_l..(k + 1) * n_l], &mut known);
+            }
+            for j in 0..n_l {
+                for (k, l) in lens.iter_mut().enumerate() {
+                    *l = rows[k * n_l + j];
+                }
+                if plans.len() >= k_n && plans[plans.len() - k_n..] == lens[..] {
+                    continue;
+                }
+                // The same sum, in the same order, as `Scenario::expected_tokens_sum`.
+                let tokens: f64 = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &l)| self.tokens[k * n_tok + (l - s.min_draft_len) as usize])
+                    .sum();
+                bounds.push((tokens, tokens / (lemma3_lower_bound(s, &lens) + verify)));
+                plans.extend_from_slice(&lens);
+            }
+            std::mem::swap(&mut rows, &mut prev);
+        }
+        let mut order: Vec<usize> = (0..bounds.len()).collect();
+        order.sort_by(|&a, &b| bounds[b].1.total_cmp(&bounds[a].1).then(a.cmp(&b)));
+        let mut best: Option<(f64, usize)> = None;
+        for idx in order {
+            let (tokens, bound) = bounds[idx];
+            if let Some((tau, _)) = best
+                && bound * (1.0 + BOUND_MARGIN) < tau
+            {
+                break;
+            }
+            let plan = &plans[idx * k_n..(idx + 1) * k_n];
+            let tau = tokens / (super::bandwidth::lemma3_latency_s(s, plan) + verify);
+            if best.is_none_or(|(b, at)| tau > b || (tau == b && idx < at)) {
+                best = Some((tau, idx));
+            }
+        }
+        let (_, idx) = best.ok_or_else(|| OptimizeError::Infeasible {
+            reason: "algorithm 1 grid is empty".into(),
+        })?;
+        Ok(plans[idx * k_n..(idx + 1) * k_n].to_vec())
+    }
 }
 
 #[cfg(test)]
@@ -212,6 +381,87 @@ mod tests {
         assert_eq!(round_length(-4.0, 1, 25), 1);
         assert_eq!(round_length(f64::NAN, 1, 25), 1);
         assert_eq!(round_length(99.0, 1, 25), 25);
+    }
+
+    /// The paper's loop as written (every grid point evaluated, consecutive duplicates skipped): the reference
+    /// that the faster [`paper_alg1`] must reproduce bit for bit.
+    fn reference_alg1(s: &Scenario, params: &Alg1Params) -> Plan {
+        let ((phi_lo, phi_hi), (lam_lo, lam_hi)) = search_ranges(s, params);
+        let verify = s.verify_s();
+        let step = |lo: f64, hi: f64, n: usize, i: usize| {
+            if n == 1 {
+                hi
+            } else {
+                lo + (hi - lo) * i as f64 / (n - 1) as f64
+            }
+        };
+        let mut lens = vec![s.min_draft_len; s.len()];
+        let mut last: Option<Vec<u32>> = None;
+        let mut best: Option<(f64, Vec<u32>)> = None;
+        for i in 0..params.phi_points {
+            let phi = step(phi_lo, phi_hi, params.phi_points, i);
+            for j in 0..params.lambda_points {
+                let lambda = (step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j)).exp();
+                for (l, d) in lens.iter_mut().zip(&s.devices) {
+                    *l = round_length(
+                        continuous_length(d, phi, lambda),
+                        s.min_draft_len,
+                        s.max_draft_len,
+                    );
+                }
+                if last.as_deref() == Some(&lens[..]) {
+                    continue;
+                }
+                let phi_hat = crate::paper_a::bandwidth::lemma3_latency_s(s, &lens);
+                let tau = s.expected_tokens_sum(&lens) / (phi_hat + verify);
+                if best.as_ref().is_none_or(|b| tau > b.0) {
+                    best = Some((tau, lens.clone()));
+                }
+                last = Some(lens.clone());
+            }
+        }
+        let (_, lens) = best.unwrap();
+        let (_, bandwidth) = lemma3_bandwidth(s, &lens);
+        Plan::evaluated(s, lens, bandwidth).unwrap()
+    }
+
+    #[test]
+    fn fast_grid_equals_the_plain_loop_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(31);
+        for case in 0..60 {
+            let k = [1, 2, 3, 5, 8, 20][case % 6];
+            let l_max = [10, 25, 40][case % 3];
+            let s = random_scenario(&mut rng, k, l_max);
+            let (p, l) = [(100, 100), (25, 25), (7, 60), (1, 1), (60, 1)][case % 5];
+            let params = Alg1Params {
+                phi_points: p,
+                lambda_points: l,
+                lambda_lo_ratio: [1e-6, 1e-3, 1.0][case % 3],
+            };
+            let fast = paper_alg1(&s, &params).unwrap();
+            let slow = reference_alg1(&s, &params);
+            assert_eq!(fast.draft_lengths, slow.draft_lengths, "case {case}");
+            assert_eq!(
+                fast.goodput_tokens_per_s.to_bits(),
+                slow.goodput_tokens_per_s.to_bits(),
+                "case {case}"
+            );
+        }
+    }
+
+    #[test]
+    fn lemma3_lower_bound_is_below_the_root() {
+        let mut rng = ChaCha8Rng::seed_from_u64(32);
+        for case in 0..200 {
+            let k = 1 + case % 20;
+            let s = random_scenario(&mut rng, k, 25);
+            let lens: Vec<u32> = (0..k).map(|i| 1 + ((case * 7 + i * 13) % 25) as u32).collect();
+            let lb = lemma3_lower_bound(&s, &lens);
+            let root = crate::paper_a::bandwidth::lemma3_latency_s(&s, &lens);
+            assert!(lb <= root * (1.0 + 1e-15), "case {case}: {lb} > {root}");
+            // The Jensen bound is tight when every device has the same offset.
+            assert!(lb > 0.5 * root, "case {case}: {lb} far below {root}");
+        }
     }
 
     #[test]
