@@ -165,15 +165,21 @@ const BOUND_MARGIN: f64 = 1e-9;
 struct Grid<'a> {
     s: &'a Scenario,
     phis: Vec<f64>,
+    /// ln λ_j before exponentiation (ascending) and λ_j itself.
+    ln_lambdas: Vec<f64>,
     lambdas: Vec<f64>,
-    /// Per device: β = −ln α, ln(2T), (1 − α).
+    /// Per device: β = −ln α, ln(2T) and ln β − ln(1 − α) − ln a (the φ-free part of ln λ*, see [`Grid::row`]).
     beta: Vec<f64>,
     ln_two_t: Vec<f64>,
-    /// λ_j · a_k, device-major (the first product of eq. 37's logarithm).
-    lambda_a: Vec<f64>,
+    ln_const: Vec<f64>,
     /// E_k(l) for l = l_min + i, device-major.
     tokens: Vec<f64>,
 }
+
+/// Half-width, in units of L̃, of the band around a rounding boundary inside which a grid point is evaluated with
+/// eq. 37 itself rather than classified by the threshold: far above the floating-point error of eq. 37 (about
+/// 1e−13 here), so outside the band the threshold and the formula round alike.
+const ROUNDING_BAND: f64 = 1e-9;
 
 impl<'a> Grid<'a> {
     fn new(s: &'a Scenario, params: &Alg1Params) -> Self {
@@ -188,89 +194,110 @@ impl<'a> Grid<'a> {
         let phis = (0..params.phi_points)
             .map(|i| step(phi_lo, phi_hi, params.phi_points, i))
             .collect();
-        let lambdas: Vec<f64> = (0..params.lambda_points)
-            .map(|j| (step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j)).exp())
+        let ln_lambdas: Vec<f64> = (0..params.lambda_points)
+            .map(|j| step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j))
             .collect();
-        let lambda_a = s
-            .devices
-            .iter()
-            .flat_map(|d| lambdas.iter().map(move |&l| l * d.hz_s_per_token))
-            .collect();
+        let beta: Vec<f64> = s.devices.iter().map(|d| -d.alpha.ln()).collect();
         Grid {
             s,
             phis,
-            beta: s.devices.iter().map(|d| -d.alpha.ln()).collect(),
+            lambdas: ln_lambdas.iter().map(|l| l.exp()).collect(),
+            ln_lambdas,
+            ln_const: s
+                .devices
+                .iter()
+                .zip(&beta)
+                .map(|(d, b)| b.ln() - (1.0 - d.alpha).ln() - d.hz_s_per_token.ln())
+                .collect(),
+            beta,
             ln_two_t: s.devices.iter().map(|d| (2.0 * d.draft_token_s).ln()).collect(),
-            lambda_a,
             tokens: s
                 .devices
                 .iter()
                 .flat_map(|d| s.draft_range().map(|l| d.expected_tokens(l)))
                 .collect(),
-            lambdas,
         }
     }
 
-    /// round(L̃_k(φ, λ_j)) with `head` = βφ/(2T) − ln(2T): [`continuous_length`] term by term.
-    fn length(&self, k: usize, phi: f64, head: f64, j: usize) -> u32 {
+    /// round(L̃_k(φ, λ_j)) exactly as [`round_length`]`(`[`continuous_length`]`(..))`, term by term.
+    fn length(&self, k: usize, phi: f64, j: usize) -> u32 {
         let d = &self.s.devices[k];
         let beta = self.beta[k];
-        let la = self.lambda_a[k * self.lambdas.len() + j];
-        let ln_z = head + 0.5 * (la * phi * beta * (1.0 - d.alpha) / d.alpha).ln();
+        let head = beta * phi / (2.0 * d.draft_token_s) - self.ln_two_t[k];
+        let ln_z =
+            head + 0.5 * (self.lambdas[j] * d.hz_s_per_token * phi * beta * (1.0 - d.alpha) / d.alpha).ln();
         let l = phi / d.draft_token_s - 2.0 / beta * lambert_w0_from_ln(ln_z);
         round_length(l, self.s.min_draft_len, self.s.max_draft_len)
     }
 
-    /// Row `phi` of device `k` into `out`, using the previous row `hint` (if any) to guess where the steps are.
-    fn row(&self, k: usize, phi: f64, hint: Option<&[u32]>, out: &mut [u32], known: &mut [bool]) {
+    /// Row φ of device `k` into `out` (one entry per λ_j).
+    ///
+    /// The rounded length is l_min + #{m ∈ (l_min, l_max] : L̃ ≥ m − ½}, and L̃ falls in λ, so L̃(λ) ≥ L exactly
+    /// when λ ≤ λ*(L), the λ at which L is stationary (Appendix E's condition solved for λ):
+    /// ln λ*(L) = (L + 1) ln α + ln β − ln(1 − α) + 2 ln(φ − L T) − ln a − ln φ. Near a threshold, where rounding
+    /// of eq. 37 in floating point could go either way, the point is evaluated with eq. 37 itself: the band is
+    /// [`ROUNDING_BAND`] in L̃, converted to ln λ with the slope |dL̃/d ln λ| = W/((1 + W)β), W = β(φ − L T)/(2T)
+    /// at the threshold. A row whose thresholds are not strictly decreasing is evaluated point by point. Returns the
+    /// number of points evaluated with eq. 37.
+    fn row(&self, k: usize, phi: f64, ln_phi: f64, out: &mut [u32], exact: &mut [bool]) -> usize {
         let d = &self.s.devices[k];
-        let head = self.beta[k] * phi / (2.0 * d.draft_token_s) - self.ln_two_t[k];
-        let n = out.len();
-        known.fill(false);
-        let eval = |j: usize, out: &mut [u32], known: &mut [bool]| {
-            if !known[j] {
-                out[j] = self.length(k, phi, head, j);
-                known[j] = true;
+        let (beta, t) = (self.beta[k], d.draft_token_s);
+        let (l_min, l_max) = (self.s.min_draft_len, self.s.max_draft_len);
+        let lnl = &self.ln_lambdas;
+        exact.fill(false);
+        let mut thresholds = [f64::NEG_INFINITY; 64];
+        let levels = (l_max - l_min) as usize;
+        let mut all_exact = levels > thresholds.len();
+        let mut prev = f64::INFINITY;
+        for (i, m) in (l_min + 1..=l_max).enumerate().take(thresholds.len()) {
+            let l = f64::from(m) - 0.5;
+            let slack = phi - l * t;
+            if slack.abs() <= 1e-9 * phi {
+                all_exact = true;
+                break;
             }
-        };
-        eval(0, out, known);
-        eval(n - 1, out, known);
-        if let Some(prev) = hint {
-            for j in 1..n {
-                if prev[j] != prev[j - 1] {
-                    eval(j - 1, out, known);
-                    eval(j, out, known);
-                }
+            if slack < 0.0 {
+                // L̃ < φ/T always: this level and every higher one are never reached.
+                break;
             }
+            let th = -(l + 1.0) * beta + self.ln_const[k] + 2.0 * slack.ln() - ln_phi;
+            if th.is_nan() || th >= prev {
+                all_exact = true;
+                break;
+            }
+            prev = th;
+            thresholds[i] = th;
+            let w = beta * slack / (2.0 * t);
+            let slope = w / ((1.0 + w) * beta);
+            let band = 1e-8 * (1.0 + th.abs()) + 2.0 * ROUNDING_BAND / slope;
+            if !band.is_finite() {
+                all_exact = true;
+                break;
+            }
+            let from = lnl.partition_point(|&x| x < th - band);
+            let to = lnl.partition_point(|&x| x <= th + band);
+            exact[from..to].fill(true);
         }
-        // Resolve each gap between consecutive known points: equal ends fill it (monotone), unequal ends bisect.
-        let mut stack: Vec<(usize, usize)> = Vec::new();
-        let mut p = 0;
-        for q in 1..n {
-            if known[q] {
-                stack.push((p, q));
-                p = q;
+        if all_exact {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = self.length(k, phi, j);
             }
+            return out.len();
         }
-        while let Some((p, q)) = stack.pop() {
-            if q <= p + 1 {
-                continue;
+        let thresholds = &thresholds[..levels.min(64)];
+        // Thresholds fall in m and ln λ_j rises in j: count the thresholds at or above ln λ_j with one pointer.
+        let mut count = thresholds.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            while count > 0 && thresholds[count - 1] < lnl[j] {
+                count -= 1;
             }
-            if out[p] == out[q] {
-                let v = out[p];
-                out[p + 1..q].fill(v);
-            } else if out[p] < out[q] {
-                // Not non-increasing (floating-point noise at a step): evaluate the whole gap.
-                for j in p + 1..q {
-                    eval(j, out, known);
-                }
+            *o = if exact[j] {
+                self.length(k, phi, j)
             } else {
-                let mid = p + (q - p) / 2;
-                eval(mid, out, known);
-                stack.push((p, mid));
-                stack.push((mid, q));
-            }
+                l_min + count as u32
+            };
         }
+        exact.iter().filter(|&&e| e).count()
     }
 
     /// The grid's best plan: the first grid point (φ-major) with the largest τ.
@@ -280,16 +307,27 @@ impl<'a> Grid<'a> {
         let verify = s.verify_s();
         let n_tok = (s.max_draft_len - s.min_draft_len + 1) as usize;
         let mut rows = vec![0u32; k_n * n_l];
-        let mut prev = vec![0u32; k_n * n_l];
-        let mut known = vec![false; n_l];
+        let mut exact = vec![false; n_l];
+        // Per device and length: (b + w/B, w, w·b) of Lemma 3's terms w = a L, b = L T.
+        let bound_terms: Vec<(f64, f64, f64)> = s
+            .devices
+            .iter()
+            .flat_map(|d| {
+                s.draft_range().map(move |l| {
+                    let lf = f64::from(l);
+                    let (w, b) = (d.hz_s_per_token * lf, lf * d.draft_token_s);
+                    (b + w / s.bandwidth_hz, w, w * b)
+                })
+            })
+            .collect();
         // Distinct consecutive plans in grid order: lengths (flat), Σ E_k and the bound on τ.
         let mut plans: Vec<u32> = Vec::new();
         let mut bounds: Vec<(f64, f64)> = Vec::new();
         let mut lens = vec![0u32; k_n];
-        for (i, &phi) in self.phis.iter().enumerate() {
+        for &phi in &self.phis {
+            let ln_phi = phi.ln();
             for k in 0..k_n {
-                let hint = (i > 0).then(|| &prev[k * n_l..(k + 1) * n_l]);
-                self.row(k, phi, hint, &mut rows[k * n_l..(k + 1) * n_l], &mut known);
+                self.row(k, phi, ln_phi, &mut rows[k * n_l..(k + 1) * n_l], &mut exact);
             }
             for j in 0..n_l {
                 for (k, l) in lens.iter_mut().enumerate() {
@@ -304,31 +342,46 @@ impl<'a> Grid<'a> {
                     .enumerate()
                     .map(|(k, &l)| self.tokens[k * n_tok + (l - s.min_draft_len) as usize])
                     .sum();
-                bounds.push((tokens, tokens / (lemma3_lower_bound(s, &lens) + verify)));
+                // `lemma3_lower_bound` from per-level tables.
+                let (mut single, mut sum_w, mut sum_wb) = (0.0f64, 0.0, 0.0);
+                for (k, &l) in lens.iter().enumerate() {
+                    let (sg, w, wb) = bound_terms[k * n_tok + (l - s.min_draft_len) as usize];
+                    single = single.max(sg);
+                    sum_w += w;
+                    sum_wb += wb;
+                }
+                let lower = single.max(sum_wb / sum_w + sum_w / s.bandwidth_hz);
+                bounds.push((tokens, tokens / (lower + verify)));
                 plans.extend_from_slice(&lens);
             }
-            std::mem::swap(&mut rows, &mut prev);
         }
-        let mut order: Vec<usize> = (0..bounds.len()).collect();
+        let solve = |idx: usize| {
+            let plan = &plans[idx * k_n..(idx + 1) * k_n];
+            bounds[idx].0 / (super::bandwidth::lemma3_latency_s(s, plan) + verify)
+        };
+        // The plan with the largest bound first, then every plan whose bound can still beat the incumbent.
+        let Some(first) =
+            (0..bounds.len()).max_by(|&a, &b| bounds[a].1.total_cmp(&bounds[b].1).then(b.cmp(&a)))
+        else {
+            return Err(OptimizeError::Infeasible {
+                reason: "algorithm 1 grid is empty".into(),
+            });
+        };
+        let mut best = (solve(first), first);
+        let mut order: Vec<usize> = (0..bounds.len())
+            .filter(|&i| i != first && bounds[i].1 * (1.0 + BOUND_MARGIN) >= best.0)
+            .collect();
         order.sort_by(|&a, &b| bounds[b].1.total_cmp(&bounds[a].1).then(a.cmp(&b)));
-        let mut best: Option<(f64, usize)> = None;
         for idx in order {
-            let (tokens, bound) = bounds[idx];
-            if let Some((tau, _)) = best
-                && bound * (1.0 + BOUND_MARGIN) < tau
-            {
+            if bounds[idx].1 * (1.0 + BOUND_MARGIN) < best.0 {
                 break;
             }
-            let plan = &plans[idx * k_n..(idx + 1) * k_n];
-            let tau = tokens / (super::bandwidth::lemma3_latency_s(s, plan) + verify);
-            if best.is_none_or(|(b, at)| tau > b || (tau == b && idx < at)) {
-                best = Some((tau, idx));
+            let tau = solve(idx);
+            if tau > best.0 || (tau == best.0 && idx < best.1) {
+                best = (tau, idx);
             }
         }
-        let (_, idx) = best.ok_or_else(|| OptimizeError::Infeasible {
-            reason: "algorithm 1 grid is empty".into(),
-        })?;
-        Ok(plans[idx * k_n..(idx + 1) * k_n].to_vec())
+        Ok(plans[best.1 * k_n..(best.1 + 1) * k_n].to_vec())
     }
 }
 
@@ -445,6 +498,43 @@ mod tests {
                 fast.goodput_tokens_per_s.to_bits(),
                 slow.goodput_tokens_per_s.to_bits(),
                 "case {case}"
+            );
+        }
+    }
+
+    #[test]
+    fn threshold_rows_equal_eq37_at_every_grid_point() {
+        let mut rng = ChaCha8Rng::seed_from_u64(33);
+        for case in 0..40 {
+            let s = random_scenario(&mut rng, 1 + case % 20, [10, 25, 40][case % 3]);
+            let params = Alg1Params {
+                phi_points: 40,
+                lambda_points: 100,
+                lambda_lo_ratio: [1e-6, 1e-2][case % 2],
+            };
+            let grid = Grid::new(&s, &params);
+            let n = params.lambda_points;
+            let (mut out, mut exact) = (vec![0; n], vec![false; n]);
+            let (mut evaluated, mut points) = (0, 0);
+            for &phi in &grid.phis {
+                for (k, d) in s.devices.iter().enumerate() {
+                    evaluated += grid.row(k, phi, phi.ln(), &mut out, &mut exact);
+                    points += n;
+                    for (j, &got) in out.iter().enumerate() {
+                        let lambda = grid.lambdas[j];
+                        let want = round_length(
+                            continuous_length(d, phi, lambda),
+                            s.min_draft_len,
+                            s.max_draft_len,
+                        );
+                        assert_eq!(got, want, "case {case} φ={phi} device {k} λ_{j}");
+                    }
+                }
+            }
+            // The thresholds, not eq. 37, classify almost every point (else this test would check nothing new).
+            assert!(
+                evaluated * 100 < points,
+                "case {case}: {evaluated} of {points} points evaluated"
             );
         }
     }
