@@ -133,6 +133,41 @@ impl Model {
         self.rebuild_fused()
     }
 
+    /// The same model with every quantised projection dequantised to dense f32 (a GGUF file's Q4/Q8 matrices):
+    /// four to eight times the weight memory, and on the CPU the fused and transposed copies (and, for small
+    /// models, the host path) that dense weights get. This is how a memory-bound target is measured on the CPU
+    /// (`multispin measure verify-latency --dequantize`, docs/runtime.md). Dense models come back unchanged.
+    pub fn dequantize(&self) -> Result<Model> {
+        let mut m = self.clone();
+        for layer in &mut m.layers {
+            for p in [
+                &mut layer.wq,
+                &mut layer.wk,
+                &mut layer.wv,
+                &mut layer.wo,
+                &mut layer.gate,
+                &mut layer.up,
+                &mut layer.down,
+            ] {
+                *p = p.dequantized()?;
+            }
+        }
+        m.head = m.head.dequantized()?;
+        m.rebuild_fused()?;
+        Ok(m)
+    }
+
+    /// Whether every projection holds dense weights (no quantised matrix).
+    pub fn is_dense(&self) -> bool {
+        let dense = |p: &Proj| matches!(p, Proj::Dense(_));
+        dense(&self.head)
+            && self.layers.iter().all(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .into_iter()
+                    .all(dense)
+            })
+    }
+
     /// Use the CPU fast path (the default for CPU models): caches in host vectors, fused kernels for attention
     /// and the SwiGLU product, and the fused q|k|v and gate|up projections and transposed output head of dense
     /// models. Off (the default elsewhere), caches are device tensors and every step is a stock candle op, the

@@ -14,6 +14,20 @@ pub(crate) enum Proj {
 }
 
 impl Proj {
+    /// The same projection with dense f32 weights (quantised ones dequantised once).
+    pub(super) fn dequantized(&self) -> Result<Proj> {
+        Ok(match self {
+            Proj::Dense(l) => Proj::Dense(l.clone()),
+            Proj::Quant { w, b } => {
+                let weight = match w {
+                    QMatMul::QTensor(q) => q.dequantize(&q.device())?,
+                    QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.to_dtype(DType::F32)?,
+                };
+                Proj::Dense(candle_nn::Linear::new(weight, b.clone()))
+            }
+        })
+    }
+
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(match self {
             Proj::Dense(l) => l.forward(x)?,
