@@ -528,3 +528,34 @@ fn stories260k_greedy_from_bos_tells_of_lily() {
         "Once upon a time, there was a little girl named Lily."
     );
 }
+
+#[test]
+fn greedy_decoding_equals_top1_sampling_and_argmax_keeps_the_first_maximum() {
+    use spin_runtime::{decode, speculative};
+    assert_eq!(decode::argmax(&[0.5, 2.0, -1.0, 2.0]).unwrap(), 1);
+    assert_eq!(decode::argmax(&[f32::NEG_INFINITY, -3.0]).unwrap(), 1);
+    for bad in [&[][..], &[1.0, f32::NAN], &[f32::INFINITY], &[f32::NEG_INFINITY]] {
+        let e = decode::argmax(bad).unwrap_err();
+        assert!(e.to_string().starts_with("logits:"), "{e}");
+    }
+    let cfg = tiny(RopeStyle::Interleaved, false, false);
+    let m = model_from_tensors(cfg.clone(), weights(&cfg, 9), &Device::Cpu).unwrap();
+    let params = speculative::sampling(0.0).unwrap();
+    // A prompt longer than HOST_MAX_TOKENS (the candle route first), then host steps; an EOS that occurs stops both.
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 5 + 1) % 48).collect();
+    let want = speculative::generate_plain(&m, &prompt, &params, 40, None, 0).unwrap();
+    assert_eq!(decode::greedy(&m, &prompt, 40, None).unwrap(), want);
+    let eos = want[7];
+    let stop = speculative::generate_plain(&m, &prompt, &params, 40, Some(eos), 0).unwrap();
+    assert_eq!(decode::greedy(&m, &prompt, 40, Some(eos)).unwrap(), stop);
+    assert!(stop.len() <= 8);
+    assert_eq!(
+        decode::greedy(&m, &[], 4, None).unwrap_err().to_string(),
+        "prompt: is empty"
+    );
+    let Some(dir) = shared_data() else { return };
+    let s = llama2c::load_checkpoint(&dir.join("stories260K.bin"), &Device::Cpu).unwrap();
+    let p = [1u32, 403, 407, 261, 378];
+    let want = speculative::generate_plain(&s, &p, &params, 60, None, 0).unwrap();
+    assert_eq!(decode::greedy(&s, &p, 60, None).unwrap(), want);
+}

@@ -115,7 +115,7 @@ impl Model {
             layer.fused = if want { Fused::of(layer)? } else { None };
         }
         self.head_t = match &self.head {
-            Proj::Dense(l) if want => Some(l.weight().t()?.contiguous()?),
+            Proj::Dense(l) if want => Some(weights::transpose_cat(&[l.weight()])?),
             _ => None,
         };
         self.host = match HostWeights::of(self)? {
