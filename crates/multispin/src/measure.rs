@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
-use spin_runtime::measure::{self as m, AffineFit, Uplink};
+use spin_runtime::measure::{self as m, Uplink};
 use spin_runtime::speculative;
 use spin_runtime::{Model, Tokenizer};
 use std::fmt::Write as _;
@@ -40,6 +40,10 @@ struct Models {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Dequantise GGUF models to dense f32 after loading (a memory-bound target on the CPU: every pass reads all
+    /// the weights; docs/runtime.md).
+    #[arg(long)]
+    dequantize: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -120,7 +124,10 @@ struct Loaded {
 
 fn load(models: &Models) -> Result<Loaded, Failure> {
     let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
-    let target = spin_runtime::load_model(&models.target, &device).map_err(Failure::input)?;
+    let mut target = spin_runtime::load_model(&models.target, &device).map_err(Failure::input)?;
+    if models.dequantize {
+        target = target.dequantize().map_err(Failure::input)?;
+    }
     let tok = spin_runtime::load_tokenizer(
         models.tokenizer.as_deref(),
         &models.target,
@@ -128,7 +135,14 @@ fn load(models: &Models) -> Result<Loaded, Failure> {
     )
     .map_err(Failure::input)?;
     let drafter = match &models.draft {
-        Some(p) => spin_runtime::load_model(p, &device).map_err(Failure::input)?,
+        Some(p) => {
+            let d = spin_runtime::load_model(p, &device).map_err(Failure::input)?;
+            if models.dequantize {
+                d.dequantize().map_err(Failure::input)?
+            } else {
+                d
+            }
+        }
         None => target
             .first_layers(models.self_draft_layers.unwrap_or(1))
             .map_err(Failure::input)?,
@@ -167,7 +181,18 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             temperature,
         } => {
             let params = positive_temperature(*temperature)?;
+            positive("--count", *count)?;
+            positive("--words", *words)?;
+            positive("--draft-len", *draft_len)?;
+            at_most("--count", *count, MAX_DEVICES)?;
+            // Two drafted tokens are the least an acceptance estimate needs.
+            if *new_tokens < 2 {
+                return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
+            }
             let l = load(models)?;
+            let max_seq = l.target.config().max_seq_len;
+            at_most("--new-tokens", *new_tokens, max_seq)?;
+            at_most("--draft-len", *draft_len, max_seq)?;
             let mut csv = String::from("prompt_set,prompts,alpha_mean,alpha_std\n");
             let mut bars = Vec::new();
             for (i, path) in prompts.iter().enumerate() {
@@ -215,11 +240,17 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
         } => {
             if *max_k < 2 {
                 return Err(Failure::Input(format!(
-                    "max_k: {max_k} is below 2 (an affine fit needs two points)"
+                    "--max-k: {max_k} is below 2 (an affine fit needs two points)"
                 )));
             }
+            at_most("--max-k", *max_k, m::MAX_VERIFY_BATCH)?;
+            positive("--prefix-len", *prefix_len)?;
+            positive("--reps", *reps)?;
+            at_most("--reps", *reps, 10_000)?;
             let l = load(models)?;
-            let (fit, draft_s, pts) = verify_latency(&l, *max_k, *draft_len, *prefix_len, *reps)?;
+            let (robust, draft_s, pts) =
+                verify_latency(&l, *max_k, *draft_len, *prefix_len, *reps, models.seed)?;
+            let fit = robust.fit;
             let mut csv = String::from("k,verify_s,fit_s\n");
             for &(k, t) in &pts {
                 writeln!(csv, "{k},{t:.6e},{:.6e}", fit.intercept + fit.slope * k)
@@ -237,13 +268,8 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                 "seconds",
                 &[("measured", &pts, true), ("T_fix + K T_lin", &line, false)],
             )?;
-            println!(
-                "T_fix = {:.4} ms, T_lin = {:.4} ms, R² = {:.4}; drafting {:.4} ms/token",
-                1e3 * fit.intercept,
-                1e3 * fit.slope,
-                fit.r2,
-                1e3 * draft_s
-            );
+            println!("{}", describe_fit(&robust, *draft_len));
+            println!("drafting {:.4} ms/token", 1e3 * draft_s);
             Ok(())
         }
         What::Goodput {
@@ -257,16 +283,29 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             temperature,
         } => {
             let params = positive_temperature(*temperature)?;
-            if !(*bandwidth_hz > 0.0 && *spectral_efficiency > 0.0) {
-                return Err(Failure::Input(
-                    "bandwidth_hz, spectral_efficiency: must be positive".into(),
-                ));
+            for (flag, v) in [
+                ("--bandwidth-hz", *bandwidth_hz),
+                ("--spectral-efficiency", *spectral_efficiency),
+            ] {
+                if !(v > 0.0 && v.is_finite()) {
+                    return Err(Failure::Input(format!(
+                        "{flag}: {v} is not a finite positive number"
+                    )));
+                }
             }
-            if *devices == 0 || *max_draft_len == 0 {
-                return Err(Failure::Input("devices, max_draft_len: must be positive".into()));
+            positive("--devices", *devices)?;
+            at_most("--devices", *devices, MAX_DEVICES)?;
+            positive("--max-draft-len", *max_draft_len)?;
+            if *new_tokens < 2 {
+                return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
             }
             let l = load(models)?;
-            let (fit, draft_s, _) = verify_latency(&l, (*devices).max(2), *max_draft_len, 32, 5)?;
+            let max_seq = l.target.config().max_seq_len;
+            at_most("--new-tokens", *new_tokens, max_seq)?;
+            at_most("--max-draft-len", *max_draft_len, max_seq.saturating_sub(33))?;
+            let (robust, draft_s, _) =
+                verify_latency(&l, (*devices).max(2), *max_draft_len, 32, 5, models.seed)?;
+            let fit = robust.fit;
             let text = read_text(prompts)?;
             let ps = m::prompts_from_text(&text, &l.tok, *devices, 8, models.seed).map_err(Failure::input)?;
             let uplink = Uplink {
@@ -314,6 +353,11 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             )?;
             // A scenario needs α in (0, 1) and non-negative latencies; a measurement at the edge is moved inside
             // and said so, never changed silently.
+            if alphas.is_empty() {
+                return Err(Failure::Runtime(anyhow::anyhow!(
+                    "no draft length gave an acceptance estimate: raise --new-tokens"
+                )));
+            }
             let measured = m::mean_std(&alphas).0;
             let alpha = measured.clamp(1e-6, 1.0 - 1e-6);
             if alpha != measured {
@@ -350,7 +394,26 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
     }
 }
 
-type Latency = (AffineFit, f64, Vec<(f64, f64)>);
+type Latency = (m::RobustFit, f64, Vec<(f64, f64)>);
+
+/// Most devices (prompts) a measurement runs at once; checked before anything is allocated.
+const MAX_DEVICES: usize = m::MAX_VERIFY_BATCH;
+
+fn positive(flag: &str, v: usize) -> Result<(), Failure> {
+    if v == 0 {
+        return Err(Failure::Input(format!("{flag}: must be positive")));
+    }
+    Ok(())
+}
+
+fn at_most(flag: &str, v: usize, limit: usize) -> Result<(), Failure> {
+    if v > limit {
+        return Err(Failure::Input(format!(
+            "{flag}: {v} exceeds the limit of {limit}"
+        )));
+    }
+    Ok(())
+}
 
 fn verify_latency(
     l: &Loaded,
@@ -358,17 +421,57 @@ fn verify_latency(
     draft_len: usize,
     prefix_len: usize,
     reps: usize,
+    seed: u64,
 ) -> Result<Latency, Failure> {
-    // `verify_latency_s` rejects a zero prefix_len or reps itself, naming both fields.
+    // `verify_latency_samples` rejects a zero prefix_len or reps and a sweep past max_seq_len itself.
     let ks: Vec<usize> = (1..=max_k).collect();
     let bar = progress(reps, &format!("verifying K = 1..{max_k}"));
-    let times = m::verify_latency_s(&l.target, &ks, prefix_len, draft_len, reps, &mut || bar.inc(1))
+    let samples = m::verify_latency_samples(&l.target, &ks, prefix_len, draft_len, reps, &mut || bar.inc(1))
         .map_err(Failure::input)?;
     bar.finish_and_clear();
-    let pts: Vec<(f64, f64)> = ks.iter().zip(times).map(|(&k, t)| (k as f64, t)).collect();
-    let fit = m::affine_fit(&pts).map_err(Failure::input)?;
+    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed);
+    let robust = m::robust_fit(&ks, &samples, m::BOOTSTRAP_RESAMPLES, &mut rng)
+        .context("fitting the verification latency")?;
+    let pts: Vec<(f64, f64)> = ks
+        .iter()
+        .zip(&samples)
+        .map(|(&k, t)| (k as f64, m::median(t)))
+        .collect();
     let draft_s = m::draft_token_latency_s(&l.drafter, prefix_len, 32).map_err(Failure::input)?;
-    Ok((fit, draft_s, pts))
+    Ok((robust, draft_s, pts))
+}
+
+/// The fit in words: T_lin and the K_max/K_1 ratio with their intervals, and T_fix as a value only when its whole
+/// interval is above zero (otherwise the fixed cost is not resolved, and only the interval is printed).
+fn describe_fit(r: &m::RobustFit, draft_len: usize) -> String {
+    let ms = |x: f64| 1e3 * x;
+    let fix = if r.fixed_cost_resolved() {
+        format!(
+            "T_fix = {:.4} ms (95 % interval {:.4} to {:.4} ms)",
+            ms(r.fit.intercept),
+            ms(r.t_fix.low),
+            ms(r.t_fix.high)
+        )
+    } else {
+        format!(
+            "T_fix: not resolved (95 % interval {:.4} to {:.4} ms reaches zero)",
+            ms(r.t_fix.low),
+            ms(r.t_fix.high)
+        )
+    };
+    format!(
+        "{fix}; T_lin = {:.4} ms per draft (95 % interval {:.4} to {:.4} ms); Theil–Sen on per-K medians, R² = {:.4}\n\
+         cost of K = {} / K = {} at draft length {draft_len}: {:.3}× (95 % interval {:.3}× to {:.3}×)",
+        ms(r.fit.slope),
+        ms(r.t_lin.low),
+        ms(r.t_lin.high),
+        r.fit.r2,
+        r.k_max,
+        r.k_min,
+        r.ratio,
+        r.ratio_interval.low,
+        r.ratio_interval.high
+    )
 }
 
 /// A progress bar of `len` steps on stderr; indicatif hides it when stderr is not a terminal.

@@ -47,7 +47,7 @@ pub(crate) struct Attention<'a> {
     /// RoPE, then the n_kv_heads value heads, head_dim floats each (the q|k|v projection's output as it is).
     pub qkv: &'a [f32],
     /// Per sequence, what its cache held before this pass (empty slices when nothing).
-    pub past: Vec<Past<'a>>,
+    pub past: &'a [Past<'a>],
     /// Keys visible to query (b, j), cache included: B·T entries, each at most past_b + T.
     pub visible: &'a [usize],
     /// Queries per sequence, T.
@@ -65,12 +65,12 @@ pub(crate) struct Attention<'a> {
 /// a·b + c: one fused instruction where the instruction set has one (`F`), a multiply and an add otherwise
 /// (`f32::mul_add` without hardware FMA is a slow library call).
 #[inline(always)]
-fn fmadd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub(crate) fn fmadd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
     if F { a.mul_add(b, c) } else { a * b + c }
 }
 
 /// Whether pulp's instruction set `S` has fused multiply-add (x86-64-v3, and every aarch64 with NEON).
-fn has_fma<S: pulp::Simd>() -> bool {
+pub(crate) fn has_fma<S: pulp::Simd>() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::any::TypeId::of::<S>() == std::any::TypeId::of::<pulp::x86::V3>()
@@ -95,7 +95,7 @@ fn has_fma<S: pulp::Simd>() -> bool {
 /// for e^r (truncation below 1.2e−7 relative), and 2ⁿ built in the exponent bits. Tested against f64 to 4e−7
 /// relative, with and without fused multiply-add.
 #[inline(always)]
-fn exp_with<const F: bool>(x: f32) -> f32 {
+pub(crate) fn exp_with<const F: bool>(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer kept in the low mantissa bits
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -115,8 +115,26 @@ fn exp_with<const F: bool>(x: f32) -> f32 {
 /// Eight lanes: the rows of a block are processed eight at a time, one row per lane.
 type Lanes = [f32; 8];
 
+/// Buffers of [`Attention::run_serial`], kept by its caller between calls.
+#[derive(Debug, Clone)]
+pub(crate) struct AttnScratch {
+    scratch: Scratch,
+    blocks: Vec<f32>,
+    arch: pulp::Arch,
+}
+
+impl Default for AttnScratch {
+    fn default() -> Self {
+        AttnScratch {
+            scratch: Scratch::default(),
+            blocks: Vec::new(),
+            arch: pulp::Arch::new(),
+        }
+    }
+}
+
 /// Scratch space of one attention task, reused across the tasks a rayon job runs.
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 struct Scratch {
     /// Scaled queries, row-vector-major: `qt[v·head_dim + d]` holds channel d of rows 8v .. 8v + 7.
     qt: Vec<Lanes>,
@@ -155,6 +173,42 @@ impl Attention<'_> {
             },
         );
         let mut y = vec![0f32; b * t * nh * hd];
+        self.interleave(&blocks, &mut y);
+        y
+    }
+
+    /// [`Attention::run`] on the calling thread, into `y` (resized to B·T·n_heads·head_dim), with buffers the
+    /// caller keeps from one call to the next: no allocation once they have grown, no hand-off to a pool thread
+    /// (what a single sequence's step of a small model wants).
+    pub fn run_serial(&self, y: &mut Vec<f32>, s: &mut AttnScratch) {
+        let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
+        let rep = nh / nkv;
+        let b = self.past.len();
+        s.blocks.clear();
+        s.blocks.resize(b * nh * t * hd, 0.0);
+        for (task, out) in s.blocks.chunks_exact_mut(rep * t * hd).enumerate() {
+            s.arch.dispatch(Block {
+                att: self,
+                i: task / nkv,
+                g: task % nkv,
+                out,
+                scratch: &mut s.scratch,
+            });
+        }
+        y.clear();
+        y.resize(b * t * nh * hd, 0.0);
+        self.interleave(&s.blocks, y);
+    }
+
+    /// Moves the blocks of rep·T rows per (sequence, kv head) into (B, T, n_heads, head_dim) order.
+    fn interleave(&self, blocks: &[f32], y: &mut [f32]) {
+        let (t, nh, nkv, hd) = (self.queries, self.n_heads, self.n_kv_heads, self.head_dim);
+        let rep = nh / nkv;
+        if t == 1 {
+            // One query: a block's rep rows are already the heads g·rep .. g·rep + rep − 1 in order.
+            copy(y, blocks);
+            return;
+        }
         for (task, block) in blocks.chunks_exact(rep * t * hd).enumerate() {
             let (i, g) = (task / nkv, task % nkv);
             for (row, src) in block.chunks_exact(hd).enumerate() {
@@ -163,7 +217,6 @@ impl Attention<'_> {
                 copy(&mut y[dst..dst + hd], src);
             }
         }
-        y
     }
 
     /// The outputs (rep·T rows of head_dim, row r·T + j for query j of the r-th head of the group) of the query
@@ -384,10 +437,10 @@ impl pulp::WithSimd for Block<'_, '_, '_> {
 }
 
 /// Rows of [`SwiGlu`], dispatched like [`Block`].
-struct SwiGluRows<'a> {
-    out: &'a mut [f32],
-    gate_up: &'a [f32],
-    hidden: usize,
+pub(crate) struct SwiGluRows<'a> {
+    pub out: &'a mut [f32],
+    pub gate_up: &'a [f32],
+    pub hidden: usize,
 }
 
 impl pulp::WithSimd for SwiGluRows<'_> {
@@ -501,13 +554,13 @@ mod tests {
             .collect();
         let att = Attention {
             qkv: &rows,
-            past: (0..b)
+            past: &(0..b)
                 .map(|i| Past {
                     k: &pk[i],
                     len: past_len[i],
                     v: &pv[i],
                 })
-                .collect(),
+                .collect::<Vec<_>>(),
             visible: &visible,
             queries: t,
             n_heads: nh,

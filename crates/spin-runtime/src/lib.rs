@@ -4,6 +4,7 @@
 //! This is the only crate of the workspace that depends on candle and the only one with a `cuda` feature (off by
 //! default). Every accept/reject decision is delegated to `spin-core`.
 
+pub mod decode;
 pub mod error;
 pub mod gguf;
 pub mod hf;

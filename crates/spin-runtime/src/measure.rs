@@ -98,13 +98,8 @@ pub fn mean_std(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Median wall time in seconds of a padded batch verification for every K in `ks`: K sequences of `prefix_len`
-/// tokens each score `draft_len + 1` new positions (paper A eq. 7).
-///
-/// The K values are interleaved: each of the `reps` rounds times one pass of every K, starting from a different
-/// K each round, so that a machine whose speed drifts during the sweep (other load, clock changes) moves every K
-/// alike instead of bending the fit. One untimed pass of every K comes first (it grows the caches' capacity and
-/// warms the allocator and the thread pool). `progress` is called after each timed round.
+/// Median wall time in seconds of a padded batch verification for every K in `ks`: the medians of
+/// [`verify_latency_samples`].
 pub fn verify_latency_s(
     model: &Model,
     ks: &[usize],
@@ -113,14 +108,50 @@ pub fn verify_latency_s(
     reps: usize,
     progress: &mut dyn FnMut(),
 ) -> Result<Vec<f64>> {
+    let samples = verify_latency_samples(model, ks, prefix_len, draft_len, reps, progress)?;
+    Ok(samples.iter().map(|t| median(t)).collect())
+}
+
+/// Largest batch a verification sweep accepts: K sequences of up to max_seq_len positions each hold a KV cache,
+/// so the bound is checked before anything is allocated.
+pub const MAX_VERIFY_BATCH: usize = 4096;
+
+/// Every timed pass of a padded batch verification, in seconds: `out[i][r]` is round r's time for K = `ks[i]`,
+/// K sequences of `prefix_len` tokens each scoring `draft_len + 1` new positions (paper A eq. 7).
+///
+/// The K values are interleaved: each of the `reps` rounds times one pass of every K, starting from a different
+/// K each round, so that a machine whose speed drifts during the sweep (other load, clock changes) moves every K
+/// alike instead of bending the fit. One untimed pass of every K comes first (it grows the caches' capacity and
+/// warms the allocator and the thread pool). `progress` is called after each timed round.
+pub fn verify_latency_samples(
+    model: &Model,
+    ks: &[usize],
+    prefix_len: usize,
+    draft_len: usize,
+    reps: usize,
+    progress: &mut dyn FnMut(),
+) -> Result<Vec<Vec<f64>>> {
     if ks.is_empty() || ks.contains(&0) {
         return Err(RuntimeError::invalid(
             "ks",
             "must be a non-empty list of positive batch sizes",
         ));
     }
+    if let Some(&k) = ks.iter().find(|&&k| k > MAX_VERIFY_BATCH) {
+        return Err(RuntimeError::invalid(
+            "ks",
+            format!("batch {k} exceeds the limit of {MAX_VERIFY_BATCH}"),
+        ));
+    }
     if prefix_len == 0 || reps == 0 {
         return Err(RuntimeError::invalid("prefix_len, reps", "must be positive"));
+    }
+    let max_seq = model.config().max_seq_len;
+    if prefix_len.saturating_add(draft_len).saturating_add(1) > max_seq {
+        return Err(RuntimeError::invalid(
+            "prefix_len, draft_len",
+            format!("{prefix_len} + {draft_len} + 1 positions exceed the model's max_seq_len {max_seq}"),
+        ));
     }
     let vocab = model.config().vocab_size;
     let prefix: Vec<u32> = (0..prefix_len).map(|i| filler(i * 7, vocab)).collect();
@@ -156,13 +187,181 @@ pub fn verify_latency_s(
         }
         progress();
     }
-    Ok(times
-        .into_iter()
-        .map(|mut t| {
-            t.sort_by(f64::total_cmp);
-            t[t.len() / 2]
-        })
-        .collect())
+    Ok(times)
+}
+
+/// The median of `xs` (the mean of the two middle values for an even count); NaN when empty.
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// The Theil–Sen line through `points`: the slope is the median of the slopes between every pair of points with
+/// distinct x, the intercept the median of y − slope·x. A third of the points can be arbitrarily wrong without
+/// moving it far (a least-squares line follows a single outlier). R² is that of this line against the points.
+pub fn theil_sen(points: &[(f64, f64)]) -> Result<AffineFit> {
+    let mut slopes = Vec::with_capacity(points.len() * points.len().saturating_sub(1) / 2);
+    for (i, a) in points.iter().enumerate() {
+        for b in &points[i + 1..] {
+            if b.0 != a.0 {
+                slopes.push((b.1 - a.1) / (b.0 - a.0));
+            }
+        }
+    }
+    if slopes.is_empty() || points.iter().any(|p| !(p.0.is_finite() && p.1.is_finite())) {
+        return Err(RuntimeError::invalid(
+            "points",
+            "a Theil–Sen fit needs two distinct finite x values and finite y",
+        ));
+    }
+    let slope = median(&slopes);
+    let residuals: Vec<f64> = points.iter().map(|p| p.1 - slope * p.0).collect();
+    let intercept = median(&residuals);
+    let my = points.iter().map(|p| p.1).sum::<f64>() / points.len() as f64;
+    let ss_res: f64 = points
+        .iter()
+        .map(|p| (p.1 - intercept - slope * p.0).powi(2))
+        .sum();
+    let ss_tot: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    let r2 = if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 1.0 };
+    Ok(AffineFit { intercept, slope, r2 })
+}
+
+/// A two-sided interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    /// Lower end.
+    pub low: f64,
+    /// Upper end.
+    pub high: f64,
+}
+
+impl Interval {
+    /// Whether `x` lies in [low, high].
+    pub fn contains(&self, x: f64) -> bool {
+        self.low <= x && x <= self.high
+    }
+}
+
+/// The verification-latency model T_ver(K) = T_fix + K·T_lin (paper A eq. 7) fitted robustly, with bootstrap
+/// intervals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RobustFit {
+    /// Theil–Sen line through the per-K medians.
+    pub fit: AffineFit,
+    /// 95 % percentile-bootstrap interval of T_fix (s).
+    pub t_fix: Interval,
+    /// 95 % percentile-bootstrap interval of T_lin (s).
+    pub t_lin: Interval,
+    /// Smallest and largest K of the sweep.
+    pub k_min: usize,
+    /// Largest K.
+    pub k_max: usize,
+    /// Measured cost ratio median T(k_max) / median T(k_min).
+    pub ratio: f64,
+    /// Its 95 % percentile-bootstrap interval.
+    pub ratio_interval: Interval,
+}
+
+impl RobustFit {
+    /// Whether the fixed cost is resolved: its whole interval lies above zero. When it is not, T_fix must not be
+    /// reported as a value (a negative fixed cost is physically impossible; it means the data cannot separate
+    /// T_fix from K·T_lin).
+    pub fn fixed_cost_resolved(&self) -> bool {
+        self.t_fix.low > 0.0
+    }
+}
+
+/// Bootstrap resamples used by [`robust_fit`] by default.
+pub const BOOTSTRAP_RESAMPLES: usize = 1000;
+
+/// Fits T_ver(K) = T_fix + K·T_lin to per-K samples (`samples[i]` are the timings of K = `ks[i]`, as
+/// [`verify_latency_samples`] returns them): the Theil–Sen line through the per-K medians, and 95 %
+/// percentile intervals from `resamples` bootstrap resamples (each resamples every K's timings with replacement,
+/// then takes medians and the Theil–Sen line again). The ratio is between the largest and the smallest K's medians.
+pub fn robust_fit(
+    ks: &[usize],
+    samples: &[Vec<f64>],
+    resamples: usize,
+    rng: &mut impl rand::Rng,
+) -> Result<RobustFit> {
+    use rand::RngExt;
+    if ks.len() != samples.len() || ks.len() < 2 {
+        return Err(RuntimeError::invalid(
+            "samples",
+            format!(
+                "{} sample lists for {} batch sizes (two or more needed)",
+                samples.len(),
+                ks.len()
+            ),
+        ));
+    }
+    if let Some(i) = samples
+        .iter()
+        .position(|s| s.is_empty() || s.iter().any(|t| !(t.is_finite() && *t >= 0.0)))
+    {
+        return Err(RuntimeError::invalid(
+            format!("samples[{i}]"),
+            "must be a non-empty list of finite non-negative times",
+        ));
+    }
+    if resamples < 40 {
+        return Err(RuntimeError::invalid(
+            "resamples",
+            format!("{resamples} is too few for a 95 % interval (40 or more)"),
+        ));
+    }
+    let lo = (0..ks.len()).min_by_key(|&i| ks[i]).unwrap_or(0);
+    let hi = (0..ks.len()).max_by_key(|&i| ks[i]).unwrap_or(0);
+    let fit_of = |medians: &[f64]| -> Result<(AffineFit, f64)> {
+        let pts: Vec<(f64, f64)> = ks.iter().zip(medians).map(|(&k, &t)| (k as f64, t)).collect();
+        Ok((theil_sen(&pts)?, medians[hi] / medians[lo]))
+    };
+    let medians: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+    let (fit, ratio) = fit_of(&medians)?;
+    let (mut fix, mut lin, mut rat) = (
+        Vec::with_capacity(resamples),
+        Vec::with_capacity(resamples),
+        Vec::with_capacity(resamples),
+    );
+    let mut draw = Vec::new();
+    let mut boot = vec![0.0; ks.len()];
+    for _ in 0..resamples {
+        for (m, s) in boot.iter_mut().zip(samples) {
+            draw.clear();
+            draw.extend((0..s.len()).map(|_| s[rng.random_range(0..s.len())]));
+            *m = median(&draw);
+        }
+        let (f, r) = fit_of(&boot)?;
+        fix.push(f.intercept);
+        lin.push(f.slope);
+        rat.push(r);
+    }
+    Ok(RobustFit {
+        fit,
+        t_fix: percentile_interval(&mut fix),
+        t_lin: percentile_interval(&mut lin),
+        k_min: ks[lo],
+        k_max: ks[hi],
+        ratio,
+        ratio_interval: percentile_interval(&mut rat),
+    })
+}
+
+/// The 2.5 % and 97.5 % order statistics of `xs` (sorted in place; at least one value).
+fn percentile_interval(xs: &mut [f64]) -> Interval {
+    xs.sort_by(f64::total_cmp);
+    let at = |q: f64| xs[((q * (xs.len() - 1) as f64).round() as usize).min(xs.len() - 1)];
+    Interval {
+        low: at(0.025),
+        high: at(0.975),
+    }
 }
 
 /// A token id for synthetic timing inputs: `i` folded into the vocabulary, above the three ids llama-style

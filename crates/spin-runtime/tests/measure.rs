@@ -120,3 +120,130 @@ fn acceptance_run_reports_monotone_progress_up_to_every_token() {
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
     assert_eq!(seen.last().copied(), Some(3 * 12));
 }
+
+/// Timings of a sweep K = 1..=16 following T = a + b·K, `reps` per K, each multiplied by 1 + noise(seed).
+fn synthetic(
+    a: f64,
+    b: f64,
+    reps: usize,
+    noise: impl Fn(usize, usize) -> f64,
+) -> (Vec<usize>, Vec<Vec<f64>>) {
+    let ks: Vec<usize> = (1..=16).collect();
+    let samples = ks
+        .iter()
+        .map(|&k| {
+            (0..reps)
+                .map(|r| (a + b * k as f64) * (1.0 + noise(k, r)))
+                .collect()
+        })
+        .collect();
+    (ks, samples)
+}
+
+#[test]
+fn median_and_theil_sen_are_exact_on_exact_data_and_ignore_a_minority_of_outliers() {
+    assert_eq!(measure::median(&[3.0, 1.0, 2.0]), 2.0);
+    assert_eq!(measure::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+    assert!(measure::median(&[]).is_nan());
+    let exact: Vec<(f64, f64)> = (1..=16).map(|k| (k as f64, 2.5e-4 + 1.1e-4 * k as f64)).collect();
+    let f = measure::theil_sen(&exact).unwrap();
+    assert_relative_eq!(f.intercept, 2.5e-4, max_relative = 1e-9);
+    assert_relative_eq!(f.slope, 1.1e-4, max_relative = 1e-9);
+    assert_relative_eq!(f.r2, 1.0, max_relative = 1e-12);
+    // Three of sixteen points doubled (a burst of load): Theil–Sen stays within 2 % of the true line, least
+    // squares does not.
+    let spiked: Vec<(f64, f64)> = exact
+        .iter()
+        .map(|&(k, y)| {
+            if [3.0, 9.0, 14.0].contains(&k) {
+                (k, 2.0 * y)
+            } else {
+                (k, y)
+            }
+        })
+        .collect();
+    let robust = measure::theil_sen(&spiked).unwrap();
+    let ols = measure::affine_fit(&spiked).unwrap();
+    assert_relative_eq!(robust.slope, 1.1e-4, max_relative = 0.02);
+    assert_relative_eq!(robust.intercept, 2.5e-4, max_relative = 0.02);
+    assert!((ols.intercept - 2.5e-4).abs() > 0.1 * 2.5e-4, "{ols:?}");
+    assert_eq!(
+        field(measure::theil_sen(&[(1.0, 1.0), (1.0, 2.0)]).unwrap_err()),
+        "points"
+    );
+    assert_eq!(
+        field(measure::theil_sen(&[(1.0, 1.0), (2.0, f64::NAN)]).unwrap_err()),
+        "points"
+    );
+}
+
+#[test]
+fn robust_fit_is_exact_without_noise_and_its_intervals_cover_the_truth_with_noise() {
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let (a, b) = (3e-4, 4e-5);
+    let (ks, exact) = synthetic(a, b, 7, |_, _| 0.0);
+    let r = measure::robust_fit(&ks, &exact, 200, &mut rng).unwrap();
+    assert_relative_eq!(r.fit.intercept, a, max_relative = 1e-9);
+    assert_relative_eq!(r.fit.slope, b, max_relative = 1e-9);
+    assert_relative_eq!(r.t_fix.low, a, max_relative = 1e-9);
+    assert_relative_eq!(r.t_fix.high, a, max_relative = 1e-9);
+    assert_relative_eq!(r.ratio, (a + 16.0 * b) / (a + b), max_relative = 1e-12);
+    assert_eq!((r.k_min, r.k_max), (1, 16));
+    assert!(r.fixed_cost_resolved());
+
+    // ±5 % deterministic jitter on every timing and a 3× spike on one timing in seven: the intervals hold the
+    // true values and T_fix is resolved.
+    let noise = |k: usize, rep: usize| {
+        let u = ((k * 7919 + rep * 104_729) % 1000) as f64 / 1000.0;
+        if (k + rep) % 7 == 0 { 2.0 } else { 0.1 * (u - 0.5) }
+    };
+    let (ks, noisy) = synthetic(a, b, 9, noise);
+    let r = measure::robust_fit(&ks, &noisy, 1000, &mut rng).unwrap();
+    assert!(r.t_fix.contains(a), "{:?}", r.t_fix);
+    assert!(r.t_lin.contains(b), "{:?}", r.t_lin);
+    assert!(
+        r.ratio_interval.contains((a + 16.0 * b) / (a + b)),
+        "{:?}",
+        r.ratio_interval
+    );
+    assert!(r.t_fix.low < r.t_fix.high && r.fixed_cost_resolved());
+
+    // No fixed cost at all (T = b·K) and noise: the interval reaches zero, so the fixed cost is not resolved,
+    // whatever the sign of the point estimate.
+    let (ks, zero) = synthetic(0.0, b, 9, noise);
+    let r = measure::robust_fit(&ks, &zero, 1000, &mut rng).unwrap();
+    assert!(r.t_fix.low <= 0.0 && r.t_fix.high >= 0.0, "{:?}", r.t_fix);
+    assert!(!r.fixed_cost_resolved());
+}
+
+#[test]
+fn robust_fit_refuses_unusable_samples() {
+    use rand::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let ks = [1usize, 2];
+    let e = |s: &[Vec<f64>], n: usize, rng: &mut rand_chacha::ChaCha8Rng| {
+        field(measure::robust_fit(&ks, s, n, rng).unwrap_err())
+    };
+    assert_eq!(e(&[vec![1.0]], 100, &mut rng), "samples");
+    assert_eq!(e(&[vec![1.0], vec![]], 100, &mut rng), "samples[1]");
+    assert_eq!(e(&[vec![f64::NAN], vec![1.0]], 100, &mut rng), "samples[0]");
+    assert_eq!(e(&[vec![1.0], vec![-1.0]], 100, &mut rng), "samples[1]");
+    assert_eq!(e(&[vec![1.0], vec![2.0]], 10, &mut rng), "resamples");
+}
+
+#[test]
+fn sweep_samples_have_one_timing_per_round_and_refuse_oversized_sweeps() {
+    let m = tiny(4, 0.1, 2);
+    let s = measure::verify_latency_samples(&m, &[1, 3], 4, 2, 3, &mut || {}).unwrap();
+    assert_eq!(s.len(), 2);
+    assert!(s.iter().all(|t| t.len() == 3 && t.iter().all(|x| *x > 0.0)));
+    let too_many =
+        measure::verify_latency_samples(&m, &[1, measure::MAX_VERIFY_BATCH + 1], 4, 2, 3, &mut || {});
+    assert_eq!(field(too_many.unwrap_err()), "ks");
+    // tiny() has 96 positions: 90 + 8 + 1 do not fit (and usize::MAX must not overflow).
+    let long = measure::verify_latency_samples(&m, &[1, 2], 90, 8, 3, &mut || {});
+    assert_eq!(field(long.unwrap_err()), "prefix_len, draft_len");
+    let huge = measure::verify_latency_samples(&m, &[1, 2], 4, usize::MAX, 3, &mut || {});
+    assert_eq!(field(huge.unwrap_err()), "prefix_len, draft_len");
+}

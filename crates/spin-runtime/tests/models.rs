@@ -143,6 +143,84 @@ fn truncate_then_redecode(host: bool) {
     assert!(err.to_string().starts_with("len:"), "{err}");
 }
 
+/// Logits of one sequence fed in the chunks given, then truncated to `keep` and fed `again`, all rows joined.
+fn chunked(m: &Model, chunks: &[&[u32]], keep: usize, again: &[u32]) -> Tensor {
+    let mut c = m.new_cache();
+    let mut rows: Vec<Tensor> = chunks.iter().map(|ch| m.forward(&mut c, ch).unwrap()).collect();
+    c.truncate(keep).unwrap();
+    rows.push(m.forward(&mut c, again).unwrap());
+    Tensor::cat(&rows, 0).unwrap()
+}
+
+#[test]
+fn host_path_equals_candle_routes() {
+    // Every rotary style, with and without q/k/v biases and a separate head; chunks of 1, 3 and 16 positions
+    // (the host path) and of 17 (past HOST_MAX_TOKENS: the candle route inside the same sequence).
+    let long: Vec<u32> = (0..17).map(|i| (i * 7 + 3) % 48).collect();
+    let chunks: [&[u32]; 5] = [
+        &[1, 5, 9],
+        &[4],
+        &long,
+        &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22],
+        &[2],
+    ];
+    assert_eq!(spin_runtime::model::HOST_MAX_TOKENS, 16);
+    for (rope, bias, tied) in [
+        (RopeStyle::Interleaved, false, true),
+        (RopeStyle::Halves, true, false),
+        (RopeStyle::Interleaved, true, false),
+    ] {
+        let cfg = tiny(rope, bias, tied);
+        let host = model_from_tensors(cfg.clone(), weights(&cfg, 7), &Device::Cpu).unwrap();
+        assert!(host.has_host_path());
+        let mut fused = host.clone();
+        fused.set_host_path(false);
+        let mut stock = host.clone();
+        stock.set_cpu_fast_path(false);
+        let got = chunked(&host, &chunks, 10, &[3, 3]);
+        for (name, m) in [("candle fast path", &fused), ("stock path", &stock)] {
+            let d = max_diff(&got, &chunked(m, &chunks, 10, &[3, 3]));
+            assert!(
+                d < 1e-5,
+                "{rope:?} bias {bias} tied {tied} vs {name}: max |diff| = {d}"
+            );
+        }
+        // The borrowed rows of forward_logits are the same numbers.
+        let mut c = host.new_cache();
+        let rows = host.forward_logits(&mut c, &[1, 5, 9]).unwrap().to_vec();
+        let mut c2 = fused.new_cache();
+        let want = fused.forward_logits(&mut c2, &[1, 5, 9]).unwrap();
+        assert_eq!(rows.len(), 3 * cfg.vocab_size);
+        let d = rows
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(d < 1e-5, "forward_logits: max |diff| = {d}");
+        // Its inputs are checked like forward's.
+        let err = host.forward_logits(&mut c, &[48]).unwrap_err();
+        assert!(err.to_string().starts_with("tokens[0]:"), "{err}");
+        assert_eq!(c.len(), 3);
+    }
+}
+
+#[test]
+fn self_drafts_and_training_keep_the_host_path_consistent() {
+    let cfg = tiny(RopeStyle::Interleaved, false, false);
+    let m = model_from_tensors(cfg.clone(), weights(&cfg, 8), &Device::Cpu).unwrap();
+    let mut draft = m.first_layers(1).unwrap();
+    assert!(draft.has_host_path());
+    let seq = [1u32, 9, 8, 7];
+    let got = stepwise(&draft, &[], &seq);
+    draft.set_host_path(false);
+    assert!(max_diff(&got, &stepwise(&draft, &[], &seq)) < 1e-5);
+    let mut t = m.clone();
+    t.set_differentiable(true).unwrap();
+    assert!(!t.has_host_path());
+    t.set_differentiable(false).unwrap();
+    assert!(t.has_host_path());
+}
+
 #[test]
 fn differentiable_path_equals_fused_path_and_cached_path() {
     for rope in [RopeStyle::Interleaved, RopeStyle::Halves] {
@@ -436,9 +514,48 @@ fn stories260k_greedy_from_bos_tells_of_lily() {
         text.starts_with("Once upon a time, there was a little girl named Lily."),
         "{text:?}"
     );
+    // The candle route gives the same logits along the way (host path on for `m`, off here).
+    let mut candle = m.clone();
+    candle.set_host_path(false);
+    let d = max_diff(
+        &stepwise(&m, &[], &ids[..20]),
+        &stepwise(&candle, &[], &ids[..20]),
+    );
+    assert!(d < 1e-4, "stories260K host vs candle: max |diff| = {d}");
     let enc = tok.encode("Once upon a time, there was a little girl named Lily.", true);
     assert_eq!(
         tok.decode(&enc),
         "Once upon a time, there was a little girl named Lily."
     );
+}
+
+#[test]
+fn greedy_decoding_equals_top1_sampling_and_argmax_keeps_the_first_maximum() {
+    use spin_runtime::{decode, speculative};
+    assert_eq!(decode::argmax(&[0.5, 2.0, -1.0, 2.0]).unwrap(), 1);
+    assert_eq!(decode::argmax(&[f32::NEG_INFINITY, -3.0]).unwrap(), 1);
+    for bad in [&[][..], &[1.0, f32::NAN], &[f32::INFINITY], &[f32::NEG_INFINITY]] {
+        let e = decode::argmax(bad).unwrap_err();
+        assert!(e.to_string().starts_with("logits:"), "{e}");
+    }
+    let cfg = tiny(RopeStyle::Interleaved, false, false);
+    let m = model_from_tensors(cfg.clone(), weights(&cfg, 9), &Device::Cpu).unwrap();
+    let params = speculative::sampling(0.0).unwrap();
+    // A prompt longer than HOST_MAX_TOKENS (the candle route first), then host steps; an EOS that occurs stops both.
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 5 + 1) % 48).collect();
+    let want = speculative::generate_plain(&m, &prompt, &params, 40, None, 0).unwrap();
+    assert_eq!(decode::greedy(&m, &prompt, 40, None).unwrap(), want);
+    let eos = want[7];
+    let stop = speculative::generate_plain(&m, &prompt, &params, 40, Some(eos), 0).unwrap();
+    assert_eq!(decode::greedy(&m, &prompt, 40, Some(eos)).unwrap(), stop);
+    assert!(stop.len() <= 8);
+    assert_eq!(
+        decode::greedy(&m, &[], 4, None).unwrap_err().to_string(),
+        "prompt: is empty"
+    );
+    let Some(dir) = shared_data() else { return };
+    let s = llama2c::load_checkpoint(&dir.join("stories260K.bin"), &Device::Cpu).unwrap();
+    let p = [1u32, 403, 407, 261, 378];
+    let want = speculative::generate_plain(&s, &p, &params, 60, None, 0).unwrap();
+    assert_eq!(decode::greedy(&s, &p, 60, None).unwrap(), want);
 }

@@ -1,0 +1,285 @@
+//! The host path: one sequence and a few new positions through a small dense model, in plain loops over host
+//! copies of the weights, with buffers kept in the sequence's cache, on the calling thread.
+//!
+//! Why: a stories260K step is about 260k multiply-adds, a few microseconds of arithmetic, but through candle
+//! it is ~60 tensor ops, each allocating its output and crossing into rayon's pool; per-op dispatch, not
+//! arithmetic, set the step's cost (docs/runtime.md, "Host path"). Here a step allocates nothing once the
+//! buffers have grown, and no thread is woken. The loops are compiled for the best instruction set at run time
+//! through `pulp` (as in `kernels.rs`); the attention is the same kernel as the batched CPU path, run serially.
+//!
+//! The host path serves only models whose weights fit the bound below, single sequences and inputs of at most
+//! [`HOST_MAX_TOKENS`] positions; everything else (batches, prompts, large models whose products want every
+//! core) takes the candle route. Tests compare both to 1e-5.
+
+use super::cache::LayerKv;
+use super::weights::Fused;
+use super::{KvCache, Model};
+use crate::error::Result;
+use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows, fmadd, has_fma};
+use candle_core::Tensor;
+
+/// Models with more weights than this keep only the candle route: their products are worth every core.
+pub(crate) const HOST_MAX_WEIGHTS: usize = 1 << 22;
+
+/// Longest input (new positions of one sequence) the host path takes; longer ones (prompts) go through candle's
+/// multi-threaded products.
+pub const HOST_MAX_TOKENS: usize = 16;
+
+/// A layer's weights as host vectors, the same (in, out) matrices as [`Fused`].
+#[derive(Debug)]
+struct HostLayer {
+    attn_norm: Vec<f32>,
+    /// (dim, dim + 2·kv_dim).
+    qkv: Vec<f32>,
+    qkv_bias: Option<Vec<f32>>,
+    /// (dim, dim).
+    o: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    /// (dim, 2·hidden_dim).
+    gate_up: Vec<f32>,
+    /// (hidden_dim, dim).
+    down: Vec<f32>,
+}
+
+/// A whole model's weights on the host for [`Model::forward_host`].
+#[derive(Debug)]
+pub(crate) struct HostWeights {
+    /// (vocab, dim).
+    embed: Vec<f32>,
+    layers: Vec<HostLayer>,
+    norm: Vec<f32>,
+    /// (dim, vocab).
+    head_t: Vec<f32>,
+}
+
+fn host(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
+impl HostWeights {
+    /// Host copies of a dense model's weights; `None` when a projection is quantised, the output head has no
+    /// transposed copy, or the model is larger than [`HOST_MAX_WEIGHTS`].
+    pub(super) fn of(model: &Model) -> Result<Option<HostWeights>> {
+        let Some(head_t) = &model.head_t else {
+            return Ok(None);
+        };
+        let fused: Option<Vec<&Fused>> = model.layers.iter().map(|l| l.fused.as_ref()).collect();
+        let Some(fused) = fused else {
+            return Ok(None);
+        };
+        let per_layer: usize = fused
+            .iter()
+            .map(|f| f.qkv.elem_count() + f.o.elem_count() + f.gate_up.elem_count() + f.down.elem_count())
+            .sum();
+        if per_layer + head_t.elem_count() + model.embed.elem_count() > HOST_MAX_WEIGHTS {
+            return Ok(None);
+        }
+        let mut layers = Vec::with_capacity(fused.len());
+        for (layer, f) in model.layers.iter().zip(fused) {
+            layers.push(HostLayer {
+                attn_norm: host(&layer.attn_norm)?,
+                qkv: host(&f.qkv)?,
+                qkv_bias: f.qkv_bias.as_ref().map(host).transpose()?,
+                o: host(&f.o)?,
+                ffn_norm: host(&layer.ffn_norm)?,
+                gate_up: host(&f.gate_up)?,
+                down: host(&f.down)?,
+            });
+        }
+        Ok(Some(HostWeights {
+            embed: host(&model.embed)?,
+            layers,
+            norm: host(&model.norm)?,
+            head_t: host(head_t)?,
+        }))
+    }
+}
+
+/// The working buffers of a host step, kept in the sequence's [`KvCache`] so that steps after the first
+/// allocate nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostBuffers {
+    /// Residual stream (T, dim).
+    x: Vec<f32>,
+    /// Normed residual (T, dim).
+    xb: Vec<f32>,
+    /// q|k|v rows (T, dim + 2·kv_dim).
+    qkv: Vec<f32>,
+    /// Attention output (T, dim).
+    att: Vec<f32>,
+    /// gate|up rows (T, 2·hidden_dim).
+    gate_up: Vec<f32>,
+    /// SwiGLU product (T, hidden_dim).
+    hidden: Vec<f32>,
+    /// Logits (T, vocab).
+    pub(super) logits: Vec<f32>,
+    /// Keys visible to each query.
+    visible: Vec<usize>,
+    attn: AttnScratch,
+}
+
+impl Model {
+    /// Whether [`Model::forward_host`] can run `n` new tokens on `cache`.
+    pub(super) fn host_path_for(&self, cache: &KvCache, n: usize) -> bool {
+        self.host.is_some()
+            && self.cpu_fast
+            && !self.differentiable
+            && cache.is_host()
+            && (1..=HOST_MAX_TOKENS).contains(&n)
+    }
+
+    /// One validated sequence through the host path: leaves the logits (T, vocab) in `cache.host.logits` and
+    /// appends the new keys and values. The caller has checked the tokens, the cache's shape and the length.
+    pub(super) fn forward_host(&self, cache: &mut KvCache, tokens: &[u32]) {
+        let Some(hw) = self.host.as_deref() else {
+            return;
+        };
+        let cfg = &self.cfg;
+        let (d, kvd, h, vocab) = (cfg.dim, cfg.kv_dim(), cfg.hidden_dim, cfg.vocab_size);
+        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
+        let w = d + 2 * kvd;
+        let t = tokens.len();
+        let past = cache.len;
+        let eps = cfg.rms_eps as f32;
+        let mut buf = std::mem::take(&mut cache.host);
+        let arch = pulp::Arch::new();
+
+        buf.x.clear();
+        for &tok in tokens {
+            buf.x.extend_from_slice(&hw.embed[tok as usize * d..][..d]);
+        }
+        buf.visible.clear();
+        buf.visible.extend((0..t).map(|j| past + j + 1));
+        for (li, layer) in hw.layers.iter().enumerate() {
+            rms_norm(&buf.x, &layer.attn_norm, eps, &mut buf.xb);
+            matmul(arch, &buf.xb, &layer.qkv, w, &mut buf.qkv, false);
+            if let Some(bias) = &layer.qkv_bias {
+                for row in buf.qkv.chunks_exact_mut(w) {
+                    for (y, b) in row.iter_mut().zip(bias) {
+                        *y += b;
+                    }
+                }
+            }
+            for (j, row) in buf.qkv.chunks_exact_mut(w).enumerate() {
+                self.rotate_row(row, past + j);
+            }
+            let LayerKv::Host { k, v } = &mut cache.layers[li] else {
+                return;
+            };
+            Attention {
+                qkv: &buf.qkv,
+                past: &[Past { k, len: past, v }],
+                visible: &buf.visible,
+                queries: t,
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            }
+            .run_serial(&mut buf.att, &mut buf.attn);
+            for row in buf.qkv.chunks_exact(w) {
+                k.extend_from_slice(&row[d..d + kvd]);
+                v.extend_from_slice(&row[d + kvd..]);
+            }
+            matmul(arch, &buf.att, &layer.o, d, &mut buf.x, true);
+            rms_norm(&buf.x, &layer.ffn_norm, eps, &mut buf.xb);
+            matmul(arch, &buf.xb, &layer.gate_up, 2 * h, &mut buf.gate_up, false);
+            buf.hidden.clear();
+            buf.hidden.resize(t * h, 0.0);
+            arch.dispatch(SwiGluRows {
+                out: &mut buf.hidden,
+                gate_up: &buf.gate_up,
+                hidden: h,
+            });
+            matmul(arch, &buf.hidden, &layer.down, d, &mut buf.x, true);
+        }
+        rms_norm(&buf.x, &hw.norm, eps, &mut buf.xb);
+        matmul(arch, &buf.xb, &hw.head_t, vocab, &mut buf.logits, false);
+        cache.len += t;
+        cache.host = buf;
+    }
+}
+
+/// out = x / √(mean(x²) + eps) · w, row by row (rows of w.len()), as candle's `rms_norm` computes it.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.clear();
+    for row in x.chunks_exact(w.len()) {
+        let ss: f32 = row.iter().map(|v| v * v).sum();
+        let inv = 1.0 / (ss / w.len() as f32 + eps).sqrt();
+        out.extend(row.iter().zip(w).map(|(v, g)| v * inv * g));
+    }
+}
+
+/// y (T, out) = x (T, in) · w (in, out), or y += x · w with `accumulate`; `in` is w.len() / out.
+fn matmul(arch: pulp::Arch, x: &[f32], w: &[f32], out: usize, y: &mut Vec<f32>, accumulate: bool) {
+    let inp = w.len() / out;
+    let rows = x.len() / inp;
+    if !accumulate {
+        y.clear();
+        y.resize(rows * out, 0.0);
+    }
+    arch.dispatch(MatMul { x, w, y, inp, out });
+}
+
+/// [`matmul`]'s loops, compiled for the instruction set `pulp` picks (a struct, not a closure, as `Block` in
+/// `kernels.rs` explains).
+struct MatMul<'a> {
+    x: &'a [f32],
+    w: &'a [f32],
+    y: &'a mut [f32],
+    inp: usize,
+    out: usize,
+}
+
+impl pulp::WithSimd for MatMul<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        if has_fma::<S>() {
+            self.run::<true>()
+        } else {
+            self.run::<false>()
+        }
+    }
+}
+
+impl MatMul<'_> {
+    /// Per row of x and block of 32 output columns, 32 accumulators held in registers over the whole input
+    /// width (each step reads one row segment of w and adds to the accumulators: no load or store of y in the
+    /// inner loop); then blocks of 8 and single columns for the rest.
+    #[inline(always)]
+    fn run<const F: bool>(self) {
+        let (inp, out) = (self.inp, self.out);
+        for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
+            let mut o0 = 0;
+            while o0 + 32 <= out {
+                columns::<32, F>(x, self.w, out, o0, &mut y[o0..o0 + 32]);
+                o0 += 32;
+            }
+            while o0 + 8 <= out {
+                columns::<8, F>(x, self.w, out, o0, &mut y[o0..o0 + 8]);
+                o0 += 8;
+            }
+            while o0 < out {
+                columns::<1, F>(x, self.w, out, o0, &mut y[o0..o0 + 1]);
+                o0 += 1;
+            }
+        }
+    }
+}
+
+/// y[c] += Σ_i x[i] · w[i·out + o0 + c] for c < N.
+#[inline(always)]
+fn columns<const N: usize, const F: bool>(x: &[f32], w: &[f32], out: usize, o0: usize, y: &mut [f32]) {
+    let mut acc = [0f32; N];
+    for (i, &a) in x.iter().enumerate() {
+        let row: &[f32; N] = w[i * out + o0..][..N].try_into().expect("N columns");
+        for c in 0..N {
+            acc[c] = fmadd::<F>(a, row[c], acc[c]);
+        }
+    }
+    for (y, a) in y.iter_mut().zip(acc) {
+        *y += a;
+    }
+}
