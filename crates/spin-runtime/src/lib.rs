@@ -4,6 +4,7 @@
 //! This is the only crate of the workspace that depends on candle and the only one with a `cuda` feature (off by
 //! default). Every accept/reject decision is delegated to `spin-core`.
 
+pub mod drafter;
 pub mod error;
 pub mod gguf;
 pub mod hf;
@@ -15,6 +16,7 @@ pub mod model;
 pub mod speculative;
 pub mod tokenizer;
 pub mod train;
+pub mod verifier;
 
 pub use error::{Result, RuntimeError};
 pub use load::{load_model, load_tokenizer, select_device};
