@@ -39,11 +39,12 @@ fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
     graph
 }
 
-const OURS: [&str; 7] = [
+const OURS: [&str; 8] = [
     "spin-core",
     "spin-channel",
     "spin-optimize",
     "spin-runtime",
+    "spin-net",
     "multispin",
     "xtask",
     "multispin-benches",
@@ -55,7 +56,8 @@ fn allowed(from: &str) -> &'static [&'static str] {
         "spin-core" | "spin-channel" => &[],
         "spin-optimize" => &["spin-core", "spin-channel"],
         "spin-runtime" => &["spin-core"],
-        "multispin" => &["spin-core", "spin-channel", "spin-optimize", "spin-runtime"],
+        "spin-net" => &["spin-runtime", "spin-optimize", "spin-core", "spin-channel"],
+        "multispin" => &["spin-core", "spin-channel", "spin-optimize", "spin-runtime", "spin-net"],
         "xtask" => &["spin-core", "spin-channel", "spin-optimize"],
         _ => &[],
     }

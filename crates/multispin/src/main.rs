@@ -4,6 +4,7 @@
 //! does for usage errors), 1 when the work itself fails (e.g. a file cannot be written).
 
 mod correct;
+mod device;
 mod failure;
 mod generate;
 mod measure;
@@ -12,6 +13,8 @@ mod plan_a;
 mod plan_b;
 mod plan_unified;
 mod scenario;
+mod serve;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 use failure::Failure;
@@ -37,6 +40,12 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure acceptance rates, verification latency and goodput of real models (CSV + SVG).
     Measure(measure::MeasureArgs),
+    /// Run the server and K devices in one process over loopback sockets with an emulated wireless link.
+    Simulate(simulate::SimulateArgs),
+    /// Run the edge server; devices connect with `multispin device`.
+    Serve(serve::ServeArgs),
+    /// Run one edge device against a `multispin serve` server.
+    Device(device::DeviceArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +55,9 @@ fn main() -> ExitCode {
         Command::Correct(args) => correct::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Measure(args) => measure::run(&args),
+        Command::Simulate(args) => simulate::run(&args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Device(args) => device::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

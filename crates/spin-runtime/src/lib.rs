@@ -5,6 +5,7 @@
 //! default). Every accept/reject decision is delegated to `spin-core`.
 
 pub mod decode;
+pub mod drafter;
 pub mod error;
 pub mod gguf;
 pub mod hf;
@@ -16,6 +17,7 @@ pub mod model;
 pub mod speculative;
 pub mod tokenizer;
 pub mod train;
+pub mod verifier;
 
 pub use error::{Result, RuntimeError};
 pub use load::{load_model, load_tokenizer, select_device};

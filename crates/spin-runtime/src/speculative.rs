@@ -1,18 +1,19 @@
-//! The speculative loop for K in-process devices: each drafts γ_k tokens with its own drafter cache, one padded
-//! batch forward of the target verifies every draft (paper A eq. 7), spin-core decides acceptance and samples the
-//! residual or bonus token (MODEL.md §1 steps 3–5), and both caches roll back to the accepted prefix.
+//! The speculative loop for K in-process devices, composed of the two halves the networked system runs apart: each
+//! device's [`Drafter`] drafts γ_k tokens with its own cache, one [`Verifier`] batch forward of the target checks
+//! every draft (paper A eq. 7), spin-core decides acceptance and samples the residual or bonus token (MODEL.md §1
+//! steps 3–5), and both caches roll back to the accepted prefix.
 //!
 //! Cache invariant: a cache holds every token of its sequence except the newest (the one still to be fed); after
 //! a round both caches are truncated to at most `tokens.len() − 1`, and the next forward feeds whatever is missing.
 
+use crate::drafter::{DistForm, Drafter, device_rng, draft_many};
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
+use crate::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use spin_core::{
-    AlphaEstimator, Dist, DraftRef, PaddedTargets, SamplingParams, probs_from_logits, verify_batch,
-};
-use std::time::{Duration, Instant};
+use spin_core::{AlphaEstimator, Dist, SamplingParams, probs_from_logits};
+use std::time::Duration;
 
 /// Sampling settings: `temperature = 0` is greedy decoding (top-1, exactly reproducing argmax decoding).
 pub fn sampling(temperature: f64) -> Result<SamplingParams> {
@@ -35,7 +36,7 @@ pub fn prob_rows(logits: &candle_core::Tensor, params: &SamplingParams) -> Resul
         .collect()
 }
 
-/// One device's running state.
+/// One device's running state (a view the loop refreshes after every round).
 #[derive(Debug, Clone)]
 pub struct Device {
     /// Prompt and generated tokens.
@@ -44,9 +45,6 @@ pub struct Device {
     pub prompt_len: usize,
     /// Draft length γ_k.
     pub draft_len: usize,
-    target_cache: KvCache,
-    draft_cache: KvCache,
-    rng: ChaCha8Rng,
     /// Whether the device has stopped (EOS or token budget).
     pub done: bool,
     /// Acceptance statistics (ratio and count estimators).
@@ -91,14 +89,13 @@ pub struct RoundStats {
     pub verify_s: f64,
 }
 
-/// K devices sharing one verifier.
+/// K in-process devices sharing one verifier: a composition of K [`Drafter`]s (device side) and one
+/// [`Verifier`] (server side) with nothing on the air, every draft going up with its dense distributions.
 pub struct Speculator<'m> {
-    target: &'m Model,
-    drafter: &'m Model,
-    cfg: SpecConfig,
+    verifier: Verifier<&'m Model>,
+    drafters: Vec<Drafter<&'m Model>>,
     /// The devices, in order.
     pub devices: Vec<Device>,
-    verify_rng: ChaCha8Rng,
     /// One entry per verification round.
     pub rounds: Vec<RoundStats>,
     drafting: Drafting,
@@ -116,7 +113,8 @@ pub enum Drafting {
 }
 
 impl<'m> Speculator<'m> {
-    /// Sets up devices with their prompts and draft lengths; prompts are prefilled into both caches.
+    /// Sets up devices with their prompts and draft lengths; prompts are prefilled into the target's caches (the
+    /// drafters' caches fill on their first draft step, all devices in one batch).
     pub fn new(
         target: &'m Model,
         drafter: &'m Model,
@@ -140,56 +138,41 @@ impl<'m> Speculator<'m> {
                 format!("{} draft lengths for {} prompts", draft_lens.len(), prompts.len()),
             ));
         }
-        let mut devices = Vec::with_capacity(prompts.len());
-        for (k, p) in prompts.iter().enumerate() {
-            if p.is_empty() {
-                return Err(RuntimeError::invalid(format!("prompts[{k}]"), "is empty"));
-            }
-        }
-        // Prefill every prompt but its last token, all devices in one padded batch per model.
-        let mut target_caches: Vec<KvCache> = prompts.iter().map(|_| target.new_cache()).collect();
-        let mut draft_caches: Vec<KvCache> = prompts.iter().map(|_| drafter.new_cache()).collect();
-        let long: Vec<usize> = (0..prompts.len()).filter(|&k| prompts[k].len() > 1).collect();
-        if !long.is_empty() {
-            let refs: Vec<&[u32]> = long
-                .iter()
-                .map(|&k| &prompts[k][..prompts[k].len() - 1])
-                .collect();
-            for (model, caches) in [(target, &mut target_caches), (drafter, &mut draft_caches)] {
-                let mut cref: Vec<&mut KvCache> = caches
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(k, _)| prompts[*k].len() > 1)
-                    .map(|(_, c)| c)
-                    .collect();
-                model.forward_batch(&mut cref, &refs)?;
-            }
-        }
-        let caches = target_caches.into_iter().zip(draft_caches);
-        for (k, ((p, &l), (target_cache, draft_cache))) in
-            prompts.iter().zip(draft_lens).zip(caches).enumerate()
-        {
-            devices.push(Device {
+        let mut verifier = Verifier::new(
+            target,
+            VerifierConfig {
+                params: cfg.params,
+                max_new_tokens: cfg.max_new_tokens,
+                eos: cfg.eos,
+                seed: cfg.seed,
+            },
+        );
+        verifier.add_devices(prompts)?;
+        let drafters = prompts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                Drafter::unfilled(drafter, p, p.len(), cfg.params, DistForm::Dense, device_rng(cfg.seed, k))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let devices = prompts
+            .iter()
+            .zip(draft_lens)
+            .map(|(p, &l)| Device {
                 tokens: p.clone(),
                 prompt_len: p.len(),
                 draft_len: l,
-                target_cache,
-                draft_cache,
-                rng: device_rng(cfg.seed, k),
                 done: cfg.max_new_tokens == 0,
                 alpha: AlphaEstimator::new(),
                 rounds: 0,
                 draft_time: Duration::ZERO,
                 drafted: 0,
-            });
-        }
-        let verify_rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+            })
+            .collect();
         Ok(Speculator {
-            target,
-            drafter,
-            cfg,
+            verifier,
+            drafters,
             devices,
-            verify_rng,
             rounds: Vec::new(),
             drafting: Drafting::Batched,
         })
@@ -198,93 +181,6 @@ impl<'m> Speculator<'m> {
     /// Chooses how the devices draft (default [`Drafting::Batched`]); the tokens are the same either way.
     pub fn set_drafting(&mut self, drafting: Drafting) {
         self.drafting = drafting;
-    }
-
-    /// Drafts `lens[i]` tokens for device `active[i]`, one drafter forward per device and step
-    /// ([`Drafting::PerDevice`]) or one padded batch forward per step over every device still drafting
-    /// ([`Drafting::Batched`]). Each device samples from its own RNG in the same order either way. Returns the
-    /// tokens and the distributions they were sampled from.
-    #[allow(clippy::type_complexity)]
-    fn draft_all(&mut self, active: &[usize], lens: &[usize]) -> Result<Vec<(Vec<u32>, Vec<Vec<f32>>)>> {
-        let mut out: Vec<(Vec<u32>, Vec<Vec<f32>>)> = lens
-            .iter()
-            .map(|&l| (Vec::with_capacity(l), Vec::with_capacity(l)))
-            .collect();
-        let steps = lens.iter().copied().max().unwrap_or(0);
-        let groups: Vec<Vec<usize>> = match self.drafting {
-            Drafting::Batched => vec![(0..active.len()).collect()],
-            Drafting::PerDevice => (0..active.len()).map(|i| vec![i]).collect(),
-        };
-        for group in &groups {
-            for step in 0..steps {
-                let members: Vec<usize> = group.iter().copied().filter(|&i| lens[i] > step).collect();
-                if members.is_empty() {
-                    break;
-                }
-                self.draft_step(active, &members, &mut out)?;
-            }
-        }
-        for (&k, &l) in active.iter().zip(lens) {
-            self.devices[k].drafted += l;
-        }
-        Ok(out)
-    }
-
-    /// One drafting step for `members` (indices into `active`, ascending): a single padded forward feeds what each
-    /// drafter cache lacks of tokens ++ drafted-so-far, then each device samples its next token. The step's wall
-    /// time is charged to every member (devices draft in parallel on their own hardware).
-    #[allow(clippy::type_complexity)]
-    fn draft_step(
-        &mut self,
-        active: &[usize],
-        members: &[usize],
-        out: &mut [(Vec<u32>, Vec<Vec<f32>>)],
-    ) -> Result<()> {
-        let start = Instant::now();
-        let params = self.cfg.params;
-        let inputs: Vec<Vec<u32>> = members
-            .iter()
-            .map(|&i| {
-                let d = &self.devices[active[i]];
-                let fed = d.draft_cache.len();
-                let ys = &out[i].0;
-                let n = d.tokens.len();
-                if fed < n {
-                    let mut v = d.tokens[fed..].to_vec();
-                    v.extend_from_slice(ys);
-                    v
-                } else {
-                    ys[fed - n..].to_vec()
-                }
-            })
-            .collect();
-        let logits = {
-            let mut wanted = vec![false; self.devices.len()];
-            for &i in members {
-                wanted[active[i]] = true;
-            }
-            let mut caches: Vec<&mut KvCache> = self
-                .devices
-                .iter_mut()
-                .zip(&wanted)
-                .filter(|(_, w)| **w)
-                .map(|(d, _)| &mut d.draft_cache)
-                .collect();
-            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
-            self.drafter.forward_batch(&mut caches, &refs)?
-        };
-        for (&i, l) in members.iter().zip(&logits) {
-            let last = l.narrow(0, l.dim(0)? - 1, 1)?;
-            let q = prob_rows(&last, &params)?.remove(0);
-            let d = &mut self.devices[active[i]];
-            out[i].0.push(Dist::new(&q)?.sample(&mut d.rng));
-            out[i].1.push(q);
-        }
-        let elapsed = start.elapsed();
-        for &i in members {
-            self.devices[active[i]].draft_time += elapsed;
-        }
-        Ok(())
     }
 
     /// One round for every unfinished device: draft, verify in one batch, accept/resample, roll back.
@@ -298,91 +194,61 @@ impl<'m> Speculator<'m> {
         }
         let lens: Vec<usize> = active
             .iter()
-            .map(|&k| {
-                let remaining = self.cfg.max_new_tokens - self.devices[k].generated().len();
-                self.devices[k].draft_len.min(remaining.saturating_sub(1))
-            })
-            .collect();
-        let drafts = self.draft_all(&active, &lens)?;
-        // Target inputs: the unfed tail of each sequence, then its draft.
-        let inputs: Vec<Vec<u32>> = active
-            .iter()
-            .zip(&drafts)
-            .map(|(&k, (ys, _))| {
-                let d = &self.devices[k];
-                let mut v = d.tokens[d.target_cache.len()..].to_vec();
-                v.extend_from_slice(ys);
-                v
-            })
-            .collect();
-        let start = Instant::now();
-        let logits = {
-            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(active.len());
-            for (k, d) in self.devices.iter_mut().enumerate() {
-                if active.contains(&k) {
-                    caches.push(&mut d.target_cache);
+            .map(|&k| Ok(self.devices[k].draft_len.min(self.verifier.max_draft_len(k)?)))
+            .collect::<Result<_>>()?;
+        let drafts = {
+            let mut wanted = vec![false; self.drafters.len()];
+            for &k in &active {
+                wanted[k] = true;
+            }
+            let mut refs: Vec<&mut Drafter<&'m Model>> = self
+                .drafters
+                .iter_mut()
+                .zip(&wanted)
+                .filter(|(_, w)| **w)
+                .map(|(d, _)| d)
+                .collect();
+            match self.drafting {
+                Drafting::Batched => draft_many(&mut refs, &lens)?,
+                Drafting::PerDevice => {
+                    let mut out = Vec::with_capacity(refs.len());
+                    for (d, &l) in refs.iter_mut().zip(&lens) {
+                        out.push(d.draft(l)?);
+                    }
+                    out
                 }
             }
-            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
-            self.target.forward_batch(&mut caches, &refs)?
         };
-        let verify_s = start.elapsed().as_secs_f64();
-        let vocab = self.target.config().vocab_size;
-        let positions = drafts.iter().map(|(ys, _)| ys.len()).max().unwrap_or(0) + 1;
-        let mut flat = vec![0f32; active.len() * positions * vocab];
-        for (i, ((ys, _), l)) in drafts.iter().zip(&logits).enumerate() {
-            let n = l.dim(0)?;
-            let rows = prob_rows(&l.narrow(0, n - ys.len() - 1, ys.len() + 1)?, &self.cfg.params)?;
-            for (j, r) in rows.iter().enumerate() {
-                let at = (i * positions + j) * vocab;
-                flat[at..at + vocab].copy_from_slice(r);
-            }
-        }
-        let targets = PaddedTargets::new(&flat, active.len(), positions, vocab)?;
-        let q_dists: Vec<Vec<Dist<'_>>> = drafts
+        let subs: Vec<Submission<'_>> = active
             .iter()
-            .map(|(_, qs)| {
-                qs.iter()
-                    .map(|q| Dist::new(q))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-            })
-            .collect::<std::result::Result<_, _>>()?;
-        let refs: Vec<DraftRef<'_, '_>> = drafts
-            .iter()
-            .zip(&q_dists)
-            .map(|((ys, _), qd)| DraftRef {
-                tokens: ys,
-                dists: qd,
+            .zip(&drafts)
+            .map(|(&k, d)| Submission {
+                device: k,
+                tokens: &d.tokens,
+                dists: DraftDists::Dense(self.drafters[k].last_dists()),
             })
             .collect();
-        let outcomes = verify_batch(&targets, &refs, &mut self.verify_rng)?;
-        for (i, (&k, out)) in active.iter().zip(&outcomes).enumerate() {
-            let (ys, _) = &drafts[i];
-            let p_rows: Vec<Dist<'_>> = (0..=ys.len())
-                .map(|j| targets.dist(i, j))
-                .collect::<std::result::Result<_, _>>()?;
-            let draft = spin_core::Draft::from_dists(ys, &q_dists[i])?;
+        let (decisions, verify_s) = self.verifier.verify(&subs)?;
+        for (&k, dec) in active.iter().zip(&decisions) {
+            let Decision::Done { accepted, token, .. } = *dec else {
+                return Err(RuntimeError::invalid("decision", "a dense draft left a correction pending"));
+            };
+            let drafter = &mut self.drafters[k];
+            drafter.commit(accepted, token)?;
+            let tokens = self.verifier.tokens(k)?;
+            drafter.cut(tokens.len())?;
             let d = &mut self.devices[k];
-            d.alpha.record_draft(&p_rows, &draft)?;
-            d.alpha.record_outcome(out, ys.len())?;
-            d.tokens.extend_from_slice(&ys[..out.accepted]);
-            d.tokens.push(out.token);
-            d.rounds += 1;
-            let keep = d.tokens.len() - 1;
-            let t_len = d.target_cache.len().min(keep);
-            d.target_cache.truncate(t_len)?;
-            let q_len = d.draft_cache.len().min(keep);
-            d.draft_cache.truncate(q_len)?;
-            let generated = d.tokens.len() - d.prompt_len;
-            if generated >= self.cfg.max_new_tokens || Some(out.token) == self.cfg.eos {
-                d.tokens
-                    .truncate(d.prompt_len + generated.min(self.cfg.max_new_tokens));
-                d.done = true;
-            }
+            d.tokens.clear();
+            d.tokens.extend_from_slice(tokens);
+            d.done = self.verifier.is_done(k)?;
+            d.alpha = self.verifier.alpha(k)?.clone();
+            d.rounds = self.verifier.rounds(k)?;
+            d.drafted = drafter.drafted;
+            d.draft_time = drafter.draft_time;
         }
         self.rounds.push(RoundStats {
             batch: active.len(),
-            max_draft_len: positions - 1,
+            max_draft_len: lens.iter().copied().max().unwrap_or(0),
             verify_s,
         });
         Ok(true)
@@ -393,14 +259,6 @@ impl<'m> Speculator<'m> {
         while self.step()? {}
         Ok(())
     }
-}
-
-/// Device k's drafting RNG: the run's seed as key, stream k + 1 (the verifier uses stream 0), so devices and runs
-/// with neighbouring seeds never share a random sequence.
-fn device_rng(seed: u64, k: usize) -> ChaCha8Rng {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(1 + k as u64);
-    rng
 }
 
 /// Plain autoregressive decoding from `prompt` (the reference the speculative output must match in distribution,

@@ -1,0 +1,60 @@
+//! `multispin device`: one edge device as its own process, drafting for a `multispin serve` server.
+
+use crate::failure::Failure;
+use crate::simulate::{encode, identity, load};
+use clap::Args;
+use spin_net::NetError;
+use spin_net::blocking::device_blocking;
+use spin_net::device::DeviceConfig;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `multispin device`.
+#[derive(Debug, Args)]
+pub struct DeviceArgs {
+    /// The server's address.
+    #[arg(long)]
+    pub connect: String,
+    /// Draft model (same vocabulary and tokenizer as the server's target).
+    #[arg(long)]
+    pub draft: PathBuf,
+    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Prompt text (BOS is prepended when the tokenizer has one).
+    #[arg(long, default_value = "")]
+    pub prompt: String,
+    /// Distance to the server in metres (default: the server's seeded drop).
+    #[arg(long)]
+    pub distance_m: Option<f64>,
+}
+
+/// Runs `multispin device`: prints the generated text on stdout.
+pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
+    // SAFETY: called only by `main`, after argument parsing and before any thread is started.
+    #[allow(unsafe_code)]
+    unsafe {
+        spin_runtime::load::fix_cpu_threads();
+    }
+    if let Some(d) = args.distance_m
+        && !(d > 0.0 && d.is_finite())
+    {
+        return Err(Failure::Input(format!("distance_m: {d} is not a finite number > 0")));
+    }
+    let drafter = load(&args.draft)?;
+    let tok = spin_runtime::load_tokenizer(args.tokenizer.as_deref(), &args.draft, drafter.config().vocab_size)
+        .map_err(Failure::input)?;
+    let mut cfg = DeviceConfig::new(args.connect.clone(), encode(&tok, &args.prompt)?, identity(&drafter, &tok));
+    cfg.distance_m = args.distance_m;
+    let report = device_blocking(Arc::new(drafter), cfg);
+    match report {
+        Ok(r) => {
+            println!("{}", tok.decode(&r.tokens).map_err(Failure::input)?);
+            Ok(())
+        }
+        Err(e @ (NetError::Mismatch { .. } | NetError::Refused { .. } | NetError::Version { .. })) => {
+            Err(Failure::input(e))
+        }
+        Err(e) => Err(Failure::Runtime(e.into())),
+    }
+}

@@ -1,0 +1,542 @@
+//! `multispin simulate`: the whole system in one process, a server and K devices over real loopback sockets, with
+//! a per-round JSON-lines trace, a summary (JSON and a table), CSV and SVG of goodput over rounds and of the
+//! latency split, and `--compare` to run the same seeds and prompts under several schemes. Also holds the options
+//! and helpers `serve` and `device` share.
+
+use crate::failure::Failure;
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use spin_net::controller::Scheme;
+use spin_net::link::LinkConfig;
+use spin_net::proto::{Identity, fingerprint};
+use spin_net::server::{Clock, Compute, RoundTrace, ServerConfig, Summary};
+use spin_net::blocking::simulate_blocking;
+use spin_net::sim::SimDevice;
+use spin_optimize::paper_b::ModeScheme;
+use spin_runtime::{Model, Tokenizer};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The clock of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClockArg {
+    /// Simulated time (deterministic with a compute profile).
+    Virtual,
+    /// Wall time; messages are held for their air time.
+    Real,
+}
+
+/// Where compute times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ComputeArg {
+    /// The profile given by --draft-token-s, --verify-fixed-s, --verify-per-device-s.
+    Profile,
+    /// Measured on this machine.
+    Measured,
+}
+
+/// Options of the server side, shared by `simulate` and `serve`.
+#[derive(Debug, Args, Clone)]
+pub struct ServerArgs {
+    /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder.
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Planning scheme: exact, paper-alg1, homo, uni-bw, fixed (paper A) or best, greedy, uniform, comp-only (paper B).
+    #[arg(long, default_value = "best")]
+    pub scheme: String,
+    /// Paper B's correction-mode policy: optimal, all-ul, all-dl or random.
+    #[arg(long, default_value = "optimal")]
+    pub modes: String,
+    /// Tokens each device generates.
+    #[arg(long, default_value_t = 32)]
+    pub max_tokens: usize,
+    /// Stop after this many rounds.
+    #[arg(long)]
+    pub rounds: Option<u64>,
+    /// Largest draft length L_max / γ_max.
+    #[arg(long, default_value_t = 8)]
+    pub max_draft_len: u32,
+    /// The draft length of the `fixed` scheme.
+    #[arg(long, default_value_t = 4)]
+    pub fixed_len: u32,
+    /// Sampling temperature; 0 is greedy decoding.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Seed of every random draw (sampling, drop, fading, planners).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// virtual (simulated, reproducible) or real (wall time, messages really delayed).
+    #[arg(long, value_enum, default_value_t = ClockArg::Virtual)]
+    pub clock: ClockArg,
+    /// profile (the times below) or measured (this machine); the real clock always measures.
+    #[arg(long, value_enum, default_value_t = ComputeArg::Profile)]
+    pub compute: ComputeArg,
+    /// Profile: drafting seconds per token T̄ (each device gets T̄·U[1, 1.15]; paper B's Qwen2.5-0.5B: 0.0152).
+    #[arg(long, default_value_t = 0.0152)]
+    pub draft_token_s: f64,
+    /// Profile: T_fix of T_ver(K) = T_fix + K·T_lin in seconds (paper B's Qwen2.5-14B: 0.0428).
+    #[arg(long, default_value_t = 0.0428)]
+    pub verify_fixed_s: f64,
+    /// Profile: T_lin in seconds per device (paper B's Qwen2.5-14B: 0.0076).
+    #[arg(long, default_value_t = 0.0076)]
+    pub verify_per_device_s: f64,
+    /// Entries kept per distribution on the air (V_eff, capped at V).
+    #[arg(long, default_value_t = 1024)]
+    pub v_eff: u32,
+    /// Bits per quantised value on the air (Q).
+    #[arg(long, default_value_t = 16)]
+    pub q_bits: u8,
+    /// Total bandwidth B in Hz (paper B: 10 MHz).
+    #[arg(long, default_value_t = 10e6)]
+    pub bandwidth_hz: f64,
+    /// Device transmit power in dBm (paper B: 15).
+    #[arg(long, default_value_t = 15.0)]
+    pub ul_power_dbm: f64,
+    /// Server downlink budget in dBm (paper B: 30).
+    #[arg(long, default_value_t = 30.0)]
+    pub dl_power_dbm: f64,
+    /// A draft arriving later than this (seconds after the plan, on the run's clock) is dropped for the round.
+    #[arg(long, default_value_t = 10.0)]
+    pub round_deadline: f64,
+    /// Prior α₀ of the online acceptance estimate.
+    #[arg(long, default_value_t = 0.7)]
+    pub alpha_prior: f64,
+    /// Outcome samples of paper B's sample-average approximation, per round.
+    #[arg(long, default_value_t = 200)]
+    pub saa_samples: u32,
+}
+
+impl ServerArgs {
+    /// The server configuration (the target's identity filled in by the caller).
+    pub fn config(&self, identity: Identity) -> Result<ServerConfig, Failure> {
+        let scheme = Scheme::parse(&self.scheme).map_err(Failure::input)?;
+        let mut cfg = ServerConfig::new(scheme, identity);
+        cfg.modes = match self.modes.as_str() {
+            "brute-force" => return Err(Failure::Input("modes: brute-force is a test reference; use optimal".into())),
+            m => ModeScheme::parse(m).map_err(|e| Failure::Input(e.to_string().replacen("scheme", "modes", 1)))?,
+        };
+        cfg.max_new_tokens = self.max_tokens;
+        cfg.max_rounds = self.rounds;
+        cfg.max_draft_len = self.max_draft_len;
+        cfg.fixed_len = self.fixed_len;
+        cfg.temperature = self.temperature;
+        cfg.seed = self.seed;
+        cfg.v_eff = self.v_eff;
+        cfg.q_bits = self.q_bits;
+        cfg.round_deadline_s = self.round_deadline;
+        cfg.alpha_prior = self.alpha_prior;
+        cfg.saa_samples = self.saa_samples;
+        cfg.clock = match self.clock {
+            ClockArg::Virtual => Clock::Virtual,
+            ClockArg::Real => Clock::Real,
+        };
+        cfg.compute = match (self.compute, self.clock) {
+            (ComputeArg::Measured, _) | (_, ClockArg::Real) => Compute::Measured,
+            (ComputeArg::Profile, ClockArg::Virtual) => Compute::Profile {
+                draft_token_s: self.draft_token_s,
+                draft_spread: 0.15,
+                verify_fixed_s: self.verify_fixed_s,
+                verify_per_device_s: self.verify_per_device_s,
+            },
+        };
+        let dbm = |x: f64| 10f64.powf((x - 30.0) / 10.0);
+        let mut link = LinkConfig::paper_b();
+        link.bandwidth_hz = self.bandwidth_hz;
+        link.ul_power_w = dbm(self.ul_power_dbm);
+        link.dl_power_w = dbm(self.dl_power_dbm);
+        cfg.link = link;
+        cfg.validate().map_err(Failure::input)?;
+        Ok(cfg)
+    }
+}
+
+/// Arguments of `multispin simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Draft model (same vocabulary as the target).
+    #[arg(long)]
+    pub draft: PathBuf,
+    /// Number of devices K.
+    #[arg(long, default_value_t = 8)]
+    pub devices: usize,
+    /// Prompts, one per line; device k gets line k mod (number of lines). Default: a built-in story list.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Also run these schemes (comma-separated) on the same seeds and prompts and print one table.
+    #[arg(long, value_delimiter = ',')]
+    pub compare: Vec<String>,
+    /// Output folder for the trace, summary, CSV and SVG.
+    #[arg(long, default_value = "target/simulate")]
+    pub out: PathBuf,
+}
+
+const DEFAULT_PROMPTS: [&str; 8] = [
+    "Once upon a time",
+    "The little dog",
+    "Lily and Ben went to the park",
+    "One day, a big bird",
+    "Tom had a red ball",
+    "The sun was shining",
+    "Sara found a box",
+    "There was a happy cat",
+];
+
+/// Loads a model, mapping failures to input errors naming the file.
+pub fn load(path: &Path) -> Result<Model, Failure> {
+    let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
+    spin_runtime::load_model(path, &device).map_err(Failure::input)
+}
+
+/// The identity of a model and tokenizer: the vocabulary, a fingerprint of every token's text, and one of the
+/// model's configuration.
+pub fn identity(model: &Model, tok: &Tokenizer) -> Identity {
+    let vocab = model.config().vocab_size;
+    let mut text = Vec::new();
+    for id in 0..vocab as u32 {
+        text.extend_from_slice(tok.decode(&[id]).unwrap_or_default().as_bytes());
+        text.push(0);
+    }
+    Identity {
+        vocab: vocab as u32,
+        tokenizer: fingerprint(&text),
+        model: fingerprint(format!("{:?}", model.config()).as_bytes()),
+    }
+}
+
+/// Encodes a prompt (BOS prepended when the tokenizer has one; an empty prompt becomes token 0 or BOS).
+pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, Failure> {
+    let mut p = tok.encode(text, true).map_err(Failure::input)?;
+    if p.is_empty() {
+        p = vec![tok.bos().unwrap_or(0)];
+    }
+    Ok(p)
+}
+
+/// Runs `multispin simulate`.
+pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
+    // SAFETY: called only by `main`, after argument parsing and before any thread is started.
+    #[allow(unsafe_code)]
+    unsafe {
+        spin_runtime::load::fix_cpu_threads();
+    }
+    if args.devices == 0 {
+        return Err(Failure::Input("devices: must be at least 1".into()));
+    }
+    let target = load(&args.server.target)?;
+    let drafter = load(&args.draft)?;
+    if target.config().vocab_size != drafter.config().vocab_size {
+        return Err(Failure::Input(format!(
+            "draft: vocabulary of {} differs from the target's {}",
+            drafter.config().vocab_size,
+            target.config().vocab_size
+        )));
+    }
+    let tok = spin_runtime::load_tokenizer(
+        args.server.tokenizer.as_deref(),
+        &args.server.target,
+        target.config().vocab_size,
+    )
+    .map_err(Failure::input)?;
+    let lines: Vec<String> = match &args.prompts {
+        None => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| Failure::Input(format!("prompts: {}: {e}", p.display())))?;
+            let l: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect();
+            if l.is_empty() {
+                return Err(Failure::Input(format!("prompts: {} has no non-empty line", p.display())));
+            }
+            l
+        }
+    };
+    let devices: Vec<SimDevice> = (0..args.devices)
+        .map(|k| {
+            Ok(SimDevice {
+                prompt: encode(&tok, &lines[k % lines.len()])?,
+                ..Default::default()
+            })
+        })
+        .collect::<Result<_, Failure>>()?;
+    let id = identity(&target, &tok);
+    let mut schemes = vec![args.server.scheme.clone()];
+    for s in &args.compare {
+        if !schemes.contains(s) {
+            schemes.push(s.clone());
+        }
+    }
+    let configs: Vec<ServerConfig> = schemes
+        .iter()
+        .map(|s| {
+            let mut a = args.server.clone();
+            a.scheme = s.clone();
+            a.config(id)
+        })
+        .collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let target = Arc::new(target);
+    let drafter = Arc::new(drafter);
+    let mut results: Vec<(Summary, Vec<RoundTrace>)> = Vec::new();
+    for cfg in configs {
+        let name = cfg.scheme.name();
+        let trace_path = args.out.join(format!("trace-{name}.jsonl"));
+        let mut trace = std::io::BufWriter::new(
+            std::fs::File::create(&trace_path).with_context(|| format!("creating {}", trace_path.display()))?,
+        );
+        let total = (args.devices * args.server.max_tokens) as u64;
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tokens ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_message(name);
+        let mut rounds = Vec::new();
+        let mut write_err: Option<std::io::Error> = None;
+        let outcome = simulate_blocking(
+            target.clone(),
+            drafter.clone(),
+            id,
+            cfg,
+            &devices,
+            |t| {
+                let line = serde_json::to_string(t).unwrap_or_default();
+                // Each round is flushed as it ends, so an interrupted run leaves a complete trace.
+                if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
+                    write_err.get_or_insert(e);
+                }
+                bar.inc(t.tokens);
+                rounds.push(t.clone());
+            },
+        );
+        bar.finish_and_clear();
+        if let Some(e) = write_err {
+            return Err(Failure::Runtime(anyhow::anyhow!("writing {}: {e}", trace_path.display())));
+        }
+        let outcome = outcome.map_err(Failure::input)?;
+        for (k, d) in outcome.devices.iter().enumerate() {
+            if let Err(e) = d {
+                eprintln!("device {k}: {e}");
+            }
+        }
+        let summary = outcome.summary;
+        let mut json = serde_json::to_value(&summary).context("summary to JSON")?;
+        let texts: Vec<String> = summary
+            .devices
+            .iter()
+            .zip(&devices)
+            .map(|(d, sd)| {
+                let mut all = sd.prompt.clone();
+                all.extend_from_slice(&d.generated);
+                tok.decode(&all).unwrap_or_default()
+            })
+            .collect();
+        json["texts"] = serde_json::to_value(&texts).context("texts to JSON")?;
+        write(
+            &args.out.join(format!("summary-{name}.json")),
+            &serde_json::to_string_pretty(&json).context("summary to JSON")?,
+        )?;
+        write(&args.out.join(format!("rounds-{name}.csv")), &rounds_csv(&rounds))?;
+        if results.is_empty() {
+            println!("{}", device_table(&summary, &texts));
+        }
+        let stopped = summary.stopped.clone();
+        results.push((summary, rounds));
+        if stopped == "shutdown" {
+            eprintln!("interrupted: traces flushed to {}", args.out.display());
+            break;
+        }
+    }
+    println!("{}", scheme_table(&results));
+    write(&args.out.join("summary.csv"), &summary_csv(&results))?;
+    let goodput: Vec<(String, Vec<(f64, f64)>)> = results
+        .iter()
+        .map(|(s, r)| {
+            let mut tokens = 0u64;
+            let pts = r
+                .iter()
+                .map(|t| {
+                    tokens += t.tokens;
+                    ((t.round + 1) as f64, if t.clock_s > 0.0 { tokens as f64 / t.clock_s } else { 0.0 })
+                })
+                .collect();
+            (s.scheme.to_string(), pts)
+        })
+        .collect();
+    let series: Vec<(&str, &[(f64, f64)])> = goodput.iter().map(|(n, p)| (n.as_str(), p.as_slice())).collect();
+    svg_lines(
+        &args.out.join("goodput.svg"),
+        "Cumulative goodput over rounds",
+        "round",
+        "tokens / s",
+        &series,
+    )?;
+    let (_, first) = &results[0];
+    let split: Vec<(&str, Vec<(f64, f64)>)> = vec![
+        ("draft + uplink", first.iter().map(|t| ((t.round + 1) as f64, t.draft_up_s)).collect()),
+        ("verification", first.iter().map(|t| ((t.round + 1) as f64, t.verify_s)).collect()),
+        ("correction", first.iter().map(|t| ((t.round + 1) as f64, t.correction_s)).collect()),
+    ];
+    let series: Vec<(&str, &[(f64, f64)])> = split.iter().map(|(n, p)| (*n, p.as_slice())).collect();
+    svg_lines(
+        &args.out.join("latency.svg"),
+        &format!("Latency split per round ({})", results[0].0.scheme),
+        "round",
+        "seconds",
+        &series,
+    )?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Per-round CSV: round, clock, latency split, tokens, round goodput, predicted goodput.
+pub fn rounds_csv(rounds: &[RoundTrace]) -> String {
+    let mut s = String::from(
+        "round,clock_s,latency_s,draft_up_s,draft_s,verify_s,correction_s,tokens,goodput,predicted_goodput\n",
+    );
+    for t in rounds {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{}\n",
+            t.round,
+            t.clock_s,
+            t.latency_s,
+            t.draft_up_s,
+            t.draft_s,
+            t.verify_s,
+            t.correction_s,
+            t.tokens,
+            if t.latency_s > 0.0 { t.tokens as f64 / t.latency_s } else { 0.0 },
+            t.predicted_goodput
+        ));
+    }
+    s
+}
+
+fn summary_csv(results: &[(Summary, Vec<RoundTrace>)]) -> String {
+    let mut s =
+        String::from("scheme,rounds,tokens,elapsed_s,goodput,predicted_goodput,draft_up_s,draft_s,verify_s,correction_s\n");
+    for (r, _) in results {
+        s.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{}\n",
+            r.scheme,
+            r.rounds,
+            r.tokens,
+            r.elapsed_s,
+            r.goodput,
+            r.predicted_goodput,
+            r.draft_up_s,
+            r.draft_s,
+            r.verify_s,
+            r.correction_s
+        ));
+    }
+    s
+}
+
+/// One line per scheme: measured goodput beside the planner's prediction and the latency split.
+pub fn scheme_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
+    let mut s = format!(
+        "{:<11} {:>6} {:>7} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9}\n",
+        "scheme", "rounds", "tokens", "time s", "goodput", "predicted", "draft+up", "verify", "correct"
+    );
+    for (r, _) in results {
+        s.push_str(&format!(
+            "{:<11} {:>6} {:>7} {:>9.3} {:>10.1} {:>10.1} {:>9.3} {:>9.3} {:>9.3}\n",
+            r.scheme,
+            r.rounds,
+            r.tokens,
+            r.elapsed_s,
+            r.goodput,
+            r.predicted_goodput,
+            r.draft_up_s,
+            r.verify_s,
+            r.correction_s
+        ));
+    }
+    s.trim_end().to_owned()
+}
+
+fn device_table(summary: &Summary, texts: &[String]) -> String {
+    let mut s = format!(
+        "{:>6} {:>7} {:>9} {:>10} {:>7} {:>7}  text\n",
+        "device", "tokens", "goodput", "acceptance", "rounds", "dropped"
+    );
+    for (d, t) in summary.devices.iter().zip(texts) {
+        s.push_str(&format!(
+            "{:>6} {:>7} {:>9.2} {:>10} {:>7} {:>7}  {}\n",
+            d.device,
+            d.tokens,
+            d.goodput,
+            d.acceptance.map_or("n/a".into(), |a| format!("{a:.3}")),
+            d.rounds,
+            d.dropped,
+            t.replace('\n', " ")
+        ));
+    }
+    s.trim_end().to_owned()
+}
+
+/// A line chart as SVG (plotters, as `measure` and xtask draw theirs).
+fn svg_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(&str, &[(f64, f64)])],
+) -> Result<(), Failure> {
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+        for &(x, y) in series.iter().flat_map(|s| s.1.iter()) {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y1 = y1.max(y);
+        }
+        if !x0.is_finite() {
+            x0 = 0.0;
+            x1 = 1.0;
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        let root = SVGBackend::new(path, (720, 450)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, 0f64..(y1 * 1.1).max(1e-12))?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+        for (i, (label, pts)) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+                .label(*label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
+}
+
+/// How long `serve` waits for devices to resume after they all left.
+pub const RESUME_GRACE: Duration = Duration::from_secs(10);

@@ -1,0 +1,297 @@
+//! The controller in the loop: every round it plans draft lengths (and, for paper A, bandwidth shares) with
+//! spin-optimize's public schemes from what the server knows at that moment: online acceptance estimates with a
+//! prior, the round's channel, the per-device drafting times and the T_ver fit. After verification it picks the
+//! correction mode and DL power of every rejected device (paper B's reactive step).
+
+use crate::error::{NetError, Result};
+use crate::link::LinkConfig;
+use serde::{Deserialize, Serialize};
+use spin_optimize::paper_a::{self, heterogeneous::Alg1Params};
+use spin_optimize::paper_b::{self, DraftScheme, ModeScheme, Objective};
+
+/// A paper-A planner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SchemeA {
+    /// Integer optimum of (P2).
+    Exact,
+    /// Algorithm 1.
+    PaperAlg1,
+    /// Theorem 1 (one common length, Lemma 1 bandwidth).
+    Homo,
+    /// Uniform bandwidth, optimised lengths.
+    UniBw,
+    /// Fixed BW&L.
+    Fixed,
+}
+
+/// A round-planning scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Scheme {
+    /// Paper A: drafts go up with their distributions over an OFDMA split.
+    A(SchemeA),
+    /// Paper B: token–probability pairs go up, rejected devices are corrected UL or DL.
+    B(DraftScheme),
+}
+
+impl Scheme {
+    /// Parses `exact`, `paper-alg1`, `homo`, `uni-bw`, `fixed` (paper A) or `best`, `greedy`, `uniform`,
+    /// `comp-only` (paper B).
+    pub fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "exact" => Scheme::A(SchemeA::Exact),
+            "paper-alg1" => Scheme::A(SchemeA::PaperAlg1),
+            "homo" => Scheme::A(SchemeA::Homo),
+            "uni-bw" => Scheme::A(SchemeA::UniBw),
+            "fixed" => Scheme::A(SchemeA::Fixed),
+            "best" | "greedy" | "uniform" | "comp-only" => Scheme::B(DraftScheme::parse(name)?),
+            other => {
+                return Err(NetError::invalid(
+                    "scheme",
+                    format!(
+                        "unknown scheme {other:?}; expected exact, paper-alg1, homo, uni-bw, fixed, best, greedy, \
+                         uniform or comp-only"
+                    ),
+                ));
+            }
+        })
+    }
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::A(SchemeA::Exact) => "exact",
+            Scheme::A(SchemeA::PaperAlg1) => "paper-alg1",
+            Scheme::A(SchemeA::Homo) => "homo",
+            Scheme::A(SchemeA::UniBw) => "uni-bw",
+            Scheme::A(SchemeA::Fixed) => "fixed",
+            Scheme::B(s) => s.name(),
+        }
+    }
+}
+
+/// What the controller knows about one active device when it plans.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceView {
+    /// Estimated acceptance rate α̂_k ∈ (0, 1).
+    pub alpha: f64,
+    /// Estimated drafting time per token in seconds (> 0).
+    pub draft_token_s: f64,
+    /// The round's power gain g_k.
+    pub gain: f64,
+    /// The longest draft the device's token budget allows.
+    pub max_len: u32,
+}
+
+/// Settings of the controller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ControllerConfig {
+    /// The scheme.
+    pub scheme: Scheme,
+    /// Paper B's reactive mode policy.
+    pub modes: ModeScheme,
+    /// L_max / γ_max.
+    pub max_draft_len: u32,
+    /// Fixed BW&L's length.
+    pub fixed_len: u32,
+    /// Bits per drafted token Q_tok (paper A) or per exchanged distribution D (paper B).
+    pub payload_bits: f64,
+    /// SAA samples for paper B's planners.
+    pub saa_samples: u32,
+}
+
+/// A round's plan for the active devices (in the order given).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundPlan {
+    /// γ_k.
+    pub draft_len: Vec<u32>,
+    /// b_k in Hz (paper A's split; paper B: the equal share of the token–probability upload).
+    pub bandwidth_hz: Vec<f64>,
+    /// The planner's predicted goodput in tokens/s at its own estimates.
+    pub predicted_goodput: f64,
+}
+
+/// The smallest and largest α̂ handed to the planners (their scenarios require α ∈ (0, 1)).
+pub const ALPHA_RANGE: (f64, f64) = (0.01, 0.99);
+
+/// α̂ = (n₀·α₀ + n·ā) / (n₀ + n): the ratio estimator's mean ā over n tokens shrunk towards the prior α₀ with
+/// weight n₀ tokens, then kept inside [`ALPHA_RANGE`].
+pub fn alpha_with_prior(mean: f64, samples: u64, prior: f64, prior_weight: f64) -> f64 {
+    let n = samples as f64;
+    let a = if n > 0.0 {
+        (prior_weight * prior + n * mean) / (prior_weight + n)
+    } else {
+        prior
+    };
+    a.clamp(ALPHA_RANGE.0, ALPHA_RANGE.1)
+}
+
+/// Plans one round for `devices` with T_ver = `verify_fixed_s` + K·`verify_per_device_s`.
+pub fn plan_round(
+    cfg: &ControllerConfig,
+    link: &LinkConfig,
+    devices: &[DeviceView],
+    verify_fixed_s: f64,
+    verify_per_device_s: f64,
+    seed: u64,
+) -> Result<RoundPlan> {
+    if devices.is_empty() {
+        return Ok(RoundPlan {
+            draft_len: vec![],
+            bandwidth_hz: vec![],
+            predicted_goodput: 0.0,
+        });
+    }
+    let k = devices.len();
+    let mut plan = match cfg.scheme {
+        Scheme::A(a) => {
+            let spec = paper_a::ScenarioSpec {
+                bandwidth_hz: link.bandwidth_hz,
+                bits_per_draft_token: cfg.payload_bits,
+                verify_fixed_s,
+                verify_per_draft_s: verify_per_device_s,
+                max_draft_len: cfg.max_draft_len.max(1),
+                min_draft_len: 1,
+                devices: devices
+                    .iter()
+                    .map(|d| {
+                        Ok(paper_a::DeviceSpec {
+                            acceptance: d.alpha,
+                            draft_token_s: d.draft_token_s,
+                            spectral_efficiency: link.spectral_efficiency(d.gain)?,
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            let s = paper_a::Scenario::new(&spec)?;
+            let p = match a {
+                SchemeA::Exact => paper_a::exact::exact(&s)?,
+                SchemeA::PaperAlg1 => paper_a::heterogeneous::paper_alg1(&s, &Alg1Params::default())?,
+                SchemeA::Homo => paper_a::homogeneous::homo(&s)?,
+                SchemeA::UniBw => paper_a::baselines::uni_bw(&s)?,
+                SchemeA::Fixed => paper_a::baselines::fixed(&s, cfg.fixed_len.clamp(1, s.max_draft_len))?,
+            };
+            RoundPlan {
+                draft_len: p.draft_lengths,
+                bandwidth_hz: p.bandwidth_hz,
+                predicted_goodput: p.goodput_tokens_per_s,
+            }
+        }
+        Scheme::B(scheme) => {
+            let spec = paper_b::ScenarioSpec {
+                bandwidth_hz: link.bandwidth_hz,
+                distribution_bits: cfg.payload_bits,
+                verify_fixed_s,
+                verify_per_device_s,
+                max_draft_len: cfg.max_draft_len.max(1),
+                ul_power_w: link.ul_power_w,
+                dl_power_w: link.dl_power_w,
+                noise_psd_server_w_per_hz: link.noise_psd_server_w_per_hz,
+                noise_psd_device_w_per_hz: link.noise_psd_device_w_per_hz,
+                saa_samples: cfg.saa_samples,
+                seed,
+                devices: devices
+                    .iter()
+                    .map(|d| paper_b::DeviceSpec {
+                        acceptance: d.alpha,
+                        draft_token_s: d.draft_token_s,
+                        channel_gain: d.gain,
+                    })
+                    .collect(),
+            };
+            let s = paper_b::Scenario::new(spec)?;
+            let policy = match cfg.modes {
+                ModeScheme::BruteForce => ModeScheme::Optimal,
+                m => m,
+            };
+            let ev = paper_b::Evaluator::new(&s, policy, Objective::Rate)?;
+            let p = paper_b::proactive::plan(&ev, scheme)?;
+            RoundPlan {
+                draft_len: p.draft_lengths,
+                bandwidth_hz: vec![link.bandwidth_hz / k as f64; k],
+                predicted_goodput: p.value,
+            }
+        }
+    };
+    // The token budget caps a device's draft (the planners do not know it).
+    for (l, d) in plan.draft_len.iter_mut().zip(devices) {
+        *l = (*l).min(d.max_len);
+    }
+    Ok(plan)
+}
+
+/// Least-squares fit of T_ver(K) = T_fix + K·T_lin over observed (K, seconds) pairs; with fewer than two distinct
+/// K the mean is T_fix and T_lin = 0. Negative coefficients are set to 0 and the other refitted.
+pub fn fit_verify(points: &[(usize, f64)]) -> Option<(f64, f64)> {
+    if points.is_empty() {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0 as f64).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 as f64 - mx).powi(2)).sum();
+    if sxx == 0.0 {
+        return Some((my, 0.0));
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 as f64 - mx) * (p.1 - my)).sum();
+    let lin = sxy / sxx;
+    let fix = my - lin * mx;
+    if lin < 0.0 {
+        Some((my, 0.0))
+    } else if fix < 0.0 {
+        let through_zero = points.iter().map(|p| p.0 as f64 * p.1).sum::<f64>()
+            / points.iter().map(|p| (p.0 as f64).powi(2)).sum::<f64>();
+        Some((0.0, through_zero))
+    } else {
+        Some((fix, lin))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_fit_recovers_a_line_and_prior_shrinks() {
+        let pts: Vec<(usize, f64)> = (1..6).map(|k| (k, 0.02 + 0.003 * k as f64)).collect();
+        let (f, l) = fit_verify(&pts).unwrap();
+        assert!((f - 0.02).abs() < 1e-12 && (l - 0.003).abs() < 1e-12);
+        assert_eq!(fit_verify(&[(3, 0.5), (3, 0.7)]), Some((0.6, 0.0)));
+        assert_eq!(alpha_with_prior(0.0, 0, 0.7, 8.0), 0.7);
+        assert!((alpha_with_prior(0.5, 8, 0.7, 8.0) - 0.6).abs() < 1e-12);
+        assert_eq!(alpha_with_prior(1.0, 1000, 0.7, 8.0), 0.99);
+        assert!(Scheme::parse("nope").unwrap_err().to_string().starts_with("scheme"));
+        for n in ["exact", "paper-alg1", "homo", "uni-bw", "fixed", "best", "greedy", "uniform", "comp-only"] {
+            assert_eq!(Scheme::parse(n).unwrap().name(), n);
+        }
+    }
+
+    #[test]
+    fn every_scheme_plans_a_round() {
+        let link = LinkConfig::paper_b();
+        let devs: Vec<DeviceView> = (0..4)
+            .map(|k| DeviceView {
+                alpha: 0.5 + 0.1 * k as f64,
+                draft_token_s: 0.01,
+                gain: 1e-11 * (k + 1) as f64,
+                max_len: if k == 3 { 2 } else { 100 },
+            })
+            .collect();
+        for n in ["exact", "paper-alg1", "homo", "uni-bw", "fixed", "best", "greedy", "uniform", "comp-only"] {
+            let cfg = ControllerConfig {
+                scheme: Scheme::parse(n).unwrap(),
+                modes: ModeScheme::Optimal,
+                max_draft_len: 8,
+                fixed_len: 4,
+                payload_bits: 12_800.0,
+                saa_samples: 64,
+            };
+            let p = plan_round(&cfg, &link, &devs, 0.02, 0.002, 1).unwrap();
+            assert_eq!(p.draft_len.len(), 4, "{n}");
+            assert!(p.draft_len[3] <= 2, "{n}: the budget caps the draft");
+            assert!(p.predicted_goodput > 0.0, "{n}");
+            let b: f64 = p.bandwidth_hz.iter().sum();
+            assert!(b <= link.bandwidth_hz * (1.0 + 1e-9), "{n}");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! An edge device: connects to the server, checks the handshake both ways, then drafts whatever the server plans
+//! each round with its own [`Drafter`] and applies the verdicts (UL upload or DL residual draw on rejection). It can
+//! resume its session after a disconnect and continues from the text the server committed.
+
+use crate::error::{NetError, Result};
+use crate::proto::{self, DeviceMsg, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, ServerMsg};
+use crate::wire::{Conn, framed, recv, send};
+use spin_runtime::Model;
+use spin_runtime::drafter::{DistForm, Drafter, device_rng};
+use spin_runtime::speculative::sampling;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Settings of a device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// The server's address.
+    pub addr: String,
+    /// The prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// The drafter's identity (vocabulary, tokenizer fingerprint).
+    pub identity: Identity,
+    /// Distance to the server in metres (None: the server's drop decides).
+    pub distance_m: Option<f64>,
+    /// Largest frame body.
+    pub max_frame_bytes: usize,
+    /// Test hook: extra wall delay before each draft is sent (a straggler).
+    pub delay: Option<Duration>,
+    /// Test hook: drop the connection right after sending the draft of this round, then resume.
+    pub disconnect_at_round: Option<u64>,
+}
+
+impl DeviceConfig {
+    /// A device for `addr` with `prompt` and the drafter's `identity`.
+    pub fn new(addr: impl Into<String>, prompt: Vec<u32>, identity: Identity) -> Self {
+        DeviceConfig {
+            addr: addr.into(),
+            prompt,
+            identity,
+            distance_m: None,
+            max_frame_bytes: proto::MAX_FRAME_BYTES,
+            delay: None,
+            disconnect_at_round: None,
+        }
+    }
+}
+
+/// What a device ends with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceReport {
+    /// Its session id.
+    pub session: u64,
+    /// Its index in the run.
+    pub device: u32,
+    /// The committed sequence (prompt and generated tokens).
+    pub tokens: Vec<u32>,
+    /// Prompt length.
+    pub prompt_len: usize,
+    /// Rounds it drafted in.
+    pub rounds: u64,
+    /// Times it resumed after a disconnect.
+    pub resumes: u32,
+}
+
+impl DeviceReport {
+    /// The generated tokens.
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+}
+
+struct Joined {
+    conn: Conn,
+    session: u64,
+    device: u32,
+    drafter: Drafter<Arc<Model>>,
+    exchange: Exchange,
+    max_new: usize,
+}
+
+async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<u64>) -> Result<Joined> {
+    let stream = TcpStream::connect(&cfg.addr).await?;
+    let mut conn = framed(stream, cfg.max_frame_bytes);
+    send(
+        &mut conn,
+        &DeviceMsg::Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            identity: cfg.identity,
+            resume,
+            prompt: cfg.prompt.clone(),
+            distance_m: cfg.distance_m,
+        },
+    )
+    .await?;
+    let (msg, _) = recv::<ServerMsg>(&mut conn, cfg.max_frame_bytes).await?;
+    let ServerMsg::Welcome {
+        version,
+        session,
+        device,
+        identity,
+        committed,
+        prompt_len,
+        params,
+    } = msg
+    else {
+        return Err(refused(msg));
+    };
+    if version != PROTOCOL_VERSION {
+        return Err(NetError::Version {
+            got: version.to_string(),
+            want: PROTOCOL_VERSION.to_string(),
+        });
+    }
+    // The check the server made, made again from this side.
+    if identity.vocab != cfg.identity.vocab {
+        return Err(NetError::Mismatch {
+            field: "vocab",
+            reason: format!("the target has {} tokens, the drafter {}", identity.vocab, cfg.identity.vocab),
+        });
+    }
+    if identity.tokenizer != 0 && cfg.identity.tokenizer != 0 && identity.tokenizer != cfg.identity.tokenizer {
+        return Err(NetError::Mismatch {
+            field: "tokenizer",
+            reason: format!(
+                "the target's tokenizer {:016x} differs from the drafter's {:016x}",
+                identity.tokenizer, cfg.identity.tokenizer
+            ),
+        });
+    }
+    let sp = sampling(params.temperature)?;
+    let form = DistForm::Sparse {
+        v_eff: params.v_eff as usize,
+        q_bits: u32::from(params.q_bits),
+    };
+    let model = model.clone();
+    let drafter = tokio::task::block_in_place(|| {
+        Drafter::new(
+            model,
+            &committed,
+            prompt_len as usize,
+            sp,
+            form,
+            device_rng(params.seed, device as usize),
+        )
+    })?;
+    Ok(Joined {
+        conn,
+        session,
+        device,
+        drafter,
+        exchange: params.exchange,
+        max_new: params.max_new_tokens as usize,
+    })
+}
+
+/// Turns a non-welcome reply into the error it carries.
+fn refused(msg: ServerMsg) -> NetError {
+    match msg {
+        ServerMsg::Error { code, message } => NetError::Refused { code, message },
+        ServerMsg::Shutdown { reason } => NetError::Shutdown(reason),
+        other => NetError::Protocol(format!("expected Welcome, got {other:?}")),
+    }
+}
+
+/// Runs a device until its text is complete (or the server ends the run); resumes once per disconnect.
+pub async fn run_device(model: Arc<Model>, cfg: DeviceConfig) -> Result<DeviceReport> {
+    run_device_with_ready(model, cfg, None).await
+}
+
+/// [`run_device`], signalling `ready` once the handshake is over (successful or not).
+pub async fn run_device_with_ready(
+    model: Arc<Model>,
+    cfg: DeviceConfig,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<DeviceReport> {
+    if model.config().vocab_size as u32 != cfg.identity.vocab {
+        return Err(NetError::invalid(
+            "identity.vocab",
+            format!("{} differs from the drafter's {}", cfg.identity.vocab, model.config().vocab_size),
+        ));
+    }
+    let joined = join(&model, &cfg, None).await;
+    if let Some(r) = ready {
+        let _ = r.send(());
+    }
+    let mut j = joined?;
+    let mut rounds = 0u64;
+    let mut resumes = 0u32;
+    let mut disconnect_at = cfg.disconnect_at_round;
+    loop {
+        let (msg, _) = match recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes).await {
+            Ok(m) => m,
+            Err(NetError::Closed) => return Err(NetError::Shutdown("the server closed the connection".into())),
+            Err(e) => return Err(e),
+        };
+        match msg {
+            ServerMsg::Plan { round, draft_len, .. } => {
+                let start = Instant::now();
+                let gamma = (draft_len as usize).min(j.max_new);
+                let d = tokio::task::block_in_place(|| j.drafter.draft(gamma))?;
+                let draft_s = start.elapsed().as_secs_f64();
+                if let Some(delay) = cfg.delay {
+                    tokio::time::sleep(delay).await;
+                }
+                let dists = match j.exchange {
+                    Exchange::DistsWithDraft => d.dists.iter().map(proto::pack).collect::<Result<Vec<_>>>()?,
+                    Exchange::ProbsOnly => Vec::new(),
+                };
+                send(
+                    &mut j.conn,
+                    &DeviceMsg::Draft {
+                        round,
+                        tokens: d.tokens,
+                        probs: d.probs,
+                        dists,
+                        draft_s,
+                    },
+                )
+                .await?;
+                rounds += 1;
+                if disconnect_at == Some(round) {
+                    disconnect_at = None;
+                    // Vanish mid-round, then come back with the session id.
+                    let session = j.session;
+                    drop(j);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    j = join(&model, &cfg, Some(session)).await?;
+                    resumes += 1;
+                }
+            }
+            ServerMsg::Verdict { round, accepted, next } => match next {
+                Next::Commit { token, done } => {
+                    j.drafter.commit(accepted as usize, token)?;
+                    if done {
+                        let _ = send(&mut j.conn, &DeviceMsg::Bye).await;
+                        return Ok(DeviceReport {
+                            session: j.session,
+                            device: j.device,
+                            tokens: j.drafter.tokens().to_vec(),
+                            prompt_len: j.drafter.prompt_len(),
+                            rounds,
+                            resumes,
+                        });
+                    }
+                }
+                Next::SendQ => {
+                    let form = j.drafter.form();
+                    let (v, q) = match form {
+                        DistForm::Sparse { v_eff, q_bits } => (v_eff, q_bits),
+                        DistForm::Dense => (j.drafter.vocab(), 16),
+                    };
+                    let q = j.drafter.uplink_q(accepted as usize, v, q)?;
+                    send(
+                        &mut j.conn,
+                        &DeviceMsg::Upload {
+                            round,
+                            q: proto::pack(&q)?,
+                        },
+                    )
+                    .await?;
+                }
+                Next::Residual { p } => {
+                    let p = proto::unpack(&p, j.drafter.vocab() as u32)?;
+                    let token = j.drafter.correct_downlink(accepted as usize, &p)?;
+                    send(&mut j.conn, &DeviceMsg::Corrected { round, token }).await?;
+                }
+            },
+            ServerMsg::Dropped { .. } => j.drafter.discard()?,
+            ServerMsg::Shutdown { reason } => return Err(NetError::Shutdown(reason)),
+            ServerMsg::Error { code, message } => return Err(NetError::Refused { code, message }),
+            ServerMsg::Welcome { .. } => return Err(NetError::Protocol("Welcome sent twice".into())),
+        }
+    }
+}

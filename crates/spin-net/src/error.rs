@@ -1,0 +1,107 @@
+//! The one error type of spin-net: every protocol, decode, handshake and link failure names its field or cause.
+
+use crate::proto::ErrorCode;
+
+/// Errors of `spin-net`. Messages are lowercase and start with the field or subject at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// A socket operation failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame body did not decode as a message.
+    #[error("frame: {0}")]
+    Decode(String),
+    /// A message could not be encoded.
+    #[error("encode: {0}")]
+    Encode(String),
+    /// A frame exceeded the size limit.
+    #[error("frame: {size} bytes exceed the limit of {limit}")]
+    TooLarge {
+        /// The announced size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The peer speaks another protocol or version.
+    #[error("version: peer sent {got}, this side speaks {want}")]
+    Version {
+        /// What the peer sent.
+        got: String,
+        /// What this side speaks.
+        want: String,
+    },
+    /// Drafter and target do not share a vocabulary or tokenizer.
+    #[error("{field}: {reason}")]
+    Mismatch {
+        /// `vocab` or `tokenizer`.
+        field: &'static str,
+        /// The two values.
+        reason: String,
+    },
+    /// `Hello.resume` names no resumable session.
+    #[error("session: {0} is not a session waiting to resume")]
+    UnknownSession(u64),
+    /// A message arrived where the protocol does not allow it.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The peer refused us with an error message.
+    #[error("refused ({code:?}): {message}")]
+    Refused {
+        /// Its code.
+        code: ErrorCode,
+        /// Its message.
+        message: String,
+    },
+    /// The server shut down.
+    #[error("server shut down: {0}")]
+    Shutdown(String),
+    /// The connection closed.
+    #[error("connection: closed by the peer")]
+    Closed,
+    /// An argument or received field is out of its domain.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// The runtime (models, verification) failed.
+    #[error(transparent)]
+    Runtime(#[from] spin_runtime::RuntimeError),
+    /// A planner refused its inputs.
+    #[error(transparent)]
+    Optimize(#[from] spin_optimize::OptimizeError),
+    /// The channel model refused its inputs.
+    #[error(transparent)]
+    Channel(#[from] spin_channel::ChannelError),
+    /// spin-core refused a distribution or decision.
+    #[error(transparent)]
+    Core(#[from] spin_core::CoreError),
+}
+
+impl NetError {
+    /// An invalid-field error.
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        NetError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The refusal code sent to the peer for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            NetError::TooLarge { .. } => ErrorCode::TooLarge,
+            NetError::Version { .. } => ErrorCode::Version,
+            NetError::Mismatch { .. } => ErrorCode::Mismatch,
+            NetError::UnknownSession(_) => ErrorCode::UnknownSession,
+            NetError::Decode(_) | NetError::Invalid { .. } => ErrorCode::Malformed,
+            _ => ErrorCode::Protocol,
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, NetError>;

@@ -1,0 +1,406 @@
+//! The wire protocol between a device and the server (docs/protocol.md is its reference): message types, the
+//! postcard encoding inside length-delimited frames, the bit-packed distribution payload and the typed decode errors.
+
+use crate::error::NetError;
+use serde::{Deserialize, Serialize};
+use spin_core::dist::index_bits;
+use spin_core::{Dist, SparseDist};
+
+/// The protocol version; a peer speaking another version is refused at the handshake.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The first four bytes of every `Hello`, so that a stray client is told apart from a wrong version.
+pub const MAGIC: [u8; 4] = *b"MSPN";
+/// The default largest frame body in bytes (a γ = 32 paper-A draft at V = 151,665, V_eff = 1024, Q = 16 needs
+/// about 140 kB; a frame above the limit is refused before it is read).
+pub const MAX_FRAME_BYTES: usize = 1 << 20;
+
+/// What a model pair must agree on: the vocabulary and the tokenizer (a fingerprint of its file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// Vocabulary size V.
+    pub vocab: u32,
+    /// 64-bit FNV-1a hash of the tokenizer file (0 when unknown: then only the vocabulary is checked).
+    pub tokenizer: u64,
+    /// 64-bit FNV-1a hash of the model's configuration (informative: drafter and target differ by design).
+    pub model: u64,
+}
+
+/// How drafts and corrections are sent in a session (chosen by the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Exchange {
+    /// Paper A: every drafted token goes up with its truncated, quantised draft distribution; the server completes
+    /// the round (correction included) on its own.
+    DistsWithDraft,
+    /// Paper B: only (token, probability) pairs go up; a rejected device exchanges one distribution, UL or DL.
+    ProbsOnly,
+}
+
+/// The sampling and payload settings a device must use (sent in `Welcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SessionParams {
+    /// Sampling temperature (0 = greedy).
+    pub temperature: f64,
+    /// Paper A or paper B exchange.
+    pub exchange: Exchange,
+    /// Entries kept per distribution (V_eff).
+    pub v_eff: u32,
+    /// Bits per value (Q).
+    pub q_bits: u8,
+    /// The run's seed; device k drafts with stream k + 1 of it.
+    pub seed: u64,
+    /// Tokens the device may generate in total.
+    pub max_new_tokens: u32,
+}
+
+/// A distribution on the air: `count` (index, code) pairs, indices at ⌈log₂V⌉ bits and codes at `q_bits` bits,
+/// packed most significant bit first into `bits` (docs/protocol.md §"packed distribution").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackedDist {
+    /// Vocabulary size V.
+    pub vocab: u32,
+    /// Q, bits per code (1..=24).
+    pub q_bits: u8,
+    /// V_eff, entries on the air.
+    pub count: u32,
+    /// ⌈count·(⌈log₂V⌉ + Q) / 8⌉ bytes.
+    #[serde(with = "serde_bytes_compat")]
+    pub bits: Vec<u8>,
+}
+
+/// `Vec<u8>` as one length-prefixed byte string (postcard encodes `&[u8]` that way already; this keeps it explicit).
+mod serde_bytes_compat {
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let b: &[u8] = <&[u8]>::deserialize(d)?;
+        Ok(b.to_vec())
+    }
+}
+
+/// Messages from a device to the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum DeviceMsg {
+    /// Opens a session (`resume` = None) or resumes one after a disconnect.
+    Hello {
+        /// Must be [`MAGIC`].
+        magic: [u8; 4],
+        /// Must be [`PROTOCOL_VERSION`].
+        version: u16,
+        /// The draft model's identity.
+        identity: Identity,
+        /// A session id from an earlier `Welcome` to resume, or none.
+        resume: Option<u64>,
+        /// The prompt's token ids (ignored on resume).
+        prompt: Vec<u32>,
+        /// Distance to the server in metres, when the device knows it (else the server's drop draws one).
+        distance_m: Option<f64>,
+    },
+    /// The round's draft.
+    Draft {
+        /// The round it answers.
+        round: u64,
+        /// y_1..y_γ.
+        tokens: Vec<u32>,
+        /// q_j(y_j) per token.
+        probs: Vec<f32>,
+        /// q_1..q_γ (paper-A exchange only; empty otherwise).
+        dists: Vec<PackedDist>,
+        /// The device's own drafting time in seconds (measured on its processor).
+        draft_s: f64,
+    },
+    /// UL correction: q_r of the rejected position.
+    Upload {
+        /// The round.
+        round: u64,
+        /// q_r.
+        q: PackedDist,
+    },
+    /// DL correction: the token the device drew from the downloaded p_r.
+    Corrected {
+        /// The round.
+        round: u64,
+        /// The token.
+        token: u32,
+    },
+    /// The device leaves (its session ends).
+    Bye,
+}
+
+/// What the device does after a verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Next {
+    /// The round is complete: commit the accepted prefix and `token`.
+    Commit {
+        /// The residual or bonus token.
+        token: u32,
+        /// Whether the device has finished (budget or EOS).
+        done: bool,
+    },
+    /// UL mode: upload q_r of the rejected position.
+    SendQ,
+    /// DL mode: draw the correction from this p_r and the local q_r, and report it.
+    Residual {
+        /// p_r as downloaded.
+        p: PackedDist,
+    },
+}
+
+/// Messages from the server to a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    /// Accepts a `Hello`.
+    Welcome {
+        /// [`PROTOCOL_VERSION`].
+        version: u16,
+        /// The session id (quote it in `Hello.resume` to reconnect).
+        session: u64,
+        /// The device's index in the run.
+        device: u32,
+        /// The target model's identity.
+        identity: Identity,
+        /// The committed sequence (prompt and generated tokens so far).
+        committed: Vec<u32>,
+        /// Length of the prompt within `committed`.
+        prompt_len: u32,
+        /// Sampling and payload settings.
+        params: SessionParams,
+    },
+    /// Draft `draft_len` tokens for `round`.
+    Plan {
+        /// The round number.
+        round: u64,
+        /// γ_k.
+        draft_len: u32,
+        /// The device's uplink bandwidth share b_k in Hz (informative).
+        bandwidth_hz: f64,
+    },
+    /// The verification result.
+    Verdict {
+        /// The round.
+        round: u64,
+        /// Drafted tokens accepted.
+        accepted: u32,
+        /// What to do next.
+        next: Next,
+    },
+    /// The draft missed the round deadline: discard it, nothing is committed this round.
+    Dropped {
+        /// The round.
+        round: u64,
+    },
+    /// A refusal; the connection is closed after it.
+    Error {
+        /// What went wrong.
+        code: ErrorCode,
+        /// A one-line explanation naming the field.
+        message: String,
+    },
+    /// The server shuts down; the connection is closed after it.
+    Shutdown {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Refusal codes (stable numbers on the wire, docs/protocol.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The frame did not decode.
+    Malformed,
+    /// The frame exceeded the size limit.
+    TooLarge,
+    /// Wrong magic or protocol version.
+    Version,
+    /// The vocabulary or tokenizer does not match the target's.
+    Mismatch,
+    /// `Hello.resume` names no live session, or the session is already connected.
+    UnknownSession,
+    /// A message that is not valid at this point of the session.
+    Protocol,
+    /// The server is full.
+    Full,
+}
+
+/// Encodes a message body (postcard).
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, NetError> {
+    postcard::to_stdvec(msg).map_err(|e| NetError::Encode(e.to_string()))
+}
+
+/// Decodes a message body; the whole body must be consumed.
+pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NetError> {
+    let (msg, rest) =
+        postcard::take_from_bytes::<T>(body).map_err(|e| NetError::Decode(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(NetError::Decode(format!("{} trailing bytes after the message", rest.len())));
+    }
+    Ok(msg)
+}
+
+/// Bits on the air of a packed distribution, V_eff(⌈log₂V⌉ + Q), as spin-core counts it.
+pub fn packed_bits(vocab: u32, q_bits: u8, count: u32) -> u64 {
+    u64::from(count) * u64::from(index_bits(vocab as usize) + u32::from(q_bits))
+}
+
+/// Packs a quantised sparse distribution (its values must be integer codes below 2^Q).
+pub fn pack(s: &SparseDist) -> Result<PackedDist, NetError> {
+    let q = s.value_bits();
+    if !(1..=24).contains(&q) {
+        return Err(NetError::invalid("q_bits", format!("{q} is outside [1, 24] (quantise before packing)")));
+    }
+    let ib = index_bits(s.vocab());
+    let mut w = BitWriter::default();
+    for (&i, &v) in s.indices().iter().zip(s.values()) {
+        w.put(u64::from(i), ib);
+        w.put(v as u64, q);
+    }
+    Ok(PackedDist {
+        vocab: s.vocab() as u32,
+        q_bits: q as u8,
+        count: s.kept() as u32,
+        bits: w.finish(),
+    })
+}
+
+/// Unpacks and validates a packed distribution against the session's vocabulary; the result carries the same
+/// distribution and the same bits on the air as what was packed.
+pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
+    if p.vocab != vocab {
+        return Err(NetError::invalid(
+            "dist.vocab",
+            format!("{} differs from the session's vocabulary {vocab}", p.vocab),
+        ));
+    }
+    if !(1..=24).contains(&p.q_bits) {
+        return Err(NetError::invalid("dist.q_bits", format!("{} is outside [1, 24]", p.q_bits)));
+    }
+    if p.count == 0 || p.count > vocab {
+        return Err(NetError::invalid("dist.count", format!("{} is outside [1, {vocab}]", p.count)));
+    }
+    let bits = packed_bits(vocab, p.q_bits, p.count);
+    if p.bits.len() as u64 != bits.div_ceil(8) {
+        return Err(NetError::invalid(
+            "dist.bits",
+            format!("{} bytes for {} entries of {} bits", p.bits.len(), p.count, bits / u64::from(p.count)),
+        ));
+    }
+    let ib = index_bits(vocab as usize);
+    let q = u32::from(p.q_bits);
+    let mut r = BitReader { data: &p.bits, at: 0 };
+    let mut dense = vec![0f32; vocab as usize];
+    let mut seen = vec![false; vocab as usize];
+    let mut mass = false;
+    for _ in 0..p.count {
+        let i = r.get(ib) as usize;
+        let code = r.get(q);
+        if i >= vocab as usize {
+            return Err(NetError::invalid("dist.index", format!("{i} is outside the vocabulary of {vocab}")));
+        }
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(NetError::invalid("dist.index", format!("{i} appears twice")));
+        }
+        dense[i] = code as f32;
+        mass |= code > 0;
+    }
+    if !mass {
+        return Err(NetError::invalid("dist.codes", "every code is zero"));
+    }
+    // Rebuild through spin-core: the top-`count` entries of the dense codes are the sent ones (up to which of the
+    // zero-code entries are named, which carries no mass), and quantising codes whose maximum is 2^Q − 1 is the
+    // identity, so the values, the distribution and the bits on the air are the sent ones.
+    let max = dense.iter().fold(0f32, |m, &v| m.max(v));
+    let full = ((1u32 << q) - 1) as f32;
+    if max != full {
+        return Err(NetError::invalid(
+            "dist.codes",
+            format!("the largest code is {max}, not 2^Q − 1 = {full}"),
+        ));
+    }
+    let d = Dist::new(&dense).map_err(|e| NetError::invalid("dist", e.to_string()))?;
+    SparseDist::truncate(d, p.count as usize)
+        .and_then(|s| s.quantise(q))
+        .map_err(|e| NetError::invalid("dist", e.to_string()))
+}
+
+/// MSB-first bit packing (hand-written: a dozen lines, where a bit-vector crate would bring far more than needed).
+#[derive(Default)]
+struct BitWriter {
+    out: Vec<u8>,
+    acc: u64,
+    n: u32,
+}
+
+impl BitWriter {
+    fn put(&mut self, value: u64, bits: u32) {
+        for b in (0..bits).rev() {
+            self.acc = (self.acc << 1) | ((value >> b) & 1);
+            self.n += 1;
+            if self.n == 8 {
+                self.out.push(self.acc as u8);
+                self.acc = 0;
+                self.n = 0;
+            }
+        }
+    }
+    fn finish(mut self) -> Vec<u8> {
+        if self.n > 0 {
+            self.out.push((self.acc << (8 - self.n)) as u8);
+        }
+        self.out
+    }
+}
+
+struct BitReader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl BitReader<'_> {
+    /// Reads `bits` bits; the caller checked the length, so reads stay inside `data`.
+    fn get(&mut self, bits: u32) -> u64 {
+        let mut v = 0u64;
+        for _ in 0..bits {
+            let byte = self.data.get(self.at / 8).copied().unwrap_or(0);
+            v = (v << 1) | u64::from((byte >> (7 - self.at % 8)) & 1);
+            self.at += 1;
+        }
+        v
+    }
+}
+
+/// 64-bit FNV-1a of `bytes` (identity fingerprints only, not security; hand-written as it is four lines).
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_distributions_round_trip_with_spin_core_sizes() {
+        let w: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 + 0.5).collect();
+        let s = SparseDist::truncate(Dist::new(&w).unwrap(), 17).unwrap().quantise(11).unwrap();
+        let p = pack(&s).unwrap();
+        assert_eq!(p.bits.len() as u64, s.bits_on_air().div_ceil(8));
+        assert_eq!(packed_bits(300, 11, 17), s.bits_on_air());
+        let back = unpack(&p, 300).unwrap();
+        assert_eq!(back.bits_on_air(), s.bits_on_air());
+        for t in 0..300 {
+            assert_eq!(back.prob(t), s.prob(t), "token {t}");
+        }
+        let body = encode(&DeviceMsg::Upload { round: 3, q: p.clone() }).unwrap();
+        assert_eq!(decode::<DeviceMsg>(&body).unwrap(), DeviceMsg::Upload { round: 3, q: p.clone() });
+        assert!(unpack(&p, 301).unwrap_err().to_string().starts_with("dist.vocab"));
+        let mut bad = p.clone();
+        bad.bits.pop();
+        assert!(unpack(&bad, 300).unwrap_err().to_string().starts_with("dist.bits"));
+        assert!(decode::<DeviceMsg>(&body[..body.len() - 1]).is_err());
+        let mut long = body.clone();
+        long.push(0);
+        assert!(decode::<DeviceMsg>(&long).unwrap_err().to_string().contains("trailing"));
+    }
+}

@@ -1,0 +1,1396 @@
+//! The edge server: accepts devices over TCP, runs the rounds (plan → draft → verdict → correction) with the
+//! target model's [`Verifier`], emulates the wireless link on every message and accounts the round on the chosen
+//! clock. docs/system.md describes the round; docs/protocol.md the messages.
+//!
+//! One task (the engine) owns the verifier, the controller state and the trace; one task per connection decodes
+//! frames and forwards them as events, so a malformed or hostile peer is refused and closed by its own task while
+//! the engine and every other device go on.
+
+use crate::controller::{ControllerConfig, DeviceView, RoundPlan, Scheme, alpha_with_prior, fit_verify, plan_round};
+use crate::error::{NetError, Result};
+use crate::link::{LinkConfig, air_time_s};
+use crate::proto::{
+    self, DeviceMsg, ErrorCode, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, ServerMsg, SessionParams,
+};
+use crate::wire::{frame_error, framed};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use spin_core::SparseDist;
+use spin_core::dist::index_bits;
+use spin_optimize::paper_b::{ModeScheme, reactive};
+use spin_runtime::Model;
+use spin_runtime::speculative::sampling;
+use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Which clock a round is accounted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// Simulated time: drafting, air and verification times are added up; nothing waits. Deterministic with a
+    /// compute profile.
+    Virtual,
+    /// Wall time: messages are held for their air time; compute is what this machine takes.
+    Real,
+}
+
+/// Where compute times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Compute {
+    /// Measured on this machine (devices report their drafting time; the server times its forward pass).
+    Measured,
+    /// A compute profile: per-token drafting time T̄·U[1, 1 + spread] per device (seeded), T_ver = T_fix + K·T_lin.
+    Profile {
+        /// T̄ in seconds per token.
+        draft_token_s: f64,
+        /// Spread of the per-device factor.
+        draft_spread: f64,
+        /// T_fix in seconds.
+        verify_fixed_s: f64,
+        /// T_lin in seconds per device.
+        verify_per_device_s: f64,
+    },
+}
+
+/// Settings of a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The planning scheme (its paper fixes the exchange).
+    pub scheme: Scheme,
+    /// Paper B's reactive mode policy.
+    pub modes: ModeScheme,
+    /// L_max / γ_max.
+    pub max_draft_len: u32,
+    /// Fixed BW&L's length.
+    pub fixed_len: u32,
+    /// V_eff of every distribution on the air (capped at V).
+    pub v_eff: u32,
+    /// Q of every distribution on the air.
+    pub q_bits: u8,
+    /// Sampling temperature (0 = greedy).
+    pub temperature: f64,
+    /// Tokens each device generates.
+    pub max_new_tokens: usize,
+    /// End of sequence.
+    pub eos: Option<u32>,
+    /// Seed of every draw (sampling, drop, fading, planners).
+    pub seed: u64,
+    /// The clock.
+    pub clock: Clock,
+    /// Compute times.
+    pub compute: Compute,
+    /// The radio.
+    pub link: LinkConfig,
+    /// A draft that arrives later than this after the plan (on the run's clock) is dropped for the round.
+    pub round_deadline_s: f64,
+    /// Wall-clock limit on waiting for any one message (a hung or vanished peer), on either clock.
+    pub wait_limit: Duration,
+    /// Rounds start once this many devices joined.
+    pub min_devices: usize,
+    /// Devices admitted at most.
+    pub max_devices: usize,
+    /// Stop after this many rounds.
+    pub max_rounds: Option<u64>,
+    /// Stop once every device has finished (else wait for new devices until shut down).
+    pub stop_when_done: bool,
+    /// How long a finished run waits for disconnected devices to resume.
+    pub resume_grace: Duration,
+    /// The target model's identity.
+    pub identity: Identity,
+    /// Largest frame body.
+    pub max_frame_bytes: usize,
+    /// Prior α₀ of the acceptance estimate.
+    pub alpha_prior: f64,
+    /// Weight n₀ of the prior in tokens.
+    pub alpha_prior_weight: f64,
+    /// SAA samples for paper B's planners.
+    pub saa_samples: u32,
+}
+
+impl ServerConfig {
+    /// Defaults for `scheme` (paper B's link, V_eff = 1024, Q = 16, γ_max = 8, a compute profile on the virtual
+    /// clock) and the target's `identity`.
+    pub fn new(scheme: Scheme, identity: Identity) -> Self {
+        ServerConfig {
+            scheme,
+            modes: ModeScheme::Optimal,
+            max_draft_len: 8,
+            fixed_len: 4,
+            v_eff: 1024,
+            q_bits: 16,
+            temperature: 0.0,
+            max_new_tokens: 32,
+            eos: None,
+            seed: 0,
+            clock: Clock::Virtual,
+            compute: Compute::Profile {
+                draft_token_s: 0.015,
+                draft_spread: 0.15,
+                verify_fixed_s: 0.04,
+                verify_per_device_s: 0.008,
+            },
+            link: LinkConfig::paper_b(),
+            round_deadline_s: 10.0,
+            wait_limit: Duration::from_secs(30),
+            min_devices: 1,
+            max_devices: 1024,
+            max_rounds: None,
+            stop_when_done: true,
+            resume_grace: Duration::from_secs(5),
+            identity,
+            max_frame_bytes: proto::MAX_FRAME_BYTES,
+            alpha_prior: 0.7,
+            alpha_prior_weight: 8.0,
+            saa_samples: 200,
+        }
+    }
+
+    fn exchange(&self) -> Exchange {
+        match self.scheme {
+            Scheme::A(_) => Exchange::DistsWithDraft,
+            Scheme::B(_) => Exchange::ProbsOnly,
+        }
+    }
+
+    /// Checks the settings; every error names its field.
+    pub fn validate(&self) -> Result<()> {
+        self.link.validate()?;
+        if !(1..=24).contains(&self.q_bits) {
+            return Err(NetError::invalid("q_bits", format!("{} is outside [1, 24]", self.q_bits)));
+        }
+        if self.v_eff == 0 {
+            return Err(NetError::invalid("v_eff", "must be at least 1"));
+        }
+        if self.max_draft_len == 0 || self.max_draft_len > 64 {
+            return Err(NetError::invalid(
+                "max_draft_len",
+                format!("{} is outside [1, 64]", self.max_draft_len),
+            ));
+        }
+        if !(self.round_deadline_s > 0.0) {
+            return Err(NetError::invalid(
+                "round_deadline_s",
+                format!("{} is not a number > 0", self.round_deadline_s),
+            ));
+        }
+        if !(self.alpha_prior > 0.0 && self.alpha_prior < 1.0) {
+            return Err(NetError::invalid("alpha_prior", format!("{} is outside (0, 1)", self.alpha_prior)));
+        }
+        if !(self.alpha_prior_weight >= 0.0 && self.alpha_prior_weight.is_finite()) {
+            return Err(NetError::invalid(
+                "alpha_prior_weight",
+                format!("{} is not a finite number ≥ 0", self.alpha_prior_weight),
+            ));
+        }
+        if self.min_devices == 0 || self.min_devices > self.max_devices {
+            return Err(NetError::invalid(
+                "min_devices",
+                format!("{} is outside [1, max_devices = {}]", self.min_devices, self.max_devices),
+            ));
+        }
+        if let Compute::Profile {
+            draft_token_s,
+            draft_spread,
+            verify_fixed_s,
+            verify_per_device_s,
+        } = self.compute
+        {
+            for (f, v, pos) in [
+                ("draft_token_s", draft_token_s, true),
+                ("draft_spread", draft_spread, false),
+                ("verify_fixed_s", verify_fixed_s, false),
+                ("verify_per_device_s", verify_per_device_s, false),
+            ] {
+                if !(v.is_finite() && (v > 0.0 || (!pos && v == 0.0))) {
+                    return Err(NetError::invalid(f, format!("{v} is not a finite number {}", if pos { "> 0" } else { "≥ 0" })));
+                }
+            }
+            if verify_fixed_s + verify_per_device_s <= 0.0 {
+                return Err(NetError::invalid("verify_fixed_s", "T_fix + T_lin must be positive"));
+            }
+            if self.clock == Clock::Real {
+                return Err(NetError::invalid(
+                    "compute",
+                    "a compute profile needs the virtual clock (the real clock measures compute)",
+                ));
+            }
+        }
+        sampling(self.temperature).map_err(|e| NetError::invalid("temperature", e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// One device in one round of the trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceTrace {
+    /// Device index.
+    pub device: usize,
+    /// γ_k planned.
+    pub gamma: u32,
+    /// b_k in Hz.
+    pub bandwidth_hz: f64,
+    /// Drafted tokens accepted.
+    pub accepted: u32,
+    /// Tokens committed this round.
+    pub emitted: u32,
+    /// `server` (corrected or bonus at the server), `ul`, `dl`, `dropped` (late), `lost` (disconnected).
+    pub mode: &'static str,
+    /// Payload bits put on the uplink air.
+    pub bits_up: u64,
+    /// Payload bits put on the downlink air.
+    pub bits_down: u64,
+    /// Uplink air time of the draft in seconds.
+    pub air_up_s: f64,
+    /// Air time of the correction exchange in seconds (UL or DL).
+    pub air_corr_s: f64,
+    /// Drafting time in seconds.
+    pub draft_s: f64,
+    /// Frame bytes received from the device.
+    pub wire_up_bytes: u64,
+    /// Frame bytes sent to the device.
+    pub wire_down_bytes: u64,
+}
+
+/// One round of the trace (one JSON line).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundTrace {
+    /// Round number (from 0).
+    pub round: u64,
+    /// The clock at the end of the round in seconds.
+    pub clock_s: f64,
+    /// The round's latency.
+    pub latency_s: f64,
+    /// Drafting and draft upload (the slowest kept device's draft + air).
+    pub draft_up_s: f64,
+    /// Of which the slowest kept device's drafting alone.
+    pub draft_s: f64,
+    /// Verification.
+    pub verify_s: f64,
+    /// Correction exchange (paper B).
+    pub correction_s: f64,
+    /// Tokens committed this round over all devices.
+    pub tokens: u64,
+    /// The planner's predicted goodput in tokens/s.
+    pub predicted_goodput: f64,
+    /// Per device.
+    pub devices: Vec<DeviceTrace>,
+}
+
+/// Per-device totals of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceSummary {
+    /// Device index.
+    pub device: usize,
+    /// Generated tokens.
+    pub tokens: usize,
+    /// Tokens per second of the run's clock.
+    pub goodput: f64,
+    /// The server's ratio estimate of α (None below two drafted tokens).
+    pub acceptance: Option<f64>,
+    /// Rounds in which the device took part.
+    pub rounds: u64,
+    /// Rounds its draft was dropped as late.
+    pub dropped: u64,
+    /// Whether it finished.
+    pub done: bool,
+    /// The generated token ids.
+    pub generated: Vec<u32>,
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Scheme name.
+    pub scheme: &'static str,
+    /// The clock.
+    pub clock: Clock,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Tokens generated over all devices.
+    pub tokens: u64,
+    /// The run's duration on its clock in seconds.
+    pub elapsed_s: f64,
+    /// tokens / elapsed_s.
+    pub goodput: f64,
+    /// Mean of the planner's predicted goodput over rounds.
+    pub predicted_goodput: f64,
+    /// Σ drafting + upload phase seconds.
+    pub draft_up_s: f64,
+    /// Σ of which drafting.
+    pub draft_s: f64,
+    /// Σ verification seconds.
+    pub verify_s: f64,
+    /// Σ correction seconds.
+    pub correction_s: f64,
+    /// Per device.
+    pub devices: Vec<DeviceSummary>,
+    /// How the run ended.
+    pub stopped: String,
+}
+
+enum Event {
+    Hello {
+        conn: ConnHandle,
+        hello: DeviceMsg,
+        reply: oneshot::Sender<std::result::Result<u64, NetError>>,
+    },
+    Msg {
+        session: u64,
+        conn_id: u64,
+        msg: DeviceMsg,
+        bytes: usize,
+    },
+    Closed {
+        session: u64,
+        conn_id: u64,
+    },
+}
+
+#[derive(Clone)]
+struct ConnHandle {
+    id: u64,
+    tx: mpsc::UnboundedSender<ServerMsg>,
+}
+
+struct Session {
+    id: u64,
+    conn: Option<ConnHandle>,
+    mean_gain: f64,
+    draft_token_s: f64,
+    measured_draft: Option<f64>,
+    done: bool,
+    rounds: u64,
+    dropped: u64,
+}
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    model: Arc<Model>,
+    cfg: ServerConfig,
+}
+
+impl Server {
+    /// Binds `addr` (e.g. `127.0.0.1:0`) for the target `model`.
+    pub async fn bind(addr: &str, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
+        cfg.validate()?;
+        if cfg.identity.vocab as usize != model.config().vocab_size {
+            return Err(NetError::invalid(
+                "identity.vocab",
+                format!("{} differs from the target's {}", cfg.identity.vocab, model.config().vocab_size),
+            ));
+        }
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Server { listener, model, cfg })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// Serves until every device finished (`stop_when_done`), the round limit, or `shutdown` turns true; calls
+    /// `on_round` after every round. On shutdown every connected device is told so.
+    pub async fn run(
+        self,
+        shutdown: watch::Receiver<bool>,
+        on_round: impl FnMut(&RoundTrace),
+    ) -> Result<Summary> {
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let max_frame = self.cfg.max_frame_bytes;
+        let listener = self.listener;
+        let acceptor = tokio::spawn(async move {
+            let mut next_id = 0u64;
+            while let Ok((stream, _)) = listener.accept().await {
+                next_id += 1;
+                tokio::spawn(connection(stream, next_id, ev_tx.clone(), max_frame));
+            }
+        });
+        let params = sampling(self.cfg.temperature)?;
+        let verifier = Verifier::new(
+            self.model.clone(),
+            VerifierConfig {
+                params,
+                max_new_tokens: self.cfg.max_new_tokens,
+                eos: self.cfg.eos,
+                seed: self.cfg.seed,
+            },
+        );
+        let vocab = self.model.config().vocab_size as u32;
+        let v_eff = self.cfg.v_eff.min(vocab);
+        let mut engine = Engine {
+            session_rng: ChaCha8Rng::seed_from_u64(self.cfg.seed ^ 0x7365_7373),
+            verifier,
+            sessions: Vec::new(),
+            by_id: BTreeMap::new(),
+            events: ev_rx,
+            shutdown,
+            stopping: false,
+            clock_s: 0.0,
+            wall_start: Instant::now(),
+            verify_points: Vec::new(),
+            vocab,
+            v_eff,
+            max_seq_len: self.model.config().max_seq_len,
+            cfg: self.cfg,
+            traces_tokens: 0,
+            sums: [0.0; 4],
+            predicted: Vec::new(),
+        };
+        let result = engine.run(on_round).await;
+        acceptor.abort();
+        result
+    }
+}
+
+/// One connection: decode frames into events; refuse and close on anything malformed.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    conn_id: u64,
+    events: mpsc::UnboundedSender<Event>,
+    max_frame: usize,
+) {
+    let (mut sink, mut frames) = framed(stream, max_frame).split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<ServerMsg>();
+    let writer = tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            let last = matches!(m, ServerMsg::Error { .. } | ServerMsg::Shutdown { .. });
+            let Ok(body) = proto::encode(&m) else { break };
+            if sink.send(Bytes::from(body)).await.is_err() || last {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let refuse = |tx: &mpsc::UnboundedSender<ServerMsg>, e: &NetError| {
+        let _ = tx.send(ServerMsg::Error {
+            code: e.code(),
+            message: e.to_string(),
+        });
+    };
+    let mut session: Option<u64> = None;
+    loop {
+        let body = match frames.next().await {
+            None => break,
+            Some(Err(e)) => {
+                refuse(&tx, &frame_error(e, max_frame));
+                break;
+            }
+            Some(Ok(b)) => b,
+        };
+        let msg = match proto::decode::<DeviceMsg>(&body) {
+            Ok(m) => m,
+            Err(e) => {
+                refuse(&tx, &e);
+                break;
+            }
+        };
+        match (session, msg) {
+            (None, hello @ DeviceMsg::Hello { .. }) => {
+                let (rtx, rrx) = oneshot::channel();
+                let conn = ConnHandle {
+                    id: conn_id,
+                    tx: tx.clone(),
+                };
+                if events.send(Event::Hello { conn, hello, reply: rtx }).is_err() {
+                    break;
+                }
+                match rrx.await {
+                    Ok(Ok(s)) => session = Some(s),
+                    Ok(Err(e)) => {
+                        refuse(&tx, &e);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            (None, _) => {
+                refuse(&tx, &NetError::Protocol("the first message must be Hello".into()));
+                break;
+            }
+            (Some(_), DeviceMsg::Hello { .. }) => {
+                refuse(&tx, &NetError::Protocol("Hello sent twice".into()));
+                break;
+            }
+            (Some(s), msg) => {
+                let bytes = body.len();
+                if events
+                    .send(Event::Msg {
+                        session: s,
+                        conn_id,
+                        msg,
+                        bytes,
+                    })
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(s) = session {
+        let _ = events.send(Event::Closed { session: s, conn_id });
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+struct Engine {
+    cfg: ServerConfig,
+    verifier: Verifier<Arc<Model>>,
+    sessions: Vec<Session>,
+    by_id: BTreeMap<u64, usize>,
+    events: mpsc::UnboundedReceiver<Event>,
+    shutdown: watch::Receiver<bool>,
+    stopping: bool,
+    clock_s: f64,
+    wall_start: Instant,
+    verify_points: Vec<(usize, f64)>,
+    vocab: u32,
+    v_eff: u32,
+    max_seq_len: usize,
+    session_rng: ChaCha8Rng,
+    traces_tokens: u64,
+    /// Σ draft+up, Σ draft, Σ verify, Σ correction.
+    sums: [f64; 4],
+    predicted: Vec<f64>,
+}
+
+/// A received draft.
+struct Got {
+    tokens: Vec<u32>,
+    probs: Vec<f32>,
+    dists: Vec<SparseDist>,
+    draft_s: f64,
+    bytes: usize,
+    arrived: Instant,
+}
+
+impl Engine {
+    /// Waits for the next event until `until` (wall); None on timeout or shutdown.
+    async fn next_event(&mut self, until: Option<Instant>) -> Option<Event> {
+        if self.stopping {
+            return None;
+        }
+        let sleep = async {
+            match until {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ev = self.events.recv() => ev,
+            _ = self.shutdown.wait_for(|s| *s) => { self.stopping = true; None }
+            _ = sleep => None,
+        }
+    }
+
+    fn send(&self, k: usize, msg: ServerMsg) -> u64 {
+        let bytes = proto::encode(&msg).map(|b| b.len() as u64).unwrap_or(0);
+        if let Some(c) = &self.sessions[k].conn {
+            let _ = c.tx.send(msg);
+        }
+        bytes
+    }
+
+    /// Refuses device `k`'s current connection (protocol violation) and detaches it; the session may resume.
+    fn refuse(&mut self, k: usize, e: &NetError) {
+        if let Some(c) = self.sessions[k].conn.take() {
+            let _ = c.tx.send(ServerMsg::Error {
+                code: e.code(),
+                message: e.to_string(),
+            });
+        }
+    }
+
+    fn session_params(&self) -> SessionParams {
+        SessionParams {
+            temperature: self.cfg.temperature,
+            exchange: self.cfg.exchange(),
+            v_eff: self.v_eff,
+            q_bits: self.cfg.q_bits,
+            seed: self.cfg.seed,
+            max_new_tokens: self.cfg.max_new_tokens as u32,
+        }
+    }
+
+    fn welcome(&self, k: usize) -> Result<ServerMsg> {
+        let s = &self.sessions[k];
+        Ok(ServerMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            session: s.id,
+            device: k as u32,
+            identity: self.cfg.identity,
+            committed: self.verifier.tokens(k)?.to_vec(),
+            prompt_len: self.verifier.prompt_len(k)? as u32,
+            params: self.session_params(),
+        })
+    }
+
+    fn on_hello(&mut self, conn: ConnHandle, hello: DeviceMsg) -> Result<u64> {
+        let DeviceMsg::Hello {
+            magic,
+            version,
+            identity,
+            resume,
+            prompt,
+            distance_m,
+        } = hello
+        else {
+            return Err(NetError::Protocol("expected Hello".into()));
+        };
+        if magic != MAGIC {
+            return Err(NetError::Version {
+                got: format!("magic {magic:?}"),
+                want: format!("magic {MAGIC:?}"),
+            });
+        }
+        if version != PROTOCOL_VERSION {
+            return Err(NetError::Version {
+                got: version.to_string(),
+                want: PROTOCOL_VERSION.to_string(),
+            });
+        }
+        if identity.vocab != self.vocab {
+            return Err(NetError::Mismatch {
+                field: "vocab",
+                reason: format!("the drafter has {} tokens, the target {}", identity.vocab, self.vocab),
+            });
+        }
+        if identity.tokenizer != 0 && self.cfg.identity.tokenizer != 0 && identity.tokenizer != self.cfg.identity.tokenizer
+        {
+            return Err(NetError::Mismatch {
+                field: "tokenizer",
+                reason: format!(
+                    "the drafter's tokenizer {:016x} differs from the target's {:016x}",
+                    identity.tokenizer, self.cfg.identity.tokenizer
+                ),
+            });
+        }
+        let k = if let Some(id) = resume {
+            let k = *self.by_id.get(&id).ok_or(NetError::UnknownSession(id))?;
+            if self.sessions[k].conn.is_some() {
+                return Err(NetError::UnknownSession(id));
+            }
+            // A resumed device waits for the next round; anything pending from the round it left is dropped.
+            if self.verifier.is_pending(k)? {
+                self.verifier.abandon(k)?;
+            }
+            self.sessions[k].conn = Some(conn);
+            k
+        } else {
+            if self.sessions.len() >= self.cfg.max_devices {
+                return Err(NetError::Protocol(format!(
+                    "the server is full ({} devices)",
+                    self.cfg.max_devices
+                )));
+            }
+            if prompt.is_empty() {
+                return Err(NetError::invalid("prompt", "is empty"));
+            }
+            if prompt.len() + self.cfg.max_new_tokens > self.max_seq_len {
+                return Err(NetError::invalid(
+                    "prompt",
+                    format!(
+                        "{} tokens plus {} to generate exceed the context of {}",
+                        prompt.len(),
+                        self.cfg.max_new_tokens,
+                        self.max_seq_len
+                    ),
+                ));
+            }
+            if let Some(d) = distance_m
+                && !(d > 0.0 && d.is_finite())
+            {
+                return Err(NetError::invalid("distance_m", format!("{d} is not a finite number > 0")));
+            }
+            let k = tokio::task::block_in_place(|| self.verifier.add_devices(&[prompt]))?;
+            let distance = distance_m.unwrap_or_else(|| self.cfg.link.drop_distance(self.cfg.seed, k));
+            let mean_gain = self.cfg.link.mean_gain(distance)?;
+            let draft_token_s = match self.cfg.compute {
+                Compute::Profile {
+                    draft_token_s,
+                    draft_spread,
+                    ..
+                } => {
+                    let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ 0x6466_7473);
+                    rng.set_stream(k as u64);
+                    let u: f64 = rng.random();
+                    draft_token_s * (1.0 + draft_spread * u)
+                }
+                Compute::Measured => 0.0,
+            };
+            let mut id = self.session_rng.random::<u64>();
+            while id == 0 || self.by_id.contains_key(&id) {
+                id = self.session_rng.random::<u64>();
+            }
+            self.by_id.insert(id, k);
+            self.sessions.push(Session {
+                id,
+                conn: Some(conn),
+                mean_gain,
+                draft_token_s,
+                measured_draft: None,
+                done: self.verifier.is_done(k)?,
+                rounds: 0,
+                dropped: 0,
+            });
+            k
+        };
+        let w = self.welcome(k)?;
+        self.send(k, w);
+        Ok(self.sessions[k].id)
+    }
+
+    /// Handles an event outside the message it waits for: handshakes, closes; returns a message for the caller.
+    fn triage(&mut self, ev: Event) -> Option<(usize, DeviceMsg, usize)> {
+        match ev {
+            Event::Hello { conn, hello, reply } => {
+                let r = self.on_hello(conn, hello);
+                let _ = reply.send(r);
+                None
+            }
+            Event::Closed { session, conn_id } => {
+                if let Some(&k) = self.by_id.get(&session)
+                    && self.sessions[k].conn.as_ref().is_some_and(|c| c.id == conn_id)
+                {
+                    self.sessions[k].conn = None;
+                }
+                None
+            }
+            Event::Msg {
+                session,
+                conn_id,
+                msg,
+                bytes,
+            } => {
+                let &k = self.by_id.get(&session)?;
+                if !self.sessions[k].conn.as_ref().is_some_and(|c| c.id == conn_id) {
+                    return None;
+                }
+                if matches!(msg, DeviceMsg::Bye) {
+                    self.sessions[k].conn = None;
+                    return None;
+                }
+                Some((k, msg, bytes))
+            }
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        self.sessions.iter().all(|s| s.done)
+    }
+
+    async fn run(&mut self, mut on_round: impl FnMut(&RoundTrace)) -> Result<Summary> {
+        // Admission: rounds start once enough devices joined.
+        while self.sessions.len() < self.cfg.min_devices {
+            match self.next_event(None).await {
+                Some(ev) => {
+                    self.triage(ev);
+                }
+                None => break,
+            }
+        }
+        let mut round = 0u64;
+        let stopped = loop {
+            if self.stopping {
+                break "shutdown".to_string();
+            }
+            if self.cfg.max_rounds.is_some_and(|m| round >= m) {
+                break "round limit".to_string();
+            }
+            let active: Vec<usize> = (0..self.sessions.len())
+                .filter(|&k| !self.sessions[k].done && self.sessions[k].conn.is_some())
+                .collect();
+            if active.is_empty() {
+                if self.all_done() && self.cfg.stop_when_done && self.sessions.len() >= self.cfg.min_devices {
+                    break "all devices finished".to_string();
+                }
+                // Wait for a resume or a new device (bounded when only disconnected devices remain).
+                let until = if self.sessions.iter().any(|s| !s.done) {
+                    Some(Instant::now() + self.cfg.resume_grace)
+                } else {
+                    None
+                };
+                match self.next_event(until).await {
+                    Some(ev) => {
+                        self.triage(ev);
+                        continue;
+                    }
+                    None if self.stopping => break "shutdown".to_string(),
+                    None => break "devices left without resuming".to_string(),
+                }
+            }
+            let trace = self.round(round, &active).await?;
+            self.traces_tokens += trace.tokens;
+            on_round(&trace);
+            round += 1;
+        };
+        // Tell every connected device why the run ends.
+        let reason = if stopped == "shutdown" {
+            "the server was shut down"
+        } else {
+            "the run ended"
+        };
+        for k in 0..self.sessions.len() {
+            if let Some(c) = self.sessions[k].conn.take() {
+                let _ = c.tx.send(ServerMsg::Shutdown { reason: reason.into() });
+            }
+        }
+        let elapsed_s = self.elapsed();
+        let devices = (0..self.sessions.len())
+            .map(|k| {
+                let generated = self.verifier.generated(k)?.to_vec();
+                let acceptance = self
+                    .verifier
+                    .alpha(k)?
+                    .ratio_estimate(spin_core::estimate::Z_95)?
+                    .map(|e| e.value);
+                Ok(DeviceSummary {
+                    device: k,
+                    tokens: generated.len(),
+                    goodput: if elapsed_s > 0.0 {
+                        generated.len() as f64 / elapsed_s
+                    } else {
+                        0.0
+                    },
+                    acceptance,
+                    rounds: self.sessions[k].rounds,
+                    dropped: self.sessions[k].dropped,
+                    done: self.sessions[k].done,
+                    generated,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let tokens: u64 = devices.iter().map(|d| d.tokens as u64).sum();
+        Ok(Summary {
+            scheme: self.cfg.scheme.name(),
+            clock: self.cfg.clock,
+            rounds: round,
+            tokens,
+            elapsed_s,
+            goodput: if elapsed_s > 0.0 { tokens as f64 / elapsed_s } else { 0.0 },
+            predicted_goodput: if self.predicted.is_empty() {
+                0.0
+            } else {
+                self.predicted.iter().sum::<f64>() / self.predicted.len() as f64
+            },
+            draft_up_s: self.sums[0],
+            draft_s: self.sums[1],
+            verify_s: self.sums[2],
+            correction_s: self.sums[3],
+            devices,
+            stopped,
+        })
+    }
+
+    fn elapsed(&self) -> f64 {
+        match self.cfg.clock {
+            Clock::Virtual => self.clock_s,
+            Clock::Real => self.wall_start.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// The verification-time model the planner uses: the profile, or the fit of what was measured.
+    fn verify_model(&self) -> (f64, f64) {
+        match self.cfg.compute {
+            Compute::Profile {
+                verify_fixed_s,
+                verify_per_device_s,
+                ..
+            } => (verify_fixed_s, verify_per_device_s),
+            Compute::Measured => fit_verify(&self.verify_points).unwrap_or((0.01, 0.001)),
+        }
+    }
+
+    fn payload_bits_per_dist(&self) -> f64 {
+        proto::packed_bits(self.vocab, self.cfg.q_bits, self.v_eff) as f64
+    }
+
+    async fn round(&mut self, round: u64, active: &[usize]) -> Result<RoundTrace> {
+        let link = self.cfg.link;
+        let means: Vec<f64> = self.sessions.iter().map(|s| s.mean_gain).collect();
+        let gains = link.round_gains(self.cfg.seed, round, &means)?;
+        // Plan from the online estimates.
+        let views: Vec<DeviceView> = active
+            .iter()
+            .map(|&k| {
+                let s = &self.sessions[k];
+                let est = self.verifier.alpha(k)?.ratio_estimate(spin_core::estimate::Z_95)?;
+                let (mean, n) = est.map_or((0.0, 0), |e| (e.value, e.samples));
+                let draft_token_s = match self.cfg.compute {
+                    Compute::Profile { .. } => s.draft_token_s,
+                    Compute::Measured => s.measured_draft.unwrap_or(0.005),
+                };
+                Ok(DeviceView {
+                    alpha: alpha_with_prior(mean, n, self.cfg.alpha_prior, self.cfg.alpha_prior_weight),
+                    draft_token_s,
+                    gain: gains[k],
+                    max_len: self.verifier.max_draft_len(k)? as u32,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let (t_fix, t_lin) = self.verify_model();
+        let ctl = ControllerConfig {
+            scheme: self.cfg.scheme,
+            modes: self.cfg.modes,
+            max_draft_len: self.cfg.max_draft_len,
+            fixed_len: self.cfg.fixed_len,
+            payload_bits: self.payload_bits_per_dist(),
+            saa_samples: self.cfg.saa_samples,
+        };
+        let plan: RoundPlan = plan_round(&ctl, &link, &views, t_fix, t_lin, self.cfg.seed.wrapping_add(round))?;
+        self.predicted.push(plan.predicted_goodput);
+        let mut traces: BTreeMap<usize, DeviceTrace> = BTreeMap::new();
+        let wall0 = Instant::now();
+        for (i, &k) in active.iter().enumerate() {
+            let msg = ServerMsg::Plan {
+                round,
+                draft_len: plan.draft_len[i],
+                bandwidth_hz: plan.bandwidth_hz[i],
+            };
+            let down = self.send(k, msg);
+            traces.insert(
+                k,
+                DeviceTrace {
+                    device: k,
+                    gamma: plan.draft_len[i],
+                    bandwidth_hz: plan.bandwidth_hz[i],
+                    accepted: 0,
+                    emitted: 0,
+                    mode: "lost",
+                    bits_up: 0,
+                    bits_down: 0,
+                    air_up_s: 0.0,
+                    air_corr_s: 0.0,
+                    draft_s: 0.0,
+                    wire_up_bytes: 0,
+                    wire_down_bytes: down,
+                },
+            );
+        }
+        // Collect the drafts.
+        let wall_deadline = match self.cfg.clock {
+            Clock::Real => wall0 + Duration::from_secs_f64(self.cfg.round_deadline_s).min(self.cfg.wait_limit),
+            Clock::Virtual => wall0 + self.cfg.wait_limit,
+        };
+        let mut got: BTreeMap<usize, Got> = BTreeMap::new();
+        let mut waiting: Vec<usize> = active.to_vec();
+        while !waiting.is_empty() {
+            waiting.retain(|&k| self.sessions[k].conn.is_some());
+            if waiting.is_empty() {
+                break;
+            }
+            let Some(ev) = self.next_event(Some(wall_deadline)).await else { break };
+            let Some((k, msg, bytes)) = self.triage(ev) else { continue };
+            let pos = waiting.iter().position(|&w| w == k);
+            match (pos, msg) {
+                (
+                    Some(p),
+                    DeviceMsg::Draft {
+                        round: r,
+                        tokens,
+                        probs,
+                        dists,
+                        draft_s,
+                    },
+                ) if r == round => {
+                    let gamma = traces[&k].gamma as usize;
+                    match self.check_draft(gamma, tokens, probs, dists, draft_s, bytes) {
+                        Ok(g) => {
+                            got.insert(k, g);
+                            waiting.remove(p);
+                        }
+                        Err(e) => {
+                            self.refuse(k, &e);
+                            waiting.remove(p);
+                        }
+                    }
+                }
+                (_, other) => {
+                    let e = NetError::Protocol(format!("unexpected {} in round {round}", kind(&other)));
+                    self.refuse(k, &e);
+                }
+            }
+        }
+        // Timing of the draft phase; late drafts are dropped.
+        let mut kept: Vec<usize> = Vec::new();
+        let mut arrive_max = 0.0f64;
+        let mut draft_max = 0.0f64;
+        let mut real_release = wall0;
+        let idx_bits = f64::from(index_bits(self.vocab as usize));
+        for (i, &k) in active.iter().enumerate() {
+            let Some(g) = got.get(&k) else { continue };
+            let gamma = g.tokens.len() as f64;
+            let draft_s = match self.cfg.compute {
+                Compute::Profile { .. } => gamma * self.sessions[k].draft_token_s,
+                Compute::Measured => g.draft_s,
+            };
+            let bits_up: u64 = match self.cfg.exchange() {
+                Exchange::DistsWithDraft => g.dists.iter().map(|d| d.bits_on_air()).sum(),
+                // Paper B: (token, probability) pairs, ⌈log₂V⌉ + 32 bits each.
+                Exchange::ProbsOnly => (gamma * (idx_bits + 32.0)) as u64,
+            };
+            let r = link.spectral_efficiency(gains[k])?;
+            let air = air_time_s(bits_up as f64, plan.bandwidth_hz[i], r);
+            let t = traces.get_mut(&k).expect("every active device has a trace");
+            t.bits_up = bits_up;
+            t.air_up_s = air;
+            t.draft_s = draft_s;
+            t.wire_up_bytes = g.bytes as u64;
+            let arrival = match self.cfg.clock {
+                Clock::Virtual => draft_s + air,
+                Clock::Real => (g.arrived - wall0).as_secs_f64() + air,
+            };
+            if arrival > self.cfg.round_deadline_s {
+                t.mode = "dropped";
+                self.sessions[k].dropped += 1;
+                t.wire_down_bytes += self.send(k, ServerMsg::Dropped { round });
+                continue;
+            }
+            if self.cfg.clock == Clock::Real {
+                real_release = real_release.max(g.arrived + Duration::from_secs_f64(air));
+            }
+            if g.tokens.is_empty() {
+                // γ = 0 carries no draft time.
+            } else if let Compute::Measured = self.cfg.compute {
+                let per = g.draft_s / gamma;
+                let s = &mut self.sessions[k];
+                s.measured_draft = Some(s.measured_draft.map_or(per, |m| 0.8 * m + 0.2 * per));
+            }
+            arrive_max = arrive_max.max(arrival);
+            draft_max = draft_max.max(draft_s);
+            kept.push(k);
+        }
+        // Devices that timed out (real clock) or vanished are dropped for this round too.
+        for &k in active {
+            if !got.contains_key(&k) && self.sessions[k].conn.is_some() {
+                let t = traces.get_mut(&k).expect("trace");
+                t.mode = "dropped";
+                self.sessions[k].dropped += 1;
+                t.wire_down_bytes += self.send(k, ServerMsg::Dropped { round });
+            }
+        }
+        if self.cfg.clock == Clock::Real {
+            tokio::time::sleep_until(real_release.into()).await;
+        }
+        // Verify every kept draft in one batch.
+        let subs_data: Vec<(usize, Got)> = kept.iter().map(|&k| (k, got.remove(&k).expect("kept drafts were received"))).collect();
+        let exchange = self.cfg.exchange();
+        let subs: Vec<Submission<'_>> = subs_data
+            .iter()
+            .map(|(k, g)| Submission {
+                device: *k,
+                tokens: &g.tokens,
+                dists: match exchange {
+                    Exchange::DistsWithDraft => DraftDists::Sparse(&g.dists),
+                    Exchange::ProbsOnly => DraftDists::Probs(&g.probs),
+                },
+            })
+            .collect();
+        let before: BTreeMap<usize, usize> = subs_data
+            .iter()
+            .map(|(k, _)| Ok((*k, self.verifier.tokens(*k)?.len())))
+            .collect::<Result<_>>()?;
+        let (decisions, measured_verify) = tokio::task::block_in_place(|| self.verifier.verify(&subs))?;
+        let verify_s = match self.cfg.compute {
+            Compute::Profile {
+                verify_fixed_s,
+                verify_per_device_s,
+                ..
+            } => {
+                if subs.is_empty() {
+                    0.0
+                } else {
+                    verify_fixed_s + subs.len() as f64 * verify_per_device_s
+                }
+            }
+            Compute::Measured => measured_verify,
+        };
+        if !subs.is_empty() {
+            self.verify_points.push((subs.len(), measured_verify));
+        }
+        // Verdicts; rejected paper-B devices get a correction mode.
+        let mut rejected: Vec<(usize, usize)> = Vec::new();
+        for ((k, _), d) in subs_data.iter().zip(&decisions) {
+            let k = *k;
+            self.sessions[k].rounds += 1;
+            match *d {
+                Decision::Done { accepted, token, .. } => {
+                    let done = self.verifier.is_done(k)?;
+                    self.sessions[k].done = done;
+                    let t = traces.get_mut(&k).expect("trace");
+                    t.accepted = accepted as u32;
+                    t.mode = "server";
+                    t.wire_down_bytes += self.send(
+                        k,
+                        ServerMsg::Verdict {
+                            round,
+                            accepted: accepted as u32,
+                            next: Next::Commit { token, done },
+                        },
+                    );
+                }
+                Decision::Pending { position } => rejected.push((k, position)),
+            }
+        }
+        let mut correction_s = 0.0;
+        if !rejected.is_empty() {
+            correction_s = self.correct(round, &rejected, &gains, &mut traces).await?;
+        }
+        // Emitted tokens: what each kept device's committed text grew by.
+        let mut tokens = 0u64;
+        for (&k, &len0) in &before {
+            let now = self.verifier.tokens(k)?.len();
+            let t = traces.get_mut(&k).expect("trace");
+            if t.mode != "lost" {
+                t.emitted = now.saturating_sub(len0) as u32;
+                tokens += u64::from(t.emitted);
+            }
+        }
+        let latency_s = match self.cfg.clock {
+            Clock::Virtual => arrive_max + verify_s + correction_s,
+            Clock::Real => wall0.elapsed().as_secs_f64(),
+        };
+        self.clock_s += latency_s;
+        self.sums[0] += arrive_max;
+        self.sums[1] += draft_max;
+        self.sums[2] += verify_s;
+        self.sums[3] += correction_s;
+        Ok(RoundTrace {
+            round,
+            clock_s: self.elapsed(),
+            latency_s,
+            draft_up_s: arrive_max,
+            draft_s: draft_max,
+            verify_s,
+            correction_s,
+            tokens,
+            predicted_goodput: plan.predicted_goodput,
+            devices: traces.into_values().collect(),
+        })
+    }
+
+    fn check_draft(
+        &self,
+        gamma: usize,
+        tokens: Vec<u32>,
+        probs: Vec<f32>,
+        dists: Vec<proto::PackedDist>,
+        draft_s: f64,
+        bytes: usize,
+    ) -> Result<Got> {
+        if tokens.len() > gamma {
+            return Err(NetError::invalid(
+                "draft.tokens",
+                format!("{} tokens for a plan of {gamma}", tokens.len()),
+            ));
+        }
+        if probs.len() != tokens.len() {
+            return Err(NetError::invalid(
+                "draft.probs",
+                format!("{} probabilities for {} tokens", probs.len(), tokens.len()),
+            ));
+        }
+        if let Some(p) = probs.iter().find(|&&p| !(p > 0.0 && p <= 1.0)) {
+            return Err(NetError::invalid("draft.probs", format!("{p} is outside (0, 1]")));
+        }
+        if let Some(t) = tokens.iter().find(|&&t| t >= self.vocab) {
+            return Err(NetError::invalid(
+                "draft.tokens",
+                format!("{t} is outside the vocabulary of {}", self.vocab),
+            ));
+        }
+        if !(draft_s >= 0.0 && draft_s.is_finite()) {
+            return Err(NetError::invalid("draft.draft_s", format!("{draft_s} is not a finite number ≥ 0")));
+        }
+        let dists = match self.cfg.exchange() {
+            Exchange::DistsWithDraft => {
+                if dists.len() != tokens.len() {
+                    return Err(NetError::invalid(
+                        "draft.dists",
+                        format!("{} distributions for {} tokens", dists.len(), tokens.len()),
+                    ));
+                }
+                let d = dists
+                    .iter()
+                    .map(|p| proto::unpack(p, self.vocab))
+                    .collect::<Result<Vec<_>>>()?;
+                for (j, (s, &t)) in d.iter().zip(&tokens).enumerate() {
+                    if s.prob(t as usize).unwrap_or(0.0) <= 0.0 {
+                        return Err(NetError::invalid(
+                            format!("draft.dists[{j}]"),
+                            format!("token {t} has no mass in its own distribution"),
+                        ));
+                    }
+                }
+                d
+            }
+            Exchange::ProbsOnly => {
+                if !dists.is_empty() {
+                    return Err(NetError::invalid("draft.dists", "must be empty in a paper-B session"));
+                }
+                Vec::new()
+            }
+        };
+        Ok(Got {
+            tokens,
+            probs,
+            dists,
+            draft_s,
+            bytes,
+            arrived: Instant::now(),
+        })
+    }
+
+    /// Paper B's correction phase for `rejected` (device, position): modes by the reactive policy, then the UL
+    /// uploads and DL downloads, each on the air for its Shannon-rate time. Returns T_comm.
+    async fn correct(
+        &mut self,
+        round: u64,
+        rejected: &[(usize, usize)],
+        gains: &[f64],
+        traces: &mut BTreeMap<usize, DeviceTrace>,
+    ) -> Result<f64> {
+        let d_bits = self.payload_bits_per_dist();
+        let link = self.cfg.link.paper_b_link(d_bits);
+        let g: Vec<f64> = rejected.iter().map(|&(k, _)| gains[k]).collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.cfg.seed ^ 0x6d6f_6465);
+        rng.set_stream(round);
+        let sol = reactive::solve(&link, &g, self.cfg.modes, &mut rng)?;
+        let share = link.share_hz(rejected.len());
+        let mut waiting: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
+        for (i, &(k, pos)) in rejected.iter().enumerate() {
+            let ul = sol.modes[i] == reactive::Mode::Ul;
+            let t = traces.get_mut(&k).expect("trace");
+            t.accepted = pos as u32;
+            if ul {
+                t.mode = "ul";
+                t.wire_down_bytes += self.send(
+                    k,
+                    ServerMsg::Verdict {
+                        round,
+                        accepted: pos as u32,
+                        next: Next::SendQ,
+                    },
+                );
+            } else {
+                let p = self.verifier.downlink_p(k, self.v_eff as usize, u32::from(self.cfg.q_bits))?;
+                let bits = p.bits_on_air();
+                let t = traces.get_mut(&k).expect("trace");
+                t.mode = "dl";
+                t.bits_down = bits;
+                t.air_corr_s = self
+                    .cfg
+                    .link
+                    .paper_b_link(bits as f64)
+                    .dl_delay_at_power_s(share, sol.dl_power_w[i], g[i]);
+                let packed = proto::pack(&p)?;
+                t.wire_down_bytes += self.send(
+                    k,
+                    ServerMsg::Verdict {
+                        round,
+                        accepted: pos as u32,
+                        next: Next::Residual { p: packed },
+                    },
+                );
+            }
+            waiting.insert(k, (i, ul));
+        }
+        let deadline = Instant::now() + self.cfg.wait_limit;
+        while !waiting.is_empty() {
+            let gone: Vec<usize> = waiting
+                .keys()
+                .copied()
+                .filter(|&k| self.sessions[k].conn.is_none())
+                .collect();
+            for k in gone {
+                waiting.remove(&k);
+                self.verifier.abandon(k)?;
+                traces.get_mut(&k).expect("trace").mode = "lost";
+            }
+            if waiting.is_empty() {
+                break;
+            }
+            let Some(ev) = self.next_event(Some(deadline)).await else { break };
+            let Some((k, msg, bytes)) = self.triage(ev) else { continue };
+            let Some(&(i, ul)) = waiting.get(&k) else {
+                let e = NetError::Protocol(format!("unexpected {} during corrections", kind(&msg)));
+                self.refuse(k, &e);
+                continue;
+            };
+            let outcome: Result<u32> = match (ul, msg) {
+                (true, DeviceMsg::Upload { round: r, q }) if r == round => (|| {
+                    let q = proto::unpack(&q, self.vocab)?;
+                    let t = traces.get_mut(&k).expect("trace");
+                    t.bits_up += q.bits_on_air();
+                    t.wire_up_bytes += bytes as u64;
+                    t.air_corr_s = self.cfg.link.paper_b_link(q.bits_on_air() as f64).ul_delay_s(share, g[i]);
+                    Ok(self.verifier.resolve_uplink(k, &q)?)
+                })(),
+                (false, DeviceMsg::Corrected { round: r, token }) if r == round => {
+                    traces.get_mut(&k).expect("trace").wire_up_bytes += bytes as u64;
+                    self.verifier.resolve_token(k, token).map(|_| token).map_err(NetError::from)
+                }
+                (_, other) => Err(NetError::Protocol(format!("unexpected {} during corrections", kind(&other)))),
+            };
+            waiting.remove(&k);
+            match outcome {
+                Ok(token) => {
+                    let done = self.verifier.is_done(k)?;
+                    self.sessions[k].done = done;
+                    let accepted = traces[&k].accepted;
+                    traces.get_mut(&k).expect("trace").wire_down_bytes += self.send(
+                        k,
+                        ServerMsg::Verdict {
+                            round,
+                            accepted,
+                            next: Next::Commit { token, done },
+                        },
+                    );
+                }
+                Err(e) => {
+                    self.verifier.abandon(k)?;
+                    traces.get_mut(&k).expect("trace").mode = "lost";
+                    self.refuse(k, &e);
+                }
+            }
+        }
+        for &k in waiting.keys() {
+            self.verifier.abandon(k)?;
+            traces.get_mut(&k).expect("trace").mode = "lost";
+        }
+        let t_comm = rejected
+            .iter()
+            .map(|(k, _)| traces[k].air_corr_s)
+            .fold(0.0f64, f64::max);
+        if self.cfg.clock == Clock::Real {
+            // The exchange is held on the air for its emulated time (the commits go out after it).
+            tokio::time::sleep(Duration::from_secs_f64(t_comm)).await;
+        }
+        Ok(t_comm)
+    }
+}
+
+fn kind(m: &DeviceMsg) -> &'static str {
+    match m {
+        DeviceMsg::Hello { .. } => "Hello",
+        DeviceMsg::Draft { .. } => "Draft",
+        DeviceMsg::Upload { .. } => "Upload",
+        DeviceMsg::Corrected { .. } => "Corrected",
+        DeviceMsg::Bye => "Bye",
+    }
+}
+
+/// The refusal a peer gets for `e` (used by tests and the device side).
+pub fn refusal(e: &NetError) -> (ErrorCode, String) {
+    (e.code(), e.to_string())
+}

@@ -1,0 +1,83 @@
+//! One-process simulation: a server and K devices in one tokio runtime, talking over real loopback sockets.
+
+use crate::device::{DeviceConfig, DeviceReport, run_device_with_ready};
+use crate::error::{NetError, Result};
+use crate::proto::Identity;
+use crate::server::{RoundTrace, Server, ServerConfig, Summary};
+use spin_runtime::Model;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What a simulation ends with.
+#[derive(Debug, Clone)]
+pub struct SimOutcome {
+    /// The server's totals.
+    pub summary: Summary,
+    /// Each device's own view (Err when the device failed, e.g. the run ended before it finished).
+    pub devices: Vec<std::result::Result<DeviceReport, String>>,
+}
+
+/// Per-device options of a simulation.
+#[derive(Debug, Clone, Default)]
+pub struct SimDevice {
+    /// The prompt.
+    pub prompt: Vec<u32>,
+    /// Distance to the server (None: from the drop).
+    pub distance_m: Option<f64>,
+    /// Test hook: extra wall delay before each draft.
+    pub delay: Option<std::time::Duration>,
+    /// Test hook: disconnect after sending this round's draft, then resume.
+    pub disconnect_at_round: Option<u64>,
+}
+
+/// Runs the server for `target` and one device per entry of `devices` drafting with `drafter`, all on 127.0.0.1.
+/// Devices join one after the other (so device k gets index k). `shutdown` stops the run early.
+pub async fn simulate(
+    target: Arc<Model>,
+    drafter: Arc<Model>,
+    drafter_identity: Identity,
+    mut cfg: ServerConfig,
+    devices: &[SimDevice],
+    shutdown: watch::Receiver<bool>,
+    on_round: impl FnMut(&RoundTrace),
+) -> Result<SimOutcome> {
+    if devices.is_empty() {
+        return Err(NetError::invalid("devices", "at least one device is needed"));
+    }
+    cfg.min_devices = devices.len();
+    cfg.max_devices = cfg.max_devices.max(devices.len());
+    let max_frame = cfg.max_frame_bytes;
+    let server = Server::bind("127.0.0.1:0", target, cfg).await?;
+    let addr = server.local_addr()?.to_string();
+    // The server runs in this task (its round callback may borrow); the devices are tasks of their own.
+    let serving = server.run(shutdown, on_round);
+    let joining = async {
+        let mut handles = Vec::with_capacity(devices.len());
+        for d in devices {
+            let mut dc = DeviceConfig::new(addr.clone(), d.prompt.clone(), drafter_identity);
+            dc.distance_m = d.distance_m;
+            dc.delay = d.delay;
+            dc.disconnect_at_round = d.disconnect_at_round;
+            dc.max_frame_bytes = max_frame;
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            let model = drafter.clone();
+            handles.push(tokio::spawn(run_device_with_ready(model, dc, Some(ready_tx))));
+            // Wait until this device is welcomed (or failed) before starting the next: indices follow the list.
+            let _ = ready_rx.await;
+        }
+        let mut reports = Vec::with_capacity(handles.len());
+        for h in handles {
+            reports.push(match h.await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("device task: {e}")),
+            });
+        }
+        reports
+    };
+    let (summary, reports) = tokio::join!(serving, joining);
+    Ok(SimOutcome {
+        summary: summary?,
+        devices: reports,
+    })
+}

@@ -1,0 +1,379 @@
+//! The device half of speculative decoding: a draft model with its own KV cache and RNG that drafts γ tokens per
+//! round (γ given every round) and, where the payload needs them, the truncated and quantised draft distributions
+//! as spin-core builds them (MODEL.md §1 "what crosses the air"; docs/system.md).
+//!
+//! Exactness with a sparse payload: the device samples each drafted token from the very truncated, quantised
+//! distribution it sends, and keeps that distribution (dense) as its local q for a downlink correction, so every
+//! residual is computed from exactly the two distributions the sampler sees (docs/exactness.md).
+//!
+//! Cache invariant (as in [`crate::speculative`]): the cache holds every committed token except the newest.
+
+use crate::error::{Result, RuntimeError};
+use crate::model::{KvCache, Model};
+use crate::speculative::prob_rows;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use spin_core::correction::{Mode, Payload, correct};
+use spin_core::{Dist, SamplingParams, SparseDist, Truncator};
+use std::ops::Deref;
+use std::time::{Duration, Instant};
+
+/// The form of the draft distributions a drafter produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DistForm {
+    /// Dense V-entry rows (in-process use; nothing is sent).
+    #[default]
+    Dense,
+    /// Top-`v_eff` truncation and `q_bits`-bit quantisation; tokens are sampled from that sparse distribution.
+    Sparse {
+        /// Entries kept (V_eff, paper A's |V̂|).
+        v_eff: usize,
+        /// Bits per value (Q, paper A's Q_B).
+        q_bits: u32,
+    },
+}
+
+/// One round's draft: the tokens, q_j(y_j) for each, and (sparse form only) the sparse distributions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraftOut {
+    /// y_1..y_γ.
+    pub tokens: Vec<u32>,
+    /// q_j(y_j): the probability each token had under the distribution it was sampled from.
+    pub probs: Vec<f32>,
+    /// q_1..q_γ as sent (empty in the dense form).
+    pub dists: Vec<SparseDist>,
+}
+
+/// The device-side drafter.
+#[derive(Debug, Clone)]
+pub struct Drafter<M: Deref<Target = Model>> {
+    model: M,
+    cache: KvCache,
+    rng: ChaCha8Rng,
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    params: SamplingParams,
+    form: DistForm,
+    truncator: Option<Truncator>,
+    /// The last round's drafted tokens and the dense distributions they were sampled from.
+    pending: Vec<u32>,
+    pending_q: Vec<Vec<f32>>,
+    pending_sparse: Vec<SparseDist>,
+    scratch: Vec<f32>,
+    /// Tokens drafted so far.
+    pub drafted: usize,
+    /// Wall time spent in draft forwards charged to this drafter (a batched step charges every member).
+    pub draft_time: Duration,
+}
+
+/// Device k's drafting RNG: the run's seed as key, stream k + 1 (the verifier uses stream 0), so devices and runs
+/// with neighbouring seeds never share a random sequence.
+pub fn device_rng(seed: u64, k: usize) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(1 + k as u64);
+    rng
+}
+
+impl<M: Deref<Target = Model>> Drafter<M> {
+    /// A drafter continuing `tokens` (of which the first `prompt_len` are the prompt), prefilling every token but
+    /// the last; `rng` is its own generator (see [`device_rng`]).
+    pub fn new(
+        model: M,
+        tokens: &[u32],
+        prompt_len: usize,
+        params: SamplingParams,
+        form: DistForm,
+        rng: ChaCha8Rng,
+    ) -> Result<Self> {
+        let mut d = Self::unfilled(model, tokens, prompt_len, params, form, rng)?;
+        if tokens.len() > 1 {
+            let model = &d.model;
+            model.forward(&mut d.cache, &tokens[..tokens.len() - 1])?;
+        }
+        Ok(d)
+    }
+
+    /// As [`Drafter::new`] but with an empty cache (the next draft feeds the whole sequence; batched prefill).
+    pub fn unfilled(
+        model: M,
+        tokens: &[u32],
+        prompt_len: usize,
+        params: SamplingParams,
+        form: DistForm,
+        rng: ChaCha8Rng,
+    ) -> Result<Self> {
+        if tokens.is_empty() {
+            return Err(RuntimeError::invalid("prompt", "is empty"));
+        }
+        if prompt_len == 0 || prompt_len > tokens.len() {
+            return Err(RuntimeError::invalid(
+                "prompt_len",
+                format!("{prompt_len} is outside [1, {}]", tokens.len()),
+            ));
+        }
+        let vocab = model.config().vocab_size;
+        if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(RuntimeError::invalid(
+                "prompt",
+                format!("token {t} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        let truncator = match form {
+            DistForm::Dense => None,
+            DistForm::Sparse { v_eff, q_bits } => {
+                if !(1..=24).contains(&q_bits) {
+                    return Err(RuntimeError::invalid("q_bits", format!("{q_bits} is outside [1, 24]")));
+                }
+                if v_eff == 0 || v_eff > vocab {
+                    return Err(RuntimeError::invalid("v_eff", format!("{v_eff} is outside [1, {vocab}]")));
+                }
+                Some(Truncator::new(v_eff)?)
+            }
+        };
+        let cache = model.new_cache();
+        Ok(Self {
+            model,
+            cache,
+            rng,
+            tokens: tokens.to_vec(),
+            prompt_len,
+            params,
+            form,
+            truncator,
+            pending: Vec::new(),
+            pending_q: Vec::new(),
+            pending_sparse: Vec::new(),
+            scratch: Vec::new(),
+            drafted: 0,
+            draft_time: Duration::ZERO,
+        })
+    }
+
+    /// The committed sequence (prompt and generated tokens).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The generated tokens (after the prompt).
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// The prompt length.
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
+    /// The vocabulary size of the draft model.
+    pub fn vocab(&self) -> usize {
+        self.model.config().vocab_size
+    }
+
+    /// The distribution form.
+    pub fn form(&self) -> DistForm {
+        self.form
+    }
+
+    /// Drafts `gamma` tokens (γ = 0 drafts nothing) with one forward per step.
+    pub fn draft(&mut self, gamma: usize) -> Result<DraftOut> {
+        let mut one = [&mut *self];
+        let mut out = draft_many(&mut one, &[gamma])?;
+        Ok(out.remove(0))
+    }
+
+    /// The dense distributions the last draft's tokens were sampled from.
+    pub fn last_dists(&self) -> &[Vec<f32>] {
+        &self.pending_q
+    }
+
+    /// The dense local q_r of the last draft at position `r` (what the device uploads in UL mode, dense form).
+    pub fn local_q(&self, r: usize) -> Result<&[f32]> {
+        self.pending_q
+            .get(r)
+            .map(Vec::as_slice)
+            .ok_or_else(|| RuntimeError::invalid("position", format!("{r} is outside the last draft")))
+    }
+
+    /// The sparse q_r sent in UL mode: the distribution the token was sampled from (sparse form), or the dense q_r
+    /// truncated to `v_eff` and quantised to `q_bits` (dense form; an approximation unless it keeps all mass).
+    pub fn uplink_q(&self, r: usize, v_eff: usize, q_bits: u32) -> Result<SparseDist> {
+        if let Some(s) = self.pending_sparse.get(r) {
+            return Ok(s.clone());
+        }
+        let q = self.local_q(r)?;
+        Ok(SparseDist::truncate(Dist::new(q)?, v_eff.min(q.len()).max(1))?.quantise(q_bits)?)
+    }
+
+    /// DL mode: draws the correction at position `r` from the residual of the received target distribution and the
+    /// local q_r (spin-core's [`correct`]).
+    pub fn correct_downlink(&mut self, r: usize, received: &SparseDist) -> Result<u32> {
+        let q = self
+            .pending_q
+            .get(r)
+            .ok_or_else(|| RuntimeError::invalid("position", format!("{r} is outside the last draft")))?;
+        let c = correct(
+            Mode::Downlink,
+            Dist::new(q)?,
+            Payload::sparse(received),
+            &mut self.scratch,
+            &mut self.rng,
+        )?;
+        Ok(c.token)
+    }
+
+    /// Commits the verdict: the first `accepted` drafted tokens and then `token`; the cache rolls back to the
+    /// accepted prefix.
+    pub fn commit(&mut self, accepted: usize, token: u32) -> Result<()> {
+        if accepted > self.pending.len() {
+            return Err(RuntimeError::invalid(
+                "accepted",
+                format!("{accepted} exceeds the draft length {}", self.pending.len()),
+            ));
+        }
+        if token as usize >= self.vocab() {
+            return Err(RuntimeError::invalid(
+                "token",
+                format!("{token} is outside the vocabulary of {}", self.vocab()),
+            ));
+        }
+        self.tokens.extend_from_slice(&self.pending[..accepted]);
+        self.tokens.push(token);
+        let keep = self.cache.len().min(self.tokens.len() - 1);
+        self.cache.truncate(keep)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Discards the last draft (it was dropped for the round): the cache rolls back to the committed tokens.
+    pub fn discard(&mut self) -> Result<()> {
+        self.pending.clear();
+        let keep = self.cache.len().min(self.tokens.len() - 1);
+        self.cache.truncate(keep)?;
+        Ok(())
+    }
+
+    /// Cuts the committed sequence to `len` tokens (never below the prompt), e.g. at the token budget.
+    pub fn cut(&mut self, len: usize) -> Result<()> {
+        let len = len.max(self.prompt_len);
+        if len < self.tokens.len() {
+            self.tokens.truncate(len);
+            let keep = self.cache.len().min(len - 1);
+            self.cache.truncate(keep)?;
+        }
+        Ok(())
+    }
+
+    /// Samples one token from the step's logits row, in the drafter's form; returns (token, q(token)).
+    fn sample_row(&mut self, q: Vec<f32>) -> Result<(u32, f32)> {
+        match self.truncator.as_mut() {
+            None => {
+                let t = Dist::new(&q)?.sample(&mut self.rng);
+                let p = q[t as usize];
+                self.pending_q.push(q);
+                Ok((t, p))
+            }
+            Some(tr) => {
+                let DistForm::Sparse { q_bits, .. } = self.form else {
+                    return Err(RuntimeError::invalid("form", "a truncator without a sparse form"));
+                };
+                let s = tr.truncate(Dist::new(&q)?)?.quantise(q_bits)?;
+                let t = s.sample(&mut self.rng)?;
+                let mut dense = Vec::new();
+                s.write_dense(&mut dense);
+                let total: f32 = dense.iter().sum();
+                for v in &mut dense {
+                    *v /= total;
+                }
+                let p = dense[t as usize];
+                self.pending_q.push(dense);
+                self.pending_sparse.push(s);
+                Ok((t, p))
+            }
+        }
+    }
+}
+
+/// Drafts `lens[i]` tokens for `drafters[i]` (all on the same model), one padded batch forward per step over the
+/// drafters still drafting; each samples from its own RNG, so the tokens equal those of one-by-one drafting.
+/// The step's wall time is charged to every member (devices draft in parallel on their own hardware).
+pub fn draft_many<M: Deref<Target = Model>>(
+    drafters: &mut [&mut Drafter<M>],
+    lens: &[usize],
+) -> Result<Vec<DraftOut>> {
+    if drafters.len() != lens.len() {
+        return Err(RuntimeError::invalid(
+            "lens",
+            format!("{} lengths for {} drafters", lens.len(), drafters.len()),
+        ));
+    }
+    for d in drafters.iter_mut() {
+        d.pending.clear();
+        d.pending_q.clear();
+        d.pending_sparse.clear();
+    }
+    let steps = lens.iter().copied().max().unwrap_or(0);
+    for step in 0..steps {
+        let members: Vec<usize> = (0..drafters.len()).filter(|&i| lens[i] > step).collect();
+        let start = Instant::now();
+        let inputs: Vec<Vec<u32>> = members
+            .iter()
+            .map(|&i| {
+                let d = &drafters[i];
+                let fed = d.cache.len();
+                let n = d.tokens.len();
+                if fed < n {
+                    let mut v = d.tokens[fed..].to_vec();
+                    v.extend_from_slice(&d.pending);
+                    v
+                } else {
+                    d.pending[fed - n..].to_vec()
+                }
+            })
+            .collect();
+        let logits = {
+            let mut wanted = vec![false; drafters.len()];
+            for &i in &members {
+                wanted[i] = true;
+            }
+            let mut model: Option<&Model> = None;
+            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(members.len());
+            for (d, _) in drafters.iter_mut().zip(&wanted).filter(|(_, w)| **w) {
+                let Drafter { model: m, cache, .. } = &mut **d;
+                model.get_or_insert(&**m);
+                caches.push(cache);
+            }
+            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+            match model {
+                Some(m) => m.forward_batch(&mut caches, &refs)?,
+                None => Vec::new(),
+            }
+        };
+        for (&i, l) in members.iter().zip(&logits) {
+            let last = l.narrow(0, l.dim(0)? - 1, 1)?;
+            let d = &mut drafters[i];
+            let q = prob_rows(&last, &d.params)?.remove(0);
+            let (t, _) = d.sample_row(q)?;
+            d.pending.push(t);
+        }
+        let elapsed = start.elapsed();
+        for &i in &members {
+            drafters[i].draft_time += elapsed;
+        }
+    }
+    let mut out = Vec::with_capacity(drafters.len());
+    for (d, &l) in drafters.iter_mut().zip(lens) {
+        d.drafted += l;
+        let probs = d
+            .pending
+            .iter()
+            .zip(&d.pending_q)
+            .map(|(&t, q)| q[t as usize])
+            .collect();
+        out.push(DraftOut {
+            tokens: d.pending.clone(),
+            probs,
+            dists: d.pending_sparse.clone(),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,523 @@
+//! The server half of speculative decoding: the target model with one KV cache per device, one padded batch forward
+//! over the drafts of a round (paper A eq. 7), and spin-core's accept / residual / bonus decisions, with the
+//! correction done on the side the caller chooses (UL: the device's q_r came up; DL: the target's p_r goes down and
+//! the device reports its draw). MODEL.md §1 steps 2–5; docs/system.md.
+//!
+//! The verifier is the authority on every device's committed text: it applies the token budget and EOS and tells
+//! the caller when a device is finished.
+
+use crate::error::{Result, RuntimeError};
+use crate::model::{KvCache, Model};
+use crate::speculative::prob_rows;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use spin_core::correction::{Mode, Payload, correct};
+use spin_core::{
+    AlphaEstimator, Dist, Draft, DraftRef, PaddedTargets, SamplingParams, SparseDist, Verdict, judge, verify_batch,
+};
+use std::ops::Deref;
+use std::time::Instant;
+
+/// Settings of a verifier.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifierConfig {
+    /// Sampling applied to the target (must match the drafters').
+    pub params: SamplingParams,
+    /// Tokens to generate per device.
+    pub max_new_tokens: usize,
+    /// A device stops when it emits this token.
+    pub eos: Option<u32>,
+    /// Seed of the verifier's random draws (stream 0 of the run's seed).
+    pub seed: u64,
+}
+
+/// The distributions that came with a draft.
+#[derive(Debug, Clone, Copy)]
+pub enum DraftDists<'a> {
+    /// Dense q_j rows (in process): the round completes at once, correction included.
+    Dense(&'a [Vec<f32>]),
+    /// Sparse q_j as sent (paper A's payload): the round completes at once, correction included.
+    Sparse(&'a [SparseDist]),
+    /// Only q_j(y_j) per token (paper B): a rejection leaves a correction pending.
+    Probs(&'a [f32]),
+}
+
+/// One device's draft in a round.
+#[derive(Debug, Clone, Copy)]
+pub struct Submission<'a> {
+    /// The device index (from [`Verifier::add_devices`]).
+    pub device: usize,
+    /// y_1..y_γ.
+    pub tokens: &'a [u32],
+    /// What came with the tokens.
+    pub dists: DraftDists<'a>,
+}
+
+/// The verdict on one submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The round is complete: `accepted` drafted tokens and then `token` are committed.
+    Done {
+        /// Drafted tokens accepted.
+        accepted: usize,
+        /// The residual or bonus token.
+        token: u32,
+        /// Whether the first drafted token was rejected (a correction was drawn, on the server).
+        rejected: bool,
+    },
+    /// Rejected at `position` with only token probabilities known: a UL or DL correction must follow.
+    Pending {
+        /// The rejected position r (= the accepted count).
+        position: usize,
+    },
+}
+
+struct Pending {
+    drafted: Vec<u32>,
+    position: usize,
+    p: Vec<f32>,
+}
+
+struct Slot {
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    cache: KvCache,
+    done: bool,
+    pending: Option<Pending>,
+    alpha: AlphaEstimator,
+    rounds: usize,
+}
+
+/// The server-side verifier.
+pub struct Verifier<M: Deref<Target = Model>> {
+    model: M,
+    cfg: VerifierConfig,
+    slots: Vec<Slot>,
+    rng: ChaCha8Rng,
+    scratch: Vec<f32>,
+}
+
+impl<M: Deref<Target = Model>> Verifier<M> {
+    /// A verifier with no devices; its RNG is stream 0 of `cfg.seed`.
+    pub fn new(model: M, cfg: VerifierConfig) -> Self {
+        Self {
+            model,
+            cfg,
+            slots: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The target's vocabulary size.
+    pub fn vocab(&self) -> usize {
+        self.model.config().vocab_size
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &VerifierConfig {
+        &self.cfg
+    }
+
+    /// Adds devices with their prompts, prefilling every prompt but its last token in one padded batch; returns
+    /// the index of the first new device.
+    pub fn add_devices(&mut self, prompts: &[Vec<u32>]) -> Result<usize> {
+        let first = self.slots.len();
+        let vocab = self.vocab();
+        for (k, p) in prompts.iter().enumerate() {
+            if p.is_empty() {
+                return Err(RuntimeError::invalid(format!("prompts[{k}]"), "is empty"));
+            }
+            if let Some(t) = p.iter().find(|&&t| t as usize >= vocab) {
+                return Err(RuntimeError::invalid(
+                    format!("prompts[{k}]"),
+                    format!("token {t} is outside the vocabulary of {vocab}"),
+                ));
+            }
+        }
+        let mut caches: Vec<KvCache> = prompts.iter().map(|_| self.model.new_cache()).collect();
+        let long: Vec<usize> = (0..prompts.len()).filter(|&k| prompts[k].len() > 1).collect();
+        if !long.is_empty() {
+            let refs: Vec<&[u32]> = long.iter().map(|&k| &prompts[k][..prompts[k].len() - 1]).collect();
+            let mut cref: Vec<&mut KvCache> = caches
+                .iter_mut()
+                .enumerate()
+                .filter(|(k, _)| prompts[*k].len() > 1)
+                .map(|(_, c)| c)
+                .collect();
+            self.model.forward_batch(&mut cref, &refs)?;
+        }
+        for (p, cache) in prompts.iter().zip(caches) {
+            self.slots.push(Slot {
+                tokens: p.clone(),
+                prompt_len: p.len(),
+                cache,
+                done: self.cfg.max_new_tokens == 0,
+                pending: None,
+                alpha: AlphaEstimator::new(),
+                rounds: 0,
+            });
+        }
+        Ok(first)
+    }
+
+    /// Number of devices.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether no device was added.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    fn slot(&self, device: usize) -> Result<&Slot> {
+        self.slots
+            .get(device)
+            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} is not a device of this verifier")))
+    }
+
+    fn slot_mut(&mut self, device: usize) -> Result<&mut Slot> {
+        self.slots
+            .get_mut(device)
+            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} is not a device of this verifier")))
+    }
+
+    /// Device `device`'s committed sequence (prompt and generated tokens).
+    pub fn tokens(&self, device: usize) -> Result<&[u32]> {
+        Ok(&self.slot(device)?.tokens)
+    }
+
+    /// The prompt length of `device`.
+    pub fn prompt_len(&self, device: usize) -> Result<usize> {
+        Ok(self.slot(device)?.prompt_len)
+    }
+
+    /// The generated tokens of `device`.
+    pub fn generated(&self, device: usize) -> Result<&[u32]> {
+        let s = self.slot(device)?;
+        Ok(&s.tokens[s.prompt_len..])
+    }
+
+    /// Whether `device` has finished (token budget or EOS).
+    pub fn is_done(&self, device: usize) -> Result<bool> {
+        Ok(self.slot(device)?.done)
+    }
+
+    /// Whether `device` waits for a correction.
+    pub fn is_pending(&self, device: usize) -> Result<bool> {
+        Ok(self.slot(device)?.pending.is_some())
+    }
+
+    /// Verified rounds of `device`.
+    pub fn rounds(&self, device: usize) -> Result<usize> {
+        Ok(self.slot(device)?.rounds)
+    }
+
+    /// The acceptance statistics the server gathered for `device`.
+    pub fn alpha(&self, device: usize) -> Result<&AlphaEstimator> {
+        Ok(&self.slot(device)?.alpha)
+    }
+
+    /// The longest useful draft of `device`: one token below what its budget has left (the round adds one token of
+    /// its own), 0 when done.
+    pub fn max_draft_len(&self, device: usize) -> Result<usize> {
+        let s = self.slot(device)?;
+        if s.done {
+            return Ok(0);
+        }
+        let generated = s.tokens.len() - s.prompt_len;
+        Ok(self.cfg.max_new_tokens.saturating_sub(generated).saturating_sub(1))
+    }
+
+    /// Verifies a round's drafts in one padded batch forward. Returns a decision per submission (same order) and the
+    /// wall time of the forward pass in seconds.
+    pub fn verify(&mut self, subs: &[Submission<'_>]) -> Result<(Vec<Decision>, f64)> {
+        if subs.is_empty() {
+            return Ok((Vec::new(), 0.0));
+        }
+        let vocab = self.vocab();
+        let mut seen = vec![false; self.slots.len()];
+        for (i, s) in subs.iter().enumerate() {
+            let slot = self.slot(s.device)?;
+            if std::mem::replace(&mut seen[s.device], true) {
+                return Err(RuntimeError::invalid(
+                    format!("submissions[{i}].device"),
+                    format!("device {} appears twice", s.device),
+                ));
+            }
+            if slot.done || slot.pending.is_some() {
+                return Err(RuntimeError::invalid(
+                    format!("submissions[{i}].device"),
+                    format!("device {} is finished or waits for a correction", s.device),
+                ));
+            }
+            if let Some(t) = s.tokens.iter().find(|&&t| t as usize >= vocab) {
+                return Err(RuntimeError::invalid(
+                    format!("submissions[{i}].tokens"),
+                    format!("token {t} is outside the vocabulary of {vocab}"),
+                ));
+            }
+            let n = match s.dists {
+                DraftDists::Dense(d) => {
+                    if let Some(r) = d.iter().find(|r| r.len() != vocab) {
+                        return Err(RuntimeError::invalid(
+                            format!("submissions[{i}].dists"),
+                            format!("a row has {} entries for a vocabulary of {vocab}", r.len()),
+                        ));
+                    }
+                    d.len()
+                }
+                DraftDists::Sparse(d) => {
+                    if let Some(r) = d.iter().find(|r| r.vocab() != vocab) {
+                        return Err(RuntimeError::invalid(
+                            format!("submissions[{i}].dists"),
+                            format!("a distribution over {} tokens for a vocabulary of {vocab}", r.vocab()),
+                        ));
+                    }
+                    d.len()
+                }
+                DraftDists::Probs(p) => p.len(),
+            };
+            if n != s.tokens.len() {
+                return Err(RuntimeError::invalid(
+                    format!("submissions[{i}].dists"),
+                    format!("{n} distributions for {} tokens", s.tokens.len()),
+                ));
+            }
+            let room = self.model.config().max_seq_len;
+            if slot.tokens.len() + s.tokens.len() > room {
+                return Err(RuntimeError::invalid(
+                    format!("submissions[{i}].tokens"),
+                    format!(
+                        "{} committed and {} drafted tokens exceed the context of {room}",
+                        slot.tokens.len(),
+                        s.tokens.len()
+                    ),
+                ));
+            }
+        }
+        // Target inputs: the unfed tail of each sequence, then its draft.
+        let inputs: Vec<Vec<u32>> = subs
+            .iter()
+            .map(|s| {
+                let slot = &self.slots[s.device];
+                let mut v = slot.tokens[slot.cache.len()..].to_vec();
+                v.extend_from_slice(s.tokens);
+                v
+            })
+            .collect();
+        let start = Instant::now();
+        let logits = {
+            let mut order: Vec<(usize, usize)> = subs.iter().enumerate().map(|(i, s)| (s.device, i)).collect();
+            order.sort_unstable();
+            let mut caches: Vec<Option<&mut KvCache>> = (0..subs.len()).map(|_| None).collect();
+            let mut it = order.iter().peekable();
+            for (k, slot) in self.slots.iter_mut().enumerate() {
+                if let Some(&&(dev, i)) = it.peek()
+                    && dev == k
+                {
+                    caches[i] = Some(&mut slot.cache);
+                    it.next();
+                }
+            }
+            let mut caches: Vec<&mut KvCache> = caches.into_iter().flatten().collect();
+            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+            self.model.forward_batch(&mut caches, &refs)?
+        };
+        let verify_s = start.elapsed().as_secs_f64();
+        let positions = subs.iter().map(|s| s.tokens.len()).max().unwrap_or(0) + 1;
+        let mut flat = vec![0f32; subs.len() * positions * vocab];
+        for (i, (s, l)) in subs.iter().zip(&logits).enumerate() {
+            let n = l.dim(0)?;
+            let g = s.tokens.len();
+            let rows = prob_rows(&l.narrow(0, n - g - 1, g + 1)?, &self.cfg.params)?;
+            for (j, r) in rows.iter().enumerate() {
+                let at = (i * positions + j) * vocab;
+                flat[at..at + vocab].copy_from_slice(r);
+            }
+        }
+        let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
+        // Dense forms of every submission that carries distributions (sparse ones expanded and renormalised).
+        let mut dense: Vec<Vec<Vec<f32>>> = vec![Vec::new(); subs.len()];
+        for (i, s) in subs.iter().enumerate() {
+            if let DraftDists::Sparse(d) = s.dists {
+                dense[i] = d
+                    .iter()
+                    .map(|sd| {
+                        let mut v = Vec::new();
+                        sd.write_dense(&mut v);
+                        v
+                    })
+                    .collect();
+            }
+        }
+        let with_dists: Vec<usize> = (0..subs.len())
+            .filter(|&i| !matches!(subs[i].dists, DraftDists::Probs(_)))
+            .collect();
+        let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
+        if !with_dists.is_empty() {
+            // One batch over the submissions with distributions, in their order (the in-process loop's stream).
+            let rows_of = |i: usize| -> &[Vec<f32>] {
+                match subs[i].dists {
+                    DraftDists::Dense(d) => d,
+                    _ => &dense[i],
+                }
+            };
+            let q_dists: Vec<Vec<Dist<'_>>> = with_dists
+                .iter()
+                .map(|&i| rows_of(i).iter().map(|q| Dist::new(q)).collect::<std::result::Result<_, _>>())
+                .collect::<std::result::Result<_, _>>()?;
+            let mut sub_flat = Vec::with_capacity(with_dists.len() * positions * vocab);
+            for &i in &with_dists {
+                sub_flat.extend_from_slice(&flat[i * positions * vocab..(i + 1) * positions * vocab]);
+            }
+            let sub_targets = PaddedTargets::new(&sub_flat, with_dists.len(), positions, vocab)?;
+            let refs: Vec<DraftRef<'_, '_>> = with_dists
+                .iter()
+                .zip(&q_dists)
+                .map(|(&i, qd)| DraftRef {
+                    tokens: subs[i].tokens,
+                    dists: qd,
+                })
+                .collect();
+            let outcomes = verify_batch(&sub_targets, &refs, &mut self.rng)?;
+            for ((&i, out), qd) in with_dists.iter().zip(&outcomes).zip(&q_dists) {
+                let s = &subs[i];
+                let p_rows: Vec<Dist<'_>> = (0..=s.tokens.len())
+                    .map(|j| targets.dist(i, j))
+                    .collect::<std::result::Result<_, _>>()?;
+                let draft = Draft::from_dists(s.tokens, qd)?;
+                let slot = &mut self.slots[s.device];
+                slot.alpha.record_draft(&p_rows, &draft)?;
+                slot.alpha.record_outcome(out, s.tokens.len())?;
+                decisions[i] = Some(Decision::Done {
+                    accepted: out.accepted,
+                    token: out.token,
+                    rejected: out.rejected_at.is_some(),
+                });
+            }
+        }
+        for (i, s) in subs.iter().enumerate() {
+            let DraftDists::Probs(probs) = s.dists else { continue };
+            let p_rows: Vec<Dist<'_>> = (0..=s.tokens.len())
+                .map(|j| targets.dist(i, j))
+                .collect::<std::result::Result<_, _>>()?;
+            let draft = Draft::new(s.tokens.to_vec(), probs.iter().map(|&q| f64::from(q)).collect())?;
+            let verdict = judge(&p_rows, &draft, &mut self.rng)?;
+            let slot = &mut self.slots[s.device];
+            slot.alpha.record_draft(&p_rows, &draft)?;
+            slot.alpha.record_round(verdict.accepted(), s.tokens.len())?;
+            decisions[i] = Some(match verdict {
+                Verdict::AllAccepted { accepted, bonus } => Decision::Done {
+                    accepted,
+                    token: bonus,
+                    rejected: false,
+                },
+                Verdict::Rejected { position } => {
+                    slot.pending = Some(Pending {
+                        drafted: s.tokens.to_vec(),
+                        position,
+                        p: p_rows[position].weights().to_vec(),
+                    });
+                    Decision::Pending { position }
+                }
+            });
+        }
+        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        for (s, d) in subs.iter().zip(&decisions) {
+            if let Decision::Done { accepted, token, .. } = *d {
+                self.commit(s.device, &s.tokens[..accepted], token)?;
+            }
+        }
+        Ok((decisions, verify_s))
+    }
+
+    /// The target's p_r of a pending device, truncated to `v_eff` and quantised to `q_bits` (the DL payload).
+    pub fn downlink_p(&self, device: usize, v_eff: usize, q_bits: u32) -> Result<SparseDist> {
+        let p = self.pending_of(device)?;
+        let v_eff = v_eff.min(p.p.len()).max(1);
+        Ok(SparseDist::truncate(Dist::new(&p.p)?, v_eff)?.quantise(q_bits)?)
+    }
+
+    fn pending_of(&self, device: usize) -> Result<&Pending> {
+        self.slot(device)?
+            .pending
+            .as_ref()
+            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} has no pending correction")))
+    }
+
+    /// UL mode: draws the correction from p_r and the uploaded q_r, commits it and returns the token.
+    pub fn resolve_uplink(&mut self, device: usize, q: &SparseDist) -> Result<u32> {
+        let vocab = self.vocab();
+        if q.vocab() != vocab {
+            return Err(RuntimeError::invalid(
+                "q",
+                format!("a distribution over {} tokens for a vocabulary of {vocab}", q.vocab()),
+            ));
+        }
+        let slot = self.slots.get_mut(device).ok_or_else(|| {
+            RuntimeError::invalid("device", format!("{device} is not a device of this verifier"))
+        })?;
+        let p = slot
+            .pending
+            .take()
+            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} has no pending correction")))?;
+        let c = match correct(
+            Mode::Uplink,
+            Dist::new(&p.p)?,
+            Payload::sparse(q),
+            &mut self.scratch,
+            &mut self.rng,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                slot.pending = Some(p);
+                return Err(e.into());
+            }
+        };
+        self.commit(device, &p.drafted[..p.position], c.token)?;
+        Ok(c.token)
+    }
+
+    /// DL mode: commits the correction token the device drew from the downloaded p_r.
+    pub fn resolve_token(&mut self, device: usize, token: u32) -> Result<()> {
+        let vocab = self.vocab();
+        if token as usize >= vocab {
+            return Err(RuntimeError::invalid(
+                "token",
+                format!("{token} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        let p = self
+            .slot_mut(device)?
+            .pending
+            .take()
+            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} has no pending correction")))?;
+        self.commit(device, &p.drafted[..p.position], token)
+    }
+
+    /// Drops a pending correction (the device left mid-round): the round commits nothing for it.
+    pub fn abandon(&mut self, device: usize) -> Result<()> {
+        self.slot_mut(device)?.pending = None;
+        Ok(())
+    }
+
+    fn commit(&mut self, device: usize, accepted: &[u32], token: u32) -> Result<()> {
+        let (max_new, eos) = (self.cfg.max_new_tokens, self.cfg.eos);
+        let slot = self.slot_mut(device)?;
+        slot.tokens.extend_from_slice(accepted);
+        slot.tokens.push(token);
+        slot.rounds += 1;
+        let keep = slot.cache.len().min(slot.tokens.len() - 1);
+        slot.cache.truncate(keep)?;
+        let generated = slot.tokens.len() - slot.prompt_len;
+        if generated >= max_new || Some(token) == eos {
+            slot.tokens.truncate(slot.prompt_len + generated.min(max_new));
+            let keep = slot.cache.len().min(slot.tokens.len().saturating_sub(1));
+            slot.cache.truncate(keep)?;
+            slot.done = true;
+        }
+        Ok(())
+    }
+}
