@@ -38,8 +38,30 @@ enum Command {
     Measure(measure::MeasureArgs),
 }
 
+/// The first line of an error message: libraries that capture a backtrace (candle does when `RUST_BACKTRACE` is
+/// set) append it after a newline, and the contract is one line on stderr.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("").trim_end()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print in full and exit 0; a usage error is one line and exit 2, like any other
+        // invalid input.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // clap's first paragraph (the error and, for a bad value, the possible values) joined on one line.
+            let text = e.render().to_string();
+            let lines: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{}", lines.join(" "));
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Correct(args) => correct::run(&args),
@@ -49,11 +71,15 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Input(msg)) => {
-            eprintln!("error: {}", msg.replace('\n', " "));
+            eprintln!("error: {}", first_line(&msg));
             ExitCode::from(2)
         }
         Err(Failure::Runtime(err)) => {
-            eprintln!("error: {err:#}");
+            let causes: Vec<String> = err
+                .chain()
+                .map(|c| first_line(&c.to_string()).to_string())
+                .collect();
+            eprintln!("error: {}", causes.join(": "));
             ExitCode::from(1)
         }
     }

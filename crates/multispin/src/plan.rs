@@ -22,14 +22,82 @@ pub struct PlanArgs {
     pub scenario: PathBuf,
     /// Planning scheme. Paper A: exact, paper-alg1, homo, uni-bw, fixed, brute-force.
     /// Paper B: greedy, best, uniform, comp-only, exhaustive.
-    #[arg(long, value_name = "SCHEME")]
-    pub scheme: String,
+    #[arg(long, value_enum, value_name = "SCHEME")]
+    pub scheme: Scheme,
+    /// Draft length of every device under `--scheme fixed` (paper A). Default: the scenario's `fixed_draft_len`,
+    /// else 8, lowered to the scenario's `max_draft_len` when that is smaller (the output's draft_lengths show
+    /// the value used). An explicit value outside [min_draft_len, max_draft_len] is an error.
+    #[arg(long, value_name = "L")]
+    pub fixed_draft_len: Option<u32>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
-    /// Paper B objective: `rate` = `E[ΣN]/E[T]` (long-run tokens/s, default) or `mean-ratio` = `E[ΣN/T]`.
-    #[arg(long, value_name = "OBJECTIVE")]
-    pub objective: Option<String>,
+    /// Paper B objective (default rate).
+    #[arg(long, value_enum, value_name = "OBJECTIVE")]
+    pub objective: Option<ObjectiveArg>,
+}
+
+/// The planning schemes of both papers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scheme {
+    /// Paper A: exact integer optimum of eq. 27 (docs/paper-a.md).
+    Exact,
+    /// Paper A: the paper's Algorithm 1.
+    PaperAlg1,
+    /// Paper A: homogeneous draft length with latency-equalising bandwidth.
+    Homo,
+    /// Paper A: equal bandwidth B/K, heterogeneous draft lengths.
+    UniBw,
+    /// Paper A: equal bandwidth and one fixed draft length (see --fixed-draft-len).
+    Fixed,
+    /// Paper A: exhaustive search (small scenarios only).
+    BruteForce,
+    /// Paper B: the paper's two-phase greedy.
+    Greedy,
+    /// Paper B: multi-start local search (beyond the paper).
+    Best,
+    /// Paper B: the best common draft length.
+    Uniform,
+    /// Paper B: computation-only control (ignores the communication delay).
+    CompOnly,
+    /// Paper B: exhaustive search over {0..γ_max}^K (small scenarios only).
+    Exhaustive,
+}
+
+impl Scheme {
+    /// Whether the scheme plans paper-B scenarios.
+    pub fn paper_b(self) -> bool {
+        matches!(
+            self,
+            Scheme::Greedy | Scheme::Best | Scheme::Uniform | Scheme::CompOnly | Scheme::Exhaustive
+        )
+    }
+
+    /// The name on the command line and in the output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Exact => "exact",
+            Scheme::PaperAlg1 => "paper-alg1",
+            Scheme::Homo => "homo",
+            Scheme::UniBw => "uni-bw",
+            Scheme::Fixed => "fixed",
+            Scheme::BruteForce => "brute-force",
+            Scheme::Greedy => "greedy",
+            Scheme::Best => "best",
+            Scheme::Uniform => "uniform",
+            Scheme::CompOnly => "comp-only",
+            Scheme::Exhaustive => "exhaustive",
+        }
+    }
+}
+
+/// The paper-B objectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ObjectiveArg {
+    /// E[ΣN]/E[T]: long-run tokens per second.
+    Rate,
+    /// E[ΣN/T]: mean per-round goodput.
+    MeanRatio,
 }
 
 /// How `plan` prints its result.
@@ -48,11 +116,32 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
         Model::PaperA => {
             if args.objective.is_some() {
                 return Err(Failure::Input(
-                    "objective: only paper-b scenarios take an objective".into(),
+                    "--objective: only paper-b scenarios take an objective".into(),
                 ));
+            }
+            if args.scheme.paper_b() {
+                return Err(Failure::Input(format!(
+                    "--scheme: {} is a paper-b scheme; paper-a scenarios take exact, paper-alg1, homo, uni-bw, \
+                     fixed or brute-force",
+                    args.scheme.name()
+                )));
             }
             crate::plan_a::run(value, args)
         }
-        Model::PaperB => crate::plan_b::run(value, args),
+        Model::PaperB => {
+            if !args.scheme.paper_b() {
+                return Err(Failure::Input(format!(
+                    "--scheme: {} is a paper-a scheme; paper-b scenarios take greedy, best, uniform, comp-only or \
+                     exhaustive",
+                    args.scheme.name()
+                )));
+            }
+            if args.fixed_draft_len.is_some() {
+                return Err(Failure::Input(
+                    "--fixed-draft-len: only paper-a scenarios with --scheme fixed take it".into(),
+                ));
+            }
+            crate::plan_b::run(value, args)
+        }
     }
 }

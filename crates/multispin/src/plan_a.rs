@@ -2,7 +2,7 @@
 //! plan as JSON or as a table.
 
 use crate::failure::Failure;
-use crate::plan::{Format, PlanArgs};
+use crate::plan::{Format, PlanArgs, Scheme};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use spin_optimize::paper_a::baselines::{FIXED_DRAFT_LEN, fixed, uni_bw};
@@ -11,9 +11,6 @@ use spin_optimize::paper_a::exact::exact;
 use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
 use spin_optimize::paper_a::homogeneous::homo;
 use spin_optimize::paper_a::{DeviceSpec, Plan, Scenario, ScenarioSpec};
-
-/// The schemes `plan` accepts for paper-A scenarios.
-pub const SCHEMES: [&str; 6] = ["exact", "paper-alg1", "homo", "uni-bw", "fixed", "brute-force"];
 
 /// Reads one field of a JSON object into `T`; a missing or mistyped field is an input error naming its path.
 fn field<T: DeserializeOwned>(obj: &Map<String, Value>, name: &str, path: &str) -> Result<T, Failure> {
@@ -68,11 +65,29 @@ fn spec_from_json(value: &Value) -> Result<ScenarioSpec, Failure> {
     })
 }
 
+/// The draft length of `fixed`: the command line, else the scenario's `fixed_draft_len`, else
+/// [`FIXED_DRAFT_LEN`] (8) lowered to `max_draft_len` when that is smaller; an explicit value must lie in
+/// [min_draft_len, max_draft_len] and is named by where it came from.
+fn fixed_draft_len(s: &Scenario, flag: Option<u32>, file: Option<u32>) -> Result<u32, Failure> {
+    let (value, field) = match (flag, file) {
+        (Some(l), _) => (l, "--fixed-draft-len"),
+        (None, Some(l)) => (l, "fixed_draft_len"),
+        (None, None) => return Ok(FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len)),
+    };
+    if !(s.min_draft_len..=s.max_draft_len).contains(&value) {
+        return Err(Failure::Input(format!(
+            "{field}: {value} is outside [min_draft_len, max_draft_len] = [{}, {}]",
+            s.min_draft_len, s.max_draft_len
+        )));
+    }
+    Ok(value)
+}
+
 /// Plans one round for a paper-A scenario.
 pub fn run(value: Value, args: &PlanArgs) -> Result<(), Failure> {
     let spec = spec_from_json(&value)?;
     let obj = value.as_object().cloned().unwrap_or_default();
-    let fixed_len: u32 = optional(&obj, "fixed_draft_len", FIXED_DRAFT_LEN)?;
+    let from_file: Option<u32> = optional(&obj, "fixed_draft_len", None)?;
     let defaults = Alg1Params::default();
     let alg1 = Alg1Params {
         phi_points: optional(&obj, "alg1_phi_points", defaults.phi_points)?,
@@ -80,24 +95,26 @@ pub fn run(value: Value, args: &PlanArgs) -> Result<(), Failure> {
         lambda_lo_ratio: optional(&obj, "alg1_lambda_lo_ratio", defaults.lambda_lo_ratio)?,
     };
     let scenario = Scenario::new(&spec).map_err(Failure::input)?;
-    let plan = match args.scheme.as_str() {
-        "exact" => exact(&scenario),
-        "paper-alg1" => paper_alg1(&scenario, &alg1),
-        "homo" => homo(&scenario),
-        "uni-bw" => uni_bw(&scenario),
-        "fixed" => fixed(&scenario, fixed_len),
-        "brute-force" => brute_force(&scenario, BRUTE_FORCE_LIMIT),
+    let fixed_len = fixed_draft_len(&scenario, args.fixed_draft_len, from_file)?;
+    let plan = match args.scheme {
+        Scheme::Exact => exact(&scenario),
+        Scheme::PaperAlg1 => paper_alg1(&scenario, &alg1),
+        Scheme::Homo => homo(&scenario),
+        Scheme::UniBw => uni_bw(&scenario),
+        Scheme::Fixed => fixed(&scenario, fixed_len),
+        Scheme::BruteForce => brute_force(&scenario, BRUTE_FORCE_LIMIT),
         other => {
             return Err(Failure::Input(format!(
-                "scheme: unknown scheme \"{other}\" for a paper-a scenario (expected one of {})",
-                SCHEMES.join(", ")
+                "--scheme: {} is not a paper-a scheme",
+                other.name()
             )));
         }
     }
     .map_err(Failure::input)?;
+    let name = args.scheme.name();
     match args.format {
-        Format::Json => println!("{}", to_json(&args.scheme, &plan)),
-        Format::Table => print!("{}", to_table(&args.scheme, &scenario, &plan)),
+        Format::Json => println!("{}", to_json(name, &plan)),
+        Format::Table => print!("{}", to_table(name, &scenario, &plan)),
     }
     Ok(())
 }

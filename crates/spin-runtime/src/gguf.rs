@@ -55,6 +55,7 @@ impl WeightSource for GgufSource {
         let g = format!("{}.weight", gguf_name(name));
         let t = self.qtensor(&g)?.dequantize(&self.device)?;
         check_shape(&format!("{}: {g}", self.what), &t, shape)?;
+        crate::load::check_finite_tensor(&self.what, &g, &t)?;
         Ok(t)
     }
 
@@ -68,8 +69,14 @@ impl WeightSource for GgufSource {
                 format!("expected shape {:?}, found {:?}", [out, inp], q.shape().dims()),
             ));
         }
+        // Quantised blocks carry f16 scales that may be NaN: the matrix is dequantised once to check it (one
+        // tensor at a time; the model keeps the quantised form).
+        crate::load::check_finite_tensor(&self.what, &g, &q.dequantize(&Device::Cpu)?)?;
         let b = if bias {
-            Some(self.qtensor(&format!("{base}.bias"))?.dequantize(&self.device)?)
+            let name = format!("{base}.bias");
+            let b = self.qtensor(&name)?.dequantize(&self.device)?;
+            crate::load::check_finite_tensor(&self.what, &name, &b)?;
+            Some(b)
         } else {
             None
         };
@@ -114,7 +121,7 @@ fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Resu
 }
 
 fn read_content(path: &Path) -> Result<(gguf_file::Content, Vec<u8>)> {
-    let bytes = std::fs::read(path).map_err(|e| RuntimeError::io(path, e))?;
+    let bytes = crate::load::read_limited(path, crate::load::MAX_MODEL_BYTES, "model")?;
     let content = gguf_file::Content::read(&mut std::io::Cursor::new(bytes.as_slice()))
         .map_err(|e| RuntimeError::format(path.display().to_string(), e.to_string()))?;
     Ok((content, bytes))
@@ -134,7 +141,15 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let dim = meta_usize(&content, &what, "llama.embedding_length")?;
     let n_heads = meta_usize(&content, &what, "llama.attention.head_count")?;
     let vocab_size = match content.tensor_infos.get("token_embd.weight") {
-        Some(info) => info.shape.dims()[0],
+        Some(info) => match info.shape.dims() {
+            [v, _] => *v,
+            dims => {
+                return Err(RuntimeError::format(
+                    format!("{what}: token_embd.weight"),
+                    format!("shape {dims:?} is not (vocab, dim)"),
+                ));
+            }
+        },
         None => return Err(RuntimeError::format(&what, "tensor token_embd.weight is missing")),
     };
     let cfg = Config {
@@ -153,6 +168,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     };
     cfg.validate()
         .map_err(|e| RuntimeError::format(format!("{what}: metadata"), e.to_string()))?;
+    crate::load::check_limits(&cfg, &format!("{what}: metadata"))?;
     let src = GgufSource {
         what,
         content,
