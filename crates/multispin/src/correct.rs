@@ -2,13 +2,13 @@
 
 use crate::failure::Failure;
 use crate::plan::Format;
-use crate::scenario::{self, Model};
+use crate::scenario::{self, Loaded};
 use clap::{Args, ValueEnum};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+use spin_optimize::paper_b::Scenario;
 use spin_optimize::paper_b::reactive::{self, Mode, ModeScheme};
-use spin_optimize::paper_b::{Scenario, ScenarioSpec};
 use std::path::PathBuf;
 
 /// Arguments of `multispin correct`.
@@ -24,7 +24,7 @@ pub struct CorrectArgs {
     #[arg(long, value_name = "FILE.json")]
     pub scenario: PathBuf,
     /// Indices of the devices whose drafts were rejected: comma separated, 0-based, distinct, digits only, no
-    /// empty entries (e.g. `0,3,5`).
+    /// empty entries (e.g. `0,3,5`; `""` when no draft was rejected).
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub rejected: String,
     /// Mode selection.
@@ -76,13 +76,12 @@ struct Output {
     dl_delay_s: f64,
 }
 
-/// Parses `0,3,5` into distinct device indices below `devices`. Strict: an empty list or entry (`1,,2`, `1,`),
+/// Parses `0,3,5` into distinct device indices below `devices` (`""`: none). Strict: an empty entry (`1,,2`, `1,`),
 /// a sign (`+1`), spaces, duplicates and indices out of range are errors naming the entry.
 pub fn parse_rejected(text: &str, devices: usize) -> Result<Vec<usize>, Failure> {
     if text.is_empty() {
-        return Err(Failure::Input(
-            "--rejected: empty list (give at least one device index)".into(),
-        ));
+        // No device was rejected: nothing to correct (comm_delay_s = 0).
+        return Ok(Vec::new());
     }
     let mut out = Vec::new();
     for (i, part) in text.split(',').enumerate() {
@@ -117,14 +116,12 @@ pub fn parse_rejected(text: &str, devices: usize) -> Result<Vec<usize>, Failure>
 
 /// Reads a paper-B scenario file and validates it.
 pub fn read_paper_b(path: &std::path::Path) -> Result<Scenario, Failure> {
-    let (model, value) = scenario::read(path)?;
-    if model != Model::PaperB {
-        return Err(Failure::Input(
+    match scenario::load_expecting(path, Some(scenario::Model::PaperB))? {
+        Loaded::PaperB(spec) => Scenario::new(spec).map_err(Failure::input),
+        Loaded::PaperA(_) => Err(Failure::Input(
             "model: this command needs a paper-b scenario (\"model\": \"paper-b\")".into(),
-        ));
+        )),
     }
-    let spec: ScenarioSpec = scenario::parse(value)?;
-    Scenario::new(spec).map_err(Failure::input)
 }
 
 /// Runs `multispin correct`.

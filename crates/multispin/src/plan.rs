@@ -1,7 +1,7 @@
 //! `multispin plan`: dispatches on the scenario's model to the paper-A or paper-B planner.
 
 use crate::failure::Failure;
-use crate::scenario::{self, Model};
+use crate::scenario::{self, Loaded};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
@@ -111,9 +111,8 @@ pub enum Format {
 
 /// Runs `multispin plan`.
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    let (model, value) = scenario::read(&args.scenario)?;
-    match model {
-        Model::PaperA => {
+    match scenario::load(&args.scenario)? {
+        Loaded::PaperA(value) => {
             if args.objective.is_some() {
                 return Err(Failure::Input(
                     "--objective: only paper-b scenarios take an objective".into(),
@@ -128,7 +127,7 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
             }
             crate::plan_a::run(value, args)
         }
-        Model::PaperB => {
+        Loaded::PaperB(value) => {
             if !args.scheme.paper_b() {
                 return Err(Failure::Input(format!(
                     "--scheme: {} is a paper-a scheme; paper-b scenarios take greedy, best, uniform, comp-only or \
