@@ -6,6 +6,7 @@
 mod correct;
 mod failure;
 mod generate;
+mod make_scenario;
 mod measure;
 mod plan;
 mod plan_a;
@@ -18,7 +19,8 @@ use std::process::ExitCode;
 
 /// Multi-SPIN: speculative LLM inference shared by many wireless edge devices and one edge server.
 ///
-/// All quantities are SI: seconds, hertz, bits, watts, watts per hertz. Scenario files are JSON.
+/// All quantities are SI inside: seconds, hertz, bits, watts, watts per hertz. Scenario files are JSON (or TOML);
+/// their power, noise, gain and bandwidth fields may also be given in dBm, dBm/Hz, dB and MHz.
 #[derive(Debug, Parser)]
 #[command(name = "multispin", version, about, long_about = None)]
 struct Cli {
@@ -34,6 +36,8 @@ enum Command {
     Correct(correct::CorrectArgs),
     /// Generate text with real models by speculative decoding (drafter plus batched verifier).
     Generate(generate::GenerateArgs),
+    /// Write a paper-A or paper-B scenario (JSON) from a seeded device drop given in dB, dBm, MHz and metres.
+    Scenario(make_scenario::ScenarioArgs),
     /// Measure acceptance rates, verification latency and goodput of real models (CSV + SVG).
     Measure(measure::MeasureArgs),
 }
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Command::Correct(args) => correct::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Measure(args) => measure::run(&args),
+        Command::Scenario(args) => make_scenario::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

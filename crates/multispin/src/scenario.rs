@@ -181,18 +181,25 @@ pub fn load(path: &Path) -> Result<Loaded, Failure> {
 /// [`load`] for a command that takes only `expect` scenarios: a file of the other model is refused by its `model`
 /// field before its other fields are checked.
 pub fn load_expecting(path: &Path, expect: Option<Model>) -> Result<Loaded, Failure> {
-    let cannot = |e: std::io::Error| Failure::Input(format!("scenario: cannot read {}: {e}", path.display()));
+    let text = read_text(path, "scenario")?;
+    parse_expecting(&text, path.extension().is_some_and(|e| e == "toml"), expect)
+}
+
+/// Reads a UTF-8 text file of at most [`MAX_SCENARIO_BYTES`] (checked before and while reading); errors name
+/// `what`.
+pub fn read_text(path: &Path, what: &str) -> Result<String, Failure> {
+    let cannot = |e: std::io::Error| Failure::Input(format!("{what}: cannot read {}: {e}", path.display()));
     let file = std::fs::File::open(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     let too_large = || {
         Failure::Input(format!(
-            "scenario: {} is larger than the limit of {MAX_SCENARIO_BYTES} bytes",
+            "{what}: {} is larger than the limit of {MAX_SCENARIO_BYTES} bytes",
             path.display()
         ))
     };
     if meta.is_dir() {
         return Err(Failure::Input(format!(
-            "scenario: {} is a directory",
+            "{what}: {} is a directory",
             path.display()
         )));
     }
@@ -206,9 +213,8 @@ pub fn load_expecting(path: &Path, expect: Option<Model>) -> Result<Loaded, Fail
     if bytes.len() as u64 > MAX_SCENARIO_BYTES {
         return Err(too_large());
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|e| Failure::Input(format!("scenario: {} is not UTF-8: {e}", path.display())))?;
-    parse_expecting(&text, path.extension().is_some_and(|e| e == "toml"), expect)
+    String::from_utf8(bytes)
+        .map_err(|e| Failure::Input(format!("{what}: {} is not UTF-8: {e}", path.display())))
 }
 
 /// Parses scenario text (JSON, or TOML when `toml`).
