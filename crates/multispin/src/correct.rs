@@ -20,8 +20,8 @@ use std::path::PathBuf;
 /// `dl_delay_s` and `scheme`.
 #[derive(Debug, Args)]
 pub struct CorrectArgs {
-    /// Paper-B scenario file (JSON, SI units: Hz, bits, s, W, W/Hz; `"model": "paper-b"`).
-    #[arg(long, value_name = "FILE.json")]
+    /// Paper-B scenario file (`"model": "paper-b"`; fields and units as in `multispin plan --help`).
+    #[arg(long, value_name = "FILE")]
     pub scenario: PathBuf,
     /// Indices of the devices whose drafts were rejected: comma separated, 0-based, distinct, digits only, no
     /// empty entries (e.g. `0,3,5`; `""` when no draft was rejected).

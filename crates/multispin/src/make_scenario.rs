@@ -12,25 +12,23 @@ use spin_channel::paper_b::Drop;
 use spin_channel::units::{dbm_per_hz_to_w_per_hz, dbm_to_w};
 use std::path::PathBuf;
 
-/// Arguments of `multispin scenario`.
-///
-/// The drop file is TOML; every field name carries its unit, and each quantity with two units takes exactly one
-/// of them. Common fields: model ("paper-a" or "paper-b", or --model), seed (or --seed, which wins), devices
-/// (count), acceptance and draft_token_s (one number for every device or a list of `devices` numbers),
-/// min_distance_m and max_distance_m (distances uniform between them), path_loss_exponent, reference_gain_db and
-/// reference_distance_m (gain_dB(d) = reference_gain_db − 10·exponent·log10(d/reference_distance_m)), fading
-/// ("rayleigh": one block-fading draw per device, or "none": the path-loss gain), bandwidth_hz | bandwidth_mhz,
-/// ul_power_w | ul_power_dbm, noise_psd_server_w_per_hz | noise_psd_server_dbm_per_hz, verify_fixed_s,
-/// max_draft_len.
-///
-/// Paper A adds bits_per_draft_token and verify_per_draft_s; its spectral efficiency is
-/// r_k = log2(1 + P_ul·g_k / (N0_server·B/K)) (the SNR on an equal share of the band). Paper B adds
-/// dl_power_w | dl_power_dbm, noise_psd_device_w_per_hz | noise_psd_device_dbm_per_hz, distribution_bits,
-/// verify_per_device_s and saa_samples; the scenario's seed is the drop's. Example:
-/// scenarios/examples/drop-paper-b.toml. The scenario JSON goes to stdout.
+/// Arguments of `multispin scenario` (the drop file's fields are documented on `--drop`).
 #[derive(Debug, Args)]
 pub struct ScenarioArgs {
-    /// Drop file (TOML; see above).
+    /// Drop file (TOML). Every field name carries its unit, and each quantity with two units takes exactly one
+    /// of them. Common fields: model ("paper-a" or "paper-b", or --model), seed (or --seed, which wins), devices
+    /// (count), acceptance and draft_token_s (one number for every device or a list of `devices` numbers),
+    /// min_distance_m and max_distance_m (distances uniform between them), path_loss_exponent, reference_gain_db and
+    /// reference_distance_m (gain_dB(d) = reference_gain_db − 10·exponent·log10(d/reference_distance_m)), fading
+    /// ("rayleigh": one block-fading draw per device, or "none": the path-loss gain), bandwidth_hz | bandwidth_mhz,
+    /// ul_power_w | ul_power_dbm, noise_psd_server_w_per_hz | noise_psd_server_dbm_per_hz, verify_fixed_s,
+    /// max_draft_len.
+    ///
+    /// Paper A adds bits_per_draft_token and verify_per_draft_s; its spectral efficiency is
+    /// r_k = log2(1 + P_ul·g_k / (N0_server·B/K)) (the SNR on an equal share of the band). Paper B adds
+    /// dl_power_w | dl_power_dbm, noise_psd_device_w_per_hz | noise_psd_device_dbm_per_hz, distribution_bits,
+    /// verify_per_device_s and saa_samples; the scenario's seed is the drop's. Example:
+    /// scenarios/examples/drop-paper-b.toml. The scenario JSON goes to stdout.
     #[arg(long, value_name = "FILE.toml")]
     pub drop: PathBuf,
     /// Scenario model; overrides the drop file's `model`.

@@ -8,17 +8,22 @@ use std::path::PathBuf;
 /// Arguments of `multispin plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Scenario file (JSON, SI units). `"model": "paper-b"` selects paper B; otherwise paper A.
+    /// Scenario file: JSON, or TOML when the name ends in `.toml`. `"model": "paper-b"` selects paper B;
+    /// otherwise paper A. Unknown fields, duplicate keys and missing fields are errors naming the field. `a | b`
+    /// below: give exactly one of the pair (the second in the units radio engineers use).
     ///
-    /// Paper A fields: bandwidth_hz (Hz), bits_per_draft_token (bit uploaded per drafted token),
-    /// verify_fixed_s and verify_per_draft_s (s; T_ver = fixed + K·per_draft), max_draft_len, and devices:
-    /// [{acceptance (α in (0, 1)), draft_token_s (s per drafted token), spectral_efficiency (bit/s/Hz)}].
+    /// Paper A fields: bandwidth_hz | bandwidth_mhz, bits_per_draft_token (bit uploaded per drafted token),
+    /// verify_fixed_s and verify_per_draft_s (s; T_ver = fixed + K·per_draft), max_draft_len, devices:
+    /// [{acceptance (α in (0, 1)), draft_token_s (s per drafted token), spectral_efficiency (bit/s/Hz)}];
+    /// optional: min_draft_len (default 1), fixed_draft_len (see --fixed-draft-len), alg1_phi_points and
+    /// alg1_lambda_points (default 100), alg1_lambda_lo_ratio (default 1e-6).
     ///
-    /// Paper B fields: bandwidth_hz, distribution_bits (bit per exchanged distribution), verify_fixed_s,
-    /// verify_per_device_s, max_draft_len, ul_power_w and dl_power_w (W), noise_psd_server_w_per_hz and
-    /// noise_psd_device_w_per_hz (W/Hz), saa_samples, seed, and devices: [{acceptance, draft_token_s,
-    /// channel_gain (linear power gain)}]. Examples: scenarios/examples/.
-    #[arg(long, value_name = "FILE.json")]
+    /// Paper B fields: bandwidth_hz | bandwidth_mhz, distribution_bits (bit per exchanged distribution),
+    /// verify_fixed_s, verify_per_device_s, max_draft_len, ul_power_w | ul_power_dbm, dl_power_w | dl_power_dbm,
+    /// noise_psd_server_w_per_hz | noise_psd_server_dbm_per_hz, noise_psd_device_w_per_hz |
+    /// noise_psd_device_dbm_per_hz, saa_samples, seed, devices: [{acceptance, draft_token_s, channel_gain |
+    /// channel_gain_db (power gain)}]. Examples: scenarios/examples/ (and `multispin scenario --drop`).
+    #[arg(long, value_name = "FILE")]
     pub scenario: PathBuf,
     /// Planning scheme. Paper A: exact, paper-alg1, homo, uni-bw, fixed, brute-force.
     /// Paper B: greedy, best, uniform, comp-only, exhaustive.
