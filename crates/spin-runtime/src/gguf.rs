@@ -43,10 +43,55 @@ struct GgufSource {
 
 impl GgufSource {
     fn qtensor(&self, name: &str) -> Result<QTensor> {
+        self.check_extent(name)?;
         let mut cur = std::io::Cursor::new(self.bytes.as_slice());
         self.content
             .tensor(&mut cur, name, &self.device)
             .map_err(|e| RuntimeError::format(format!("{}: {name}", self.what), e.to_string()))
+    }
+}
+
+impl GgufSource {
+    /// Checks a tensor's shape and byte range before candle reads it: candle reinterprets the raw bytes as blocks
+    /// without checks, and an empty tensor (a zero dimension in a corrupt file) hands it a dangling, misaligned
+    /// pointer (undefined behaviour, an abort in debug builds; found by the mutation test in tests/parsers.rs).
+    fn check_extent(&self, name: &str) -> Result<()> {
+        let what = format!("{}: {name}", self.what);
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| RuntimeError::format(&what, "tensor is missing"))?;
+        let elems = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                RuntimeError::format(
+                    &what,
+                    format!("shape {:?} is empty or too large", info.shape.dims()),
+                )
+            })?;
+        let block = info.ggml_dtype.block_size();
+        if !elems.is_multiple_of(block) {
+            return Err(RuntimeError::format(
+                &what,
+                format!("{elems} elements are not a whole number of {block}-element blocks"),
+            ));
+        }
+        let end = (elems / block)
+            .checked_mul(info.ggml_dtype.type_size())
+            .and_then(|n| n.checked_add(usize::try_from(info.offset).ok()?))
+            .and_then(|n| n.checked_add(self.content.tensor_data_offset as usize));
+        match end {
+            Some(end) if end <= self.bytes.len() => Ok(()),
+            _ => Err(RuntimeError::format(
+                &what,
+                format!("extends past the end of the file ({} bytes)", self.bytes.len()),
+            )),
+        }
     }
 }
 
