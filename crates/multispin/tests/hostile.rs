@@ -190,3 +190,214 @@ fn errors_stay_on_one_line_when_backtraces_are_on() {
     assert_input_error(&multispin(&["generate", "--no-such-flag"]), "--no-such-flag");
     assert_input_error(&multispin(&["plan", "--scheme", "exact"]), "--scenario");
 }
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/examples")
+        .join(name)
+}
+
+#[test]
+fn correct_rejected_lists_are_parsed_strictly() {
+    let b = example("paper-b.json");
+    let b = b.to_str().unwrap();
+    for bad in ["1,,2", "1,", "+1", " 1", "1,1", "6", "-1", "0x1", "1;2"] {
+        let out = multispin(&["correct", "--scenario", b, "--rejected", bad]);
+        assert_input_error(&out, "--rejected");
+    }
+    let out = multispin(&[
+        "correct",
+        "--scenario",
+        b,
+        "--rejected",
+        "0,5",
+        "--format",
+        "table",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DL power (W)"));
+}
+
+#[test]
+fn plan_schemes_and_the_fixed_draft_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = example("paper-a.json");
+    let a = a.to_str().unwrap();
+    // Unknown schemes and schemes of the other paper exit 2; --help lists the schemes.
+    assert_input_error(
+        &multispin(&["plan", "--scenario", a, "--scheme", "fastest"]),
+        "--scheme",
+    );
+    assert_input_error(
+        &multispin(&["plan", "--scenario", a, "--scheme", "greedy"]),
+        "--scheme",
+    );
+    let help = String::from_utf8(multispin(&["plan", "--help"]).stdout).unwrap();
+    assert!(
+        help.contains("paper-alg1") && help.contains("comp-only"),
+        "{help}"
+    );
+    // max_draft_len < 8: the default fixed length is lowered to it, an explicit one outside the range is an error.
+    let text = std::fs::read_to_string(a)
+        .unwrap()
+        .replace("\"max_draft_len\": 25", "\"max_draft_len\": 5");
+    let path = dir.path().join("short.json");
+    std::fs::write(&path, &text).unwrap();
+    let p = path.to_str().unwrap();
+    let out = multispin(&["plan", "--scenario", p, "--scheme", "fixed"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["draft_lengths"], serde_json::json!([5, 5, 5, 5]));
+    let out = multispin(&[
+        "plan",
+        "--scenario",
+        p,
+        "--scheme",
+        "fixed",
+        "--fixed-draft-len",
+        "3",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["draft_lengths"], serde_json::json!([3, 3, 3, 3]));
+    assert_input_error(
+        &multispin(&[
+            "plan",
+            "--scenario",
+            p,
+            "--scheme",
+            "fixed",
+            "--fixed-draft-len",
+            "9",
+        ]),
+        "--fixed-draft-len: 9 is outside",
+    );
+    let with_field = text.replacen(
+        "\"max_draft_len\": 5",
+        "\"max_draft_len\": 5, \"fixed_draft_len\": 7",
+        1,
+    );
+    std::fs::write(&path, with_field).unwrap();
+    assert_input_error(
+        &multispin(&["plan", "--scenario", p, "--scheme", "fixed"]),
+        "fixed_draft_len: 7 is outside",
+    );
+}
+
+#[test]
+fn scenario_files_reject_misspelt_duplicate_and_defaulted_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = std::fs::read_to_string(example("paper-a.json")).unwrap();
+    let b = std::fs::read_to_string(example("paper-b.json")).unwrap();
+    let cases = [
+        (
+            a.replacen("\"bandwidth_hz\"", "\"bandwith_hz\": 1, \"bandwidth_hz\"", 1),
+            "a",
+            "bandwith_hz",
+        ),
+        (
+            a.replacen(
+                "\"max_draft_len\": 25",
+                "\"max_draft_len\": 25, \"max_draft_len\": 2",
+                1,
+            ),
+            "a",
+            "max_draft_len",
+        ),
+        (b.replacen("\"saa_samples\": 1000,", "", 1), "b", "saa_samples"),
+        (b.replacen("\"seed\": 7,", "", 1), "b", "seed"),
+        (
+            b.replacen(
+                "\"ul_power_w\": 0.0316",
+                "\"ul_power_w\": 0.0316, \"ul_power_dbm\": 15",
+                1,
+            ),
+            "b",
+            "ul_power_w, ul_power_dbm",
+        ),
+    ];
+    for (text, kind, field) in cases {
+        let path = dir.path().join("s.json");
+        std::fs::write(&path, &text).unwrap();
+        let scheme = if kind == "a" { "exact" } else { "greedy" };
+        assert_input_error(
+            &multispin(&["plan", "--scenario", path.to_str().unwrap(), "--scheme", scheme]),
+            field,
+        );
+    }
+    // The units radio engineers use give the same plan as the SI fields.
+    let si = multispin(&[
+        "plan",
+        "--scenario",
+        example("paper-b.json").to_str().unwrap(),
+        "--scheme",
+        "uniform",
+    ]);
+    let db = b
+        .replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_mhz\": 10", 1)
+        .replacen("\"dl_power_w\": 1.0", "\"dl_power_dbm\": 30", 1);
+    let path = dir.path().join("db.json");
+    std::fs::write(&path, db).unwrap();
+    let out = multispin(&[
+        "plan",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--scheme",
+        "uniform",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, si.stdout);
+    // A scenario file of /dev/zero size is refused by the limit.
+    assert_input_error(
+        &multispin(&["plan", "--scenario", "/dev/zero", "--scheme", "exact"]),
+        "larger than the limit",
+    );
+}
+
+#[test]
+fn drop_files_are_strict_and_seeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let drop = std::fs::read_to_string(example("drop-paper-b.toml")).unwrap();
+    let run = |text: &str, extra: &[&str]| {
+        let path = dir.path().join("drop.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut args = vec!["scenario", "--drop", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    let a = run(&drop, &[]);
+    let again = run(&drop, &[]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert_eq!(a.stdout, again.stdout);
+    let other = run(&drop, &["--seed", "8"]);
+    assert_ne!(a.stdout, other.stdout);
+    assert_input_error(
+        &run(
+            &drop.replace("ul_power_dbm = 15.0", "ul_power_dbm = 15.0\nul_power_w = 0.03"),
+            &[],
+        ),
+        "ul_power_w, ul_power_dbm",
+    );
+    assert_input_error(
+        &run(&drop.replace("fading = \"rayleigh\"", "fading = \"rician\""), &[]),
+        "fading",
+    );
+    assert_input_error(
+        &run(&drop.replace("devices = 6", "devices = 6\ndevicez = 1"), &[]),
+        "devicez",
+    );
+    assert_input_error(&run(&drop.replace("seed = 7\n", ""), &[]), "seed");
+    assert_input_error(
+        &run(&drop, &["--model", "paper-a"]),
+        "not used by a paper-a scenario",
+    );
+    assert_input_error(
+        &run(
+            &drop.replace(
+                "acceptance = [0.95, 0.9, 0.8, 0.6, 0.5, 0.4]",
+                "acceptance = [0.9]",
+            ),
+            &[],
+        ),
+        "acceptance: 1 values for 6 devices",
+    );
+}
