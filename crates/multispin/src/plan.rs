@@ -99,9 +99,9 @@ impl Scheme {
 /// The paper-B objectives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ObjectiveArg {
-    /// E[ΣN]/E[T]: long-run tokens per second.
+    /// `E[ΣN]/E[T]`: long-run tokens per second.
     Rate,
-    /// E[ΣN/T]: mean per-round goodput.
+    /// `E[ΣN/T]`: mean per-round goodput.
     MeanRatio,
 }
 
