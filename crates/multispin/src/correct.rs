@@ -1,13 +1,14 @@
 //! `multispin correct`: the reactive step of paper B for one verification outcome (modes and DL powers).
 
 use crate::failure::Failure;
-use crate::scenario::{self, Model};
-use clap::Args;
+use crate::plan::Format;
+use crate::scenario::{self, Loaded};
+use clap::{Args, ValueEnum};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+use spin_optimize::paper_b::Scenario;
 use spin_optimize::paper_b::reactive::{self, Mode, ModeScheme};
-use spin_optimize::paper_b::{Scenario, ScenarioSpec};
 use std::path::PathBuf;
 
 /// Arguments of `multispin correct`.
@@ -19,19 +20,49 @@ use std::path::PathBuf;
 /// `dl_delay_s` and `scheme`.
 #[derive(Debug, Args)]
 pub struct CorrectArgs {
-    /// Paper-B scenario file (JSON, SI units: Hz, bits, s, W, W/Hz; `"model": "paper-b"`).
-    #[arg(long, value_name = "FILE.json")]
+    /// Paper-B scenario file (`"model": "paper-b"`; fields and units as in `multispin plan --help`).
+    #[arg(long, value_name = "FILE")]
     pub scenario: PathBuf,
-    /// Indices of the devices whose drafts were rejected, comma separated (0-based, distinct), e.g. `0,3,5`.
+    /// Indices of the devices whose drafts were rejected: comma separated, 0-based, distinct, digits only, no
+    /// empty entries (e.g. `0,3,5`; `""` when no draft was rejected).
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub rejected: String,
-    /// Mode selection: optimal (prefix structure + bisection), all-ul, all-dl, random (each ½), brute-force
-    /// (all 2^|R| assignments, |R| ≤ 20).
-    #[arg(long, default_value = "optimal", value_name = "SCHEME")]
-    pub scheme: String,
+    /// Mode selection.
+    #[arg(long, value_enum, default_value_t = CorrectScheme::Optimal, value_name = "SCHEME")]
+    pub scheme: CorrectScheme,
     /// Seed of the random scheme (default: the scenario's `seed`).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+}
+
+/// The mode-selection schemes of `correct`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CorrectScheme {
+    /// Prefix structure and bisection (optimal).
+    Optimal,
+    /// Every rejected device uploads.
+    AllUl,
+    /// Every rejected device downloads.
+    AllDl,
+    /// Each rejected device UL or DL with probability ½.
+    Random,
+    /// All 2^|R| assignments (|R| ≤ 20): the reference for optimal.
+    BruteForce,
+}
+
+impl CorrectScheme {
+    fn mode_scheme(self) -> ModeScheme {
+        match self {
+            CorrectScheme::Optimal => ModeScheme::Optimal,
+            CorrectScheme::AllUl => ModeScheme::AllUl,
+            CorrectScheme::AllDl => ModeScheme::AllDl,
+            CorrectScheme::Random => ModeScheme::Random,
+            CorrectScheme::BruteForce => ModeScheme::BruteForce,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -45,22 +76,38 @@ struct Output {
     dl_delay_s: f64,
 }
 
-/// Parses `0,3,5` into distinct device indices below `devices`.
-fn parse_rejected(text: &str, devices: usize) -> Result<Vec<usize>, Failure> {
+/// Parses `0,3,5` into distinct device indices below `devices` (`""`: none). Strict: an empty entry (`1,,2`, `1,`),
+/// a sign (`+1`), spaces, duplicates and indices out of range are errors naming the entry.
+pub fn parse_rejected(text: &str, devices: usize) -> Result<Vec<usize>, Failure> {
+    if text.is_empty() {
+        // No device was rejected: nothing to correct (comm_delay_s = 0).
+        return Ok(Vec::new());
+    }
     let mut out = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let k: usize = part.parse().map_err(|_| {
-            Failure::Input(format!(
-                "rejected: {part:?} is not a device index (0-based integer)"
-            ))
-        })?;
+    for (i, part) in text.split(',').enumerate() {
+        if part.is_empty() {
+            return Err(Failure::Input(format!(
+                "--rejected: entry {i} is empty in {text:?}"
+            )));
+        }
+        let k = if part.bytes().all(|b| b.is_ascii_digit()) {
+            part.parse::<usize>().ok()
+        } else {
+            None
+        };
+        let Some(k) = k else {
+            return Err(Failure::Input(format!(
+                "--rejected: entry {i} {part:?} is not a device index (digits only, 0-based)"
+            )));
+        };
         if k >= devices {
             return Err(Failure::Input(format!(
-                "rejected: device {k} does not exist (the scenario has {devices})"
+                "--rejected: device {k} does not exist (the scenario has {devices}: 0..={})",
+                devices - 1
             )));
         }
         if out.contains(&k) {
-            return Err(Failure::Input(format!("rejected: device {k} is listed twice")));
+            return Err(Failure::Input(format!("--rejected: device {k} is listed twice")));
         }
         out.push(k);
     }
@@ -69,19 +116,17 @@ fn parse_rejected(text: &str, devices: usize) -> Result<Vec<usize>, Failure> {
 
 /// Reads a paper-B scenario file and validates it.
 pub fn read_paper_b(path: &std::path::Path) -> Result<Scenario, Failure> {
-    let (model, value) = scenario::read(path)?;
-    if model != Model::PaperB {
-        return Err(Failure::Input(
+    match scenario::load_expecting(path, Some(scenario::Model::PaperB))? {
+        Loaded::PaperB(spec) => Scenario::new(spec).map_err(Failure::input),
+        Loaded::PaperA(_) | Loaded::Unified(_) => Err(Failure::Input(
             "model: this command needs a paper-b scenario (\"model\": \"paper-b\")".into(),
-        ));
+        )),
     }
-    let spec: ScenarioSpec = scenario::parse(value)?;
-    Scenario::new(spec).map_err(Failure::input)
 }
 
 /// Runs `multispin correct`.
 pub fn run(args: &CorrectArgs) -> Result<(), Failure> {
-    let scheme = ModeScheme::parse(&args.scheme).map_err(Failure::input)?;
+    let scheme = args.scheme.mode_scheme();
     let sc = read_paper_b(&args.scenario)?;
     let rejected = parse_rejected(&args.rejected, sc.device_count())?;
     let gains: Vec<f64> = rejected.iter().map(|&k| sc.devices[k].channel_gain).collect();
@@ -96,9 +141,43 @@ pub fn run(args: &CorrectArgs) -> Result<(), Failure> {
         ul_delay_s: c.ul_delay_s,
         dl_delay_s: c.dl_delay_s,
     };
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&out).map_err(anyhow::Error::from)?
-    );
+    match args.format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(anyhow::Error::from)?
+        ),
+        Format::Table => print!("{}", to_table(&out, &gains)),
+    }
     Ok(())
+}
+
+fn to_table(out: &Output, gains: &[f64]) -> String {
+    let mut t = format!(
+        "scheme: {}\ncommunication delay: {:.3} ms (UL {:.3} ms, DL {:.3} ms)\n\n{:>6} {:>14} {:>5} {:>12}\n",
+        out.scheme,
+        out.comm_delay_s * 1e3,
+        out.ul_delay_s * 1e3,
+        out.dl_delay_s * 1e3,
+        "device",
+        "gain (dB)",
+        "mode",
+        "DL power (W)"
+    );
+    for (((k, mode), p), g) in out
+        .rejected
+        .iter()
+        .zip(&out.modes)
+        .zip(&out.dl_power_w)
+        .zip(gains)
+    {
+        let mode = serde_json::to_value(mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        t.push_str(&format!(
+            "{k:>6} {:>14.2} {mode:>5} {p:>12.4e}\n",
+            spin_channel::units::linear_to_db(*g)
+        ));
+    }
+    t
 }

@@ -7,6 +7,7 @@ mod correct;
 mod device;
 mod failure;
 mod generate;
+mod make_scenario;
 mod measure;
 mod plan;
 mod plan_a;
@@ -22,7 +23,8 @@ use std::process::ExitCode;
 
 /// Multi-SPIN: speculative LLM inference shared by many wireless edge devices and one edge server.
 ///
-/// All quantities are SI: seconds, hertz, bits, watts, watts per hertz. Scenario files are JSON.
+/// All quantities are SI inside: seconds, hertz, bits, watts, watts per hertz. Scenario files are JSON (or TOML);
+/// their power, noise, gain and bandwidth fields may also be given in dBm, dBm/Hz, dB and MHz.
 #[derive(Debug, Parser)]
 #[command(name = "multispin", version, about, long_about = None)]
 struct Cli {
@@ -38,6 +40,8 @@ enum Command {
     Correct(correct::CorrectArgs),
     /// Generate text with real models by speculative decoding (drafter plus batched verifier).
     Generate(generate::GenerateArgs),
+    /// Write a paper-A or paper-B scenario (JSON) from a seeded device drop given in dB, dBm, MHz and metres.
+    Scenario(make_scenario::ScenarioArgs),
     /// Measure acceptance rates, verification latency and goodput of real models (CSV + SVG).
     Measure(measure::MeasureArgs),
     /// Run the server and K devices in one process over loopback sockets with an emulated wireless link.
@@ -48,13 +52,36 @@ enum Command {
     Device(device::DeviceArgs),
 }
 
+/// The first line of an error message: libraries that capture a backtrace (candle does when `RUST_BACKTRACE` is
+/// set) append it after a newline, and the contract is one line on stderr.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("").trim_end()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print in full and exit 0; a usage error is one line and exit 2, like any other
+        // invalid input.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // clap's first paragraph (the error and, for a bad value, the possible values) joined on one line.
+            let text = e.render().to_string();
+            let lines: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{}", lines.join(" "));
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Correct(args) => correct::run(&args),
         Command::Generate(args) => generate::run(&args),
         Command::Measure(args) => measure::run(&args),
+        Command::Scenario(args) => make_scenario::run(&args),
         Command::Simulate(args) => simulate::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Device(args) => device::run(&args),
@@ -62,11 +89,15 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Input(msg)) => {
-            eprintln!("error: {}", msg.replace('\n', " "));
+            eprintln!("error: {}", first_line(&msg));
             ExitCode::from(2)
         }
         Err(Failure::Runtime(err)) => {
-            eprintln!("error: {err:#}");
+            let causes: Vec<String> = err
+                .chain()
+                .map(|c| first_line(&c.to_string()).to_string())
+                .collect();
+            eprintln!("error: {}", causes.join(": "));
             ExitCode::from(1)
         }
     }

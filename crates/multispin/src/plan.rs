@@ -1,36 +1,112 @@
 //! `multispin plan`: dispatches on the scenario's model to the paper-A or paper-B planner.
 
 use crate::failure::Failure;
-use crate::scenario::{self, Model};
+use crate::scenario::{self, Loaded};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 /// Arguments of `multispin plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Scenario file (JSON, SI units). `"model": "paper-b"` selects paper B; otherwise paper A.
+    /// Scenario file: JSON, or TOML when the name ends in `.toml`. `"model": "paper-b"` selects paper B;
+    /// otherwise paper A. Unknown fields, duplicate keys and missing fields are errors naming the field. `a | b`
+    /// below: give exactly one of the pair (the second in the units radio engineers use).
     ///
-    /// Paper A fields: bandwidth_hz (Hz), bits_per_draft_token (bit uploaded per drafted token),
-    /// verify_fixed_s and verify_per_draft_s (s; T_ver = fixed + K·per_draft), max_draft_len, and devices:
-    /// [{acceptance (α in (0, 1)), draft_token_s (s per drafted token), spectral_efficiency (bit/s/Hz)}].
+    /// Paper A fields: bandwidth_hz | bandwidth_mhz, bits_per_draft_token (bit uploaded per drafted token),
+    /// verify_fixed_s and verify_per_draft_s (s; T_ver = fixed + K·per_draft), max_draft_len, devices:
+    /// [{acceptance (α in (0, 1)), draft_token_s (s per drafted token), spectral_efficiency (bit/s/Hz)}];
+    /// optional: min_draft_len (default 1), fixed_draft_len (see --fixed-draft-len), alg1_phi_points and
+    /// alg1_lambda_points (default 100), alg1_lambda_lo_ratio (default 1e-6).
     ///
-    /// Paper B fields: bandwidth_hz, distribution_bits (bit per exchanged distribution), verify_fixed_s,
-    /// verify_per_device_s, max_draft_len, ul_power_w and dl_power_w (W), noise_psd_server_w_per_hz and
-    /// noise_psd_device_w_per_hz (W/Hz), saa_samples, seed, and devices: [{acceptance, draft_token_s,
-    /// channel_gain (linear power gain)}]. Examples: scenarios/examples/.
-    #[arg(long, value_name = "FILE.json")]
+    /// Paper B fields: bandwidth_hz | bandwidth_mhz, distribution_bits (bit per exchanged distribution),
+    /// verify_fixed_s, verify_per_device_s, max_draft_len, ul_power_w | ul_power_dbm, dl_power_w | dl_power_dbm,
+    /// noise_psd_server_w_per_hz | noise_psd_server_dbm_per_hz, noise_psd_device_w_per_hz |
+    /// noise_psd_device_dbm_per_hz, saa_samples, seed, devices: [{acceptance, draft_token_s, channel_gain |
+    /// channel_gain_db (power gain)}]. Examples: scenarios/examples/ (and `multispin scenario --drop`).
+    #[arg(long, value_name = "FILE")]
     pub scenario: PathBuf,
     /// Planning scheme. Paper A: exact, paper-alg1, homo, uni-bw, fixed, brute-force.
-    /// Paper B: greedy, best, uniform, comp-only, exhaustive. Unified (any scenario): unified; a `"model":
-    /// "unified"` scenario takes every scheme (fields: docs/unified.md, example scenarios/examples/unified.json).
-    #[arg(long, value_name = "SCHEME")]
-    pub scheme: String,
+    /// Paper B: greedy, best, uniform, comp-only, exhaustive.
+    #[arg(long, value_enum, value_name = "SCHEME")]
+    pub scheme: Scheme,
+    /// Draft length of every device under `--scheme fixed` (paper A). Default: the scenario's `fixed_draft_len`,
+    /// else 8, lowered to the scenario's `max_draft_len` when that is smaller (the output's draft_lengths show
+    /// the value used). An explicit value outside [min_draft_len, max_draft_len] is an error.
+    #[arg(long, value_name = "L")]
+    pub fixed_draft_len: Option<u32>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
-    /// Paper B objective: `rate` = `E[ΣN]/E[T]` (long-run tokens/s, default) or `mean-ratio` = `E[ΣN/T]`.
-    #[arg(long, value_name = "OBJECTIVE")]
-    pub objective: Option<String>,
+    /// Paper B objective (default rate).
+    #[arg(long, value_enum, value_name = "OBJECTIVE")]
+    pub objective: Option<ObjectiveArg>,
+}
+
+/// The planning schemes of both papers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scheme {
+    /// Paper A: exact integer optimum of eq. 27 (docs/paper-a.md).
+    Exact,
+    /// Paper A: the paper's Algorithm 1.
+    PaperAlg1,
+    /// Paper A: homogeneous draft length with latency-equalising bandwidth.
+    Homo,
+    /// Paper A: equal bandwidth B/K, heterogeneous draft lengths.
+    UniBw,
+    /// Paper A: equal bandwidth and one fixed draft length (see --fixed-draft-len).
+    Fixed,
+    /// Paper A: exhaustive search (small scenarios only).
+    BruteForce,
+    /// Paper B: the paper's two-phase greedy.
+    Greedy,
+    /// Paper B: multi-start local search (beyond the paper).
+    Best,
+    /// Paper B: the best common draft length.
+    Uniform,
+    /// Paper B: computation-only control (ignores the communication delay).
+    CompOnly,
+    /// Paper B: exhaustive search over {0..γ_max}^K (small scenarios only).
+    Exhaustive,
+    /// Both papers: the unified model's joint planner (draft lengths, uplink shares, payload, correction mode;
+    /// docs/unified.md). Takes every scenario; a `"model": "unified"` scenario takes every scheme.
+    Unified,
+}
+
+impl Scheme {
+    /// Whether the scheme plans paper-B scenarios.
+    pub fn paper_b(self) -> bool {
+        matches!(
+            self,
+            Scheme::Greedy | Scheme::Best | Scheme::Uniform | Scheme::CompOnly | Scheme::Exhaustive
+        )
+    }
+
+    /// The name on the command line and in the output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Exact => "exact",
+            Scheme::PaperAlg1 => "paper-alg1",
+            Scheme::Homo => "homo",
+            Scheme::UniBw => "uni-bw",
+            Scheme::Fixed => "fixed",
+            Scheme::BruteForce => "brute-force",
+            Scheme::Greedy => "greedy",
+            Scheme::Best => "best",
+            Scheme::Uniform => "uniform",
+            Scheme::CompOnly => "comp-only",
+            Scheme::Exhaustive => "exhaustive",
+            Scheme::Unified => "unified",
+        }
+    }
+}
+
+/// The paper-B objectives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ObjectiveArg {
+    /// `E[ΣN]/E[T]`: long-run tokens per second.
+    Rate,
+    /// `E[ΣN/T]`: mean per-round goodput.
+    MeanRatio,
 }
 
 /// How `plan` prints its result.
@@ -44,21 +120,42 @@ pub enum Format {
 
 /// Runs `multispin plan`.
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
-    let (model, value) = scenario::read(&args.scenario)?;
-    // The unified model takes every scheme; the `unified` scheme takes every scenario (docs/unified.md).
-    if model == Model::Unified || args.scheme == "unified" {
-        return crate::plan_unified::run(model, value, args);
+    let loaded = scenario::load(&args.scenario)?;
+    // The `unified` scheme takes every scenario; the unified model takes every scheme (docs/unified.md).
+    if args.scheme == Scheme::Unified {
+        return crate::plan_unified::run(loaded, args);
     }
-    match model {
-        Model::PaperA => {
+    match loaded {
+        Loaded::Unified(spec) => crate::plan_unified::run(Loaded::Unified(spec), args),
+        Loaded::PaperA(value) => {
             if args.objective.is_some() {
                 return Err(Failure::Input(
-                    "objective: only paper-b scenarios take an objective".into(),
+                    "--objective: only paper-b scenarios take an objective".into(),
                 ));
+            }
+            if args.scheme.paper_b() {
+                return Err(Failure::Input(format!(
+                    "--scheme: {} is a paper-b scheme; paper-a scenarios take exact, paper-alg1, homo, uni-bw, \
+                     fixed or brute-force",
+                    args.scheme.name()
+                )));
             }
             crate::plan_a::run(value, args)
         }
-        Model::PaperB => crate::plan_b::run(value, args),
-        Model::Unified => crate::plan_unified::run(model, value, args),
+        Loaded::PaperB(value) => {
+            if !args.scheme.paper_b() {
+                return Err(Failure::Input(format!(
+                    "--scheme: {} is a paper-a scheme; paper-b scenarios take greedy, best, uniform, comp-only or \
+                     exhaustive",
+                    args.scheme.name()
+                )));
+            }
+            if args.fixed_draft_len.is_some() {
+                return Err(Failure::Input(
+                    "--fixed-draft-len: only paper-a scenarios with --scheme fixed take it".into(),
+                ));
+            }
+            crate::plan_b::run(value, args)
+        }
     }
 }

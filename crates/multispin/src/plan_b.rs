@@ -1,7 +1,7 @@
 //! `multispin plan` for paper-B scenarios: proactive draft lengths scored by SAA with optimal reactive correction.
 
 use crate::failure::Failure;
-use crate::plan::{Format, PlanArgs};
+use crate::plan::{Format, ObjectiveArg, PlanArgs};
 use serde::Serialize;
 use spin_optimize::paper_b::proactive::{self, DraftScheme};
 use spin_optimize::paper_b::{Evaluator, ModeScheme, Objective, Scenario, ScenarioSpec};
@@ -26,13 +26,12 @@ struct Output {
 }
 
 /// Plans one round for a paper-B scenario.
-pub fn run(value: serde_json::Value, args: &PlanArgs) -> Result<(), Failure> {
-    let scheme = DraftScheme::parse(&args.scheme).map_err(Failure::input)?;
-    let objective = match &args.objective {
-        Some(name) => Objective::parse(name).map_err(Failure::input)?,
-        None => Objective::Rate,
+pub fn run(spec: ScenarioSpec, args: &PlanArgs) -> Result<(), Failure> {
+    let scheme = DraftScheme::parse(args.scheme.name()).map_err(Failure::input)?;
+    let objective = match args.objective {
+        Some(ObjectiveArg::MeanRatio) => Objective::MeanRatio,
+        Some(ObjectiveArg::Rate) | None => Objective::Rate,
     };
-    let spec: ScenarioSpec = crate::scenario::parse(value)?;
     let sc = Scenario::new(spec).map_err(Failure::input)?;
     let ev = Evaluator::new(&sc, ModeScheme::Optimal, objective).map_err(Failure::input)?;
     let plan = proactive::plan(&ev, scheme).map_err(Failure::input)?;

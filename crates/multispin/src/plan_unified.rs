@@ -2,31 +2,26 @@
 //! scenario (or on a paper-A/paper-B scenario converted to its special case), printed as JSON or a table.
 
 use crate::failure::Failure;
-use crate::plan::{Format, PlanArgs};
-use crate::scenario::Model;
+use crate::plan::{Format, ObjectiveArg, PlanArgs};
+use crate::scenario::Loaded;
 use spin_optimize::paper_b::Objective;
-use spin_optimize::round::{Radio, Round, RoundPlan, Scheme, ScenarioSpec, planner};
+use spin_optimize::round::{Radio, Round, RoundPlan, Scheme, planner};
 use spin_optimize::{paper_a, paper_b};
 
-/// Plans one round of the unified model; `model` says which file form `value` has.
-pub fn run(model: Model, value: serde_json::Value, args: &PlanArgs) -> Result<(), Failure> {
-    let scheme: Scheme = args.scheme.parse().map_err(Failure::input)?;
-    let objective = match &args.objective {
-        Some(name) => Objective::parse(name).map_err(Failure::input)?,
-        None => Objective::Rate,
+/// Plans one round of the unified model from any parsed scenario (paper A and paper B become its special cases).
+pub fn run(loaded: Loaded, args: &PlanArgs) -> Result<(), Failure> {
+    let scheme: Scheme = args.scheme.name().parse().map_err(Failure::input)?;
+    let objective = match args.objective {
+        Some(ObjectiveArg::MeanRatio) => Objective::MeanRatio,
+        Some(ObjectiveArg::Rate) | None => Objective::Rate,
     };
-    let round = match model {
-        Model::Unified => {
-            let spec: ScenarioSpec = crate::scenario::parse(value)?;
-            spec.into_round().map_err(Failure::input)?
-        }
-        Model::PaperA => {
-            let spec: paper_a::ScenarioSpec = crate::scenario::parse(value)?;
-            let s = paper_a::Scenario::new(&spec).map_err(Failure::input)?;
+    let round = match loaded {
+        Loaded::Unified(spec) => spec.into_round().map_err(Failure::input)?,
+        Loaded::PaperA(a) => {
+            let s = paper_a::Scenario::new(&a.spec).map_err(Failure::input)?;
             Round::from_paper_a(&s, Radio::paper_b()).map_err(Failure::input)?
         }
-        Model::PaperB => {
-            let spec: paper_b::ScenarioSpec = crate::scenario::parse(value)?;
+        Loaded::PaperB(spec) => {
             let s = paper_b::Scenario::new(spec).map_err(Failure::input)?;
             Round::from_paper_b(&s).map_err(Failure::input)?
         }
@@ -68,7 +63,11 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
         plan.scheme,
         objective.name(),
         round.payload.policy.name(),
-        if plan.proven_optimal { ", proven optimal" } else { "" }
+        if plan.proven_optimal {
+            ", proven optimal"
+        } else {
+            ""
+        }
     );
     out.push_str(&format!(
         "goodput {:.3} tokens/s (rate {:.3}, mean ratio {:.3})\n",
@@ -92,7 +91,11 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
             "{k:>6} {:>7.4} {:>5} {:>13} {:>10.3}\n",
             d.acceptance,
             plan.draft_lengths[k],
-            if plan.sends_distributions[k] { "distribution" } else { "pair" },
+            if plan.sends_distributions[k] {
+                "distribution"
+            } else {
+                "pair"
+            },
             plan.uplink_share_hz[k] / 1e3
         ));
     }

@@ -5,7 +5,7 @@
 use futures_util::SinkExt;
 use spin_net::controller::Scheme;
 use spin_net::proto::{self, DeviceMsg, Identity, MAGIC, PROTOCOL_VERSION, ServerMsg};
-use spin_net::server::{ServerConfig, RoundTrace};
+use spin_net::server::{RoundTrace, ServerConfig};
 use spin_net::sim::{SimDevice, simulate};
 use spin_runtime::model::{self, model_from_tensors};
 use spin_runtime::speculative::{generate_plain, sampling};
@@ -30,7 +30,12 @@ fn tiny(seed: u64, std: f64, n_layers: usize) -> Model {
         tied_embeddings: true,
     };
     let device = spin_runtime::select_device().unwrap();
-    model_from_tensors(cfg.clone(), model::random_tensors(&cfg, std, seed, &device).unwrap(), &device).unwrap()
+    model_from_tensors(
+        cfg.clone(),
+        model::random_tensors(&cfg, std, seed, &device).unwrap(),
+        &device,
+    )
+    .unwrap()
 }
 
 fn identity(m: &Model) -> Identity {
@@ -99,7 +104,10 @@ fn greedy_text_over_the_network_equals_plain_decoding_in_both_exchanges() {
         let (out, traces) = run(&target, &drafter, cfg, &sim_devices());
         for (k, p) in prompts().iter().enumerate() {
             let want = generate_plain(&target, p, &greedy, 20, None, 0).unwrap();
-            assert_eq!(out.summary.devices[k].generated, want, "{scheme}: device {k} (server)");
+            assert_eq!(
+                out.summary.devices[k].generated, want,
+                "{scheme}: device {k} (server)"
+            );
             let rep = out.devices[k].as_ref().unwrap();
             assert_eq!(rep.generated(), want.as_slice(), "{scheme}: device {k} (device)");
         }

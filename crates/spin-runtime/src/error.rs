@@ -20,6 +20,40 @@ pub enum RuntimeError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A file is larger than the documented limit of its kind (checked before it is read into memory).
+    #[error("{path}: larger than the limit of {limit} bytes for a {kind}")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// What the file is (model, tokenizer, config.json).
+        kind: &'static str,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// A weight is NaN or infinite: the model would produce NaN probabilities at the first token.
+    #[error("{what}: tensor {tensor}: element {index} is {value} (weights must be finite)")]
+    NonFinite {
+        /// The file.
+        what: String,
+        /// The tensor, e.g. `model.layers.0.self_attn.q_proj.weight`.
+        tensor: String,
+        /// The flat index of the first bad element.
+        index: usize,
+        /// The bad value.
+        value: f32,
+    },
+    /// A tokenizer does not belong to the model: its vocabulary has another size.
+    #[error(
+        "tokenizer: {path} holds {tokens} tokens but the model's vocabulary has {vocab_size} (a tokenizer of another model?)"
+    )]
+    VocabMismatch {
+        /// The tokenizer file.
+        path: String,
+        /// Entries in the tokenizer.
+        tokens: usize,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
     /// A model file names an architecture this runtime does not implement.
     #[error("architecture: {0:?} is not supported (expected llama or qwen2)")]
     UnknownArchitecture(String),

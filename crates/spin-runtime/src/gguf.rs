@@ -43,10 +43,55 @@ struct GgufSource {
 
 impl GgufSource {
     fn qtensor(&self, name: &str) -> Result<QTensor> {
+        self.check_extent(name)?;
         let mut cur = std::io::Cursor::new(self.bytes.as_slice());
         self.content
             .tensor(&mut cur, name, &self.device)
             .map_err(|e| RuntimeError::format(format!("{}: {name}", self.what), e.to_string()))
+    }
+}
+
+impl GgufSource {
+    /// Checks a tensor's shape and byte range before candle reads it: candle reinterprets the raw bytes as blocks
+    /// without checks, and an empty tensor (a zero dimension in a corrupt file) hands it a dangling, misaligned
+    /// pointer (undefined behaviour, an abort in debug builds; found by the mutation test in tests/parsers.rs).
+    fn check_extent(&self, name: &str) -> Result<()> {
+        let what = format!("{}: {name}", self.what);
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| RuntimeError::format(&what, "tensor is missing"))?;
+        let elems = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                RuntimeError::format(
+                    &what,
+                    format!("shape {:?} is empty or too large", info.shape.dims()),
+                )
+            })?;
+        let block = info.ggml_dtype.block_size();
+        if !elems.is_multiple_of(block) {
+            return Err(RuntimeError::format(
+                &what,
+                format!("{elems} elements are not a whole number of {block}-element blocks"),
+            ));
+        }
+        let end = (elems / block)
+            .checked_mul(info.ggml_dtype.type_size())
+            .and_then(|n| n.checked_add(usize::try_from(info.offset).ok()?))
+            .and_then(|n| n.checked_add(self.content.tensor_data_offset as usize));
+        match end {
+            Some(end) if end <= self.bytes.len() => Ok(()),
+            _ => Err(RuntimeError::format(
+                &what,
+                format!("extends past the end of the file ({} bytes)", self.bytes.len()),
+            )),
+        }
     }
 }
 
@@ -55,6 +100,7 @@ impl WeightSource for GgufSource {
         let g = format!("{}.weight", gguf_name(name));
         let t = self.qtensor(&g)?.dequantize(&self.device)?;
         check_shape(&format!("{}: {g}", self.what), &t, shape)?;
+        crate::load::check_finite_tensor(&self.what, &g, &t)?;
         Ok(t)
     }
 
@@ -68,8 +114,14 @@ impl WeightSource for GgufSource {
                 format!("expected shape {:?}, found {:?}", [out, inp], q.shape().dims()),
             ));
         }
+        // Quantised blocks carry f16 scales that may be NaN: the matrix is dequantised once to check it (one
+        // tensor at a time; the model keeps the quantised form).
+        crate::load::check_finite_tensor(&self.what, &g, &q.dequantize(&Device::Cpu)?)?;
         let b = if bias {
-            Some(self.qtensor(&format!("{base}.bias"))?.dequantize(&self.device)?)
+            let name = format!("{base}.bias");
+            let b = self.qtensor(&name)?.dequantize(&self.device)?;
+            crate::load::check_finite_tensor(&self.what, &name, &b)?;
+            Some(b)
         } else {
             None
         };
@@ -114,7 +166,7 @@ fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Resu
 }
 
 fn read_content(path: &Path) -> Result<(gguf_file::Content, Vec<u8>)> {
-    let bytes = std::fs::read(path).map_err(|e| RuntimeError::io(path, e))?;
+    let bytes = crate::load::read_limited(path, crate::load::MAX_MODEL_BYTES, "model")?;
     let content = gguf_file::Content::read(&mut std::io::Cursor::new(bytes.as_slice()))
         .map_err(|e| RuntimeError::format(path.display().to_string(), e.to_string()))?;
     Ok((content, bytes))
@@ -134,7 +186,15 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let dim = meta_usize(&content, &what, "llama.embedding_length")?;
     let n_heads = meta_usize(&content, &what, "llama.attention.head_count")?;
     let vocab_size = match content.tensor_infos.get("token_embd.weight") {
-        Some(info) => info.shape.dims()[0],
+        Some(info) => match info.shape.dims() {
+            [v, _] => *v,
+            dims => {
+                return Err(RuntimeError::format(
+                    format!("{what}: token_embd.weight"),
+                    format!("shape {dims:?} is not (vocab, dim)"),
+                ));
+            }
+        },
         None => return Err(RuntimeError::format(&what, "tensor token_embd.weight is missing")),
     };
     let cfg = Config {
@@ -153,6 +213,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     };
     cfg.validate()
         .map_err(|e| RuntimeError::format(format!("{what}: metadata"), e.to_string()))?;
+    crate::load::check_limits(&cfg, &format!("{what}: metadata"))?;
     let src = GgufSource {
         what,
         content,

@@ -94,17 +94,26 @@ impl HfConfig {
         };
         cfg.validate()
             .map_err(|e| RuntimeError::format("config.json", e.to_string()))?;
+        crate::load::check_limits(&cfg, "config.json")?;
         Ok(cfg)
     }
+}
+
+/// Parses the bytes of a `config.json` into our configuration (validated and within the limits of
+/// [`crate::load::check_limits`]); `what` names the file in errors.
+pub fn parse_config(bytes: &[u8], what: &str) -> Result<Config> {
+    let hf: HfConfig =
+        serde_json::from_slice(bytes).map_err(|e| RuntimeError::format(what, e.to_string()))?;
+    hf.to_config()
 }
 
 /// Loads a model folder (`config.json` and every `*.safetensors` in it).
 pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
     let cfg_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| RuntimeError::io(&cfg_path, e))?;
-    let hf: HfConfig = serde_json::from_str(&text)
-        .map_err(|e| RuntimeError::format(cfg_path.display().to_string(), e.to_string()))?;
-    let cfg = hf.to_config()?;
+    let cfg = parse_config(
+        &crate::load::read_limited(&cfg_path, crate::load::MAX_CONFIG_BYTES, "config.json")?,
+        &cfg_path.display().to_string(),
+    )?;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| RuntimeError::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -119,9 +128,12 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
     }
     let mut tensors = HashMap::new();
     for f in &files {
-        let bytes = std::fs::read(f).map_err(|e| RuntimeError::io(f, e))?;
+        let bytes = crate::load::read_limited(f, crate::load::MAX_MODEL_BYTES, "model")?;
         let part = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
             .map_err(|e| RuntimeError::format(f.display().to_string(), e.to_string()))?;
+        for (name, t) in &part {
+            crate::load::check_finite_tensor(&f.display().to_string(), name, t)?;
+        }
         tensors.extend(part);
     }
     let map = TensorMap {

@@ -68,6 +68,7 @@ pub fn parse_header(bytes: &[u8], what: &str) -> Result<Config> {
     };
     cfg.validate()
         .map_err(|e| RuntimeError::format(format!("{what}: header"), e.to_string()))?;
+    crate::load::check_limits(&cfg, &format!("{what}: header"))?;
     Ok(cfg)
 }
 
@@ -89,6 +90,7 @@ fn layout(cfg: &Config) -> Vec<(&'static str, Vec<usize>, bool)> {
     ]
 }
 
+/// Floats after the header. Cannot overflow: [`crate::load::check_limits`] bounds every factor (below 2^47 in all).
 fn expected_floats(cfg: &Config) -> usize {
     let body: usize = layout(cfg)
         .iter()
@@ -104,11 +106,62 @@ fn expected_floats(cfg: &Config) -> usize {
 }
 
 /// Reads a llama2.c v0 checkpoint into a model on `device`.
+///
+/// The header is read first: it fixes the file size, which must be at most [`crate::load::MAX_MODEL_BYTES`] and is
+/// checked before the weights are read (a regular file by its metadata, anything else through a bounded read).
 pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|e| RuntimeError::io(path, e))?;
+    use std::io::Read;
     let what = path.display().to_string();
-    let (cfg, map) = parse_checkpoint(&bytes, &what, device)?;
+    let mut file = std::fs::File::open(path).map_err(|e| RuntimeError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| RuntimeError::io(path, e))?;
+    if meta.is_dir() {
+        return Err(RuntimeError::invalid(
+            what,
+            "is a directory, not a llama2.c checkpoint",
+        ));
+    }
+    let mut header = Vec::with_capacity(HEADER_BYTES);
+    (&mut file)
+        .take(HEADER_BYTES as u64)
+        .read_to_end(&mut header)
+        .map_err(|e| RuntimeError::io(path, e))?;
+    let cfg = parse_header(&header, &what)?;
+    let want = (HEADER_BYTES + 4 * expected_floats(&cfg)) as u64;
+    if want > crate::load::MAX_MODEL_BYTES {
+        return Err(RuntimeError::TooLarge {
+            path: what,
+            kind: "model",
+            limit: crate::load::MAX_MODEL_BYTES,
+        });
+    }
+    if meta.is_file() && meta.len() != want {
+        return Err(size_error(&what, meta.len(), want));
+    }
+    let mut bytes = Vec::with_capacity(want as usize);
+    bytes.extend_from_slice(&header);
+    file.take(want + 1 - HEADER_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| RuntimeError::io(path, e))?;
+    from_bytes(&bytes, &what, device)
+}
+
+/// Loads a llama2.c v0 checkpoint held in memory (e.g. embedded with `include_bytes!`); errors name it `checkpoint`.
+pub fn load_checkpoint_bytes(bytes: &[u8], device: &Device) -> Result<Model> {
+    from_bytes(bytes, "checkpoint", device)
+}
+
+fn from_bytes(bytes: &[u8], what: &str, device: &Device) -> Result<Model> {
+    let (cfg, map) = parse_checkpoint(bytes, what, device)?;
     Model::from_source(cfg, &map, device)
+}
+
+fn size_error(what: &str, found: u64, want: u64) -> RuntimeError {
+    let kind = if found < want {
+        "truncated"
+    } else {
+        "trailing bytes"
+    };
+    RuntimeError::format(what, format!("{kind}: {found} bytes, the header implies {want}"))
 }
 
 /// Parses checkpoint bytes into a config and named tensors.
@@ -116,15 +169,7 @@ pub(crate) fn parse_checkpoint(bytes: &[u8], what: &str, device: &Device) -> Res
     let cfg = parse_header(bytes, what)?;
     let want = HEADER_BYTES + 4 * expected_floats(&cfg);
     if bytes.len() != want {
-        let kind = if bytes.len() < want {
-            "truncated"
-        } else {
-            "trailing bytes"
-        };
-        return Err(RuntimeError::format(
-            what,
-            format!("{kind}: {} bytes, the header implies {want}", bytes.len()),
-        ));
+        return Err(size_error(what, bytes.len() as u64, want as u64));
     }
     let floats: Vec<f32> = bytes[HEADER_BYTES..]
         .chunks_exact(4)
@@ -132,24 +177,35 @@ pub(crate) fn parse_checkpoint(bytes: &[u8], what: &str, device: &Device) -> Res
         .collect();
     let mut off = 0usize;
     let mut tensors = HashMap::new();
-    let mut take = |shape: &[usize]| -> Result<Tensor> {
+    // Every weight must be finite: a NaN would only surface as NaN probabilities at the first token.
+    let mut take = |name: &str, shape: &[usize]| -> Result<Tensor> {
         let n: usize = shape.iter().product();
-        let t = Tensor::from_slice(&floats[off..off + n], shape, device)?;
+        let values = &floats[off..off + n];
+        if !name.is_empty() {
+            crate::load::check_finite(what, name, values)?;
+        }
+        let t = Tensor::from_slice(values, shape, device)?;
         off += n;
         Ok(t)
     };
     for (name, shape, per_layer) in layout(&cfg) {
         if per_layer {
             for i in 0..cfg.n_layers {
-                tensors.insert(format!("model.layers.{i}.{name}"), take(&shape)?);
+                let full = format!("model.layers.{i}.{name}");
+                let t = take(&full, &shape)?;
+                tensors.insert(full, t);
             }
         } else {
-            tensors.insert(name.to_string(), take(&shape)?);
+            tensors.insert(name.to_string(), take(name, &shape)?);
         }
     }
-    let _rope = take(&[2 * cfg.max_seq_len * cfg.head_dim() / 2])?;
+    // The RoPE tables (no name: not checked) are recomputed by the model.
+    let _rope = take("", &[2 * cfg.max_seq_len * cfg.head_dim() / 2])?;
     if !cfg.tied_embeddings {
-        tensors.insert("lm_head.weight".to_string(), take(&[cfg.vocab_size, cfg.dim])?);
+        tensors.insert(
+            "lm_head.weight".to_string(),
+            take("lm_head.weight", &[cfg.vocab_size, cfg.dim])?,
+        );
     }
     Ok((
         cfg,
@@ -235,18 +291,32 @@ impl Llama2cTokenizer {
     /// EOS id.
     pub const EOS: u32 = 2;
 
-    /// Reads a tokenizer file holding exactly `vocab_size` entries.
+    /// The fewest entries a tokenizer may hold: `<unk>`, `<s>`, `</s>` and the 256 byte tokens `<0xXX>` that the
+    /// encoder falls back to (ids 3..=258).
+    pub const MIN_VOCAB: usize = 259;
+
+    /// Reads a tokenizer file holding exactly `vocab_size` entries (at most
+    /// [`crate::load::MAX_TOKENIZER_BYTES`] bytes, checked before reading).
     pub fn load(path: &Path, vocab_size: usize) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| RuntimeError::io(path, e))?;
+        let bytes = crate::load::read_limited(path, crate::load::MAX_TOKENIZER_BYTES, "tokenizer")?;
         Self::parse(&bytes, vocab_size, &path.display().to_string())
     }
 
-    /// Parses tokenizer bytes.
+    /// Parses tokenizer bytes. The entries are self-delimiting, so the file is read to its end first: a file with
+    /// another number of entries than `vocab_size` is a [`RuntimeError::VocabMismatch`] (a tokenizer of another
+    /// model), not a truncation.
     pub fn parse(bytes: &[u8], vocab_size: usize, what: &str) -> Result<Self> {
-        let trunc =
-            |at: usize| RuntimeError::format(what, format!("truncated at byte {at} ({} bytes)", bytes.len()));
+        let trunc = |at: usize, i: usize| {
+            RuntimeError::format(
+                what,
+                format!("truncated in token[{i}] at byte {at} ({} bytes)", bytes.len()),
+            )
+        };
         if bytes.len() < 4 {
-            return Err(trunc(0));
+            return Err(RuntimeError::format(
+                what,
+                format!("truncated: {} bytes, the header needs 4", bytes.len()),
+            ));
         }
         let max_len = read_i32(bytes, 0);
         if max_len <= 0 {
@@ -256,14 +326,21 @@ impl Llama2cTokenizer {
             ));
         }
         let mut at = 4usize;
-        let mut pieces = Vec::with_capacity(vocab_size);
-        let mut scores = Vec::with_capacity(vocab_size);
-        for i in 0..vocab_size {
+        let mut pieces = Vec::new();
+        let mut scores = Vec::new();
+        while at < bytes.len() {
+            let i = pieces.len();
             if at + 8 > bytes.len() {
-                return Err(trunc(at));
+                return Err(trunc(at, i));
             }
             let score = f32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
             let len = i32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
+            if score.is_nan() {
+                return Err(RuntimeError::format(
+                    format!("{what}: token[{i}].score"),
+                    "is NaN",
+                ));
+            }
             at += 8;
             if len < 0 || len > max_len {
                 return Err(RuntimeError::format(
@@ -273,29 +350,51 @@ impl Llama2cTokenizer {
             }
             let len = len as usize;
             if at + len > bytes.len() {
-                return Err(trunc(at));
+                return Err(trunc(at, i));
             }
             pieces.push(bytes[at..at + len].to_vec());
             scores.push(score);
             at += len;
         }
-        if at != bytes.len() {
+        if pieces.len() != vocab_size {
+            return Err(RuntimeError::VocabMismatch {
+                path: what.to_string(),
+                tokens: pieces.len(),
+                vocab_size,
+            });
+        }
+        if pieces.len() < Self::MIN_VOCAB {
             return Err(RuntimeError::format(
                 what,
-                format!("{} trailing bytes after {vocab_size} tokens", bytes.len() - at),
+                format!(
+                    "{} tokens, fewer than the {} of the special and byte-fallback tokens",
+                    pieces.len(),
+                    Self::MIN_VOCAB
+                ),
             ));
         }
-        let lookup = pieces
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.clone(), i as u32))
-            .collect();
-        Ok(Llama2cTokenizer {
+        Ok(Self::build(pieces, scores))
+    }
+
+    fn build(pieces: Vec<Vec<u8>>, scores: Vec<f32>) -> Self {
+        let max_len = pieces.iter().map(Vec::len).max().unwrap_or(1).max(1);
+        // On duplicate pieces the lowest id wins (llama2.c's sorted lookup finds one of them; ours is fixed).
+        let mut lookup = HashMap::with_capacity(pieces.len());
+        for (i, p) in pieces.iter().enumerate() {
+            lookup.entry(p.clone()).or_insert(i as u32);
+        }
+        Llama2cTokenizer {
             pieces,
             scores,
             lookup,
-            max_len: max_len as usize,
-        })
+            max_len,
+        }
+    }
+
+    /// A lower bound on the tokens of `encode(text, bos)`, computed without encoding: no token is longer than the
+    /// longest piece.
+    pub fn min_tokens(&self, text: &str, bos: bool) -> usize {
+        usize::from(bos) + text.len().div_ceil(self.max_len)
     }
 
     /// Serialises the tokenizer in the llama2.c format.
@@ -315,16 +414,52 @@ impl Llama2cTokenizer {
     }
 
     /// Encodes text: optional BOS, a dummy leading space, code points (or their bytes as fallback tokens), then
-    /// greedy merges of the adjacent pair with the highest score.
+    /// greedy merges of the adjacent pair with the highest score (the leftmost among equal scores), as llama2.c.
     pub fn encode(&self, text: &str, bos: bool) -> Vec<u32> {
+        self.encode_counting(text, bos).0
+    }
+
+    /// [`Self::encode`], also returning the number of pair lookups it made: at most 3 per initial symbol
+    /// (one per initial pair, two per merge), so encoding is O(n log n) in the text length.
+    ///
+    /// llama2.c rescans every pair after each merge (O(n²): 30k characters took 41 s). Here the symbols form a
+    /// linked list and the candidate merges a max-heap ordered by (score, leftmost position); a popped candidate
+    /// whose two symbols changed or are no longer adjacent is stale and skipped. Hand-written because the merge
+    /// order must be exactly llama2.c's, which no BPE crate reproduces for this scored format.
+    pub fn encode_counting(&self, text: &str, bos: bool) -> (Vec<u32>, usize) {
+        use std::cmp::Ordering;
+        use std::collections::BinaryHeap;
+
+        #[derive(PartialEq)]
+        struct Candidate {
+            score: f32,
+            left: usize,
+            left_id: u32,
+            right_id: u32,
+            merged: u32,
+        }
+        impl Eq for Candidate {}
+        impl Ord for Candidate {
+            fn cmp(&self, other: &Self) -> Ordering {
+                self.score
+                    .total_cmp(&other.score)
+                    .then_with(|| other.left.cmp(&self.left))
+            }
+        }
+        impl PartialOrd for Candidate {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
         let mut out = Vec::new();
         if bos {
             out.push(Self::BOS);
         }
         if text.is_empty() {
-            return out;
+            return (out, 0);
         }
-        let mut ids: Vec<u32> = Vec::new();
+        let mut ids: Vec<u32> = Vec::with_capacity(text.len() + 1);
         if let Some(&space) = self.lookup.get(b" ".as_slice()) {
             ids.push(space);
         }
@@ -333,31 +468,70 @@ impl Llama2cTokenizer {
             let s = ch.encode_utf8(&mut buf).as_bytes();
             match self.lookup.get(s) {
                 Some(&id) => ids.push(id),
-                None => ids.extend(s.iter().map(|&b| b as u32 + 3)),
+                None => ids.extend(s.iter().map(|&b| u32::from(b) + 3)),
             }
         }
-        loop {
-            let mut best: Option<(f32, usize, u32)> = None;
-            for i in 0..ids.len().saturating_sub(1) {
-                let mut joined = self.pieces[ids[i] as usize].clone();
-                joined.extend_from_slice(&self.pieces[ids[i + 1] as usize]);
-                if let Some(&id) = self.lookup.get(&joined) {
-                    let score = self.scores[id as usize];
-                    if best.is_none_or(|(s, _, _)| score > s) {
-                        best = Some((score, i, id));
-                    }
-                }
+        let n = ids.len();
+        const NONE: usize = usize::MAX;
+        let mut prev: Vec<usize> = (0..n).map(|i| i.checked_sub(1).unwrap_or(NONE)).collect();
+        let mut next: Vec<usize> = (1..=n).map(|i| if i < n { i } else { NONE }).collect();
+        let mut heap = BinaryHeap::with_capacity(n);
+        let mut lookups = 0usize;
+        let mut joined = Vec::with_capacity(2 * self.max_len);
+        let mut candidate = |ids: &[u32], left: usize, right: usize, heap: &mut BinaryHeap<Candidate>| {
+            lookups += 1;
+            let (a, b) = (ids[left], ids[right]);
+            joined.clear();
+            joined.extend_from_slice(self.piece(a));
+            joined.extend_from_slice(self.piece(b));
+            if let Some(&merged) = self.lookup.get(&joined) {
+                heap.push(Candidate {
+                    score: self.scores[merged as usize],
+                    left,
+                    left_id: a,
+                    right_id: b,
+                    merged,
+                });
             }
-            match best {
-                Some((_, i, id)) => {
-                    ids[i] = id;
-                    ids.remove(i + 1);
-                }
-                None => break,
+        };
+        for i in 0..n.saturating_sub(1) {
+            candidate(&ids, i, i + 1, &mut heap);
+        }
+        while let Some(c) = heap.pop() {
+            let right = next[c.left];
+            // Merged symbols are unlinked (no `next` points to them), so `c.left` alive is implied when its
+            // successor still carries the right id and it still carries the left one.
+            if right == NONE || ids[c.left] != c.left_id || ids[right] != c.right_id || prev[right] != c.left
+            {
+                continue;
+            }
+            ids[c.left] = c.merged;
+            next[c.left] = next[right];
+            if next[right] != NONE {
+                prev[next[right]] = c.left;
+            }
+            // The merged-away symbol can never match again.
+            prev[right] = NONE;
+            next[right] = NONE;
+            ids[right] = u32::MAX;
+            if prev[c.left] != NONE {
+                candidate(&ids, prev[c.left], c.left, &mut heap);
+            }
+            if next[c.left] != NONE {
+                candidate(&ids, c.left, next[c.left], &mut heap);
             }
         }
-        out.extend(ids);
-        out
+        let mut i = 0;
+        while i != NONE {
+            out.push(ids[i]);
+            i = next[i];
+        }
+        (out, lookups)
+    }
+
+    /// The bytes of token `id` (empty for an id outside the vocabulary).
+    fn piece(&self, id: u32) -> &[u8] {
+        self.pieces.get(id as usize).map_or(&[], Vec::as_slice)
     }
 
     /// Decodes ids to text: special tokens are dropped, `<0xXX>` become raw bytes, a leading space after BOS (or at
@@ -397,17 +571,6 @@ impl Llama2cTokenizer {
             pieces.push(p.as_bytes().to_vec());
             scores.push(*s);
         }
-        let max_len = pieces.iter().map(|p| p.len()).max().unwrap_or(1);
-        let lookup = pieces
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.clone(), i as u32))
-            .collect();
-        Llama2cTokenizer {
-            pieces,
-            scores,
-            lookup,
-            max_len,
-        }
+        Self::build(pieces, scores)
     }
 }

@@ -65,10 +65,44 @@ impl Tokenizer {
         }
     }
 
-    /// Reads `tokenizer.json`; BOS/EOS are looked up among common names.
+    /// A lower bound on the tokens of `encode(text, bos)`, computed without encoding (to refuse a prompt that
+    /// cannot fit a context before paying for its tokenisation). Exact-format bound for llama2.c (no token is
+    /// longer than the longest piece); for `tokenizers` pipelines, whose normalisers may shorten the text, only BOS.
+    pub fn min_tokens(&self, text: &str, bos: bool) -> usize {
+        match self {
+            Tokenizer::Llama2c(t) => t.min_tokens(text, bos),
+            Tokenizer::Hf { bos: b, .. } => usize::from(bos && b.is_some()),
+        }
+    }
+
+    /// Reads `tokenizer.json` (at most [`crate::load::MAX_TOKENIZER_BYTES`], checked before reading); BOS/EOS are
+    /// looked up among common names.
     pub fn from_hf_file(path: &std::path::Path) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| RuntimeError::Tokenizer(format!("{}: {e}", path.display())))?;
+        let bytes = crate::load::read_limited(path, crate::load::MAX_TOKENIZER_BYTES, "tokenizer")?;
+        Self::from_hf_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// Parses the bytes of a `tokenizer.json`. Syntax errors are reported as such (with line and column); a file
+    /// that is valid JSON but that the `tokenizers` library cannot build says so and names its model type, rather
+    /// than the library's serde message ("data did not match any variant …"), which reads like a syntax error.
+    pub fn from_hf_bytes(bytes: &[u8], what: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| RuntimeError::format(what, format!("not valid JSON: {e}")))?;
+        let model_type = value
+            .get("model")
+            .and_then(|m| m.get("type"))
+            .and_then(|t| t.as_str())
+            .unwrap_or("unnamed")
+            .to_string();
+        let inner: tokenizers::Tokenizer = serde_json::from_value(value).map_err(|e| {
+            RuntimeError::format(
+                what,
+                format!(
+                    "valid JSON, but not a tokenizer pipeline this build of the tokenizers library can load \
+                     (model type {model_type:?}): {e}"
+                ),
+            )
+        })?;
         let find = |names: &[&str]| names.iter().find_map(|n| inner.token_to_id(n));
         let bos = find(&["<s>", "<|begin_of_text|>", "<|im_start|>"]);
         let eos = find(&["</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>"]);

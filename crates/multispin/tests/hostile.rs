@@ -1,0 +1,403 @@
+//! Hostile and careless input to `multispin generate` (issue 13): output at the context limit is printed (exit 0),
+//! bad files and arguments exit 2 with one line naming the field, tokenizer mismatches are reported as such.
+
+use spin_runtime::llama2c::{self, Llama2cTokenizer};
+use spin_runtime::{Config, RopeStyle, model};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The context of the tiny model: small, so that reaching it is cheap in a debug build.
+const CONTEXT: usize = 24;
+
+fn tokenizer(extra: &[&str]) -> Llama2cTokenizer {
+    let pieces: Vec<(&str, f32)> = extra.iter().enumerate().map(|(i, s)| (*s, -(i as f32))).collect();
+    Llama2cTokenizer::from_pieces(&pieces)
+}
+
+fn write_tiny(dir: &Path) -> (PathBuf, PathBuf) {
+    let tok = tokenizer(&["a", "b", "c", " ", "ab", " a", "bc"]);
+    let cfg = Config {
+        vocab_size: tok.vocab_size(),
+        dim: 16,
+        hidden_dim: 24,
+        n_layers: 2,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: CONTEXT,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let device = spin_runtime::select_device().unwrap();
+    let w = model::random_tensors(&cfg, 0.3, 5, &device).unwrap();
+    let m = dir.join("tiny.bin");
+    llama2c::write_checkpoint(&m, &cfg, &w).unwrap();
+    let t = dir.join("tok.bin");
+    std::fs::write(&t, tok.to_bytes()).unwrap();
+    (m, t)
+}
+
+fn multispin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Exit status 2 and one stderr line `error: …` containing `field`.
+fn assert_input_error(out: &Output, field: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(field), "expected {field:?} in {err:?}");
+}
+
+#[test]
+fn generation_past_the_context_prints_what_fits_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let base = [
+        "generate",
+        "--target",
+        m,
+        "--tokenizer",
+        t,
+        "--prompt",
+        "ab",
+        "--max-tokens",
+        "1000000000",
+    ];
+    for extra in [
+        &[][..],
+        &["--self-draft-layers", "1", "--draft-len", "8"][..],
+        &["--temperature", "0.8"][..],
+    ] {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let out = multispin(&args);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{extra:?}: {err}");
+        assert!(!out.stdout.is_empty(), "{extra:?}: nothing printed");
+        assert!(
+            err.contains("context limit") && err.contains(&format!("= {CONTEXT} tokens")),
+            "{extra:?}: {err}"
+        );
+    }
+    // Inside the context nothing is said.
+    let out = multispin(&[
+        "generate",
+        "--target",
+        m,
+        "--tokenizer",
+        t,
+        "--prompt",
+        "ab",
+        "--max-tokens",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn invalid_generate_arguments_exit_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "--target", m, "--tokenizer", t];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    assert_input_error(&run(&["--temperature", "1e-320"]), "--temperature");
+    assert_input_error(&run(&["--temperature", "-1"]), "--temperature");
+    assert_input_error(&run(&["--temperature", "NaN"]), "--temperature");
+    assert_input_error(
+        &run(&["--draft-len", "0", "--self-draft-layers", "1"]),
+        "--draft-len",
+    );
+    assert_input_error(&run(&["--max-tokens", "0"]), "--max-tokens");
+    assert_input_error(&run(&["--self-draft-layers", "0"]), "--self-draft-layers");
+    assert_input_error(&run(&["--self-draft-layers", "9"]), "--self-draft-layers");
+    assert_input_error(&run(&["--max-tokens", "-3"]), "--max-tokens");
+    // A prompt longer than the context is refused before tokenising (a lower bound on its tokens).
+    let long = "ab".repeat(20_000);
+    assert_input_error(&run(&["--prompt", &long]), "--prompt");
+    // One that fits by bytes but not by tokens is refused after.
+    assert_input_error(&run(&["--prompt", &"ca".repeat(12)]), "tokens do not fit");
+}
+
+#[test]
+fn bad_model_and_tokenizer_files_exit_2_with_a_clear_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (ms, ts) = (m.to_str().unwrap(), t.to_str().unwrap());
+    // /dev/zero as a tokenizer: refused after reading the limit, not after filling the memory.
+    let out = multispin(&["generate", "--target", ms, "--tokenizer", "/dev/zero"]);
+    assert_input_error(&out, "larger than the limit");
+    // /dev/zero as a model: the header (all zeros) is refused before any weight is read.
+    let out = multispin(&["generate", "--target", "/dev/zero", "--tokenizer", ts]);
+    assert_input_error(&out, "header.dim");
+    // A tokenizer of another vocabulary is named as such, not as a truncation.
+    let other = dir.path().join("other.bin");
+    std::fs::write(&other, tokenizer(&["x", "y"]).to_bytes()).unwrap();
+    let out = multispin(&["generate", "--target", ms, "--tokenizer", other.to_str().unwrap()]);
+    assert_input_error(&out, "holds 261 tokens but the model's vocabulary has 266");
+    // A NaN weight names its tensor.
+    let mut bytes = std::fs::read(&m).unwrap();
+    let at = 28 + 4 * (266 * 16 + 3);
+    bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let nan = dir.path().join("nan.bin");
+    std::fs::write(&nan, &bytes).unwrap();
+    let out = multispin(&["generate", "--target", nan.to_str().unwrap(), "--tokenizer", ts]);
+    assert_input_error(&out, "model.layers.0.input_layernorm.weight");
+    // A header asking for 2^26 positions is refused by the documented limit, before the file size is looked at.
+    let mut bytes = std::fs::read(&m).unwrap();
+    bytes[24..28].copy_from_slice(&(1i32 << 26).to_le_bytes());
+    let long = dir.path().join("long.bin");
+    std::fs::write(&long, &bytes).unwrap();
+    let out = multispin(&["generate", "--target", long.to_str().unwrap(), "--tokenizer", ts]);
+    assert_input_error(&out, "max_seq_len");
+}
+
+#[test]
+fn errors_stay_on_one_line_when_backtraces_are_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = write_tiny(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args([
+            "generate",
+            "--target",
+            m.to_str().unwrap(),
+            "--tokenizer",
+            "/nonexistent/tok.bin",
+        ])
+        .env("RUST_BACKTRACE", "full")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_input_error(&out, "/nonexistent/tok.bin");
+    // Usage errors from the argument parser follow the same one-line contract.
+    assert_input_error(&multispin(&["generate", "--no-such-flag"]), "--no-such-flag");
+    assert_input_error(&multispin(&["plan", "--scheme", "exact"]), "--scenario");
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios/examples")
+        .join(name)
+}
+
+#[test]
+fn correct_rejected_lists_are_parsed_strictly() {
+    let b = example("paper-b.json");
+    let b = b.to_str().unwrap();
+    for bad in ["1,,2", "1,", "+1", " 1", "1,1", "6", "-1", "0x1", "1;2"] {
+        let out = multispin(&["correct", "--scenario", b, "--rejected", bad]);
+        assert_input_error(&out, "--rejected");
+    }
+    let out = multispin(&[
+        "correct",
+        "--scenario",
+        b,
+        "--rejected",
+        "0,5",
+        "--format",
+        "table",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DL power (W)"));
+}
+
+#[test]
+fn plan_schemes_and_the_fixed_draft_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = example("paper-a.json");
+    let a = a.to_str().unwrap();
+    // Unknown schemes and schemes of the other paper exit 2; --help lists the schemes.
+    assert_input_error(
+        &multispin(&["plan", "--scenario", a, "--scheme", "fastest"]),
+        "--scheme",
+    );
+    assert_input_error(
+        &multispin(&["plan", "--scenario", a, "--scheme", "greedy"]),
+        "--scheme",
+    );
+    let help = String::from_utf8(multispin(&["plan", "--help"]).stdout).unwrap();
+    assert!(
+        help.contains("paper-alg1") && help.contains("comp-only"),
+        "{help}"
+    );
+    // max_draft_len < 8: the default fixed length is lowered to it, an explicit one outside the range is an error.
+    let text = std::fs::read_to_string(a)
+        .unwrap()
+        .replace("\"max_draft_len\": 25", "\"max_draft_len\": 5");
+    let path = dir.path().join("short.json");
+    std::fs::write(&path, &text).unwrap();
+    let p = path.to_str().unwrap();
+    let out = multispin(&["plan", "--scenario", p, "--scheme", "fixed"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["draft_lengths"], serde_json::json!([5, 5, 5, 5]));
+    let out = multispin(&[
+        "plan",
+        "--scenario",
+        p,
+        "--scheme",
+        "fixed",
+        "--fixed-draft-len",
+        "3",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["draft_lengths"], serde_json::json!([3, 3, 3, 3]));
+    assert_input_error(
+        &multispin(&[
+            "plan",
+            "--scenario",
+            p,
+            "--scheme",
+            "fixed",
+            "--fixed-draft-len",
+            "9",
+        ]),
+        "--fixed-draft-len: 9 is outside",
+    );
+    let with_field = text.replacen(
+        "\"max_draft_len\": 5",
+        "\"max_draft_len\": 5, \"fixed_draft_len\": 7",
+        1,
+    );
+    std::fs::write(&path, with_field).unwrap();
+    assert_input_error(
+        &multispin(&["plan", "--scenario", p, "--scheme", "fixed"]),
+        "fixed_draft_len: 7 is outside",
+    );
+}
+
+#[test]
+fn scenario_files_reject_misspelt_duplicate_and_defaulted_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = std::fs::read_to_string(example("paper-a.json")).unwrap();
+    let b = std::fs::read_to_string(example("paper-b.json")).unwrap();
+    let cases = [
+        (
+            a.replacen("\"bandwidth_hz\"", "\"bandwith_hz\": 1, \"bandwidth_hz\"", 1),
+            "a",
+            "bandwith_hz",
+        ),
+        (
+            a.replacen(
+                "\"max_draft_len\": 25",
+                "\"max_draft_len\": 25, \"max_draft_len\": 2",
+                1,
+            ),
+            "a",
+            "max_draft_len",
+        ),
+        (b.replacen("\"saa_samples\": 1000,", "", 1), "b", "saa_samples"),
+        (b.replacen("\"seed\": 7,", "", 1), "b", "seed"),
+        (
+            b.replacen(
+                "\"ul_power_w\": 0.0316",
+                "\"ul_power_w\": 0.0316, \"ul_power_dbm\": 15",
+                1,
+            ),
+            "b",
+            "ul_power_w, ul_power_dbm",
+        ),
+    ];
+    for (text, kind, field) in cases {
+        let path = dir.path().join("s.json");
+        std::fs::write(&path, &text).unwrap();
+        let scheme = if kind == "a" { "exact" } else { "greedy" };
+        assert_input_error(
+            &multispin(&["plan", "--scenario", path.to_str().unwrap(), "--scheme", scheme]),
+            field,
+        );
+    }
+    // The units radio engineers use give the same plan as the SI fields.
+    let si = multispin(&[
+        "plan",
+        "--scenario",
+        example("paper-b.json").to_str().unwrap(),
+        "--scheme",
+        "uniform",
+    ]);
+    let db = b
+        .replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_mhz\": 10", 1)
+        .replacen("\"dl_power_w\": 1.0", "\"dl_power_dbm\": 30", 1);
+    let path = dir.path().join("db.json");
+    std::fs::write(&path, db).unwrap();
+    let out = multispin(&[
+        "plan",
+        "--scenario",
+        path.to_str().unwrap(),
+        "--scheme",
+        "uniform",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, si.stdout);
+    // A scenario file of /dev/zero size is refused by the limit.
+    assert_input_error(
+        &multispin(&["plan", "--scenario", "/dev/zero", "--scheme", "exact"]),
+        "larger than the limit",
+    );
+}
+
+#[test]
+fn drop_files_are_strict_and_seeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let drop = std::fs::read_to_string(example("drop-paper-b.toml")).unwrap();
+    let run = |text: &str, extra: &[&str]| {
+        let path = dir.path().join("drop.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut args = vec!["scenario", "--drop", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    let a = run(&drop, &[]);
+    let again = run(&drop, &[]);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert_eq!(a.stdout, again.stdout);
+    let other = run(&drop, &["--seed", "8"]);
+    assert_ne!(a.stdout, other.stdout);
+    assert_input_error(
+        &run(
+            &drop.replace("ul_power_dbm = 15.0", "ul_power_dbm = 15.0\nul_power_w = 0.03"),
+            &[],
+        ),
+        "ul_power_w, ul_power_dbm",
+    );
+    assert_input_error(
+        &run(&drop.replace("fading = \"rayleigh\"", "fading = \"rician\""), &[]),
+        "fading",
+    );
+    assert_input_error(
+        &run(&drop.replace("devices = 6", "devices = 6\ndevicez = 1"), &[]),
+        "devicez",
+    );
+    assert_input_error(&run(&drop.replace("seed = 7\n", ""), &[]), "seed");
+    assert_input_error(
+        &run(&drop, &["--model", "paper-a"]),
+        "not used by a paper-a scenario",
+    );
+    assert_input_error(
+        &run(
+            &drop.replace(
+                "acceptance = [0.95, 0.9, 0.8, 0.6, 0.5, 0.4]",
+                "acceptance = [0.9]",
+            ),
+            &[],
+        ),
+        "acceptance: 1 values for 6 devices",
+    );
+}
