@@ -17,8 +17,14 @@ use spin_optimize::unified::{Options, plan};
 
 /// The controllers compared, as (column name, legend label).
 const CONTROLLERS: [(&str, &str); 4] = [
-    ("paper_a", "paper A only (distributions per token, exact L + OFDMA)"),
-    ("paper_b", "paper B only (pairs, best γ, equal shares, optimal modes)"),
+    (
+        "paper_a",
+        "paper A only (distributions per token, exact L + OFDMA)",
+    ),
+    (
+        "paper_b",
+        "paper B only (pairs, best γ, equal shares, optimal modes)",
+    ),
     ("unified_pair", "unified, pairs only (joint L + OFDMA + modes)"),
     ("unified", "unified (payload chosen per device)"),
 ];
@@ -142,9 +148,11 @@ pub fn tables(ctx: &Ctx) -> anyhow::Result<(Table, Table)> {
         ..DropRound::default()
     };
     let bandwidths = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0];
-    let by_bandwidth = sweep(ctx, "unified: bandwidth", "bandwidth_mhz", &bandwidths, |mhz| DropRound {
-        bandwidth_hz: mhz * 1e6,
-        ..base
+    let by_bandwidth = sweep(ctx, "unified: bandwidth", "bandwidth_mhz", &bandwidths, |mhz| {
+        DropRound {
+            bandwidth_hz: mhz * 1e6,
+            ..base
+        }
     })?;
     let total = PowerBudget::total_w(dbm_to_w(30.0), dbm_to_w(15.0), sz.devices)?;
     let ratios = [1.0, 4.0, 16.0, 64.0, 256.0];

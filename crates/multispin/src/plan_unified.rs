@@ -5,7 +5,7 @@ use crate::failure::Failure;
 use crate::plan::{Format, PlanArgs};
 use crate::scenario::Model;
 use spin_optimize::paper_b::Objective;
-use spin_optimize::round::{Radio, Round, RoundPlan, Scheme, ScenarioSpec, planner};
+use spin_optimize::round::{Radio, Round, RoundPlan, ScenarioSpec, Scheme, planner};
 use spin_optimize::{paper_a, paper_b};
 
 /// Plans one round of the unified model; `model` says which file form `value` has.
@@ -68,7 +68,11 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
         plan.scheme,
         objective.name(),
         round.payload.policy.name(),
-        if plan.proven_optimal { ", proven optimal" } else { "" }
+        if plan.proven_optimal {
+            ", proven optimal"
+        } else {
+            ""
+        }
     );
     out.push_str(&format!(
         "goodput {:.3} tokens/s (rate {:.3}, mean ratio {:.3})\n",
@@ -92,7 +96,11 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
             "{k:>6} {:>7.4} {:>5} {:>13} {:>10.3}\n",
             d.acceptance,
             plan.draft_lengths[k],
-            if plan.sends_distributions[k] { "distribution" } else { "pair" },
+            if plan.sends_distributions[k] {
+                "distribution"
+            } else {
+                "pair"
+            },
             plan.uplink_share_hz[k] / 1e3
         ));
     }

@@ -100,7 +100,10 @@ impl DistributionFormat {
         if self.effective_support == 0 || self.effective_support > self.vocabulary {
             return Err(OptimizeError::Invalid {
                 field: "effective_support".into(),
-                reason: format!("{} is outside [1, vocabulary = {}]", self.effective_support, self.vocabulary),
+                reason: format!(
+                    "{} is outside [1, vocabulary = {}]",
+                    self.effective_support, self.vocabulary
+                ),
             });
         }
         if !(1..=24).contains(&self.quant_bits) {
@@ -221,7 +224,10 @@ impl Round {
         if spec.min_draft_len > spec.max_draft_len {
             return Err(OptimizeError::Invalid {
                 field: "min_draft_len".into(),
-                reason: format!("{} is above max_draft_len = {}", spec.min_draft_len, spec.max_draft_len),
+                reason: format!(
+                    "{} is above max_draft_len = {}",
+                    spec.min_draft_len, spec.max_draft_len
+                ),
             });
         }
         OptimizeError::positive("ul_power_w", spec.radio.ul_power_w)?;
@@ -359,11 +365,15 @@ impl Round {
                 Ok(RoundDevice {
                     acceptance: d.acceptance,
                     draft_token_s: d.draft_token_s,
-                    spectral_efficiency: full_band_spectral_efficiency(&radio, s.bandwidth_hz, d.channel_gain)
-                        .map_err(|e| OptimizeError::Invalid {
-                            field: format!("devices[{k}].channel_gain"),
-                            reason: e.to_string(),
-                        })?,
+                    spectral_efficiency: full_band_spectral_efficiency(
+                        &radio,
+                        s.bandwidth_hz,
+                        d.channel_gain,
+                    )
+                    .map_err(|e| OptimizeError::Invalid {
+                        field: format!("devices[{k}].channel_gain"),
+                        reason: e.to_string(),
+                    })?,
                     uplink_gain: d.channel_gain,
                     downlink_gain: d.channel_gain,
                 })
@@ -444,7 +454,9 @@ pub fn full_band_spectral_efficiency(
     bandwidth_hz: f64,
     gain: f64,
 ) -> Result<f64, spin_channel::ChannelError> {
-    spin_channel::spectral_efficiency(radio.ul_power_w * gain / (radio.noise_psd_server_w_per_hz * bandwidth_hz))
+    spin_channel::spectral_efficiency(
+        radio.ul_power_w * gain / (radio.noise_psd_server_w_per_hz * bandwidth_hz),
+    )
 }
 
 /// One device of a unified scenario file.
@@ -556,30 +568,30 @@ impl ScenarioSpec {
             )?,
             noise_psd_device_w_per_hz: self.noise_psd_device_w_per_hz,
         };
-        let devices = self
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(k, d)| {
-                let uplink_gain = OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
-                let spectral_efficiency = match d.spectral_efficiency {
-                    Some(r) => r,
-                    None => full_band_spectral_efficiency(&radio, self.bandwidth_hz, uplink_gain).map_err(|e| {
-                        OptimizeError::Invalid {
-                            field: format!("devices[{k}].spectral_efficiency"),
-                            reason: e.to_string(),
-                        }
-                    })?,
-                };
-                Ok(RoundDevice {
-                    acceptance: d.acceptance,
-                    draft_token_s: d.draft_token_s,
-                    spectral_efficiency,
-                    uplink_gain,
-                    downlink_gain: d.downlink_gain.unwrap_or(uplink_gain),
+        let devices =
+            self.devices
+                .iter()
+                .enumerate()
+                .map(|(k, d)| {
+                    let uplink_gain =
+                        OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
+                    let spectral_efficiency = match d.spectral_efficiency {
+                        Some(r) => r,
+                        None => full_band_spectral_efficiency(&radio, self.bandwidth_hz, uplink_gain)
+                            .map_err(|e| OptimizeError::Invalid {
+                                field: format!("devices[{k}].spectral_efficiency"),
+                                reason: e.to_string(),
+                            })?,
+                    };
+                    Ok(RoundDevice {
+                        acceptance: d.acceptance,
+                        draft_token_s: d.draft_token_s,
+                        spectral_efficiency,
+                        uplink_gain,
+                        downlink_gain: d.downlink_gain.unwrap_or(uplink_gain),
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>, OptimizeError>>()?;
+                .collect::<Result<Vec<_>, OptimizeError>>()?;
         Round::new(RoundSpec {
             bandwidth_hz: self.bandwidth_hz,
             verify_fixed_s: self.verify_fixed_s,
@@ -589,7 +601,11 @@ impl ScenarioSpec {
             radio,
             payload: Payload {
                 distribution_bits: format.distribution_bits(),
-                pair_bits: if self.charge_pairs { format.pair_bits() } else { 0.0 },
+                pair_bits: if self.charge_pairs {
+                    format.pair_bits()
+                } else {
+                    0.0
+                },
                 policy: self.payload,
             },
             correction_split: self.correction_split,
@@ -740,10 +756,15 @@ impl Scheme {
     /// The paper the scheme comes from.
     pub fn family(self) -> Family {
         match self {
-            Scheme::Exact | Scheme::PaperAlg1 | Scheme::Homo | Scheme::UniBw | Scheme::Fixed | Scheme::BruteForce => {
-                Family::PaperA
+            Scheme::Exact
+            | Scheme::PaperAlg1
+            | Scheme::Homo
+            | Scheme::UniBw
+            | Scheme::Fixed
+            | Scheme::BruteForce => Family::PaperA,
+            Scheme::Greedy | Scheme::Best | Scheme::Uniform | Scheme::CompOnly | Scheme::Exhaustive => {
+                Family::PaperB
             }
-            Scheme::Greedy | Scheme::Best | Scheme::Uniform | Scheme::CompOnly | Scheme::Exhaustive => Family::PaperB,
             Scheme::Unified => Family::Unified,
         }
     }
@@ -764,7 +785,10 @@ impl FromStr for Scheme {
             .map(|i| Scheme::ALL[i])
             .ok_or_else(|| OptimizeError::Invalid {
                 field: "scheme".into(),
-                reason: format!("unknown scheme {name:?}; expected one of {}", Scheme::NAMES.join(", ")),
+                reason: format!(
+                    "unknown scheme {name:?}; expected one of {}",
+                    Scheme::NAMES.join(", ")
+                ),
             })
     }
 }
@@ -802,9 +826,10 @@ impl Planner for PaperPlanner {
                 let s = round.to_paper_a()?;
                 let p = match self.scheme {
                     Scheme::Exact => paper_a::exact::exact(&s)?,
-                    Scheme::PaperAlg1 => {
-                        paper_a::heterogeneous::paper_alg1(&s, &paper_a::heterogeneous::Alg1Params::default())?
-                    }
+                    Scheme::PaperAlg1 => paper_a::heterogeneous::paper_alg1(
+                        &s,
+                        &paper_a::heterogeneous::Alg1Params::default(),
+                    )?,
                     Scheme::Homo => paper_a::homogeneous::homo(&s)?,
                     Scheme::UniBw => paper_a::baselines::uni_bw(&s)?,
                     Scheme::Fixed => paper_a::baselines::fixed(
@@ -826,7 +851,11 @@ impl Planner for PaperPlanner {
                     _ => paper_b::DraftScheme::Exhaustive,
                 };
                 let p = paper_b::proactive::plan(&ev, scheme)?;
-                (p.draft_lengths, vec![round.bandwidth_hz / k as f64; k], vec![false; k])
+                (
+                    p.draft_lengths,
+                    vec![round.bandwidth_hz / k as f64; k],
+                    vec![false; k],
+                )
             }
             Family::Unified => {
                 return crate::unified::UnifiedPlanner {
@@ -838,7 +867,11 @@ impl Planner for PaperPlanner {
                 .plan(round);
             }
         };
-        let ev = crate::unified::Evaluator::new(round, crate::unified::Expectation::Saa, CorrectionPolicy::default())?;
+        let ev = crate::unified::Evaluator::new(
+            round,
+            crate::unified::Expectation::Saa,
+            CorrectionPolicy::default(),
+        )?;
         ev.round_plan(self.scheme, &lens, &dists, &shares, false)
     }
 }
@@ -891,10 +924,7 @@ mod tests {
             quant_bits: 16,
         };
         assert_eq!(small.distribution_bits(), sparse.bits_on_air() as f64);
-        let bad = DistributionFormat {
-            quant_bits: 0,
-            ..f
-        };
+        let bad = DistributionFormat { quant_bits: 0, ..f };
         assert!(bad.validate().unwrap_err().to_string().starts_with("quant_bits:"));
     }
 }

@@ -31,7 +31,14 @@ fn paper_a_payload_without_correction_gives_paper_a_numbers() {
     let s = paper_a_example();
     let round = Round::from_paper_a(&s, Radio::paper_b()).unwrap();
     let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
-    for scheme in [Scheme::Exact, Scheme::PaperAlg1, Scheme::Homo, Scheme::UniBw, Scheme::Fixed, Scheme::BruteForce] {
+    for scheme in [
+        Scheme::Exact,
+        Scheme::PaperAlg1,
+        Scheme::Homo,
+        Scheme::UniBw,
+        Scheme::Fixed,
+        Scheme::BruteForce,
+    ] {
         let ours = PaperPlanner {
             scheme,
             objective: Objective::Rate,
@@ -40,12 +47,22 @@ fn paper_a_payload_without_correction_gives_paper_a_numbers() {
         .unwrap();
         // The same plan scored by paper A's eq. 27.
         let (tau, latency) = s.evaluate(&ours.draft_lengths, &ours.uplink_share_hz).unwrap();
-        assert!(close(ours.rate_tokens_per_s, tau, 1e-12), "{scheme}: {} vs {tau}", ours.rate_tokens_per_s);
+        assert!(
+            close(ours.rate_tokens_per_s, tau, 1e-12),
+            "{scheme}: {} vs {tau}",
+            ours.rate_tokens_per_s
+        );
         assert!(close(ours.mean_ratio_tokens_per_s, tau, 1e-12));
         assert!(close(ours.uplink_latency_s + ours.verify_s, latency, 1e-12));
         assert_eq!(ours.comm_delay_s, 0.0);
         assert!(ours.sends_distributions.iter().all(|&d| d));
-        let direct = ev.round_plan(scheme, &ours.draft_lengths, &ours.sends_distributions, &ours.uplink_share_hz, false);
+        let direct = ev.round_plan(
+            scheme,
+            &ours.draft_lengths,
+            &ours.sends_distributions,
+            &ours.uplink_share_hz,
+            false,
+        );
         assert_eq!(direct.unwrap().rate_tokens_per_s, ours.rate_tokens_per_s);
     }
     let exact = paper_a::exact::exact(&s).unwrap();
@@ -74,9 +91,16 @@ fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
             assert_eq!(ours.draft_lengths, theirs.draft_lengths, "{scheme}");
             assert!(ours.sends_distributions.iter().all(|&d| !d));
             let stats = ev.stats(&theirs.draft_lengths);
-            assert!(close(ours.goodput(objective), theirs.value, 1e-12), "{scheme} {objective:?}");
+            assert!(
+                close(ours.goodput(objective), theirs.value, 1e-12),
+                "{scheme} {objective:?}"
+            );
             assert!(close(ours.rate_tokens_per_s, stats.rate_tokens_per_s, 1e-12));
-            assert!(close(ours.mean_ratio_tokens_per_s, stats.mean_ratio_tokens_per_s, 1e-12));
+            assert!(close(
+                ours.mean_ratio_tokens_per_s,
+                stats.mean_ratio_tokens_per_s,
+                1e-12
+            ));
             assert!(close(ours.comm_delay_s, stats.comm_delay_s, 1e-12));
         }
     }
@@ -99,8 +123,20 @@ fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
     // The unified planner on paper B's round is never below paper B's best search on the same samples.
     let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, Objective::Rate).unwrap();
     let best = paper_b::proactive::best(&ev);
-    let plan = unified::plan(&round, &Options { expectation: Expectation::Saa, ..Options::default() }).unwrap();
-    assert!(plan.rate_tokens_per_s >= best.value * (1.0 - 1e-12), "{} < {}", plan.rate_tokens_per_s, best.value);
+    let plan = unified::plan(
+        &round,
+        &Options {
+            expectation: Expectation::Saa,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        plan.rate_tokens_per_s >= best.value * (1.0 - 1e-12),
+        "{} < {}",
+        plan.rate_tokens_per_s,
+        best.value
+    );
 }
 
 /// A random small round where the correction phase matters.
@@ -119,7 +155,9 @@ fn random_round(rng: &mut ChaCha8Rng, k: usize, l_min: u32, l_max: u32, policy: 
             RoundDevice {
                 acceptance: u(0.5, 0.95),
                 draft_token_s: u(0.005, 0.04),
-                spectral_efficiency: full_band_spectral_efficiency(&radio, bandwidth_hz, g).unwrap().max(0.5),
+                spectral_efficiency: full_band_spectral_efficiency(&radio, bandwidth_hz, g)
+                    .unwrap()
+                    .max(0.5),
                 uplink_gain: g,
                 downlink_gain: g * 10f64.powf(u(-0.5, 0.5)),
             }
@@ -282,7 +320,10 @@ fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
             }
         }
     }
-    assert!(mixed >= 3, "only {mixed} optima mix the payloads: the choice is not exercised");
+    assert!(
+        mixed >= 3,
+        "only {mixed} optima mix the payloads: the choice is not exercised"
+    );
 }
 
 #[test]
@@ -313,13 +354,22 @@ fn exact_enumeration_agrees_with_the_reference_and_saa_is_close() {
     for _ in 0..10 {
         let k = rng.random_range(1..=3);
         let round = random_round(&mut rng, k, 0, 4, PayloadPolicy::Choose);
-        let exact = Evaluator::new(&round, Expectation::Exact { limit: 1 << 12 }, CorrectionPolicy::default()).unwrap();
+        let exact = Evaluator::new(
+            &round,
+            Expectation::Exact { limit: 1 << 12 },
+            CorrectionPolicy::default(),
+        )
+        .unwrap();
         assert!(exact.is_exact());
         let lens: Vec<u32> = (0..k).map(|_| rng.random_range(0..=4)).collect();
         let dists: Vec<bool> = (0..k).map(|_| rng.random_bool(0.4)).collect();
         for objective in [Objective::Rate, Objective::MeanRatio] {
             let v = exact.state(&lens, &dists, objective).unwrap().value;
-            assert!(close(v, reference_value(&round, &exact, &lens, &dists, objective), 1e-12));
+            assert!(close(
+                v,
+                reference_value(&round, &exact, &lens, &dists, objective),
+                1e-12
+            ));
         }
     }
     let err = Evaluator::new(
@@ -335,7 +385,11 @@ fn exact_enumeration_agrees_with_the_reference_and_saa_is_close() {
 fn incremental_moves_equal_full_evaluation() {
     let mut rng = ChaCha8Rng::seed_from_u64(8);
     let mut scratch = Scratch::default();
-    for policy in [PayloadPolicy::Pair, PayloadPolicy::Choose, PayloadPolicy::Distribution] {
+    for policy in [
+        PayloadPolicy::Pair,
+        PayloadPolicy::Choose,
+        PayloadPolicy::Distribution,
+    ] {
         let round = random_round(&mut rng, 7, 0, 12, policy);
         for expectation in [Expectation::Saa, Expectation::Exact { limit: 0 }] {
             let Ok(ev) = Evaluator::new(&round, expectation, CorrectionPolicy::default()) else {
@@ -408,20 +462,34 @@ fn unified_is_never_below_either_paper_and_choose_never_below_one_payload() {
 #[test]
 fn invalid_rounds_name_their_field() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
-    let good = random_round(&mut rng, 3, 0, 5, PayloadPolicy::Pair).spec().clone();
+    let good = random_round(&mut rng, 3, 0, 5, PayloadPolicy::Pair)
+        .spec()
+        .clone();
     type Edit = Box<dyn Fn(&mut RoundSpec)>;
     let cases: Vec<(Edit, &str)> = vec![
         (Box::new(|s| s.bandwidth_hz = f64::NAN), "bandwidth_hz"),
         (Box::new(|s| s.max_draft_len = 0), "max_draft_len"),
         (Box::new(|s| s.min_draft_len = 9), "min_draft_len"),
         (Box::new(|s| s.radio.dl_power_w = -1.0), "dl_power_w"),
-        (Box::new(|s| s.payload.distribution_bits = 0.0), "distribution_bits"),
+        (
+            Box::new(|s| s.payload.distribution_bits = 0.0),
+            "distribution_bits",
+        ),
         (Box::new(|s| s.payload.pair_bits = -1.0), "pair_bits"),
         (Box::new(|s| s.saa_samples = 0), "saa_samples"),
         (Box::new(|s| s.devices.clear()), "devices"),
-        (Box::new(|s| s.devices[2].acceptance = 1.0), "devices[2].acceptance"),
-        (Box::new(|s| s.devices[1].downlink_gain = 0.0), "devices[1].downlink_gain"),
-        (Box::new(|s| s.devices[0].spectral_efficiency = f64::INFINITY), "devices[0].spectral_efficiency"),
+        (
+            Box::new(|s| s.devices[2].acceptance = 1.0),
+            "devices[2].acceptance",
+        ),
+        (
+            Box::new(|s| s.devices[1].downlink_gain = 0.0),
+            "devices[1].downlink_gain",
+        ),
+        (
+            Box::new(|s| s.devices[0].spectral_efficiency = f64::INFINITY),
+            "devices[0].spectral_efficiency",
+        ),
     ];
     for (edit, field) in cases {
         let mut spec = good.clone();
@@ -431,9 +499,14 @@ fn invalid_rounds_name_their_field() {
     }
     let round = Round::new(good).unwrap();
     let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
-    let msg = ev.state(&[1, 2], &[false, false], Objective::Rate).unwrap_err().to_string();
+    let msg = ev
+        .state(&[1, 2], &[false, false], Objective::Rate)
+        .unwrap_err()
+        .to_string();
     assert!(msg.starts_with("draft_lengths:"), "{msg}");
-    let msg = ev.state(&[1, 2, 6], &[false; 3], Objective::Rate).unwrap_err().to_string();
+    let msg = ev
+        .state(&[1, 2, 6], &[false; 3], Objective::Rate)
+        .unwrap_err()
+        .to_string();
     assert!(msg.starts_with("draft_lengths[2]:"), "{msg}");
 }
-

@@ -168,7 +168,11 @@ pub struct Evaluator {
 
 impl Evaluator {
     /// Prepares the outcomes and tables for `round`.
-    pub fn new(round: &Round, expectation: Expectation, policy: CorrectionPolicy) -> Result<Evaluator, OptimizeError> {
+    pub fn new(
+        round: &Round,
+        expectation: Expectation,
+        policy: CorrectionPolicy,
+    ) -> Result<Evaluator, OptimizeError> {
         let k_n = round.len();
         let alpha: Vec<f64> = round.devices.iter().map(|d| d.acceptance).collect();
         let max_len = round.max_draft_len;
@@ -186,20 +190,25 @@ impl Evaluator {
         if outcomes.exact && policy.modes == ModeScheme::Random {
             return Err(OptimizeError::Invalid {
                 field: "correction".into(),
-                reason: "random modes need sampled outcomes (their coins are samples), not exact enumeration".into(),
+                reason: "random modes need sampled outcomes (their coins are samples), not exact enumeration"
+                    .into(),
             });
         }
         if policy.modes == ModeScheme::BruteForce {
             return Err(OptimizeError::Invalid {
                 field: "correction".into(),
-                reason: "brute-force mode selection is a test reference; optimal is exact (Proposition 1)".into(),
+                reason: "brute-force mode selection is a test reference; optimal is exact (Proposition 1)"
+                    .into(),
             });
         }
         let link = round.link();
         let mut order: Vec<usize> = (0..k_n).collect();
         let ul_gain: Vec<f64> = round.devices.iter().map(|d| d.uplink_gain).collect();
         order.sort_by(|&i, &j| ul_gain[j].total_cmp(&ul_gain[i]).then(i.cmp(&j)));
-        let inverse_dl_gain = order.iter().map(|&k| 1.0 / round.devices[k].downlink_gain).collect();
+        let inverse_dl_gain = order
+            .iter()
+            .map(|&k| 1.0 / round.devices[k].downlink_gain)
+            .collect();
         let mut ul_table = Vec::with_capacity(k_n * k_n);
         for m in 1..=k_n {
             let b = link.share_hz(m);
@@ -295,13 +304,20 @@ impl Evaluator {
     }
 
     fn token_bits(&self, dist: bool) -> f64 {
-        if dist { self.distribution_bits } else { self.pair_bits }
+        if dist {
+            self.distribution_bits
+        } else {
+            self.pair_bits
+        }
     }
 
     /// (w_k, β_k) of device k's Lemma 3 term: it needs w/(φ − β) Hz to finish by φ.
     fn term(&self, k: usize, l: u32, dist: bool) -> (f64, f64) {
         let lf = f64::from(l);
-        (self.token_bits(dist) * lf / self.spectral_efficiency[k], lf * self.draft_token_s[k])
+        (
+            self.token_bits(dist) * lf / self.spectral_efficiency[k],
+            lf * self.draft_token_s[k],
+        )
     }
 
     /// The smallest uplink latency φ(L, z) over all shares with Σ B_k ≤ B (Lemma 3 on the devices with bits to
@@ -339,7 +355,12 @@ impl Evaluator {
     }
 
     /// max_k L_k (T_k^S + u_k/(B_k r_k)) for given shares; errors name `uplink_share_hz`.
-    pub fn uplink_latency_with_shares(&self, lens: &[u32], dists: &[bool], shares: &[f64]) -> Result<f64, OptimizeError> {
+    pub fn uplink_latency_with_shares(
+        &self,
+        lens: &[u32],
+        dists: &[bool],
+        shares: &[f64],
+    ) -> Result<f64, OptimizeError> {
         if shares.len() != self.k_n {
             return Err(OptimizeError::Invalid {
                 field: "uplink_share_hz".into(),
@@ -367,7 +388,10 @@ impl Evaluator {
         }
         if total > self.bandwidth_hz * (1.0 + 1e-9) {
             return Err(OptimizeError::Infeasible {
-                reason: format!("uplink shares sum to {total} Hz, above bandwidth_hz = {}", self.bandwidth_hz),
+                reason: format!(
+                    "uplink shares sum to {total} Hz, above bandwidth_hz = {}",
+                    self.bandwidth_hz
+                ),
             });
         }
         Ok(latency)
@@ -422,8 +446,11 @@ impl Evaluator {
                 for i in (0..m).rev() {
                     suffix[i] = suffix[i + 1] + self.inverse_dl_gain[rejected[i]];
                 }
-                let (n_ul, delay) =
-                    split_by_bisection(m, |i| row[rejected[i]], |n_dl| self.link.dl_delay_s(b, suffix[n_dl]));
+                let (n_ul, delay) = split_by_bisection(
+                    m,
+                    |i| row[rejected[i]],
+                    |n_dl| self.link.dl_delay_s(b, suffix[n_dl]),
+                );
                 (delay, n_ul)
             }
         }
@@ -434,19 +461,30 @@ impl Evaluator {
     }
 
     fn closed_form_tokens(&self, lens: &[u32]) -> f64 {
-        lens.iter().zip(&self.alpha).map(|(&l, &a)| expected_accepted(a, l)).sum()
+        lens.iter()
+            .zip(&self.alpha)
+            .map(|(&l, &a)| expected_accepted(a, l))
+            .sum()
     }
 
     fn token_mean(&self, lens: &[u32]) -> f64 {
         let w = self.max_len as usize + 1;
-        lens.iter().enumerate().map(|(k, &l)| self.token_table[k * w + l as usize]).sum()
+        lens.iter()
+            .enumerate()
+            .map(|(k, &l)| self.token_table[k * w + l as usize])
+            .sum()
     }
 
     fn check(&self, lens: &[u32], dists: &[bool]) -> Result<(), OptimizeError> {
         if lens.len() != self.k_n || dists.len() != self.k_n {
             return Err(OptimizeError::Invalid {
                 field: "draft_lengths".into(),
-                reason: format!("{} lengths and {} payload choices for {} devices", lens.len(), dists.len(), self.k_n),
+                reason: format!(
+                    "{} lengths and {} payload choices for {} devices",
+                    lens.len(),
+                    dists.len(),
+                    self.k_n
+                ),
             });
         }
         for (k, &l) in lens.iter().enumerate() {
@@ -493,13 +531,22 @@ impl Evaluator {
         }
         let mut scratch = CommBuf::default();
         let comm: Vec<f64> = if self.rejectable(lens, dists) {
-            (0..n).map(|s| self.comm(s, lens, dists, &mut scratch).0).collect()
+            (0..n)
+                .map(|s| self.comm(s, lens, dists, &mut scratch).0)
+                .collect()
         } else {
             vec![0.0; n]
         };
         let token_mean = self.token_mean(lens);
         let comm_mean: f64 = comm.iter().zip(&self.outcomes.weight).map(|(c, w)| c * w).sum();
-        let value = self.reduce(objective, base, token_mean, comm_mean, tokens.iter().copied(), comm.iter().copied());
+        let value = self.reduce(
+            objective,
+            base,
+            token_mean,
+            comm_mean,
+            tokens.iter().copied(),
+            comm.iter().copied(),
+        );
         State {
             lens: lens.to_vec(),
             dists: dists.to_vec(),
@@ -533,7 +580,13 @@ impl Evaluator {
 
     /// The objective after `changes` to `state` (device, new L, new z; each device at most once), at Lemma-3
     /// shares. Only outcomes where a changed device switches between rejected and not rejected recompute T_comm.
-    pub fn try_moves(&self, state: &State, changes: &[Change], objective: Objective, scratch: &mut Scratch) -> f64 {
+    pub fn try_moves(
+        &self,
+        state: &State,
+        changes: &[Change],
+        objective: Objective,
+        scratch: &mut Scratch,
+    ) -> f64 {
         scratch.lens.clone_from(&state.lens);
         scratch.dists.clone_from(&state.dists);
         for &(k, l, d) in changes {
@@ -572,7 +625,8 @@ impl Evaluator {
         let width = self.max_len as usize + 1;
         let mut token_mean = state.token_mean;
         for &(k, l, _) in changes {
-            token_mean += self.token_table[k * width + l as usize] - self.token_table[k * width + state.lens[k] as usize];
+            token_mean += self.token_table[k * width + l as usize]
+                - self.token_table[k * width + state.lens[k] as usize];
         }
         let mut comm_mean = state.comm_mean;
         scratch.comm_values.resize(n, 0.0);
@@ -592,7 +646,11 @@ impl Evaluator {
                     for &(k, l, _) in changes {
                         t = t + self.tokens(k, s, l) - self.tokens(k, s, state.lens[k]);
                     }
-                    let c = if scratch.mark[s] { scratch.comm_values[s] } else { state.comm[s] };
+                    let c = if scratch.mark[s] {
+                        scratch.comm_values[s]
+                    } else {
+                        state.comm[s]
+                    };
                     acc += self.outcomes.weight[s] * f64::from(t) / (base + c);
                 }
                 acc
@@ -637,7 +695,13 @@ impl Evaluator {
 
     /// Moves `state` by `changes` in place (the committed form of [`Evaluator::try_moves`]): per-outcome totals
     /// are updated only where they change.
-    pub fn apply_moves(&self, state: &mut State, changes: &[Change], objective: Objective, scratch: &mut Scratch) {
+    pub fn apply_moves(
+        &self,
+        state: &mut State,
+        changes: &[Change],
+        objective: Objective,
+        scratch: &mut Scratch,
+    ) {
         let mut lens = state.lens.clone();
         let mut dists = state.dists.clone();
         for &(k, l, d) in changes {
@@ -656,7 +720,8 @@ impl Evaluator {
         for &(k, l, _) in changes {
             let l0 = state.lens[k];
             if l != l0 {
-                state.token_mean += self.token_table[k * width + l as usize] - self.token_table[k * width + l0 as usize];
+                state.token_mean +=
+                    self.token_table[k * width + l as usize] - self.token_table[k * width + l0 as usize];
                 for (s, t) in state.tokens.iter_mut().enumerate() {
                     *t = *t + self.tokens(k, s, l) - self.tokens(k, s, l0);
                 }
@@ -688,12 +753,22 @@ impl Evaluator {
     /// An upper bound on the objective over the box lo ≤ L ≤ hi at payload choice `dists`, and the exact value at
     /// `lo`: tokens rise with every L_k in every outcome, and φ and every outcome's T_comm rise with L too (a larger
     /// rejected set has a smaller share per device and a larger Σ 1/g^dl), so N(hi) over T(lo) bounds the box.
-    pub fn box_bound(&self, lo: &[u32], hi: &[u32], dists: &[bool], objective: Objective, scratch: &mut Scratch) -> (f64, f64) {
+    pub fn box_bound(
+        &self,
+        lo: &[u32],
+        hi: &[u32],
+        dists: &[bool],
+        objective: Objective,
+        scratch: &mut Scratch,
+    ) -> (f64, f64) {
         let phi = self.uplink_latency_s(lo, dists);
         let base = phi + self.verify_s;
         let closed = self.closed_tokens && !self.rejectable(hi, dists);
         if closed {
-            return (self.closed_form_tokens(hi) / base, self.closed_form_tokens(lo) / base);
+            return (
+                self.closed_form_tokens(hi) / base,
+                self.closed_form_tokens(lo) / base,
+            );
         }
         let n = self.outcomes.count;
         let rejectable = self.rejectable(lo, dists);
@@ -713,7 +788,11 @@ impl Evaluator {
             Objective::MeanRatio => {
                 let (mut up, mut at) = (0.0, 0.0);
                 for s in 0..n {
-                    let c = if rejectable { self.comm(s, lo, dists, &mut rejected).0 } else { 0.0 };
+                    let c = if rejectable {
+                        self.comm(s, lo, dists, &mut rejected).0
+                    } else {
+                        0.0
+                    };
                     let (mut t_hi, mut t_lo) = (0u32, 0u32);
                     for k in 0..self.k_n {
                         t_hi += self.tokens(k, s, hi[k]);

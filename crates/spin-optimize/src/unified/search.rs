@@ -107,7 +107,8 @@ impl Search<'_> {
 
     fn try_moves(&mut self, state: &State, changes: &[Change]) -> f64 {
         self.stats.moves += 1;
-        self.ev.try_moves(state, changes, self.objective, &mut self.scratch)
+        self.ev
+            .try_moves(state, changes, self.objective, &mut self.scratch)
     }
 
     /// Coordinate search: sweeps over the devices, each taking its best improving move among ±1 on its length
@@ -156,7 +157,11 @@ impl Search<'_> {
                 changes.clear();
                 for k in 0..k_n {
                     let l = state.lens[k];
-                    let to = if up { (l + 1).min(l_max) } else { l.saturating_sub(1).max(l_min) };
+                    let to = if up {
+                        (l + 1).min(l_max)
+                    } else {
+                        l.saturating_sub(1).max(l_min)
+                    };
                     if to != l {
                         changes.push((k, to, state.dists[k]));
                     }
@@ -194,7 +199,8 @@ impl Search<'_> {
 
     fn apply(&mut self, state: &mut State, changes: &[Change]) {
         self.stats.evaluations += 1;
-        self.ev.apply_moves(state, changes, self.objective, &mut self.scratch);
+        self.ev
+            .apply_moves(state, changes, self.objective, &mut self.scratch);
     }
 
     /// Branch and bound over boxes of draft lengths at payload choice `dists`; false if the node limit stopped it.
@@ -219,7 +225,9 @@ impl Search<'_> {
                 continue;
             }
             // Split the widest coordinate; explore the upper half first (longer drafts usually win).
-            let k = (0..k_n).max_by_key(|&k| (hi[k] - lo[k], std::cmp::Reverse(k))).unwrap_or(0);
+            let k = (0..k_n)
+                .max_by_key(|&k| (hi[k] - lo[k], std::cmp::Reverse(k)))
+                .unwrap_or(0);
             let mid = lo[k] + (hi[k] - lo[k]) / 2;
             let (mut lo_hi, mut hi_lo) = (hi.clone(), lo.clone());
             lo_hi[k] = mid;
@@ -234,7 +242,11 @@ impl Search<'_> {
 /// The number of (L, z) points of the round's search space, saturating.
 pub fn search_space(round: &Round) -> u128 {
     let per = u128::from(round.max_draft_len - round.min_draft_len + 1)
-        * if round.payload.policy == PayloadPolicy::Choose { 2 } else { 1 };
+        * if round.payload.policy == PayloadPolicy::Choose {
+            2
+        } else {
+            1
+        };
     (0..round.len()).fold(1u128, |acc, _| acc.saturating_mul(per))
 }
 
@@ -265,7 +277,8 @@ pub fn plan_with_stats(round: &Round, options: &Options) -> Result<(RoundPlan, S
     if policy.allows_pair() {
         let s = round.to_paper_b()?;
         let pb = paper_b::Evaluator::new(&s, ModeScheme::Optimal, options.objective)?;
-        let mut push = |g: Vec<u32>| seeds.push((g.into_iter().map(|l| l.max(l_min)).collect(), vec![false; k_n]));
+        let mut push =
+            |g: Vec<u32>| seeds.push((g.into_iter().map(|l| l.max(l_min)).collect(), vec![false; k_n]));
         if k_n <= options.paper_b_best_max_devices {
             push(paper_b::proactive::best(&pb).draft_lengths);
         } else {

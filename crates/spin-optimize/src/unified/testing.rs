@@ -54,21 +54,22 @@ impl DropRound {
     /// Draws one round: distances, Rayleigh fading (the same gain both ways), tasks and drafting speeds.
     pub fn draw<R: Rng + ?Sized>(&self, rng: &mut R) -> Result<Round, OptimizeError> {
         self.format.validate()?;
-        let drop = Drop::PAPER_B.sample(rng, self.devices).map_err(|e| OptimizeError::Invalid {
-            field: "devices".into(),
-            reason: e.to_string(),
-        })?;
+        let drop = Drop::PAPER_B
+            .sample(rng, self.devices)
+            .map_err(|e| OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: e.to_string(),
+            })?;
         let devices = drop
             .iter()
             .map(|d| {
                 let acceptance = self.acceptance[rng.random_range(0..4)];
                 let draft_token_s = self.draft_token_s * rng.random_range(1.0..1.15);
-                let r = full_band_spectral_efficiency(&self.radio, self.bandwidth_hz, d.channel_gain).map_err(|e| {
-                    OptimizeError::Invalid {
+                let r = full_band_spectral_efficiency(&self.radio, self.bandwidth_hz, d.channel_gain)
+                    .map_err(|e| OptimizeError::Invalid {
                         field: "radio".into(),
                         reason: e.to_string(),
-                    }
-                })?;
+                    })?;
                 Ok(RoundDevice {
                     acceptance,
                     draft_token_s,
