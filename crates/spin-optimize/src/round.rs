@@ -657,7 +657,7 @@ pub struct RoundPlan {
     pub uplink_latency_s: f64,
     /// T_ver(K) in seconds.
     pub verify_s: f64,
-    /// E[T_comm] of the correction phase in seconds.
+    /// E\[T_comm\] of the correction phase in seconds.
     pub comm_delay_s: f64,
     /// Whether the planner proved this plan optimal for its objective (exact search completed).
     pub proven_optimal: bool,
