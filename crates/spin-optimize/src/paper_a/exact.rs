@@ -8,6 +8,11 @@
 //! are bisected, and in the rest V(b) is solved exactly (depth-first around the Lagrangian maximiser). The plan L_b
 //! that attains V(b) is evaluated (a candidate), and no plan with latency in [min(φ(L_b), V(b)/η − T_ver), b]
 //! beats the incumbent η afterwards, so the interval shrinks to the part below.
+//!
+//! Every step is charged to a work budget ([`DEFAULT_WORK_BUDGET`], or [`exact_with_budget`]'s), so the work is
+//! bounded for any input; a knapsack that needs more than [`KNAPSACK_NODE_LIMIT`] nodes splits its interval
+//! instead. If the queue of intervals empties, the plan is proven optimal; if the budget runs out first, the plan
+//! is the best found and the largest bound of the intervals left caps the optimum ([`Optimality::Bounded`]).
 
 use super::bandwidth::{equalised_slack_counted, lemma3_bandwidth};
 use super::homogeneous::homo;
@@ -46,7 +51,7 @@ pub const DEFAULT_WORK_BUDGET: u64 = 60_000_000;
 
 /// The most nodes one knapsack search may visit before its interval is split instead (a hard knapsack at a wide
 /// interval is usually easy on its halves).
-const KNAPSACK_NODE_LIMIT: u64 = 200_000;
+pub const KNAPSACK_NODE_LIMIT: u64 = 200_000;
 
 /// A relative margin below which a bound counts as not beating the incumbent: the optimum is exact up to this
 /// relative goodput (far below the 1e−9 the tests demand; it only stops endless splitting on exact ties).
