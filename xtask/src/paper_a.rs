@@ -437,6 +437,10 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
         "Multi-SPIN (Alg. 1)",
         "Multi-SPIN exact (ours)",
     ]);
+    let bar = ctx.progress(
+        (cfg.pairs.len() * cfg.realisations(ctx) * cfg.prompts(ctx)) as u64,
+        "paper A fig 6",
+    );
     for (pi, pair) in cfg.pairs.iter().enumerate() {
         let specs = instances(
             cfg,
@@ -450,12 +454,14 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
             .par_iter()
             .map(|spec| {
                 let s = Scenario::new(spec)?;
-                Ok([
+                let row = [
                     p2p(&s).goodput_tokens_per_s,
                     cen(&s, &pair.cen())?.goodput_tokens_per_s,
                     paper_alg1(&s, &cfg.alg1(ctx))?.goodput_tokens_per_s,
                     exact(&s)?.goodput_tokens_per_s,
-                ])
+                ];
+                bar.inc(1);
+                Ok(row)
             })
             .collect::<Result<_>>()?;
         let mean = |j: usize| per.iter().map(|v| v[j]).sum::<f64>() / per.len() as f64;
@@ -467,6 +473,7 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
             mean(3).into(),
         ]);
     }
+    bar.finish_and_clear();
     Ok(table)
 }
 
@@ -528,6 +535,7 @@ pub fn alg1_gap(cfg: &Config, ctx: &Ctx) -> Result<Table> {
         "mean_gap_pct",
         "max_gap_pct",
     ]);
+    let bar = ctx.progress(3 * count as u64, "paper A alg1 gap");
     for k in [2usize, 3, 4] {
         let gaps: Vec<f64> = (0..count)
             .into_par_iter()
@@ -540,7 +548,9 @@ pub fn alg1_gap(cfg: &Config, ctx: &Ctx) -> Result<Table> {
                     (best - ex).abs() <= 1e-9 * best,
                     "exact planner differs from brute force"
                 );
-                Ok((best - paper_alg1(&s, &cfg.alg1(ctx))?.goodput_tokens_per_s) / best * 100.0)
+                let gap = (best - paper_alg1(&s, &cfg.alg1(ctx))?.goodput_tokens_per_s) / best * 100.0;
+                bar.inc(1);
+                Ok(gap)
             })
             .collect::<Result<_>>()?;
         let below = gaps.iter().filter(|&&g| g > 1e-9).count();
@@ -554,6 +564,7 @@ pub fn alg1_gap(cfg: &Config, ctx: &Ctx) -> Result<Table> {
             max.into(),
         ]);
     }
+    bar.finish_and_clear();
     Ok(table)
 }
 
@@ -585,7 +596,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
     let cfg = Config::load()?;
     let names: Vec<String> = cfg.pairs.iter().map(|p| p.name.clone()).collect();
 
-    let (t3, opt) = fig3(&cfg, ctx)?;
+    let (t3, opt) = ctx.timed("paper A fig 3", || fig3(&cfg, ctx))?;
     t3.write_csv(&ctx.path("paper_a_fig3.csv"))?;
     let series = series_from(&t3, 0, &(1..t3.columns.len()).collect::<Vec<_>>(), None);
     line_chart(
@@ -629,7 +640,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
     body.push_str(&t3.to_markdown(4));
     report.section("Paper A, Fig. 3: theory vs simulation", body);
 
-    let t4 = fig4();
+    let t4 = ctx.timed("paper A fig 4", fig4);
     t4.write_csv(&ctx.path("paper_a_fig4.csv"))?;
     for (varied, label) in [
         ("verify_s", "verification latency T_ver (s)"),
@@ -658,7 +669,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         ),
     );
 
-    let t6 = fig6(&cfg, ctx)?;
+    let t6 = ctx.timed("paper A fig 6", || fig6(&cfg, ctx))?;
     t6.write_csv(&ctx.path("paper_a_fig6.csv"))?;
     let categories: Vec<String> = names.clone();
     let groups: Vec<(String, Vec<f64>)> = (1..t6.columns.len())
@@ -711,14 +722,14 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
     for (fig, table, x_label, file, paper_note) in [
         (
             "7",
-            fig7(&cfg, ctx)?,
+            ctx.timed("paper A fig 7", || fig7(&cfg, ctx))?,
             "bandwidth budget (MHz)",
             "paper_a_fig7",
             "Paper: Hete beats Fixed BW&L by ≈88% at 5 MHz for both pairs, the gap narrows with B, Uni-BW lies above Homo.",
         ),
         (
             "8",
-            fig8(&cfg, ctx)?,
+            ctx.timed("paper A fig 8", || fig8(&cfg, ctx))?,
             "number of devices K",
             "paper_a_fig8",
             "Paper: Hete's gain over Fixed BW&L grows from ≈21% (small K) to ≈67% at K = 24 for Llama-2 and from ≈29% to >80% for Qwen3.5.",
@@ -771,7 +782,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         report.section(&format!("Paper A, Fig. {fig}: control schemes"), body);
     }
 
-    let tg = alg1_gap(&cfg, ctx)?;
+    let tg = ctx.timed("paper A alg1 gap", || alg1_gap(&cfg, ctx))?;
     tg.write_csv(&ctx.path("paper_a_alg1_gap.csv"))?;
     report.section(
         "Paper A, beyond the paper: Algorithm 1 vs the exact optimum",

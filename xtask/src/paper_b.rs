@@ -96,7 +96,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     report.section("Paper B: setting and Table I choice", setup);
 
     // Fig. 6.
-    let (t6, n_star, best6, brute6) = figures::fig6(&cfg, ctx)?;
+    let (t6, n_star, best6, brute6) = ctx.timed("paper B fig 6", || figures::fig6(&cfg, ctx))?;
     t6.write_csv(&ctx.path("paper_b_fig6.csv"))?;
     chart(
         ctx,
@@ -135,7 +135,9 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
 
     // Figs. 7–8.
     for (pair_index, fig) in [(0usize, 7u32), (1, 8)] {
-        let t = figures::fig7(&cfg, ctx, pair_index)?;
+        let t = ctx.timed(&format!("paper B fig {fig}"), || {
+            figures::fig7(&cfg, ctx, pair_index)
+        })?;
         let stem = format!("paper_b_fig{fig}");
         t.write_csv(&ctx.path(&format!("{stem}.csv")))?;
         let name = &cfg.pairs[pair_index].name;
@@ -203,7 +205,9 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     // Figs. 9–10.
     for (i, fig) in [(0usize, 9u64), (1, 10)] {
         let ratio = cfg.fig9.ratios[i];
-        let t = figures::fig9(&cfg, ctx, ratio, fig)?;
+        let t = ctx.timed(&format!("paper B fig {fig}"), || {
+            figures::fig9(&cfg, ctx, ratio, fig)
+        })?;
         let stem = format!("paper_b_fig{fig}");
         t.write_csv(&ctx.path(&format!("{stem}.csv")))?;
         chart(
@@ -246,7 +250,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     }
 
     // Fig. 11.
-    let t = figures::fig11(&cfg, ctx)?;
+    let t = ctx.timed("paper B fig 11", || figures::fig11(&cfg, ctx))?;
     t.write_csv(&ctx.path("paper_b_fig11.csv"))?;
     chart(
         ctx,

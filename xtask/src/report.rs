@@ -30,6 +30,15 @@ impl Ctx {
         bar
     }
 
+    /// Runs one figure's computation and prints how long it took on stderr (`paper A fig 6: 1.2 s`), so a user
+    /// sees where the time of a reproduction goes.
+    pub fn timed<T>(&self, label: &str, f: impl FnOnce() -> T) -> T {
+        let start = std::time::Instant::now();
+        let out = f();
+        eprintln!("{label:>16}: {:.1} s", start.elapsed().as_secs_f64());
+        out
+    }
+
     /// The path of `file` inside the output folder.
     pub fn path(&self, file: &str) -> PathBuf {
         self.out_dir.join(file)

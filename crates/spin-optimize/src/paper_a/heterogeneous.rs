@@ -242,6 +242,27 @@ impl<'a> Grid<'a> {
         round_length(l, self.s.min_draft_len, self.s.max_draft_len)
     }
 
+    /// `partition_point(|v| v < x)` on the ascending ln λ grid (`v <= x` when `inclusive`), started from the guess
+    /// that the grid's even spacing gives.
+    fn first_above(&self, x: f64, inclusive: bool) -> usize {
+        let lnl = &self.ln_lambdas;
+        let n = lnl.len();
+        let below = |v: f64| if inclusive { v <= x } else { v < x };
+        let (lo, hi) = (lnl[0], lnl[n - 1]);
+        let mut g = if n > 1 && hi > lo {
+            ((x - lo) / (hi - lo) * (n - 1) as f64).clamp(0.0, n as f64) as usize
+        } else {
+            0
+        };
+        while g > 0 && !below(lnl[g - 1]) {
+            g -= 1;
+        }
+        while g < n && below(lnl[g]) {
+            g += 1;
+        }
+        g
+    }
+
     /// Row φ of device `k` into `out` (one entry per λ_j).
     ///
     /// The rounded length is l_min + #{m ∈ (l_min, l_max] : L̃ ≥ m − ½}, and L̃ falls in λ, so L̃(λ) ≥ L exactly
@@ -286,9 +307,15 @@ impl<'a> Grid<'a> {
                 all_exact = true;
                 break;
             }
-            let from = lnl.partition_point(|&x| x < th - band);
-            let to = lnl.partition_point(|&x| x <= th + band);
-            exact[from..to].fill(true);
+            if th + band < lnl[0] {
+                // This threshold and every later (lower) one lie below the whole λ grid: none counts anywhere.
+                break;
+            }
+            if th - band <= lnl[lnl.len() - 1] {
+                let from = self.first_above(th - band, false);
+                let to = self.first_above(th + band, true);
+                exact[from..to].fill(true);
+            }
         }
         if all_exact {
             for (j, o) in out.iter_mut().enumerate() {
