@@ -5,6 +5,7 @@
 //! default). Every accept/reject decision is delegated to `spin-core`.
 
 pub mod decode;
+pub mod embedded;
 pub mod error;
 pub mod gguf;
 pub mod hf;
