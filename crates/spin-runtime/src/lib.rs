@@ -6,6 +6,7 @@
 
 pub mod decode;
 pub mod drafter;
+pub mod embedded;
 pub mod error;
 pub mod gguf;
 pub mod hf;

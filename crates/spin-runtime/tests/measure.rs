@@ -196,7 +196,11 @@ fn robust_fit_is_exact_without_noise_and_its_intervals_cover_the_truth_with_nois
     // true values and T_fix is resolved.
     let noise = |k: usize, rep: usize| {
         let u = ((k * 7919 + rep * 104_729) % 1000) as f64 / 1000.0;
-        if (k + rep) % 7 == 0 { 2.0 } else { 0.1 * (u - 0.5) }
+        if (k + rep).is_multiple_of(7) {
+            2.0
+        } else {
+            0.1 * (u - 0.5)
+        }
     };
     let (ks, noisy) = synthetic(a, b, 9, noise);
     let r = measure::robust_fit(&ks, &noisy, 1000, &mut rng).unwrap();

@@ -165,12 +165,16 @@ fn host_path_equals_candle_routes() {
         &[2],
     ];
     assert_eq!(spin_runtime::model::HOST_MAX_TOKENS, 16);
-    for (rope, bias, tied) in [
-        (RopeStyle::Interleaved, false, true),
-        (RopeStyle::Halves, true, false),
-        (RopeStyle::Interleaved, true, false),
+    // An odd hidden width (63) exercises the products' last odd input row and their narrow column blocks.
+    for (rope, bias, tied, hidden) in [
+        (RopeStyle::Interleaved, false, true, 64),
+        (RopeStyle::Halves, true, false, 63),
+        (RopeStyle::Interleaved, true, false, 64),
     ] {
-        let cfg = tiny(rope, bias, tied);
+        let cfg = Config {
+            hidden_dim: hidden,
+            ..tiny(rope, bias, tied)
+        };
         let host = model_from_tensors(cfg.clone(), weights(&cfg, 7), &Device::Cpu).unwrap();
         assert!(host.has_host_path());
         let mut fused = host.clone();
@@ -558,4 +562,32 @@ fn greedy_decoding_equals_top1_sampling_and_argmax_keeps_the_first_maximum() {
     let p = [1u32, 403, 407, 261, 378];
     let want = speculative::generate_plain(&s, &p, &params, 60, None, 0).unwrap();
     assert_eq!(decode::greedy(&s, &p, 60, None).unwrap(), want);
+}
+
+#[test]
+fn embedded_models_load_and_share_the_tokenizer() {
+    use spin_runtime::embedded;
+    let t = embedded::target(&Device::Cpu).unwrap();
+    let d = embedded::draft(&Device::Cpu).unwrap();
+    let tok = embedded::tokenizer().unwrap();
+    assert_eq!(
+        (t.config().dim, t.config().n_layers, t.config().vocab_size),
+        (64, 5, 512)
+    );
+    assert_eq!(
+        (d.config().dim, d.config().n_layers, d.config().vocab_size),
+        (32, 2, 512)
+    );
+    assert!(t.has_host_path() && d.has_host_path());
+    assert_eq!(tok.vocab_size(), 512);
+    // The committed target is the shared one, byte for byte, when the shared data is there.
+    let Some(dir) = shared_data() else { return };
+    assert_eq!(
+        std::fs::read(dir.join("stories260K.bin")).unwrap(),
+        embedded::TARGET
+    );
+    assert_eq!(
+        std::fs::read(dir.join("tok512.bin")).unwrap(),
+        embedded::TOKENIZER
+    );
 }

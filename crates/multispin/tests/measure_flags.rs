@@ -1,0 +1,65 @@
+//! `multispin measure` refuses unusable flags before it loads or allocates anything (issue 13): exit status 2 and
+//! one line naming the flag. A target path that does not exist proves the order: a check made after loading would
+//! report the file instead.
+
+use std::process::Command;
+
+fn refused(args: &[&str], flag: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .arg("measure")
+        .args(args)
+        .args(["--target", "/nonexistent/model.bin"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.starts_with(&format!("error: {flag}:")), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+}
+
+#[test]
+fn oversized_and_empty_settings_exit_2_naming_the_flag() {
+    refused(&["verify-latency", "--max-k", "1000000"], "--max-k");
+    refused(&["verify-latency", "--max-k", "1"], "--max-k");
+    refused(&["verify-latency", "--prefix-len", "0"], "--prefix-len");
+    refused(&["verify-latency", "--reps", "0"], "--reps");
+    refused(
+        &["goodput", "--prompts", "p.txt", "--devices", "1000000"],
+        "--devices",
+    );
+    refused(&["goodput", "--prompts", "p.txt", "--devices", "0"], "--devices");
+    refused(
+        &["goodput", "--prompts", "p.txt", "--bandwidth-hz", "inf"],
+        "--bandwidth-hz",
+    );
+    refused(
+        &["goodput", "--prompts", "p.txt", "--bandwidth-hz", "NaN"],
+        "--bandwidth-hz",
+    );
+    refused(
+        &["goodput", "--prompts", "p.txt", "--spectral-efficiency", "0"],
+        "--spectral-efficiency",
+    );
+    refused(
+        &["goodput", "--prompts", "p.txt", "--new-tokens", "0"],
+        "--new-tokens",
+    );
+    refused(
+        &["goodput", "--prompts", "p.txt", "--max-draft-len", "0"],
+        "--max-draft-len",
+    );
+    refused(&["acceptance", "--prompts", "p.txt", "--count", "0"], "--count");
+    refused(
+        &["acceptance", "--prompts", "p.txt", "--count", "1000000"],
+        "--count",
+    );
+    refused(
+        &["acceptance", "--prompts", "p.txt", "--draft-len", "0"],
+        "--draft-len",
+    );
+    refused(
+        &["acceptance", "--prompts", "p.txt", "--new-tokens", "0"],
+        "--new-tokens",
+    );
+    refused(&["acceptance", "--prompts", "p.txt", "--words", "0"], "--words");
+}
