@@ -39,12 +39,22 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     if let Some(d) = args.distance_m
         && !(d > 0.0 && d.is_finite())
     {
-        return Err(Failure::Input(format!("distance_m: {d} is not a finite number > 0")));
+        return Err(Failure::Input(format!(
+            "distance_m: {d} is not a finite number > 0"
+        )));
     }
     let drafter = load(&args.draft)?;
-    let tok = spin_runtime::load_tokenizer(args.tokenizer.as_deref(), &args.draft, drafter.config().vocab_size)
-        .map_err(Failure::input)?;
-    let mut cfg = DeviceConfig::new(args.connect.clone(), encode(&tok, &args.prompt)?, identity(&drafter, &tok));
+    let tok = spin_runtime::load_tokenizer(
+        args.tokenizer.as_deref(),
+        &args.draft,
+        drafter.config().vocab_size,
+    )
+    .map_err(Failure::input)?;
+    let mut cfg = DeviceConfig::new(
+        args.connect.clone(),
+        encode(&tok, &args.prompt)?,
+        identity(&drafter, &tok),
+    );
     cfg.distance_m = args.distance_m;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {

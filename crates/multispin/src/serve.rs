@@ -65,7 +65,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         |t| {
             if let Some(w) = trace.as_mut() {
                 // Flushed per round: ctrl-c never leaves a cut line.
-                let _ = writeln!(w, "{}", serde_json::to_string(t).unwrap_or_default()).and_then(|_| w.flush());
+                let _ =
+                    writeln!(w, "{}", serde_json::to_string(t).unwrap_or_default()).and_then(|_| w.flush());
             }
             rounds.push(t.clone());
         },

@@ -8,11 +8,11 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
+use spin_net::blocking::simulate_blocking;
 use spin_net::controller::Scheme;
 use spin_net::link::LinkConfig;
 use spin_net::proto::{Identity, fingerprint};
 use spin_net::server::{Clock, Compute, RoundTrace, ServerConfig, Summary};
-use spin_net::blocking::simulate_blocking;
 use spin_net::sim::SimDevice;
 use spin_optimize::paper_b::ModeScheme;
 use spin_runtime::{Model, Tokenizer};
@@ -119,8 +119,13 @@ impl ServerArgs {
         let scheme = Scheme::parse(&self.scheme).map_err(Failure::input)?;
         let mut cfg = ServerConfig::new(scheme, identity);
         cfg.modes = match self.modes.as_str() {
-            "brute-force" => return Err(Failure::Input("modes: brute-force is a test reference; use optimal".into())),
-            m => ModeScheme::parse(m).map_err(|e| Failure::Input(e.to_string().replacen("scheme", "modes", 1)))?,
+            "brute-force" => {
+                return Err(Failure::Input(
+                    "modes: brute-force is a test reference; use optimal".into(),
+                ));
+            }
+            m => ModeScheme::parse(m)
+                .map_err(|e| Failure::Input(e.to_string().replacen("scheme", "modes", 1)))?,
         };
         cfg.max_new_tokens = self.max_tokens;
         cfg.max_rounds = self.rounds;
@@ -251,9 +256,16 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| Failure::Input(format!("prompts: {}: {e}", p.display())))?;
-            let l: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect();
+            let l: Vec<String> = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .collect();
             if l.is_empty() {
-                return Err(Failure::Input(format!("prompts: {} has no non-empty line", p.display())));
+                return Err(Failure::Input(format!(
+                    "prompts: {} has no non-empty line",
+                    p.display()
+                )));
             }
             l
         }
@@ -289,7 +301,8 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         let name = cfg.scheme.name();
         let trace_path = args.out.join(format!("trace-{name}.jsonl"));
         let mut trace = std::io::BufWriter::new(
-            std::fs::File::create(&trace_path).with_context(|| format!("creating {}", trace_path.display()))?,
+            std::fs::File::create(&trace_path)
+                .with_context(|| format!("creating {}", trace_path.display()))?,
         );
         let total = (args.devices * args.server.max_tokens) as u64;
         let bar = ProgressBar::new(total);
@@ -301,25 +314,21 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         bar.set_message(name);
         let mut rounds = Vec::new();
         let mut write_err: Option<std::io::Error> = None;
-        let outcome = simulate_blocking(
-            target.clone(),
-            drafter.clone(),
-            id,
-            cfg,
-            &devices,
-            |t| {
-                let line = serde_json::to_string(t).unwrap_or_default();
-                // Each round is flushed as it ends, so an interrupted run leaves a complete trace.
-                if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
-                    write_err.get_or_insert(e);
-                }
-                bar.inc(t.tokens);
-                rounds.push(t.clone());
-            },
-        );
+        let outcome = simulate_blocking(target.clone(), drafter.clone(), id, cfg, &devices, |t| {
+            let line = serde_json::to_string(t).unwrap_or_default();
+            // Each round is flushed as it ends, so an interrupted run leaves a complete trace.
+            if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
+                write_err.get_or_insert(e);
+            }
+            bar.inc(t.tokens);
+            rounds.push(t.clone());
+        });
         bar.finish_and_clear();
         if let Some(e) = write_err {
-            return Err(Failure::Runtime(anyhow::anyhow!("writing {}: {e}", trace_path.display())));
+            return Err(Failure::Runtime(anyhow::anyhow!(
+                "writing {}: {e}",
+                trace_path.display()
+            )));
         }
         let outcome = outcome.map_err(Failure::input)?;
         for (k, d) in outcome.devices.iter().enumerate() {
@@ -365,13 +374,21 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
                 .iter()
                 .map(|t| {
                     tokens += t.tokens;
-                    ((t.round + 1) as f64, if t.clock_s > 0.0 { tokens as f64 / t.clock_s } else { 0.0 })
+                    (
+                        (t.round + 1) as f64,
+                        if t.clock_s > 0.0 {
+                            tokens as f64 / t.clock_s
+                        } else {
+                            0.0
+                        },
+                    )
                 })
                 .collect();
             (s.scheme.to_string(), pts)
         })
         .collect();
-    let series: Vec<(&str, &[(f64, f64)])> = goodput.iter().map(|(n, p)| (n.as_str(), p.as_slice())).collect();
+    let series: Vec<(&str, &[(f64, f64)])> =
+        goodput.iter().map(|(n, p)| (n.as_str(), p.as_slice())).collect();
     svg_lines(
         &args.out.join("goodput.svg"),
         "Cumulative goodput over rounds",
@@ -381,9 +398,24 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     )?;
     let (_, first) = &results[0];
     let split: Vec<(&str, Vec<(f64, f64)>)> = vec![
-        ("draft + uplink", first.iter().map(|t| ((t.round + 1) as f64, t.draft_up_s)).collect()),
-        ("verification", first.iter().map(|t| ((t.round + 1) as f64, t.verify_s)).collect()),
-        ("correction", first.iter().map(|t| ((t.round + 1) as f64, t.correction_s)).collect()),
+        (
+            "draft + uplink",
+            first
+                .iter()
+                .map(|t| ((t.round + 1) as f64, t.draft_up_s))
+                .collect(),
+        ),
+        (
+            "verification",
+            first.iter().map(|t| ((t.round + 1) as f64, t.verify_s)).collect(),
+        ),
+        (
+            "correction",
+            first
+                .iter()
+                .map(|t| ((t.round + 1) as f64, t.correction_s))
+                .collect(),
+        ),
     ];
     let series: Vec<(&str, &[(f64, f64)])> = split.iter().map(|(n, p)| (*n, p.as_slice())).collect();
     svg_lines(
@@ -418,7 +450,11 @@ pub fn rounds_csv(rounds: &[RoundTrace]) -> String {
             t.verify_s,
             t.correction_s,
             t.tokens,
-            if t.latency_s > 0.0 { t.tokens as f64 / t.latency_s } else { 0.0 },
+            if t.latency_s > 0.0 {
+                t.tokens as f64 / t.latency_s
+            } else {
+                0.0
+            },
             t.predicted_goodput
         ));
     }
@@ -426,8 +462,9 @@ pub fn rounds_csv(rounds: &[RoundTrace]) -> String {
 }
 
 fn summary_csv(results: &[(Summary, Vec<RoundTrace>)]) -> String {
-    let mut s =
-        String::from("scheme,rounds,tokens,elapsed_s,goodput,predicted_goodput,draft_up_s,draft_s,verify_s,correction_s\n");
+    let mut s = String::from(
+        "scheme,rounds,tokens,elapsed_s,goodput,predicted_goodput,draft_up_s,draft_s,verify_s,correction_s\n",
+    );
     for (r, _) in results {
         s.push_str(&format!(
             "{},{},{},{},{},{},{},{},{},{}\n",

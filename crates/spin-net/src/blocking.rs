@@ -37,7 +37,15 @@ pub fn simulate_blocking(
 ) -> Result<SimOutcome> {
     let rt = runtime()?;
     let shutdown = ctrl_c(&rt);
-    rt.block_on(simulate(target, drafter, drafter_identity, cfg, devices, shutdown, on_round))
+    rt.block_on(simulate(
+        target,
+        drafter,
+        drafter_identity,
+        cfg,
+        devices,
+        shutdown,
+        on_round,
+    ))
 }
 
 /// Binds `addr`, reports the bound address to `on_listening`, and serves until done or ctrl-c.

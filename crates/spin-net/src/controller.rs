@@ -260,8 +260,23 @@ mod tests {
         assert_eq!(alpha_with_prior(0.0, 0, 0.7, 8.0), 0.7);
         assert!((alpha_with_prior(0.5, 8, 0.7, 8.0) - 0.6).abs() < 1e-12);
         assert_eq!(alpha_with_prior(1.0, 1000, 0.7, 8.0), 0.99);
-        assert!(Scheme::parse("nope").unwrap_err().to_string().starts_with("scheme"));
-        for n in ["exact", "paper-alg1", "homo", "uni-bw", "fixed", "best", "greedy", "uniform", "comp-only"] {
+        assert!(
+            Scheme::parse("nope")
+                .unwrap_err()
+                .to_string()
+                .starts_with("scheme")
+        );
+        for n in [
+            "exact",
+            "paper-alg1",
+            "homo",
+            "uni-bw",
+            "fixed",
+            "best",
+            "greedy",
+            "uniform",
+            "comp-only",
+        ] {
             assert_eq!(Scheme::parse(n).unwrap().name(), n);
         }
     }
@@ -277,7 +292,17 @@ mod tests {
                 max_len: if k == 3 { 2 } else { 100 },
             })
             .collect();
-        for n in ["exact", "paper-alg1", "homo", "uni-bw", "fixed", "best", "greedy", "uniform", "comp-only"] {
+        for n in [
+            "exact",
+            "paper-alg1",
+            "homo",
+            "uni-bw",
+            "fixed",
+            "best",
+            "greedy",
+            "uniform",
+            "comp-only",
+        ] {
             let cfg = ControllerConfig {
                 scheme: Scheme::parse(n).unwrap(),
                 modes: ModeScheme::Optimal,

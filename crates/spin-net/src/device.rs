@@ -117,10 +117,14 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<u64>) -> Re
     if identity.vocab != cfg.identity.vocab {
         return Err(NetError::Mismatch {
             field: "vocab",
-            reason: format!("the target has {} tokens, the drafter {}", identity.vocab, cfg.identity.vocab),
+            reason: format!(
+                "the target has {} tokens, the drafter {}",
+                identity.vocab, cfg.identity.vocab
+            ),
         });
     }
-    if identity.tokenizer != 0 && cfg.identity.tokenizer != 0 && identity.tokenizer != cfg.identity.tokenizer {
+    if identity.tokenizer != 0 && cfg.identity.tokenizer != 0 && identity.tokenizer != cfg.identity.tokenizer
+    {
         return Err(NetError::Mismatch {
             field: "tokenizer",
             reason: format!(
@@ -178,7 +182,11 @@ pub async fn run_device_with_ready(
     if model.config().vocab_size as u32 != cfg.identity.vocab {
         return Err(NetError::invalid(
             "identity.vocab",
-            format!("{} differs from the drafter's {}", cfg.identity.vocab, model.config().vocab_size),
+            format!(
+                "{} differs from the drafter's {}",
+                cfg.identity.vocab,
+                model.config().vocab_size
+            ),
         ));
     }
     let joined = join(&model, &cfg, None).await;
@@ -192,7 +200,9 @@ pub async fn run_device_with_ready(
     loop {
         let (msg, _) = match recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes).await {
             Ok(m) => m,
-            Err(NetError::Closed) => return Err(NetError::Shutdown("the server closed the connection".into())),
+            Err(NetError::Closed) => {
+                return Err(NetError::Shutdown("the server closed the connection".into()));
+            }
             Err(e) => return Err(e),
         };
         match msg {
@@ -205,7 +215,9 @@ pub async fn run_device_with_ready(
                     tokio::time::sleep(delay).await;
                 }
                 let dists = match j.exchange {
-                    Exchange::DistsWithDraft => d.dists.iter().map(proto::pack).collect::<Result<Vec<_>>>()?,
+                    Exchange::DistsWithDraft => {
+                        d.dists.iter().map(proto::pack).collect::<Result<Vec<_>>>()?
+                    }
                     Exchange::ProbsOnly => Vec::new(),
                 };
                 send(
@@ -230,7 +242,11 @@ pub async fn run_device_with_ready(
                     resumes += 1;
                 }
             }
-            ServerMsg::Verdict { round, accepted, next } => match next {
+            ServerMsg::Verdict {
+                round,
+                accepted,
+                next,
+            } => match next {
                 Next::Commit { token, done } => {
                     j.drafter.commit(accepted as usize, token)?;
                     if done {

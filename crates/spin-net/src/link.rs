@@ -112,11 +112,7 @@ impl LinkConfig {
 
 /// Air time of `bits` on a share `share_hz` at spectral efficiency `r` (paper A eq. 26's Q/(B_k r_k) per message).
 pub fn air_time_s(bits: f64, share_hz: f64, r: f64) -> f64 {
-    if bits <= 0.0 {
-        0.0
-    } else {
-        bits / (share_hz * r)
-    }
+    if bits <= 0.0 { 0.0 } else { bits / (share_hz * r) }
 }
 
 #[cfg(test)]
@@ -140,6 +136,11 @@ mod tests {
         assert!((link.ul_delay_s(b, 1e-11) - 34_816.0 / rate).abs() < 1e-12);
         let mut bad = l;
         bad.bandwidth_hz = f64::NAN;
-        assert!(bad.validate().unwrap_err().to_string().starts_with("bandwidth_hz"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("bandwidth_hz")
+        );
     }
 }

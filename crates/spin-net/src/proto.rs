@@ -230,10 +230,12 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, NetError> {
 
 /// Decodes a message body; the whole body must be consumed.
 pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NetError> {
-    let (msg, rest) =
-        postcard::take_from_bytes::<T>(body).map_err(|e| NetError::Decode(e.to_string()))?;
+    let (msg, rest) = postcard::take_from_bytes::<T>(body).map_err(|e| NetError::Decode(e.to_string()))?;
     if !rest.is_empty() {
-        return Err(NetError::Decode(format!("{} trailing bytes after the message", rest.len())));
+        return Err(NetError::Decode(format!(
+            "{} trailing bytes after the message",
+            rest.len()
+        )));
     }
     Ok(msg)
 }
@@ -247,7 +249,10 @@ pub fn packed_bits(vocab: u32, q_bits: u8, count: u32) -> u64 {
 pub fn pack(s: &SparseDist) -> Result<PackedDist, NetError> {
     let q = s.value_bits();
     if !(1..=24).contains(&q) {
-        return Err(NetError::invalid("q_bits", format!("{q} is outside [1, 24] (quantise before packing)")));
+        return Err(NetError::invalid(
+            "q_bits",
+            format!("{q} is outside [1, 24] (quantise before packing)"),
+        ));
     }
     let ib = index_bits(s.vocab());
     let mut w = BitWriter::default();
@@ -273,16 +278,27 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
         ));
     }
     if !(1..=24).contains(&p.q_bits) {
-        return Err(NetError::invalid("dist.q_bits", format!("{} is outside [1, 24]", p.q_bits)));
+        return Err(NetError::invalid(
+            "dist.q_bits",
+            format!("{} is outside [1, 24]", p.q_bits),
+        ));
     }
     if p.count == 0 || p.count > vocab {
-        return Err(NetError::invalid("dist.count", format!("{} is outside [1, {vocab}]", p.count)));
+        return Err(NetError::invalid(
+            "dist.count",
+            format!("{} is outside [1, {vocab}]", p.count),
+        ));
     }
     let bits = packed_bits(vocab, p.q_bits, p.count);
     if p.bits.len() as u64 != bits.div_ceil(8) {
         return Err(NetError::invalid(
             "dist.bits",
-            format!("{} bytes for {} entries of {} bits", p.bits.len(), p.count, bits / u64::from(p.count)),
+            format!(
+                "{} bytes for {} entries of {} bits",
+                p.bits.len(),
+                p.count,
+                bits / u64::from(p.count)
+            ),
         ));
     }
     let ib = index_bits(vocab as usize);
@@ -295,7 +311,10 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
         let i = r.get(ib) as usize;
         let code = r.get(q);
         if i >= vocab as usize {
-            return Err(NetError::invalid("dist.index", format!("{i} is outside the vocabulary of {vocab}")));
+            return Err(NetError::invalid(
+                "dist.index",
+                format!("{i} is outside the vocabulary of {vocab}"),
+            ));
         }
         if std::mem::replace(&mut seen[i], true) {
             return Err(NetError::invalid("dist.index", format!("{i} appears twice")));
@@ -383,7 +402,10 @@ mod tests {
     #[test]
     fn packed_distributions_round_trip_with_spin_core_sizes() {
         let w: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 + 0.5).collect();
-        let s = SparseDist::truncate(Dist::new(&w).unwrap(), 17).unwrap().quantise(11).unwrap();
+        let s = SparseDist::truncate(Dist::new(&w).unwrap(), 17)
+            .unwrap()
+            .quantise(11)
+            .unwrap();
         let p = pack(&s).unwrap();
         assert_eq!(p.bits.len() as u64, s.bits_on_air().div_ceil(8));
         assert_eq!(packed_bits(300, 11, 17), s.bits_on_air());
@@ -392,15 +414,35 @@ mod tests {
         for t in 0..300 {
             assert_eq!(back.prob(t), s.prob(t), "token {t}");
         }
-        let body = encode(&DeviceMsg::Upload { round: 3, q: p.clone() }).unwrap();
-        assert_eq!(decode::<DeviceMsg>(&body).unwrap(), DeviceMsg::Upload { round: 3, q: p.clone() });
+        let body = encode(&DeviceMsg::Upload {
+            round: 3,
+            q: p.clone(),
+        })
+        .unwrap();
+        assert_eq!(
+            decode::<DeviceMsg>(&body).unwrap(),
+            DeviceMsg::Upload {
+                round: 3,
+                q: p.clone()
+            }
+        );
         assert!(unpack(&p, 301).unwrap_err().to_string().starts_with("dist.vocab"));
         let mut bad = p.clone();
         bad.bits.pop();
-        assert!(unpack(&bad, 300).unwrap_err().to_string().starts_with("dist.bits"));
+        assert!(
+            unpack(&bad, 300)
+                .unwrap_err()
+                .to_string()
+                .starts_with("dist.bits")
+        );
         assert!(decode::<DeviceMsg>(&body[..body.len() - 1]).is_err());
         let mut long = body.clone();
         long.push(0);
-        assert!(decode::<DeviceMsg>(&long).unwrap_err().to_string().contains("trailing"));
+        assert!(
+            decode::<DeviceMsg>(&long)
+                .unwrap_err()
+                .to_string()
+                .contains("trailing")
+        );
     }
 }

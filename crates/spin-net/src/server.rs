@@ -6,7 +6,9 @@
 //! frames and forwards them as events, so a malformed or hostile peer is refused and closed by its own task while
 //! the engine and every other device go on.
 
-use crate::controller::{ControllerConfig, DeviceView, RoundPlan, Scheme, alpha_with_prior, fit_verify, plan_round};
+use crate::controller::{
+    ControllerConfig, DeviceView, RoundPlan, Scheme, alpha_with_prior, fit_verify, plan_round,
+};
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};
 use crate::proto::{
@@ -164,7 +166,10 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<()> {
         self.link.validate()?;
         if !(1..=24).contains(&self.q_bits) {
-            return Err(NetError::invalid("q_bits", format!("{} is outside [1, 24]", self.q_bits)));
+            return Err(NetError::invalid(
+                "q_bits",
+                format!("{} is outside [1, 24]", self.q_bits),
+            ));
         }
         if self.v_eff == 0 {
             return Err(NetError::invalid("v_eff", "must be at least 1"));
@@ -182,7 +187,10 @@ impl ServerConfig {
             ));
         }
         if !(self.alpha_prior > 0.0 && self.alpha_prior < 1.0) {
-            return Err(NetError::invalid("alpha_prior", format!("{} is outside (0, 1)", self.alpha_prior)));
+            return Err(NetError::invalid(
+                "alpha_prior",
+                format!("{} is outside (0, 1)", self.alpha_prior),
+            ));
         }
         if !(self.alpha_prior_weight >= 0.0 && self.alpha_prior_weight.is_finite()) {
             return Err(NetError::invalid(
@@ -193,7 +201,10 @@ impl ServerConfig {
         if self.min_devices == 0 || self.min_devices > self.max_devices {
             return Err(NetError::invalid(
                 "min_devices",
-                format!("{} is outside [1, max_devices = {}]", self.min_devices, self.max_devices),
+                format!(
+                    "{} is outside [1, max_devices = {}]",
+                    self.min_devices, self.max_devices
+                ),
             ));
         }
         if let Compute::Profile {
@@ -210,11 +221,17 @@ impl ServerConfig {
                 ("verify_per_device_s", verify_per_device_s, false),
             ] {
                 if !(v.is_finite() && (v > 0.0 || (!pos && v == 0.0))) {
-                    return Err(NetError::invalid(f, format!("{v} is not a finite number {}", if pos { "> 0" } else { "≥ 0" })));
+                    return Err(NetError::invalid(
+                        f,
+                        format!("{v} is not a finite number {}", if pos { "> 0" } else { "≥ 0" }),
+                    ));
                 }
             }
             if verify_fixed_s + verify_per_device_s <= 0.0 {
-                return Err(NetError::invalid("verify_fixed_s", "T_fix + T_lin must be positive"));
+                return Err(NetError::invalid(
+                    "verify_fixed_s",
+                    "T_fix + T_lin must be positive",
+                ));
             }
             if self.clock == Clock::Real {
                 return Err(NetError::invalid(
@@ -385,7 +402,11 @@ impl Server {
         if cfg.identity.vocab as usize != model.config().vocab_size {
             return Err(NetError::invalid(
                 "identity.vocab",
-                format!("{} differs from the target's {}", cfg.identity.vocab, model.config().vocab_size),
+                format!(
+                    "{} differs from the target's {}",
+                    cfg.identity.vocab,
+                    model.config().vocab_size
+                ),
             ));
         }
         let listener = TcpListener::bind(addr).await?;
@@ -500,7 +521,14 @@ async fn connection(
                     id: conn_id,
                     tx: tx.clone(),
                 };
-                if events.send(Event::Hello { conn, hello, reply: rtx }).is_err() {
+                if events
+                    .send(Event::Hello {
+                        conn,
+                        hello,
+                        reply: rtx,
+                    })
+                    .is_err()
+                {
                     break;
                 }
                 match rrx.await {
@@ -593,6 +621,10 @@ impl Engine {
         }
     }
 
+    fn conn_id(&self, k: usize) -> Option<u64> {
+        self.sessions[k].conn.as_ref().map(|c| c.id)
+    }
+
     fn send(&self, k: usize, msg: ServerMsg) -> u64 {
         let bytes = proto::encode(&msg).map(|b| b.len() as u64).unwrap_or(0);
         if let Some(c) = &self.sessions[k].conn {
@@ -662,10 +694,15 @@ impl Engine {
         if identity.vocab != self.vocab {
             return Err(NetError::Mismatch {
                 field: "vocab",
-                reason: format!("the drafter has {} tokens, the target {}", identity.vocab, self.vocab),
+                reason: format!(
+                    "the drafter has {} tokens, the target {}",
+                    identity.vocab, self.vocab
+                ),
             });
         }
-        if identity.tokenizer != 0 && self.cfg.identity.tokenizer != 0 && identity.tokenizer != self.cfg.identity.tokenizer
+        if identity.tokenizer != 0
+            && self.cfg.identity.tokenizer != 0
+            && identity.tokenizer != self.cfg.identity.tokenizer
         {
             return Err(NetError::Mismatch {
                 field: "tokenizer",
@@ -677,8 +714,12 @@ impl Engine {
         }
         let k = if let Some(id) = resume {
             let k = *self.by_id.get(&id).ok_or(NetError::UnknownSession(id))?;
-            if self.sessions[k].conn.is_some() {
-                return Err(NetError::UnknownSession(id));
+            if let Some(old) = self.sessions[k].conn.take() {
+                // The device knows best: its old connection is dead even if its close was not seen yet.
+                let _ = old.tx.send(ServerMsg::Error {
+                    code: ErrorCode::Protocol,
+                    message: "session: superseded by a resumed connection".into(),
+                });
             }
             // A resumed device waits for the next round; anything pending from the round it left is dropped.
             if self.verifier.is_pending(k)? {
@@ -710,7 +751,10 @@ impl Engine {
             if let Some(d) = distance_m
                 && !(d > 0.0 && d.is_finite())
             {
-                return Err(NetError::invalid("distance_m", format!("{d} is not a finite number > 0")));
+                return Err(NetError::invalid(
+                    "distance_m",
+                    format!("{d} is not a finite number > 0"),
+                ));
             }
             let k = tokio::task::block_in_place(|| self.verifier.add_devices(&[prompt]))?;
             let distance = distance_m.unwrap_or_else(|| self.cfg.link.drop_distance(self.cfg.seed, k));
@@ -801,6 +845,9 @@ impl Engine {
         }
         let mut round = 0u64;
         let stopped = loop {
+            if *self.shutdown.borrow() {
+                self.stopping = true;
+            }
             if self.stopping {
                 break "shutdown".to_string();
             }
@@ -842,7 +889,9 @@ impl Engine {
         };
         for k in 0..self.sessions.len() {
             if let Some(c) = self.sessions[k].conn.take() {
-                let _ = c.tx.send(ServerMsg::Shutdown { reason: reason.into() });
+                let _ = c.tx.send(ServerMsg::Shutdown {
+                    reason: reason.into(),
+                });
             }
         }
         let elapsed_s = self.elapsed();
@@ -877,7 +926,11 @@ impl Engine {
             rounds: round,
             tokens,
             elapsed_s,
-            goodput: if elapsed_s > 0.0 { tokens as f64 / elapsed_s } else { 0.0 },
+            goodput: if elapsed_s > 0.0 {
+                tokens as f64 / elapsed_s
+            } else {
+                0.0
+            },
             predicted_goodput: if self.predicted.is_empty() {
                 0.0
             } else {
@@ -924,7 +977,10 @@ impl Engine {
             .iter()
             .map(|&k| {
                 let s = &self.sessions[k];
-                let est = self.verifier.alpha(k)?.ratio_estimate(spin_core::estimate::Z_95)?;
+                let est = self
+                    .verifier
+                    .alpha(k)?
+                    .ratio_estimate(spin_core::estimate::Z_95)?;
                 let (mean, n) = est.map_or((0.0, 0), |e| (e.value, e.samples));
                 let draft_token_s = match self.cfg.compute {
                     Compute::Profile { .. } => s.draft_token_s,
@@ -947,7 +1003,14 @@ impl Engine {
             payload_bits: self.payload_bits_per_dist(),
             saa_samples: self.cfg.saa_samples,
         };
-        let plan: RoundPlan = plan_round(&ctl, &link, &views, t_fix, t_lin, self.cfg.seed.wrapping_add(round))?;
+        let plan: RoundPlan = plan_round(
+            &ctl,
+            &link,
+            &views,
+            t_fix,
+            t_lin,
+            self.cfg.seed.wrapping_add(round),
+        )?;
         self.predicted.push(plan.predicted_goodput);
         let mut traces: BTreeMap<usize, DeviceTrace> = BTreeMap::new();
         let wall0 = Instant::now();
@@ -977,20 +1040,28 @@ impl Engine {
                 },
             );
         }
+        // The connection each device was planned on: a device that left or resumed since is out of this round.
+        let plan_conn: BTreeMap<usize, Option<u64>> = active.iter().map(|&k| (k, self.conn_id(k))).collect();
         // Collect the drafts.
         let wall_deadline = match self.cfg.clock {
-            Clock::Real => wall0 + Duration::from_secs_f64(self.cfg.round_deadline_s).min(self.cfg.wait_limit),
+            Clock::Real => {
+                wall0 + Duration::from_secs_f64(self.cfg.round_deadline_s).min(self.cfg.wait_limit)
+            }
             Clock::Virtual => wall0 + self.cfg.wait_limit,
         };
         let mut got: BTreeMap<usize, Got> = BTreeMap::new();
         let mut waiting: Vec<usize> = active.to_vec();
         while !waiting.is_empty() {
-            waiting.retain(|&k| self.sessions[k].conn.is_some());
+            waiting.retain(|&k| self.sessions[k].conn.is_some() && self.conn_id(k) == plan_conn[&k]);
             if waiting.is_empty() {
                 break;
             }
-            let Some(ev) = self.next_event(Some(wall_deadline)).await else { break };
-            let Some((k, msg, bytes)) = self.triage(ev) else { continue };
+            let Some(ev) = self.next_event(Some(wall_deadline)).await else {
+                break;
+            };
+            let Some((k, msg, bytes)) = self.triage(ev) else {
+                continue;
+            };
             let pos = waiting.iter().position(|&w| w == k);
             match (pos, msg) {
                 (
@@ -1015,6 +1086,8 @@ impl Engine {
                         }
                     }
                 }
+                // A straggler's draft of a round already closed: it was told `Dropped`; ignore it.
+                (_, DeviceMsg::Draft { round: r, .. }) if r < round => {}
                 (_, other) => {
                     let e = NetError::Protocol(format!("unexpected {} in round {round}", kind(&other)));
                     self.refuse(k, &e);
@@ -1072,7 +1145,7 @@ impl Engine {
         }
         // Devices that timed out (real clock) or vanished are dropped for this round too.
         for &k in active {
-            if !got.contains_key(&k) && self.sessions[k].conn.is_some() {
+            if !got.contains_key(&k) && self.sessions[k].conn.is_some() && self.conn_id(k) == plan_conn[&k] {
                 let t = traces.get_mut(&k).expect("trace");
                 t.mode = "dropped";
                 self.sessions[k].dropped += 1;
@@ -1083,7 +1156,10 @@ impl Engine {
             tokio::time::sleep_until(real_release.into()).await;
         }
         // Verify every kept draft in one batch.
-        let subs_data: Vec<(usize, Got)> = kept.iter().map(|&k| (k, got.remove(&k).expect("kept drafts were received"))).collect();
+        let subs_data: Vec<(usize, Got)> = kept
+            .iter()
+            .map(|&k| (k, got.remove(&k).expect("kept drafts were received")))
+            .collect();
         let exchange = self.cfg.exchange();
         let subs: Vec<Submission<'_>> = subs_data
             .iter()
@@ -1210,7 +1286,10 @@ impl Engine {
             ));
         }
         if !(draft_s >= 0.0 && draft_s.is_finite()) {
-            return Err(NetError::invalid("draft.draft_s", format!("{draft_s} is not a finite number ≥ 0")));
+            return Err(NetError::invalid(
+                "draft.draft_s",
+                format!("{draft_s} is not a finite number ≥ 0"),
+            ));
         }
         let dists = match self.cfg.exchange() {
             Exchange::DistsWithDraft => {
@@ -1236,7 +1315,10 @@ impl Engine {
             }
             Exchange::ProbsOnly => {
                 if !dists.is_empty() {
-                    return Err(NetError::invalid("draft.dists", "must be empty in a paper-B session"));
+                    return Err(NetError::invalid(
+                        "draft.dists",
+                        "must be empty in a paper-B session",
+                    ));
                 }
                 Vec::new()
             }
@@ -1283,16 +1365,18 @@ impl Engine {
                     },
                 );
             } else {
-                let p = self.verifier.downlink_p(k, self.v_eff as usize, u32::from(self.cfg.q_bits))?;
+                let p = self
+                    .verifier
+                    .downlink_p(k, self.v_eff as usize, u32::from(self.cfg.q_bits))?;
                 let bits = p.bits_on_air();
                 let t = traces.get_mut(&k).expect("trace");
                 t.mode = "dl";
                 t.bits_down = bits;
-                t.air_corr_s = self
-                    .cfg
-                    .link
-                    .paper_b_link(bits as f64)
-                    .dl_delay_at_power_s(share, sol.dl_power_w[i], g[i]);
+                t.air_corr_s = self.cfg.link.paper_b_link(bits as f64).dl_delay_at_power_s(
+                    share,
+                    sol.dl_power_w[i],
+                    g[i],
+                );
                 let packed = proto::pack(&p)?;
                 t.wire_down_bytes += self.send(
                     k,
@@ -1305,12 +1389,14 @@ impl Engine {
             }
             waiting.insert(k, (i, ul));
         }
+        let ids: BTreeMap<usize, Option<u64>> = waiting.keys().map(|&k| (k, self.conn_id(k))).collect();
+        let mut replies: BTreeMap<usize, (usize, bool, DeviceMsg, usize)> = BTreeMap::new();
         let deadline = Instant::now() + self.cfg.wait_limit;
         while !waiting.is_empty() {
             let gone: Vec<usize> = waiting
                 .keys()
                 .copied()
-                .filter(|&k| self.sessions[k].conn.is_none())
+                .filter(|&k| self.sessions[k].conn.is_none() || self.conn_id(k) != ids[&k])
                 .collect();
             for k in gone {
                 waiting.remove(&k);
@@ -1320,29 +1406,51 @@ impl Engine {
             if waiting.is_empty() {
                 break;
             }
-            let Some(ev) = self.next_event(Some(deadline)).await else { break };
-            let Some((k, msg, bytes)) = self.triage(ev) else { continue };
+            let Some(ev) = self.next_event(Some(deadline)).await else {
+                break;
+            };
+            let Some((k, msg, bytes)) = self.triage(ev) else {
+                continue;
+            };
+            if matches!(msg, DeviceMsg::Draft { round: r, .. } if r <= round) {
+                // A late draft of this or an earlier round (the device was told `Dropped`).
+                continue;
+            }
             let Some(&(i, ul)) = waiting.get(&k) else {
                 let e = NetError::Protocol(format!("unexpected {} during corrections", kind(&msg)));
                 self.refuse(k, &e);
                 continue;
             };
+            waiting.remove(&k);
+            replies.insert(k, (i, ul, msg, bytes));
+        }
+        // Resolve in device order, whatever order the replies arrived in: the verifier's draws replay from the seed.
+        for (k, (i, ul, msg, bytes)) in replies {
             let outcome: Result<u32> = match (ul, msg) {
                 (true, DeviceMsg::Upload { round: r, q }) if r == round => (|| {
                     let q = proto::unpack(&q, self.vocab)?;
                     let t = traces.get_mut(&k).expect("trace");
                     t.bits_up += q.bits_on_air();
                     t.wire_up_bytes += bytes as u64;
-                    t.air_corr_s = self.cfg.link.paper_b_link(q.bits_on_air() as f64).ul_delay_s(share, g[i]);
+                    t.air_corr_s = self
+                        .cfg
+                        .link
+                        .paper_b_link(q.bits_on_air() as f64)
+                        .ul_delay_s(share, g[i]);
                     Ok(self.verifier.resolve_uplink(k, &q)?)
                 })(),
                 (false, DeviceMsg::Corrected { round: r, token }) if r == round => {
                     traces.get_mut(&k).expect("trace").wire_up_bytes += bytes as u64;
-                    self.verifier.resolve_token(k, token).map(|_| token).map_err(NetError::from)
+                    self.verifier
+                        .resolve_token(k, token)
+                        .map(|_| token)
+                        .map_err(NetError::from)
                 }
-                (_, other) => Err(NetError::Protocol(format!("unexpected {} during corrections", kind(&other)))),
+                (_, other) => Err(NetError::Protocol(format!(
+                    "unexpected {} during corrections",
+                    kind(&other)
+                ))),
             };
-            waiting.remove(&k);
             match outcome {
                 Ok(token) => {
                     let done = self.verifier.is_done(k)?;

@@ -13,7 +13,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};
 use spin_core::{
-    AlphaEstimator, Dist, Draft, DraftRef, PaddedTargets, SamplingParams, SparseDist, Verdict, judge, verify_batch,
+    AlphaEstimator, Dist, Draft, DraftRef, PaddedTargets, SamplingParams, SparseDist, Verdict, judge,
+    verify_batch,
 };
 use std::ops::Deref;
 use std::time::Instant;
@@ -138,7 +139,10 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         let mut caches: Vec<KvCache> = prompts.iter().map(|_| self.model.new_cache()).collect();
         let long: Vec<usize> = (0..prompts.len()).filter(|&k| prompts[k].len() > 1).collect();
         if !long.is_empty() {
-            let refs: Vec<&[u32]> = long.iter().map(|&k| &prompts[k][..prompts[k].len() - 1]).collect();
+            let refs: Vec<&[u32]> = long
+                .iter()
+                .map(|&k| &prompts[k][..prompts[k].len() - 1])
+                .collect();
             let mut cref: Vec<&mut KvCache> = caches
                 .iter_mut()
                 .enumerate()
@@ -172,15 +176,15 @@ impl<M: Deref<Target = Model>> Verifier<M> {
     }
 
     fn slot(&self, device: usize) -> Result<&Slot> {
-        self.slots
-            .get(device)
-            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} is not a device of this verifier")))
+        self.slots.get(device).ok_or_else(|| {
+            RuntimeError::invalid("device", format!("{device} is not a device of this verifier"))
+        })
     }
 
     fn slot_mut(&mut self, device: usize) -> Result<&mut Slot> {
-        self.slots
-            .get_mut(device)
-            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} is not a device of this verifier")))
+        self.slots.get_mut(device).ok_or_else(|| {
+            RuntimeError::invalid("device", format!("{device} is not a device of this verifier"))
+        })
     }
 
     /// Device `device`'s committed sequence (prompt and generated tokens).
@@ -227,7 +231,11 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             return Ok(0);
         }
         let generated = s.tokens.len() - s.prompt_len;
-        Ok(self.cfg.max_new_tokens.saturating_sub(generated).saturating_sub(1))
+        Ok(self
+            .cfg
+            .max_new_tokens
+            .saturating_sub(generated)
+            .saturating_sub(1))
     }
 
     /// Verifies a round's drafts in one padded batch forward. Returns a decision per submission (same order) and the
@@ -272,7 +280,10 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                     if let Some(r) = d.iter().find(|r| r.vocab() != vocab) {
                         return Err(RuntimeError::invalid(
                             format!("submissions[{i}].dists"),
-                            format!("a distribution over {} tokens for a vocabulary of {vocab}", r.vocab()),
+                            format!(
+                                "a distribution over {} tokens for a vocabulary of {vocab}",
+                                r.vocab()
+                            ),
                         ));
                     }
                     d.len()
@@ -309,7 +320,8 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             .collect();
         let start = Instant::now();
         let logits = {
-            let mut order: Vec<(usize, usize)> = subs.iter().enumerate().map(|(i, s)| (s.device, i)).collect();
+            let mut order: Vec<(usize, usize)> =
+                subs.iter().enumerate().map(|(i, s)| (s.device, i)).collect();
             order.sort_unstable();
             let mut caches: Vec<Option<&mut KvCache>> = (0..subs.len()).map(|_| None).collect();
             let mut it = order.iter().peekable();
@@ -366,7 +378,12 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             };
             let q_dists: Vec<Vec<Dist<'_>>> = with_dists
                 .iter()
-                .map(|&i| rows_of(i).iter().map(|q| Dist::new(q)).collect::<std::result::Result<_, _>>())
+                .map(|&i| {
+                    rows_of(i)
+                        .iter()
+                        .map(|q| Dist::new(q))
+                        .collect::<std::result::Result<_, _>>()
+                })
                 .collect::<std::result::Result<_, _>>()?;
             let mut sub_flat = Vec::with_capacity(with_dists.len() * positions * vocab);
             for &i in &with_dists {
@@ -399,7 +416,9 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             }
         }
         for (i, s) in subs.iter().enumerate() {
-            let DraftDists::Probs(probs) = s.dists else { continue };
+            let DraftDists::Probs(probs) = s.dists else {
+                continue;
+            };
             let p_rows: Vec<Dist<'_>> = (0..=s.tokens.len())
                 .map(|j| targets.dist(i, j))
                 .collect::<std::result::Result<_, _>>()?;
@@ -453,7 +472,10 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         if q.vocab() != vocab {
             return Err(RuntimeError::invalid(
                 "q",
-                format!("a distribution over {} tokens for a vocabulary of {vocab}", q.vocab()),
+                format!(
+                    "a distribution over {} tokens for a vocabulary of {vocab}",
+                    q.vocab()
+                ),
             ));
         }
         let slot = self.slots.get_mut(device).ok_or_else(|| {
@@ -489,17 +511,20 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 format!("{token} is outside the vocabulary of {vocab}"),
             ));
         }
-        let p = self
-            .slot_mut(device)?
-            .pending
-            .take()
-            .ok_or_else(|| RuntimeError::invalid("device", format!("{device} has no pending correction")))?;
+        let p =
+            self.slot_mut(device)?.pending.take().ok_or_else(|| {
+                RuntimeError::invalid("device", format!("{device} has no pending correction"))
+            })?;
         self.commit(device, &p.drafted[..p.position], token)
     }
 
-    /// Drops a pending correction (the device left mid-round): the round commits nothing for it.
+    /// Drops a pending correction (the device left mid-round): the round commits nothing for it, and the cache rolls
+    /// back to the committed tokens.
     pub fn abandon(&mut self, device: usize) -> Result<()> {
-        self.slot_mut(device)?.pending = None;
+        let slot = self.slot_mut(device)?;
+        slot.pending = None;
+        let keep = slot.cache.len().min(slot.tokens.len() - 1);
+        slot.cache.truncate(keep)?;
         Ok(())
     }
 
