@@ -57,7 +57,13 @@ fn allowed(from: &str) -> &'static [&'static str] {
         "spin-optimize" => &["spin-core", "spin-channel"],
         "spin-runtime" => &["spin-core"],
         "spin-net" => &["spin-runtime", "spin-optimize", "spin-core", "spin-channel"],
-        "multispin" => &["spin-core", "spin-channel", "spin-optimize", "spin-runtime", "spin-net"],
+        "multispin" => &[
+            "spin-core",
+            "spin-channel",
+            "spin-optimize",
+            "spin-runtime",
+            "spin-net",
+        ],
         "xtask" => &["spin-core", "spin-channel", "spin-optimize"],
         _ => &[],
     }

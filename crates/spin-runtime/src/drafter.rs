@@ -122,10 +122,16 @@ impl<M: Deref<Target = Model>> Drafter<M> {
             DistForm::Dense => None,
             DistForm::Sparse { v_eff, q_bits } => {
                 if !(1..=24).contains(&q_bits) {
-                    return Err(RuntimeError::invalid("q_bits", format!("{q_bits} is outside [1, 24]")));
+                    return Err(RuntimeError::invalid(
+                        "q_bits",
+                        format!("{q_bits} is outside [1, 24]"),
+                    ));
                 }
                 if v_eff == 0 || v_eff > vocab {
-                    return Err(RuntimeError::invalid("v_eff", format!("{v_eff} is outside [1, {vocab}]")));
+                    return Err(RuntimeError::invalid(
+                        "v_eff",
+                        format!("{v_eff} is outside [1, {vocab}]"),
+                    ));
                 }
                 Some(Truncator::new(v_eff)?)
             }

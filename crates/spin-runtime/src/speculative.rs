@@ -152,7 +152,14 @@ impl<'m> Speculator<'m> {
             .iter()
             .enumerate()
             .map(|(k, p)| {
-                Drafter::unfilled(drafter, p, p.len(), cfg.params, DistForm::Dense, device_rng(cfg.seed, k))
+                Drafter::unfilled(
+                    drafter,
+                    p,
+                    p.len(),
+                    cfg.params,
+                    DistForm::Dense,
+                    device_rng(cfg.seed, k),
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         let devices = prompts
@@ -231,7 +238,10 @@ impl<'m> Speculator<'m> {
         let (decisions, verify_s) = self.verifier.verify(&subs)?;
         for (&k, dec) in active.iter().zip(&decisions) {
             let Decision::Done { accepted, token, .. } = *dec else {
-                return Err(RuntimeError::invalid("decision", "a dense draft left a correction pending"));
+                return Err(RuntimeError::invalid(
+                    "decision",
+                    "a dense draft left a correction pending",
+                ));
             };
             let drafter = &mut self.drafters[k];
             drafter.commit(accepted, token)?;
