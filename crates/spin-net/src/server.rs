@@ -428,12 +428,29 @@ impl Server {
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let max_frame = self.cfg.max_frame_bytes;
         let listener = self.listener;
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let acceptor = tokio::spawn(async move {
             let mut next_id = 0u64;
-            while let Ok((stream, _)) = listener.accept().await {
-                next_id += 1;
-                tokio::spawn(connection(stream, next_id, ev_tx.clone(), max_frame));
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { break };
+                        next_id += 1;
+                        conns.spawn(connection(stream, next_id, ev_tx.clone(), max_frame));
+                        // Reap finished connections so the set does not grow with every peer ever seen.
+                        while conns.try_join_next().is_some() {}
+                    }
+                    _ = &mut stop_rx => break,
+                }
             }
+            // Let every connection write what the engine queued (final verdicts, `Shutdown`) before the process may
+            // exit; a peer that does not close within the grace period is cut.
+            drop(ev_tx);
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while conns.join_next().await.is_some() {}
+            })
+            .await;
         });
         let params = sampling(self.cfg.temperature)?;
         let verifier = Verifier::new(
@@ -467,7 +484,10 @@ impl Server {
             predicted: Vec::new(),
         };
         let result = engine.run(on_round).await;
-        acceptor.abort();
+        // Closing the engine's side ends every connection's writer once its queue is flushed.
+        drop(engine);
+        let _ = stop_tx.send(());
+        let _ = acceptor.await;
         result
     }
 }

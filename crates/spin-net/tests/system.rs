@@ -472,3 +472,49 @@ fn a_device_with_another_vocabulary_is_refused_with_a_clear_error() {
         other => panic!("{other}"),
     }
 }
+
+#[test]
+fn stories260k_eight_devices_produce_the_known_greedy_text() {
+    let Some(d) = std::env::var_os("MULTISPIN_SHARED_DATA") else {
+        println!("skipping: MULTISPIN_SHARED_DATA unset");
+        return;
+    };
+    let dir = std::path::PathBuf::from(d).join("models/stories260K");
+    assert!(
+        dir.join("stories260K.bin").is_file() && dir.join("tok512.bin").is_file(),
+        "MULTISPIN_SHARED_DATA is set but stories260K.bin or tok512.bin is missing"
+    );
+    let device = spin_runtime::select_device().unwrap();
+    let target = spin_runtime::llama2c::load_checkpoint(&dir.join("stories260K.bin"), &device).unwrap();
+    let tok = spin_runtime::llama2c::Llama2cTokenizer::load(&dir.join("tok512.bin"), 512).unwrap();
+    let drafter = Arc::new(target.first_layers(2).unwrap());
+    let target = Arc::new(target);
+    let texts = ["Once upon a time", "The dog", "Lily and Ben", "One day"];
+    let devices: Vec<SimDevice> = (0..8)
+        .map(|k| SimDevice {
+            prompt: tok.encode(texts[k % texts.len()], true),
+            ..Default::default()
+        })
+        .collect();
+    let greedy = sampling(0.0).unwrap();
+    for scheme in ["exact", "best"] {
+        let mut cfg = config(scheme, &target);
+        cfg.max_new_tokens = 24;
+        let (out, _) = run(&target, &drafter, cfg, &devices);
+        for (k, d) in devices.iter().enumerate() {
+            let want = generate_plain(&target, &d.prompt, &greedy, 24, None, 0).unwrap();
+            assert_eq!(out.summary.devices[k].generated, want, "{scheme}: device {k}");
+        }
+        let mut all = devices[0].prompt.clone();
+        all.extend_from_slice(&out.summary.devices[0].generated);
+        let text = tok.decode(&all);
+        assert!(
+            text.starts_with("Once upon a time, there was a little girl named Lily."),
+            "{text:?}"
+        );
+        println!(
+            "{scheme}: {:.1} tokens/s on the virtual clock",
+            out.summary.goodput
+        );
+    }
+}
