@@ -180,7 +180,7 @@ impl ServerConfig {
                 format!("{} is outside [1, 64]", self.max_draft_len),
             ));
         }
-        if !(self.round_deadline_s > 0.0) {
+        if self.round_deadline_s.is_nan() || self.round_deadline_s <= 0.0 {
             return Err(NetError::invalid(
                 "round_deadline_s",
                 format!("{} is not a number > 0", self.round_deadline_s),
@@ -837,7 +837,7 @@ impl Engine {
                 bytes,
             } => {
                 let &k = self.by_id.get(&session)?;
-                if !self.sessions[k].conn.as_ref().is_some_and(|c| c.id == conn_id) {
+                if self.sessions[k].conn.as_ref().is_none_or(|c| c.id != conn_id) {
                     return None;
                 }
                 if matches!(msg, DeviceMsg::Bye) {
