@@ -180,7 +180,7 @@ impl ServerConfig {
                 format!("{} is outside [1, 64]", self.max_draft_len),
             ));
         }
-        if !(self.round_deadline_s > 0.0) {
+        if self.round_deadline_s.is_nan() || self.round_deadline_s <= 0.0 {
             return Err(NetError::invalid(
                 "round_deadline_s",
                 format!("{} is not a number > 0", self.round_deadline_s),
@@ -428,12 +428,29 @@ impl Server {
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
         let max_frame = self.cfg.max_frame_bytes;
         let listener = self.listener;
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let acceptor = tokio::spawn(async move {
             let mut next_id = 0u64;
-            while let Ok((stream, _)) = listener.accept().await {
-                next_id += 1;
-                tokio::spawn(connection(stream, next_id, ev_tx.clone(), max_frame));
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { break };
+                        next_id += 1;
+                        conns.spawn(connection(stream, next_id, ev_tx.clone(), max_frame));
+                        // Reap finished connections so the set does not grow with every peer ever seen.
+                        while conns.try_join_next().is_some() {}
+                    }
+                    _ = &mut stop_rx => break,
+                }
             }
+            // Let every connection write what the engine queued (final verdicts, `Shutdown`) before the process may
+            // exit; a peer that does not close within the grace period is cut.
+            drop(ev_tx);
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while conns.join_next().await.is_some() {}
+            })
+            .await;
         });
         let params = sampling(self.cfg.temperature)?;
         let verifier = Verifier::new(
@@ -467,7 +484,10 @@ impl Server {
             predicted: Vec::new(),
         };
         let result = engine.run(on_round).await;
-        acceptor.abort();
+        // Closing the engine's side ends every connection's writer once its queue is flushed.
+        drop(engine);
+        let _ = stop_tx.send(());
+        let _ = acceptor.await;
         result
     }
 }
@@ -621,6 +641,10 @@ impl Engine {
         }
     }
 
+    fn conn_id(&self, k: usize) -> Option<u64> {
+        self.sessions[k].conn.as_ref().map(|c| c.id)
+    }
+
     fn send(&self, k: usize, msg: ServerMsg) -> u64 {
         let bytes = proto::encode(&msg).map(|b| b.len() as u64).unwrap_or(0);
         if let Some(c) = &self.sessions[k].conn {
@@ -710,8 +734,12 @@ impl Engine {
         }
         let k = if let Some(id) = resume {
             let k = *self.by_id.get(&id).ok_or(NetError::UnknownSession(id))?;
-            if self.sessions[k].conn.is_some() {
-                return Err(NetError::UnknownSession(id));
+            if let Some(old) = self.sessions[k].conn.take() {
+                // The device knows best: its old connection is dead even if its close was not seen yet.
+                let _ = old.tx.send(ServerMsg::Error {
+                    code: ErrorCode::Protocol,
+                    message: "session: superseded by a resumed connection".into(),
+                });
             }
             // A resumed device waits for the next round; anything pending from the round it left is dropped.
             if self.verifier.is_pending(k)? {
@@ -809,7 +837,7 @@ impl Engine {
                 bytes,
             } => {
                 let &k = self.by_id.get(&session)?;
-                if !self.sessions[k].conn.as_ref().is_some_and(|c| c.id == conn_id) {
+                if self.sessions[k].conn.as_ref().is_none_or(|c| c.id != conn_id) {
                     return None;
                 }
                 if matches!(msg, DeviceMsg::Bye) {
@@ -837,6 +865,9 @@ impl Engine {
         }
         let mut round = 0u64;
         let stopped = loop {
+            if *self.shutdown.borrow() {
+                self.stopping = true;
+            }
             if self.stopping {
                 break "shutdown".to_string();
             }
@@ -1029,6 +1060,8 @@ impl Engine {
                 },
             );
         }
+        // The connection each device was planned on: a device that left or resumed since is out of this round.
+        let plan_conn: BTreeMap<usize, Option<u64>> = active.iter().map(|&k| (k, self.conn_id(k))).collect();
         // Collect the drafts.
         let wall_deadline = match self.cfg.clock {
             Clock::Real => {
@@ -1039,7 +1072,7 @@ impl Engine {
         let mut got: BTreeMap<usize, Got> = BTreeMap::new();
         let mut waiting: Vec<usize> = active.to_vec();
         while !waiting.is_empty() {
-            waiting.retain(|&k| self.sessions[k].conn.is_some());
+            waiting.retain(|&k| self.sessions[k].conn.is_some() && self.conn_id(k) == plan_conn[&k]);
             if waiting.is_empty() {
                 break;
             }
@@ -1073,6 +1106,8 @@ impl Engine {
                         }
                     }
                 }
+                // A straggler's draft of a round already closed: it was told `Dropped`; ignore it.
+                (_, DeviceMsg::Draft { round: r, .. }) if r < round => {}
                 (_, other) => {
                     let e = NetError::Protocol(format!("unexpected {} in round {round}", kind(&other)));
                     self.refuse(k, &e);
@@ -1130,7 +1165,7 @@ impl Engine {
         }
         // Devices that timed out (real clock) or vanished are dropped for this round too.
         for &k in active {
-            if !got.contains_key(&k) && self.sessions[k].conn.is_some() {
+            if !got.contains_key(&k) && self.sessions[k].conn.is_some() && self.conn_id(k) == plan_conn[&k] {
                 let t = traces.get_mut(&k).expect("trace");
                 t.mode = "dropped";
                 self.sessions[k].dropped += 1;
@@ -1374,12 +1409,14 @@ impl Engine {
             }
             waiting.insert(k, (i, ul));
         }
+        let ids: BTreeMap<usize, Option<u64>> = waiting.keys().map(|&k| (k, self.conn_id(k))).collect();
+        let mut replies: BTreeMap<usize, (usize, bool, DeviceMsg, usize)> = BTreeMap::new();
         let deadline = Instant::now() + self.cfg.wait_limit;
         while !waiting.is_empty() {
             let gone: Vec<usize> = waiting
                 .keys()
                 .copied()
-                .filter(|&k| self.sessions[k].conn.is_none())
+                .filter(|&k| self.sessions[k].conn.is_none() || self.conn_id(k) != ids[&k])
                 .collect();
             for k in gone {
                 waiting.remove(&k);
@@ -1395,11 +1432,20 @@ impl Engine {
             let Some((k, msg, bytes)) = self.triage(ev) else {
                 continue;
             };
+            if matches!(msg, DeviceMsg::Draft { round: r, .. } if r <= round) {
+                // A late draft of this or an earlier round (the device was told `Dropped`).
+                continue;
+            }
             let Some(&(i, ul)) = waiting.get(&k) else {
                 let e = NetError::Protocol(format!("unexpected {} during corrections", kind(&msg)));
                 self.refuse(k, &e);
                 continue;
             };
+            waiting.remove(&k);
+            replies.insert(k, (i, ul, msg, bytes));
+        }
+        // Resolve in device order, whatever order the replies arrived in: the verifier's draws replay from the seed.
+        for (k, (i, ul, msg, bytes)) in replies {
             let outcome: Result<u32> = match (ul, msg) {
                 (true, DeviceMsg::Upload { round: r, q }) if r == round => (|| {
                     let q = proto::unpack(&q, self.vocab)?;
@@ -1425,7 +1471,6 @@ impl Engine {
                     kind(&other)
                 ))),
             };
-            waiting.remove(&k);
             match outcome {
                 Ok(token) => {
                     let done = self.verifier.is_done(k)?;

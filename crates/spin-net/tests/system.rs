@@ -2,16 +2,19 @@
 //! greedy decoding (paper A and paper B exchanges), bits on the air equal spin-core's payload sizes, the virtual
 //! clock replays byte for byte, and the fault cases (disconnect and resume, stragglers, hostile frames).
 
-use futures_util::SinkExt;
+use rand::{RngExt, SeedableRng};
+use spin_net::NetError;
 use spin_net::controller::Scheme;
-use spin_net::proto::{self, DeviceMsg, Identity, MAGIC, PROTOCOL_VERSION, ServerMsg};
-use spin_net::server::{RoundTrace, ServerConfig};
+use spin_net::device::{DeviceConfig, run_device};
+use spin_net::proto::{self, DeviceMsg, ErrorCode, Identity, MAGIC, PROTOCOL_VERSION, ServerMsg};
+use spin_net::server::{Clock, Compute, RoundTrace, Server, ServerConfig};
 use spin_net::sim::{SimDevice, simulate};
 use spin_runtime::model::{self, model_from_tensors};
 use spin_runtime::speculative::{generate_plain, sampling};
 use spin_runtime::{Config, Model, RopeStyle};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 fn tiny(seed: u64, std: f64, n_layers: usize) -> Model {
@@ -114,5 +117,404 @@ fn greedy_text_over_the_network_equals_plain_decoding_in_both_exchanges() {
         assert_eq!(out.summary.tokens, 80);
         assert_eq!(traces.iter().map(|t| t.tokens).sum::<u64>(), 80, "{scheme}");
         assert!(out.summary.elapsed_s > 0.0);
+    }
+}
+
+fn config(scheme: &str, target: &Model) -> ServerConfig {
+    let mut cfg = ServerConfig::new(Scheme::parse(scheme).unwrap(), identity(target));
+    cfg.max_new_tokens = 20;
+    cfg.max_draft_len = 5;
+    cfg.saa_samples = 32;
+    cfg
+}
+
+#[test]
+fn bits_on_the_air_are_spin_cores_payload_sizes() {
+    let target = Arc::new(tiny(1, 0.6, 3));
+    let drafter = Arc::new(tiny(2, 0.6, 1));
+    // V = 24: ⌈log₂V⌉ = 5; V_eff is capped at V, so Q_tok = D = 24·(5 + 16) = 504 bits.
+    let q_tok = 24 * (5 + 16);
+    let (_, traces) = run(&target, &drafter, config("exact", &target), &sim_devices());
+    let mut drafted = 0;
+    for t in traces.iter().flat_map(|r| &r.devices) {
+        assert_eq!(t.mode, "server");
+        assert_eq!(t.bits_up, u64::from(t.gamma) * q_tok, "{t:?}");
+        // The frame carries the packed payload plus a small header.
+        assert!(
+            t.wire_up_bytes * 8 >= t.bits_up
+                && t.wire_up_bytes * 8 <= t.bits_up + 8 * (24 + 8 * u64::from(t.gamma))
+        );
+        drafted += t.gamma;
+    }
+    assert!(drafted > 0);
+    let mut cfg = config("best", &target);
+    cfg.modes = spin_optimize::paper_b::ModeScheme::Random;
+    let (_, traces) = run(&target, &drafter, cfg, &sim_devices());
+    let (mut ul, mut dl) = (0, 0);
+    for t in traces.iter().flat_map(|r| &r.devices) {
+        let pairs = u64::from(t.gamma) * (5 + 32);
+        match t.mode {
+            "ul" => {
+                ul += 1;
+                assert_eq!((t.bits_up, t.bits_down), (pairs + q_tok, 0), "{t:?}");
+                assert!(t.air_corr_s > 0.0);
+            }
+            "dl" => {
+                dl += 1;
+                assert_eq!((t.bits_up, t.bits_down), (pairs, q_tok), "{t:?}");
+                assert!(t.air_corr_s > 0.0);
+            }
+            "server" => assert_eq!((t.bits_up, t.bits_down), (pairs, 0), "{t:?}"),
+            other => panic!("mode {other}"),
+        }
+    }
+    assert!(
+        ul > 0 && dl > 0,
+        "random modes use both directions ({ul} UL, {dl} DL)"
+    );
+}
+
+#[test]
+fn virtual_clock_replays_byte_for_byte() {
+    let target = Arc::new(tiny(3, 0.6, 2));
+    let drafter = Arc::new(tiny(4, 0.6, 1));
+    let go = |seed: u64, temperature: f64| {
+        let mut cfg = config("greedy", &target);
+        cfg.seed = seed;
+        cfg.temperature = temperature;
+        let (out, traces) = run(&target, &drafter, cfg, &sim_devices());
+        (
+            serde_json::to_string(&traces).unwrap(),
+            serde_json::to_string(&out.summary).unwrap(),
+        )
+    };
+    let a = go(5, 1.0);
+    assert_eq!(a, go(5, 1.0));
+    assert_ne!(a.0, go(6, 1.0).0);
+}
+
+#[test]
+fn a_device_that_disconnects_mid_round_resumes_and_ends_with_the_same_text() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let greedy = sampling(0.0).unwrap();
+    for scheme in ["exact", "best"] {
+        let mut devices = sim_devices();
+        devices[2].disconnect_at_round = Some(1);
+        devices[0].disconnect_at_round = Some(0);
+        let (out, traces) = run(&target, &drafter, config(scheme, &target), &devices);
+        for (k, p) in prompts().iter().enumerate() {
+            let want = generate_plain(&target, p, &greedy, 20, None, 0).unwrap();
+            let rep = out.devices[k].as_ref().unwrap();
+            assert_eq!(rep.generated(), want.as_slice(), "{scheme}: device {k}");
+        }
+        assert_eq!(out.devices[0].as_ref().unwrap().resumes, 1);
+        assert_eq!(out.devices[2].as_ref().unwrap().resumes, 1);
+        assert_eq!(traces.iter().map(|t| t.tokens).sum::<u64>(), 80, "{scheme}");
+    }
+}
+
+#[test]
+fn a_straggler_is_dropped_for_the_round_and_stays_in_the_session() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let mut cfg = config("fixed", &target);
+    cfg.clock = Clock::Real;
+    cfg.compute = Compute::Measured;
+    cfg.round_deadline_s = 0.4;
+    cfg.max_rounds = Some(3);
+    let mut devices = sim_devices();
+    devices[1].delay = Some(Duration::from_millis(900));
+    let (out, traces) = run(&target, &drafter, cfg, &devices);
+    assert_eq!(traces.len(), 3);
+    assert_eq!(out.summary.devices[1].dropped, 3, "{:?}", out.summary.devices[1]);
+    assert_eq!(out.summary.devices[1].tokens, 0);
+    for k in [0, 2, 3] {
+        assert_eq!(out.summary.devices[k].dropped, 0);
+        assert!(out.summary.devices[k].tokens >= 3, "device {k} advanced");
+    }
+    for t in &traces {
+        assert_eq!(t.devices[1].mode, "dropped");
+    }
+    // The run ended at the round limit: every device is told so, the straggler included.
+    assert!(
+        out.devices[1].as_ref().unwrap_err().contains("shut down"),
+        "{:?}",
+        out.devices[1]
+    );
+}
+
+#[test]
+fn shutdown_ends_the_run_and_the_trace_is_complete() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let rt = runtime();
+    let (tx, rx) = watch::channel(false);
+    let mut traces = Vec::new();
+    let mut cfg = config("fixed", &target);
+    cfg.max_new_tokens = 80;
+    let out = rt
+        .block_on(simulate(
+            target.clone(),
+            drafter.clone(),
+            identity(&drafter),
+            cfg,
+            &sim_devices(),
+            rx,
+            |t| {
+                traces.push(t.clone());
+                if t.round == 1 {
+                    let _ = tx.send(true);
+                }
+            },
+        ))
+        .unwrap();
+    assert_eq!(out.summary.stopped, "shutdown");
+    assert_eq!(traces.len(), 2);
+    assert_eq!(out.summary.tokens, traces.iter().map(|t| t.tokens).sum::<u64>());
+    for d in &out.devices {
+        assert!(d.as_ref().unwrap_err().contains("shut down"), "{d:?}");
+    }
+}
+
+async fn raw_hello(addr: &str, hello: &DeviceMsg) -> ServerMsg {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut conn = spin_net::wire::framed(stream, proto::MAX_FRAME_BYTES);
+    spin_net::wire::send(&mut conn, hello).await.unwrap();
+    spin_net::wire::recv::<ServerMsg>(&mut conn, proto::MAX_FRAME_BYTES)
+        .await
+        .unwrap()
+        .0
+}
+
+fn hello(vocab: u32, version: u16, resume: Option<u64>) -> DeviceMsg {
+    DeviceMsg::Hello {
+        magic: MAGIC,
+        version,
+        identity: Identity {
+            vocab,
+            tokenizer: 7,
+            model: 0,
+        },
+        resume,
+        prompt: vec![1, 2],
+        distance_m: None,
+    }
+}
+
+/// Sends raw bytes and reads what comes back until the server closes (bounded in time).
+async fn raw_bytes(addr: &str, bytes: &[u8], close_write: bool) -> Vec<u8> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(bytes).await;
+    if close_write {
+        let _ = s.shutdown().await;
+    }
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    out
+}
+
+fn error_code(reply: &[u8]) -> Option<ErrorCode> {
+    let len = u32::from_be_bytes(reply.get(..4)?.try_into().ok()?) as usize;
+    match proto::decode::<ServerMsg>(reply.get(4..4 + len)?).ok()? {
+        ServerMsg::Error { code, .. } => Some(code),
+        _ => None,
+    }
+}
+
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+#[test]
+fn hostile_peers_are_refused_while_four_devices_generate_their_text() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let greedy = sampling(0.0).unwrap();
+    let rt = runtime();
+    let mut cfg = config("best", &target);
+    cfg.min_devices = 4;
+    cfg.max_devices = 64;
+    cfg.resume_grace = Duration::from_millis(300);
+    let (_tx, rx) = watch::channel(false);
+    let (summary, reports, refusals) = rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", target.clone(), cfg).await.unwrap();
+        let addr = server.local_addr().unwrap().to_string();
+        let serving = tokio::spawn(server.run(rx, |_| {}));
+        let devices: Vec<_> = prompts()
+            .into_iter()
+            .map(|p| {
+                tokio::spawn(run_device(
+                    drafter.clone(),
+                    DeviceConfig::new(addr.clone(), p, identity(&drafter)),
+                ))
+            })
+            .collect();
+        // Handshake refusals, each answered with its code.
+        let mut refusals = Vec::new();
+        for (h, want) in [
+            (hello(25, PROTOCOL_VERSION, None), ErrorCode::Mismatch),
+            (hello(24, PROTOCOL_VERSION + 1, None), ErrorCode::Version),
+            (
+                hello(24, PROTOCOL_VERSION, Some(12345)),
+                ErrorCode::UnknownSession,
+            ),
+        ] {
+            match raw_hello(&addr, &h).await {
+                ServerMsg::Error { code, message } => {
+                    assert_eq!(code, want, "{message}");
+                    refusals.push(message);
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+        // Oversized, truncated, malformed and out-of-order frames.
+        let too_big = ((proto::MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
+        assert_eq!(
+            error_code(&raw_bytes(&addr, &too_big, false).await),
+            Some(ErrorCode::TooLarge)
+        );
+        let mut cut = 100u32.to_be_bytes().to_vec();
+        cut.extend_from_slice(&[0; 10]);
+        assert_eq!(
+            error_code(&raw_bytes(&addr, &cut, true).await),
+            Some(ErrorCode::Malformed)
+        );
+        assert_eq!(
+            error_code(&raw_bytes(&addr, &frame(&[0xff; 7]), false).await),
+            Some(ErrorCode::Malformed)
+        );
+        let draft = proto::encode(&DeviceMsg::Bye).unwrap();
+        assert_eq!(
+            error_code(&raw_bytes(&addr, &frame(&draft), false).await),
+            Some(ErrorCode::Protocol)
+        );
+        // Thousands of random and mutated frames.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(99);
+        let valid: Vec<Vec<u8>> = vec![
+            proto::encode(&hello(24, PROTOCOL_VERSION, None)).unwrap(),
+            proto::encode(&DeviceMsg::Draft {
+                round: 0,
+                tokens: vec![1, 2],
+                probs: vec![0.5, 0.5],
+                dists: vec![],
+                draft_s: 0.0,
+            })
+            .unwrap(),
+        ];
+        let mut sent = 0;
+        for i in 0..250 {
+            let mut bytes = Vec::new();
+            for _ in 0..8 {
+                let body: Vec<u8> = if i % 2 == 0 {
+                    let n = rng.random_range(0..40);
+                    (0..n).map(|_| rng.random::<u8>()).collect()
+                } else {
+                    let mut b = valid[rng.random_range(0..valid.len())].clone();
+                    for _ in 0..rng.random_range(1..4) {
+                        let at = rng.random_range(0..b.len());
+                        b[at] = rng.random();
+                    }
+                    b
+                };
+                bytes.extend_from_slice(&frame(&body));
+                sent += 1;
+            }
+            raw_bytes(&addr, &bytes, true).await;
+        }
+        assert_eq!(sent, 2000);
+        let mut reports = Vec::new();
+        for d in devices {
+            reports.push(d.await.unwrap().unwrap());
+        }
+        let summary = serving.await.unwrap().unwrap();
+        (summary, reports, refusals)
+    });
+    for (k, p) in prompts().iter().enumerate() {
+        let want = generate_plain(&target, p, &greedy, 20, None, 0).unwrap();
+        let rep = reports
+            .iter()
+            .find(|r| r.tokens[..r.prompt_len] == p[..])
+            .unwrap();
+        assert_eq!(rep.generated(), want.as_slice(), "device {k}");
+    }
+    assert!(summary.devices.len() >= 4);
+    assert!(refusals[0].starts_with("vocab:"), "{}", refusals[0]);
+    assert!(refusals[1].starts_with("version:"), "{}", refusals[1]);
+}
+
+#[test]
+fn a_device_with_another_vocabulary_is_refused_with_a_clear_error() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let rt = runtime();
+    let mut cfg = config("fixed", &target);
+    cfg.max_rounds = Some(0);
+    let (_tx, rx) = watch::channel(false);
+    let err = rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", target.clone(), cfg).await.unwrap();
+        let addr = server.local_addr().unwrap().to_string();
+        let serving = tokio::spawn(server.run(rx, |_| {}));
+        let mut id = identity(&target);
+        id.tokenizer = 8;
+        let e = run_device(target.clone(), DeviceConfig::new(addr, vec![1], id))
+            .await
+            .unwrap_err();
+        serving.abort();
+        e
+    });
+    match err {
+        NetError::Refused { code, message } => {
+            assert_eq!(code, ErrorCode::Mismatch);
+            assert!(message.starts_with("tokenizer:"), "{message}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn stories260k_eight_devices_produce_the_known_greedy_text() {
+    let Some(d) = std::env::var_os("MULTISPIN_SHARED_DATA") else {
+        println!("skipping: MULTISPIN_SHARED_DATA unset");
+        return;
+    };
+    let dir = std::path::PathBuf::from(d).join("models/stories260K");
+    assert!(
+        dir.join("stories260K.bin").is_file() && dir.join("tok512.bin").is_file(),
+        "MULTISPIN_SHARED_DATA is set but stories260K.bin or tok512.bin is missing"
+    );
+    let device = spin_runtime::select_device().unwrap();
+    let target = spin_runtime::llama2c::load_checkpoint(&dir.join("stories260K.bin"), &device).unwrap();
+    let tok = spin_runtime::llama2c::Llama2cTokenizer::load(&dir.join("tok512.bin"), 512).unwrap();
+    let drafter = Arc::new(target.first_layers(2).unwrap());
+    let target = Arc::new(target);
+    let texts = ["Once upon a time", "The dog", "Lily and Ben", "One day"];
+    let devices: Vec<SimDevice> = (0..8)
+        .map(|k| SimDevice {
+            prompt: tok.encode(texts[k % texts.len()], true),
+            ..Default::default()
+        })
+        .collect();
+    let greedy = sampling(0.0).unwrap();
+    for scheme in ["exact", "best"] {
+        let mut cfg = config(scheme, &target);
+        cfg.max_new_tokens = 24;
+        let (out, _) = run(&target, &drafter, cfg, &devices);
+        for (k, d) in devices.iter().enumerate() {
+            let want = generate_plain(&target, &d.prompt, &greedy, 24, None, 0).unwrap();
+            assert_eq!(out.summary.devices[k].generated, want, "{scheme}: device {k}");
+        }
+        let mut all = devices[0].prompt.clone();
+        all.extend_from_slice(&out.summary.devices[0].generated);
+        let text = tok.decode(&all);
+        assert!(
+            text.starts_with("Once upon a time, there was a little girl named Lily."),
+            "{text:?}"
+        );
+        println!(
+            "{scheme}: {:.1} tokens/s on the virtual clock",
+            out.summary.goodput
+        );
     }
 }

@@ -518,9 +518,13 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         self.commit(device, &p.drafted[..p.position], token)
     }
 
-    /// Drops a pending correction (the device left mid-round): the round commits nothing for it.
+    /// Drops a pending correction (the device left mid-round): the round commits nothing for it, and the cache rolls
+    /// back to the committed tokens.
     pub fn abandon(&mut self, device: usize) -> Result<()> {
-        self.slot_mut(device)?.pending = None;
+        let slot = self.slot_mut(device)?;
+        slot.pending = None;
+        let keep = slot.cache.len().min(slot.tokens.len() - 1);
+        slot.cache.truncate(keep)?;
         Ok(())
     }
 

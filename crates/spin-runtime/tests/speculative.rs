@@ -290,3 +290,73 @@ fn stories260k_speculation_greedy_equality_and_sampling_chi_square() {
     println!("p-value against the target {pv:.3}, against the drafter {pq:.2e}");
     assert!(pq < 1e-6, "p-value against the drafter {pq}");
 }
+
+#[test]
+fn drafter_and_verifier_with_token_probabilities_and_ul_or_dl_correction_sample_the_target() {
+    use spin_runtime::drafter::{DistForm, Drafter, device_rng};
+    use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
+    let target = tiny(5, 0.6, 2);
+    let drafter = tiny(6, 0.6, 1);
+    let t1 = speculative::sampling(1.0).unwrap();
+    let prompt = vec![1u32, 7, 3];
+    let (p1, _) = exact_first_two(&target, &prompt, &t1);
+    let form = DistForm::Sparse {
+        v_eff: 24,
+        q_bits: 24,
+    };
+    let mut counts = vec![0u64; 24];
+    let (mut ul, mut dl) = (0, 0);
+    for rep in 0..1000u64 {
+        let mut v = Verifier::new(
+            &target,
+            VerifierConfig {
+                params: t1,
+                max_new_tokens: 3,
+                eos: None,
+                seed: rep,
+            },
+        );
+        v.add_devices(std::slice::from_ref(&prompt)).unwrap();
+        let mut d = Drafter::new(&drafter, &prompt, prompt.len(), t1, form, device_rng(rep, 0)).unwrap();
+        let out = d.draft(2).unwrap();
+        let sub = Submission {
+            device: 0,
+            tokens: &out.tokens,
+            dists: DraftDists::Probs(&out.probs),
+        };
+        let (dec, _) = v.verify(&[sub]).unwrap();
+        let first = match dec[0] {
+            Decision::Done { accepted, token, .. } => {
+                d.commit(accepted, token).unwrap();
+                if accepted > 0 { out.tokens[0] } else { token }
+            }
+            Decision::Pending { position } => {
+                let token = if rep % 2 == 0 {
+                    ul += 1;
+                    v.resolve_uplink(0, &d.uplink_q(position, 24, 24).unwrap())
+                        .unwrap()
+                } else {
+                    dl += 1;
+                    let t = d
+                        .correct_downlink(position, &v.downlink_p(0, 24, 24).unwrap())
+                        .unwrap();
+                    v.resolve_token(0, t).unwrap();
+                    t
+                };
+                d.commit(position, token).unwrap();
+                if position > 0 { out.tokens[0] } else { token }
+            }
+        };
+        assert_eq!(
+            d.tokens(),
+            v.tokens(0).unwrap(),
+            "both halves commit the same text"
+        );
+        counts[first as usize] += 1;
+    }
+    assert!(ul > 50 && dl > 50, "{ul} UL and {dl} DL corrections");
+    let pv = chi_square_p(&counts, &p1);
+    assert!(pv > 1e-3, "p-value {pv}");
+    let (q1, _) = exact_first_two(&drafter, &prompt, &t1);
+    assert!(chi_square_p(&counts, &q1) < 1e-6, "the test can fail");
+}

@@ -1,0 +1,201 @@
+//! Criterion benchmarks of the networked system (issue: server overhead ≤ 20 µs per device per round at K = 64,
+//! model compute excluded; and how many virtual-clock rounds per second `simulate` sustains with 64 tiny devices).
+//!
+//! `net/protocol_k64`: the server's per-round work on the wire for 64 devices (encode 64 plans, decode and
+//! validate 64 paper-A drafts of γ = 4 with packed distributions at V = 512, V_eff = 512, Q = 16, air times, the
+//! reactive mode choice for 16 rejected devices, encode 64 verdicts). `net/plan_k64/<scheme>`: the controller's
+//! planning for 64 devices. Both report elements = devices, so criterion's time per element is per device.
+//! `net/virtual_rounds_k64`: whole `simulate` runs (server + 64 devices over loopback, tiny random models).
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spin_core::{Dist, SparseDist};
+use spin_net::controller::{ControllerConfig, DeviceView, Scheme, plan_round};
+use spin_net::link::{LinkConfig, air_time_s};
+use spin_net::proto::{self, DeviceMsg, Identity, Next, ServerMsg};
+use spin_net::server::ServerConfig;
+use spin_net::sim::{SimDevice, simulate};
+use spin_optimize::paper_b::{ModeScheme, reactive};
+use spin_runtime::model::{self, model_from_tensors};
+use spin_runtime::{Config, Model, RopeStyle};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+const K: usize = 64;
+const V: usize = 512;
+
+fn draft_bodies(rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
+    (0..K)
+        .map(|_| {
+            let dists: Vec<SparseDist> = (0..4)
+                .map(|_| {
+                    let w: Vec<f32> = (0..V).map(|_| rng.random::<f32>() + 1e-3).collect();
+                    SparseDist::truncate(Dist::new(&w).unwrap(), V)
+                        .unwrap()
+                        .quantise(16)
+                        .unwrap()
+                })
+                .collect();
+            let tokens: Vec<u32> = dists.iter().map(|d| d.indices()[0]).collect();
+            proto::encode(&DeviceMsg::Draft {
+                round: 7,
+                tokens,
+                probs: vec![0.5; 4],
+                dists: dists.iter().map(|d| proto::pack(d).unwrap()).collect(),
+                draft_s: 0.01,
+            })
+            .unwrap()
+        })
+        .collect()
+}
+
+fn protocol(c: &mut Criterion) {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let bodies = draft_bodies(&mut rng);
+    let link = LinkConfig::paper_b();
+    let gains: Vec<f64> = (0..K).map(|k| 1e-12 * (1 + k) as f64).collect();
+    let mut g = c.benchmark_group("net");
+    g.throughput(Throughput::Elements(K as u64));
+    g.bench_function("protocol_k64", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            for _ in 0..K {
+                let plan = ServerMsg::Plan {
+                    round: 7,
+                    draft_len: 4,
+                    bandwidth_hz: 1e5,
+                };
+                bytes += proto::encode(&plan).unwrap().len();
+            }
+            let mut bits = 0u64;
+            for (k, body) in bodies.iter().enumerate() {
+                let DeviceMsg::Draft { dists, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
+                    unreachable!()
+                };
+                for d in &dists {
+                    bits += proto::unpack(d, V as u32).unwrap().bits_on_air();
+                }
+                let r = link.spectral_efficiency(gains[k]).unwrap();
+                black_box(air_time_s(bits as f64, 1e5, r));
+            }
+            let rejected = &gains[..16];
+            let sol = reactive::solve(
+                &link.paper_b_link(12_800.0),
+                rejected,
+                ModeScheme::Optimal,
+                &mut ChaCha8Rng::seed_from_u64(0),
+            )
+            .unwrap();
+            for _ in 0..K {
+                let v = ServerMsg::Verdict {
+                    round: 7,
+                    accepted: 2,
+                    next: Next::Commit {
+                        token: 5,
+                        done: false,
+                    },
+                };
+                bytes += proto::encode(&v).unwrap().len();
+            }
+            black_box((bytes, bits, sol))
+        })
+    });
+    let views: Vec<DeviceView> = (0..K)
+        .map(|k| DeviceView {
+            alpha: 0.5 + 0.4 * (k as f64 / K as f64),
+            draft_token_s: 0.015 * (1.0 + 0.15 * (k % 7) as f64 / 7.0),
+            gain: gains[k],
+            max_len: 100,
+        })
+        .collect();
+    for scheme in ["fixed", "uni-bw", "exact", "greedy", "comp-only"] {
+        let cfg = ControllerConfig {
+            scheme: Scheme::parse(scheme).unwrap(),
+            modes: ModeScheme::Optimal,
+            max_draft_len: 8,
+            fixed_len: 4,
+            payload_bits: 12_800.0,
+            saa_samples: 200,
+        };
+        g.bench_function(format!("plan_k64/{scheme}"), |b| {
+            b.iter(|| black_box(plan_round(&cfg, &link, &views, 0.0428, 0.0076, 3).unwrap()))
+        });
+    }
+    g.finish();
+}
+
+fn tiny(seed: u64, n_layers: usize) -> Model {
+    let cfg = Config {
+        vocab_size: 24,
+        dim: 32,
+        hidden_dim: 48,
+        n_layers,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 96,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let device = spin_runtime::select_device().unwrap();
+    model_from_tensors(
+        cfg.clone(),
+        model::random_tensors(&cfg, 0.3, seed, &device).unwrap(),
+        &device,
+    )
+    .unwrap()
+}
+
+fn virtual_rounds(c: &mut Criterion) {
+    let target = Arc::new(tiny(1, 2));
+    let drafter = Arc::new(tiny(2, 1));
+    let identity = Identity {
+        vocab: 24,
+        tokenizer: 0,
+        model: 0,
+    };
+    let devices: Vec<SimDevice> = (0..K)
+        .map(|k| SimDevice {
+            prompt: vec![1, (k % 23) as u32],
+            ..Default::default()
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rounds = 8u64;
+    let mut g = c.benchmark_group("net");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(20));
+    g.throughput(Throughput::Elements(rounds));
+    g.bench_function("virtual_rounds_k64", |b| {
+        b.iter(|| {
+            let mut cfg = ServerConfig::new(Scheme::parse("fixed").unwrap(), identity);
+            cfg.max_rounds = Some(rounds);
+            cfg.max_new_tokens = 60;
+            let (_tx, rx) = tokio::sync::watch::channel(false);
+            let out = rt
+                .block_on(simulate(
+                    target.clone(),
+                    drafter.clone(),
+                    identity,
+                    cfg,
+                    &devices,
+                    rx,
+                    |_| {},
+                ))
+                .unwrap();
+            assert_eq!(out.summary.rounds, rounds);
+            black_box(out.summary.tokens)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, protocol, virtual_rounds);
+criterion_main!(benches);

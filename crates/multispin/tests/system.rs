@@ -1,0 +1,229 @@
+//! `multispin simulate`, `serve` and `device` end to end on tiny random-weight llama2.c models written to a
+//! temporary folder: the greedy text of every device equals `multispin generate`'s, the outputs are written, and
+//! bad input exits with status 2.
+
+use spin_runtime::llama2c::{self, Llama2cTokenizer};
+use spin_runtime::{Config, RopeStyle, model};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Writes a tokenizer and two models (target 3 layers, draft 1 layer) sharing it.
+fn write_tiny(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let extra: Vec<(String, f32)> = ["a", "b", "c", " ", "ab", " a", "bc"]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.to_string(), -(i as f32)))
+        .collect();
+    let refs: Vec<(&str, f32)> = extra.iter().map(|(s, x)| (s.as_str(), *x)).collect();
+    let tok = Llama2cTokenizer::from_pieces(&refs);
+    let t = dir.join("tok.bin");
+    std::fs::write(&t, tok.to_bytes()).unwrap();
+    let device = spin_runtime::select_device().unwrap();
+    let mut paths = Vec::new();
+    for (name, layers, seed) in [("target.bin", 3, 11), ("draft.bin", 1, 12)] {
+        let cfg = Config {
+            vocab_size: tok.vocab_size(),
+            dim: 32,
+            hidden_dim: 48,
+            n_layers: layers,
+            n_heads: 4,
+            n_kv_heads: 2,
+            max_seq_len: 128,
+            rms_eps: 1e-5,
+            rope_theta: 10000.0,
+            rope: RopeStyle::Interleaved,
+            qkv_bias: false,
+            tied_embeddings: true,
+        };
+        let w = model::random_tensors(&cfg, 0.3, seed, &device).unwrap();
+        let m = dir.join(name);
+        llama2c::write_checkpoint(&m, &cfg, &w).unwrap();
+        paths.push(m);
+    }
+    (paths.remove(0), paths.remove(0), t)
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_multispin"))
+}
+
+fn generate(target: &Path, draft: &Path, tok: &Path, prompt: &str) -> String {
+    let out = bin()
+        .args(["generate", "--max-tokens", "16", "--prompt", prompt])
+        .arg("--target")
+        .arg(target)
+        .arg("--draft")
+        .arg(draft)
+        .arg("--tokenizer")
+        .arg(tok)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_owned()
+}
+
+const PROMPTS: [&str; 3] = ["ab", "c a", "bc bc"];
+
+#[test]
+fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(&prompts, PROMPTS.join("\n")).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--devices",
+            "3",
+            "--max-tokens",
+            "16",
+            "--compare",
+            "exact,fixed",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for s in ["best", "exact", "fixed"] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(s)),
+            "{s} missing from\n{stdout}"
+        );
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("summary-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(summary["tokens"], 48, "{s}");
+        for (k, p) in PROMPTS.iter().enumerate() {
+            assert_eq!(
+                summary["texts"][k],
+                generate(&target, &draft, &tok, p),
+                "{s}: device {k}"
+            );
+        }
+        let trace = std::fs::read_to_string(out_dir.join(format!("trace-{s}.jsonl"))).unwrap();
+        let rounds = summary["rounds"].as_u64().unwrap() as usize;
+        assert_eq!(trace.lines().count(), rounds);
+        for line in trace.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(v["devices"].as_array().is_some_and(|d| !d.is_empty()));
+        }
+        assert!(out_dir.join(format!("rounds-{s}.csv")).is_file());
+    }
+    for f in ["summary.csv", "goodput.svg", "latency.svg"] {
+        assert!(out_dir.join(f).is_file(), "{f}");
+    }
+}
+
+#[test]
+fn serve_and_device_processes_produce_the_generate_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let mut server = bin()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--devices",
+            "2",
+            "--max-tokens",
+            "16",
+            "--scheme",
+            "greedy",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    let devices: Vec<_> = PROMPTS[..2]
+        .iter()
+        .map(|p| {
+            bin()
+                .args(["device", "--connect", &addr, "--prompt", p])
+                .arg("--draft")
+                .arg(&draft)
+                .arg("--tokenizer")
+                .arg(&tok)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (d, p) in devices.into_iter().zip(PROMPTS) {
+        let out = d.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(text.trim_end_matches('\n'), generate(&target, &draft, &tok, p));
+    }
+    let status = server.wait().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn bad_input_exits_with_status_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    for (args, field) in [
+        (vec!["--scheme", "nope"], "scheme:"),
+        (vec!["--devices", "0"], "devices:"),
+        (vec!["--q-bits", "30"], "q_bits:"),
+        (vec!["--bandwidth-hz=-1"], "bandwidth_hz:"),
+        (vec!["--modes", "sideways"], "modes:"),
+    ] {
+        let out = bin()
+            .arg("simulate")
+            .args(&args)
+            .arg("--target")
+            .arg(&target)
+            .arg("--draft")
+            .arg(&draft)
+            .arg("--tokenizer")
+            .arg(&tok)
+            .arg("--out")
+            .arg(dir.path().join("o"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.starts_with(&format!("error: {field}")), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    // A device that cannot reach a server fails with status 1 and one line.
+    let out = bin()
+        .args(["device", "--connect", "127.0.0.1:1"])
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
