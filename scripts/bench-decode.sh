@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Whole-process wall time of `multispin generate` (plain greedy decoding of stories260K) against llama2.c's run.c,
 # run alternately (A B A B ...), with the median ratio and the worst pair; checks that both print the same text.
-# Build first: `cargo build --release -p multispin`, and the peer with ../shared/peers/bench-run-c.sh (it writes
-# /tmp/llama2c-run; another binary can be given with RUN_C).
+# Build first: `cargo build --release -p multispin`, and the peer: llama2.c's run.c compiled to /tmp/llama2c-run
+# (`gcc -Ofast -march=native -o /tmp/llama2c-run run.c -lm`); another binary can be given with RUN_C.
 #
 # Usage: scripts/bench-decode.sh [PAIRS] [STEPS] [PROMPT]   (default 15 pairs, 256 positions, "Once upon a time")
 #   MULTISPIN_SHARED_DATA must point at the shared data (models/stories260K); extra `generate` flags go in GEN_FLAGS.

@@ -13,7 +13,7 @@ use spin_core::{
 use std::hint::black_box;
 use std::time::Duration;
 
-/// Qwen-family vocabulary size (MODEL.md §1).
+/// Qwen-family vocabulary size (docs/model.md §1).
 const V: usize = 151_665;
 const K: usize = 20;
 const L: usize = 8;

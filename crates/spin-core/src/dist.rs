@@ -1,5 +1,5 @@
 //! Token distributions: zero-copy validated views over probability slices, logits → probabilities, top-V_eff
-//! truncation, Q-bit quantisation and the sparse form that crosses the air (MODEL.md §1).
+//! truncation, Q-bit quantisation and the sparse form that crosses the air (docs/model.md §1).
 //!
 //! A [`Dist`] borrows `&[f32]` (or `&[f64]`) weights and is validated once: every weight finite and non-negative,
 //! the total positive. The distribution it stands for is `w / Σw`; weights need not sum to one, which is what lets
@@ -455,7 +455,7 @@ impl ProbRows {
     }
 }
 
-/// ⌈log₂ V⌉: the bits of one token index on the air (MODEL.md §1), at least 1.
+/// ⌈log₂ V⌉: the bits of one token index on the air (docs/model.md §1), at least 1.
 pub fn index_bits(vocab: usize) -> u32 {
     if vocab <= 2 {
         1
@@ -526,7 +526,7 @@ impl SparseDist {
         self.value_bits
     }
 
-    /// The exact payload size D = V_eff · (⌈log₂V⌉ + Q) bits (MODEL.md §1; paper B's D, paper A's Q_tok).
+    /// The exact payload size D = V_eff · (⌈log₂V⌉ + Q) bits (docs/model.md §1; paper B's D, paper A's Q_tok).
     ///
     /// ```
     /// # use spin_core::dist::index_bits;

@@ -1,6 +1,6 @@
 //! Online estimation of a device's acceptance rate α from realised rounds, with confidence intervals.
 //!
-//! Two estimators (MODEL.md §1, paper A Table I's "mean of min(1, p/q) over drafted tokens"):
+//! Two estimators (docs/model.md §1, paper A Table I's "mean of min(1, p/q) over drafted tokens"):
 //! - **ratio**: the mean of a_j = min(1, p_j(y_j)/q_j(y_j)) over drafted tokens. Since E_{y∼q}[min(1, p/q)] =
 //!   Σ_v min(p_v, q_v), each a_j is an unbiased draw of that position's acceptance probability, and it uses every
 //!   drafted token, also those after a rejection. Interval: normal approximation, mean ± z·s/√n (s the sample

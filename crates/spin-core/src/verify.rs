@@ -1,4 +1,4 @@
-//! Verification of one draft (MODEL.md §1 steps 3–5): sequential acceptance with probability min(1, p/q),
+//! Verification of one draft (docs/model.md §1 steps 3–5): sequential acceptance with probability min(1, p/q),
 //! residual sampling from norm(max(0, p − q)) at the first rejection, a bonus token from p_{L+1} otherwise.
 //!
 //! Degenerate cases, chosen deliberately:
@@ -168,7 +168,7 @@ impl Outcome {
     }
 }
 
-/// The residual norm(max(0, p − q)) as a [`Categorical`] without allocation (MODEL.md §1 step 4).
+/// The residual norm(max(0, p − q)) as a [`Categorical`] without allocation (docs/model.md §1 step 4).
 ///
 /// Weights are max(0, p_i − c·q_i) with c = Σp/Σq, i.e. max(0, p_i/Σp − q_i/Σq) scaled by Σp (one multiply per
 /// entry fewer; the scale cancels in the normalisation), in `f64`. [`Residual::mass`] is Σ max(0, p − q) of the

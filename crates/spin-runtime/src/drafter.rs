@@ -1,6 +1,6 @@
 //! The device half of speculative decoding: a draft model with its own KV cache and RNG that drafts γ tokens per
 //! round (γ given every round) and, where the payload needs them, the truncated and quantised draft distributions
-//! as spin-core builds them (MODEL.md §1 "what crosses the air"; docs/system.md).
+//! as spin-core builds them (docs/model.md §1 "what crosses the air"; docs/system.md).
 //!
 //! Exactness with a sparse payload: the device samples each drafted token from the very truncated, quantised
 //! distribution it sends, and keeps that distribution (dense) as its local q for a downlink correction, so every

@@ -44,7 +44,7 @@ pub fn prompts_from_text(
 }
 
 /// Per-prompt acceptance rate: the mean of min(1, p(y)/q(y)) over every drafted token of `new_tokens` generated
-/// tokens (MODEL.md §1), all prompts run as devices of one speculative batch. After every round, `progress` gets
+/// tokens (docs/model.md §1), all prompts run as devices of one speculative batch. After every round, `progress` gets
 /// the number of tokens generated so far over all prompts (at most `prompts.len() · new_tokens`).
 #[allow(clippy::too_many_arguments)]
 pub fn acceptance_per_prompt(

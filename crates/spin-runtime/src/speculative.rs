@@ -1,6 +1,6 @@
 //! The speculative loop for K in-process devices, composed of the two halves the networked system runs apart: each
 //! device's [`Drafter`] drafts γ_k tokens with its own cache, one [`Verifier`] batch forward of the target checks
-//! every draft (paper A eq. 7), spin-core decides acceptance and samples the residual or bonus token (MODEL.md §1
+//! every draft (paper A eq. 7), spin-core decides acceptance and samples the residual or bonus token (docs/model.md §1
 //! steps 3–5), and both caches roll back to the accepted prefix.
 //!
 //! Cache invariant: a cache holds every token of its sequence except the newest (the one still to be fed); after

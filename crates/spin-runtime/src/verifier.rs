@@ -1,7 +1,7 @@
 //! The server half of speculative decoding: the target model with one KV cache per device, one padded batch forward
 //! over the drafts of a round (paper A eq. 7), and spin-core's accept / residual / bonus decisions, with the
 //! correction done on the side the caller chooses (UL: the device's q_r came up; DL: the target's p_r goes down and
-//! the device reports its draw). MODEL.md §1 steps 2–5; docs/system.md.
+//! the device reports its draw). docs/model.md §1 steps 2–5; docs/system.md.
 //!
 //! The verifier is the authority on every device's committed text: it applies the token budget and EOS and tells
 //! the caller when a device is finished.
