@@ -10,7 +10,7 @@ use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
 use spin_optimize::paper_a::exact::exact;
 use spin_optimize::paper_a::heterogeneous::paper_alg1;
 use spin_optimize::paper_a::homogeneous::homo;
-use spin_optimize::paper_a::{Plan, Scenario};
+use spin_optimize::paper_a::{Optimality, Plan, Scenario};
 
 /// The draft length of `fixed`: the command line, else the scenario's `fixed_draft_len`, else
 /// [`FIXED_DRAFT_LEN`] (8) lowered to `max_draft_len` when that is smaller; an explicit value must lie in
@@ -66,14 +66,30 @@ fn to_json(scheme: &str, plan: &Plan) -> Value {
         "bandwidth_hz": plan.bandwidth_hz,
         "goodput_tokens_per_s": plan.goodput_tokens_per_s,
         "round_latency_s": plan.round_latency_s,
+        "optimality": plan.optimality,
     })
+}
+
+/// One line saying what the planner proved about its plan (docs/paper-a.md "Certificate or gap").
+fn optimality_line(o: &Optimality) -> String {
+    match o {
+        Optimality::Optimal => "optimality: proven optimal".into(),
+        Optimality::Bounded {
+            upper_bound_tokens_per_s,
+            relative_gap,
+        } => format!(
+            "optimality: work budget reached; optimum at most {upper_bound_tokens_per_s:.3} tokens/s (relative gap {relative_gap:.2e})"
+        ),
+        Optimality::NoClaim => "optimality: no claim (heuristic or baseline)".into(),
+    }
 }
 
 fn to_table(scheme: &str, s: &Scenario, plan: &Plan) -> String {
     let mut out = format!(
-        "scheme: {scheme}\ngoodput: {:.3} tokens/s\nround latency: {:.3} ms\n\n{:>6} {:>9} {:>9} {:>10} {:>12} {:>12}\n",
+        "scheme: {scheme}\ngoodput: {:.3} tokens/s\nround latency: {:.3} ms\n{}\n\n{:>6} {:>9} {:>9} {:>10} {:>12} {:>12}\n",
         plan.goodput_tokens_per_s,
         plan.round_latency_s * 1e3,
+        optimality_line(&plan.optimality),
         "device",
         "alpha",
         "L",

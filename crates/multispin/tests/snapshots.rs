@@ -18,6 +18,9 @@ const COMMANDS: &[&[&str]] = &[
     &["measure", "acceptance"],
     &["measure", "verify-latency"],
     &["measure", "goodput"],
+    &["simulate"],
+    &["serve"],
+    &["device"],
 ];
 
 fn run(args: &[&str]) -> String {
