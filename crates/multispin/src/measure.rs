@@ -199,6 +199,7 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                 let text = read_text(path)?;
                 let ps = m::prompts_from_text(&text, &l.tok, *count, *words, models.seed + i as u64)
                     .map_err(Failure::input)?;
+                fits_context(&l, &ps, *new_tokens, *draft_len)?;
                 let name = path
                     .file_stem()
                     .map_or("prompts".into(), |s| s.to_string_lossy().into_owned());
@@ -308,6 +309,7 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             let fit = robust.fit;
             let text = read_text(prompts)?;
             let ps = m::prompts_from_text(&text, &l.tok, *devices, 8, models.seed).map_err(Failure::input)?;
+            fits_context(&l, &ps, *new_tokens, *max_draft_len)?;
             let uplink = Uplink {
                 bandwidth_hz: *bandwidth_hz,
                 spectral_efficiency: *spectral_efficiency,
@@ -402,6 +404,27 @@ const MAX_DEVICES: usize = m::MAX_VERIFY_BATCH;
 fn positive(flag: &str, v: usize) -> Result<(), Failure> {
     if v == 0 {
         return Err(Failure::Input(format!("{flag}: must be positive")));
+    }
+    Ok(())
+}
+
+/// Refuses, before any work, a run whose longest prompt plus `new_tokens` plus one round's draft would pass the
+/// context of the target or the drafter: the run would otherwise stop part-way and lose what it measured.
+fn fits_context(
+    l: &Loaded,
+    prompts: &[Vec<u32>],
+    new_tokens: usize,
+    draft_len: usize,
+) -> Result<(), Failure> {
+    let context = l.target.config().max_seq_len.min(l.drafter.config().max_seq_len);
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let needed = longest + new_tokens + draft_len;
+    if needed > context {
+        let room = context.saturating_sub(longest + draft_len);
+        return Err(Failure::Input(format!(
+            "--new-tokens: a prompt of {longest} tokens, {new_tokens} new tokens and a draft of {draft_len} need \
+             {needed} positions, above the context of {context}; use --new-tokens {room} or less"
+        )));
     }
     Ok(())
 }

@@ -63,3 +63,42 @@ fn oversized_and_empty_settings_exit_2_naming_the_flag() {
     );
     refused(&["acceptance", "--prompts", "p.txt", "--words", "0"], "--words");
 }
+
+/// A run that would pass the context part-way (and lose what it measured) is refused before any work, with the
+/// largest `--new-tokens` that fits. Uses the stories260K checkpoint committed under `models/`.
+#[test]
+fn acceptance_past_the_context_is_refused_before_any_work() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile::tempdir().unwrap();
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(
+        &prompts,
+        "Once upon a time there was a little dog who liked to run in the park.\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args([
+            "measure",
+            "acceptance",
+            "--count",
+            "1",
+            "--words",
+            "8",
+            "--new-tokens",
+            "510",
+        ])
+        .arg("--target")
+        .arg(root.join("models/stories260K.bin"))
+        .arg("--tokenizer")
+        .arg(root.join("models/tok512.bin"))
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error: --new-tokens:"), "{err}");
+    assert!(err.contains("above the context of 512"), "{err}");
+}
