@@ -519,11 +519,9 @@ pub struct ScenarioSpec {
     /// How the correction band is split (default `equal`).
     #[serde(default)]
     pub correction_split: CorrectionSplit,
-    /// SAA outcome samples (default 1000).
-    #[serde(default = "default_samples")]
+    /// SAA outcome samples (required: it changes the result, so it is never defaulted silently).
     pub saa_samples: u32,
-    /// Seed of the samples (default 0).
-    #[serde(default)]
+    /// Seed of the samples (required, like `saa_samples`).
     pub seed: u64,
     /// The devices.
     pub devices: Vec<ScenarioDevice>,
@@ -535,10 +533,6 @@ fn default_policy() -> PayloadPolicy {
 
 fn default_true() -> bool {
     true
-}
-
-fn default_samples() -> u32 {
-    1000
 }
 
 impl ScenarioSpec {
