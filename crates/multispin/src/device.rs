@@ -1,7 +1,7 @@
 //! `multispin device`: one edge device as its own process, drafting for a `multispin serve` server.
 
 use crate::failure::Failure;
-use crate::simulate::{encode, identity, load};
+use crate::simulate::{Embedded, encode, identity, load, load_tokenizer};
 use clap::Args;
 use spin_net::NetError;
 use spin_net::blocking::device_blocking;
@@ -15,10 +15,12 @@ pub struct DeviceArgs {
     /// The server's address.
     #[arg(long)]
     pub connect: String,
-    /// Draft model (same vocabulary and tokenizer as the server's target).
+    /// Draft model (same vocabulary and tokenizer as the server's target; default: the embedded 2-layer, width-32
+    /// draft distilled from stories260K, models/draft-2x32.bin).
     #[arg(long)]
-    pub draft: PathBuf,
-    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own.
+    pub draft: Option<PathBuf>,
+    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own (default for a
+    /// llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Prompt text (BOS is prepended when the tokenizer has one).
@@ -43,13 +45,12 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
             "distance_m: {d} is not a finite number > 0"
         )));
     }
-    let drafter = load(&args.draft)?;
-    let tok = spin_runtime::load_tokenizer(
+    let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
+    let tok = load_tokenizer(
         args.tokenizer.as_deref(),
-        &args.draft,
+        args.draft.as_deref(),
         drafter.config().vocab_size,
-    )
-    .map_err(Failure::input)?;
+    )?;
     let mut cfg = DeviceConfig::new(
         args.connect.clone(),
         encode(&tok, &args.prompt)?,

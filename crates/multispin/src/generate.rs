@@ -2,6 +2,7 @@
 //! plain decoding when no drafter is given.
 
 use crate::failure::Failure;
+use crate::simulate::{Embedded, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
 use spin_runtime::speculative::{self, SpecConfig, Speculator};
@@ -11,13 +12,15 @@ use std::time::Instant;
 /// Arguments of `multispin generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder.
+    /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder (default: the embedded stories260K
+    /// checkpoint, models/stories260K.bin).
     #[arg(long)]
-    pub target: PathBuf,
-    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own.
+    pub target: Option<PathBuf>,
+    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own (default for a
+    /// llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Draft model (same vocabulary as the target).
+    /// Draft model (same vocabulary as the target); without it and without --self-draft-layers, plain decoding.
     #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
     /// Draft with the target's first N layers and its own head (self-speculation).
@@ -83,16 +86,14 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         spin_runtime::load::fix_cpu_threads();
     }
     check_counts(args)?;
-    let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
-    let target = spin_runtime::load_model(&args.target, &device).map_err(Failure::input)?;
-    let tok = spin_runtime::load_tokenizer(
+    let target = load(args.target.as_deref(), Embedded::Target)?;
+    let tok = load_tokenizer(
         args.tokenizer.as_deref(),
-        &args.target,
+        args.target.as_deref(),
         target.config().vocab_size,
-    )
-    .map_err(Failure::input)?;
+    )?;
     let drafter = match (&args.draft, args.self_draft_layers) {
-        (Some(p), _) => Some(spin_runtime::load_model(p, &device).map_err(Failure::input)?),
+        (Some(p), _) => Some(load(Some(p), Embedded::Draft)?),
         (None, Some(n)) => Some(
             target
                 .first_layers(n)
@@ -132,6 +133,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let max_tokens = args.max_tokens.min(room);
     let start = Instant::now();
     let (generated, stats) = match &drafter {
+        // Greedy: the same tokens as the sampling path at temperature 0, without a distribution per token.
+        None if args.temperature == 0.0 => (
+            spin_runtime::decode::greedy(&target, &prompt, max_tokens, tok.eos())
+                .context("greedy decoding")?,
+            None,
+        ),
         None => {
             let out =
                 speculative::generate_plain(&target, &prompt, &params, max_tokens, tok.eos(), args.seed)

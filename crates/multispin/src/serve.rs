@@ -1,7 +1,7 @@
 //! `multispin serve`: the edge server as its own process; devices (`multispin device`) connect over TCP.
 
 use crate::failure::Failure;
-use crate::simulate::{RESUME_GRACE, ServerArgs, identity, load, scheme_table};
+use crate::simulate::{Embedded, RESUME_GRACE, ServerArgs, identity, load, load_tokenizer, scheme_table};
 use anyhow::Context;
 use clap::Args;
 use spin_net::blocking::serve_blocking;
@@ -38,13 +38,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
-    let target = load(&args.server.target)?;
-    let tok = spin_runtime::load_tokenizer(
+    let target = load(args.server.target.as_deref(), Embedded::Target)?;
+    let tok = load_tokenizer(
         args.server.tokenizer.as_deref(),
-        &args.server.target,
+        args.server.target.as_deref(),
         target.config().vocab_size,
-    )
-    .map_err(Failure::input)?;
+    )?;
     let mut cfg = args.server.config(identity(&target, &tok))?;
     cfg.min_devices = args.devices;
     cfg.stop_when_done = !args.keep_serving;

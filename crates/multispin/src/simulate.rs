@@ -42,10 +42,12 @@ pub enum ComputeArg {
 /// Options of the server side, shared by `simulate` and `serve`.
 #[derive(Debug, Args, Clone)]
 pub struct ServerArgs {
-    /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder.
+    /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder (default: the embedded stories260K
+    /// checkpoint, models/stories260K.bin).
     #[arg(long)]
-    pub target: PathBuf,
-    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own.
+    pub target: Option<PathBuf>,
+    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own (default for a
+    /// llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Planning scheme: exact, paper-alg1, homo, uni-bw, fixed (paper A) or best, greedy, uniform, comp-only (paper B).
@@ -167,9 +169,10 @@ impl ServerArgs {
 pub struct SimulateArgs {
     #[command(flatten)]
     pub server: ServerArgs,
-    /// Draft model (same vocabulary as the target).
+    /// Draft model (same vocabulary as the target; default: the embedded 2-layer, width-32 draft distilled from
+    /// stories260K, models/draft-2x32.bin).
     #[arg(long)]
-    pub draft: PathBuf,
+    pub draft: Option<PathBuf>,
     /// Number of devices K.
     #[arg(long, default_value_t = 8)]
     pub devices: usize,
@@ -195,10 +198,43 @@ const DEFAULT_PROMPTS: [&str; 8] = [
     "There was a happy cat",
 ];
 
-/// Loads a model, mapping failures to input errors naming the file.
-pub fn load(path: &Path) -> Result<Model, Failure> {
+/// The embedded model (models/, compiled into the binary) a missing model flag stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Embedded {
+    /// stories260K (models/stories260K.bin).
+    Target,
+    /// The distilled 2-layer, width-32 draft (models/draft-2x32.bin).
+    Draft,
+}
+
+/// Loads the model at `path`, or the embedded `fallback` when no path is given, mapping failures to input errors
+/// naming the file.
+pub fn load(path: Option<&Path>, fallback: Embedded) -> Result<Model, Failure> {
     let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
-    spin_runtime::load_model(path, &device).map_err(Failure::input)
+    match (path, fallback) {
+        (Some(p), _) => spin_runtime::load_model(p, &device),
+        (None, Embedded::Target) => spin_runtime::embedded::target(&device),
+        (None, Embedded::Draft) => spin_runtime::embedded::draft(&device),
+    }
+    .map_err(Failure::input)
+}
+
+/// Loads the tokenizer of the model at `model` (`None`: an embedded model) with `vocab` tokens: `tokenizer` when
+/// given, else the one a GGUF file or Hugging Face folder carries, else the embedded tok512 when the vocabulary has
+/// its 512 tokens (otherwise an input error asking for `--tokenizer`).
+pub fn load_tokenizer(
+    tokenizer: Option<&Path>,
+    model: Option<&Path>,
+    vocab: usize,
+) -> Result<Tokenizer, Failure> {
+    let carries_own = model.is_some_and(|m| m.is_dir() || m.extension().is_some_and(|e| e == "gguf"));
+    if tokenizer.is_none() && !carries_own && vocab == 512 {
+        return spin_runtime::embedded::tokenizer()
+            .map(Tokenizer::Llama2c)
+            .map_err(Failure::input);
+    }
+    spin_runtime::load_tokenizer(tokenizer, model.unwrap_or(Path::new("embedded model")), vocab)
+        .map_err(Failure::input)
 }
 
 /// The identity of a model and tokenizer: the vocabulary, a fingerprint of every token's text, and one of the
@@ -236,8 +272,8 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
-    let target = load(&args.server.target)?;
-    let drafter = load(&args.draft)?;
+    let target = load(args.server.target.as_deref(), Embedded::Target)?;
+    let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
     if target.config().vocab_size != drafter.config().vocab_size {
         return Err(Failure::Input(format!(
             "draft: vocabulary of {} differs from the target's {}",
@@ -245,12 +281,11 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             target.config().vocab_size
         )));
     }
-    let tok = spin_runtime::load_tokenizer(
+    let tok = load_tokenizer(
         args.server.tokenizer.as_deref(),
-        &args.server.target,
+        args.server.target.as_deref(),
         target.config().vocab_size,
-    )
-    .map_err(Failure::input)?;
+    )?;
     let lines: Vec<String> = match &args.prompts {
         None => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
         Some(p) => {
