@@ -25,6 +25,7 @@ use std::path::PathBuf;
 
 /// `scenarios/paper-a.toml`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
     /// System constants.
     pub system: SystemCfg,
@@ -42,6 +43,7 @@ pub struct Config {
 
 /// `[system]`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SystemCfg {
     /// K.
     pub devices: usize,
@@ -59,6 +61,7 @@ pub struct SystemCfg {
 
 /// `[compute]`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ComputeCfg {
     /// Lower jitter factor of T_k^S.
     pub draft_jitter_lo: f64,
@@ -68,6 +71,7 @@ pub struct ComputeCfg {
 
 /// `[sampling]`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SamplingCfg {
     /// Channel/compute realisations.
     pub realisations: usize,
@@ -89,6 +93,7 @@ pub struct SamplingCfg {
 
 /// `[quick]`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct QuickCfg {
     /// Realisations in quick mode.
     pub realisations: usize,
@@ -104,6 +109,7 @@ pub struct QuickCfg {
 
 /// `[[pairs]]`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PairCfg {
     /// Display name.
     pub name: String,
@@ -807,6 +813,25 @@ mod tests {
             seed: 2026,
         };
         (Config::load().unwrap(), ctx)
+    }
+
+    /// The reproduction configs are as strict as the scenario files: a misspelt key is an error naming it, not a
+    /// silently ignored line (issue 13).
+    #[test]
+    fn misspelt_config_keys_are_refused_by_name() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/paper-a.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(toml::from_str::<Config>(&text).is_ok());
+        let bad = text.replacen("bandwidth_hz =", "bandwith_hz =", 1);
+        let err = toml::from_str::<Config>(&bad).unwrap_err().to_string();
+        assert!(err.contains("bandwith_hz"), "{err}");
+        let b = std::fs::read_to_string(crate::paper_b::config::Config::default_path()).unwrap();
+        assert!(crate::paper_b::config::Config::parse(&b).is_ok());
+        let bad_b = format!("unknown_key = 1\n{b}");
+        let err = crate::paper_b::config::Config::parse(&bad_b)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown_key"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Paper B reproduction: Figs. 6–11 as CSV + SVG and one REPORT.md section each, with our `best` search beside
 //! the paper's greedy in every draft-control figure.
 
-mod config;
+pub(crate) mod config;
 mod figures;
 
 use crate::plot::{LineChart, Series, line_chart};

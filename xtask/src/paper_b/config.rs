@@ -9,6 +9,7 @@ pub const CONFIG_ENV: &str = "MULTISPIN_PAPER_B_CONFIG";
 
 /// Sample counts of one run size.
 #[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Size {
     /// N_SAA outcome samples per evaluation.
     pub saa_samples: u32,
@@ -18,6 +19,7 @@ pub struct Size {
 
 /// One draft/target model pair (paper B §VI-A1–2) with our Table I choice.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Pair {
     /// Display name.
     pub name: String,
@@ -35,6 +37,7 @@ pub struct Pair {
 
 /// Fig. 6 budgets.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fig6 {
     /// P_dl in dBm.
     pub dl_dbm: f64,
@@ -44,6 +47,7 @@ pub struct Fig6 {
 
 /// Figs. 7–8 sweep.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fig7 {
     /// Fixed P_ul in dBm ⟨C⟩.
     pub ul_dbm: f64,
@@ -55,6 +59,7 @@ pub struct Fig7 {
 
 /// Figs. 9–10 sweep.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fig9 {
     /// P_dl/P_ul of Fig. 9 and Fig. 10.
     pub ratios: Vec<f64>,
@@ -66,6 +71,7 @@ pub struct Fig9 {
 
 /// Fig. 11 sweep.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Fig11 {
     /// P_dl/P_ul points.
     pub ratios: Vec<f64>,
@@ -75,6 +81,7 @@ pub struct Fig11 {
 
 /// The whole parameter file.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
     /// B in Hz.
     pub bandwidth_hz: f64,
