@@ -3,6 +3,7 @@
 //! Exit status: 0 on success, 2 on invalid input (one line on stderr naming the field and the reason, as clap
 //! does for usage errors), 1 when the work itself fails (e.g. a file cannot be written).
 
+mod chart;
 mod correct;
 mod device;
 mod failure;

@@ -1,11 +1,11 @@
 //! `multispin measure`: acceptance rates, batched verification latency and goodput of real models, written as CSV
 //! and SVG under `target/measure/`, plus a paper-A scenario file built from the measured numbers for `plan`.
 
+use crate::chart::svg_lines;
 use crate::failure::Failure;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
 use spin_runtime::measure::{self as m, Uplink};
 use spin_runtime::speculative;
 use spin_runtime::{Model, Tokenizer};
@@ -511,56 +511,4 @@ fn progress(len: usize, msg: &str) -> ProgressBar {
 fn write(path: &Path, text: &str) -> Result<(), Failure> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
-}
-
-/// One chart series: label, points, whether to draw markers.
-type Series<'a> = (&'a str, &'a [(f64, f64)], bool);
-
-/// A line chart (points drawn for `markers` series) as SVG.
-fn svg_lines(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series<'_>],
-) -> Result<(), Failure> {
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let all = series.iter().flat_map(|s| s.1.iter());
-        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
-        for &(x, y) in all {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y1 = y1.max(y);
-        }
-        if x1 <= x0 {
-            x1 = x0 + 1.0;
-        }
-        let root = SVGBackend::new(path, (720, 450)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, 0f64..(y1 * 1.1).max(1e-12))?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
-        for (i, (label, pts, markers)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(*label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
-            if *markers {
-                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-            }
-        }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    };
-    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
 }

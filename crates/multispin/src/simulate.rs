@@ -3,11 +3,11 @@
 //! latency split, and `--compare` to run the same seeds and prompts under several schemes. Also holds the options
 //! and helpers `serve` and `device` share.
 
+use crate::chart::{Series, svg_lines};
 use crate::failure::Failure;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use plotters::prelude::*;
 use spin_net::blocking::simulate_blocking;
 use spin_net::controller::Scheme;
 use spin_net::link::LinkConfig;
@@ -422,8 +422,10 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             (s.scheme.to_string(), pts)
         })
         .collect();
-    let series: Vec<(&str, &[(f64, f64)])> =
-        goodput.iter().map(|(n, p)| (n.as_str(), p.as_slice())).collect();
+    let series: Vec<Series<'_>> = goodput
+        .iter()
+        .map(|(n, p)| (n.as_str(), p.as_slice(), false))
+        .collect();
     svg_lines(
         &args.out.join("goodput.svg"),
         "Cumulative goodput over rounds",
@@ -452,7 +454,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
                 .collect(),
         ),
     ];
-    let series: Vec<(&str, &[(f64, f64)])> = split.iter().map(|(n, p)| (*n, p.as_slice())).collect();
+    let series: Vec<Series<'_>> = split.iter().map(|(n, p)| (*n, p.as_slice(), false)).collect();
     svg_lines(
         &args.out.join("latency.svg"),
         &format!("Latency split per round ({})", results[0].0.scheme),
@@ -559,55 +561,6 @@ fn device_table(summary: &Summary, texts: &[String]) -> String {
         ));
     }
     s.trim_end().to_owned()
-}
-
-/// A line chart as SVG (plotters, as `measure` and xtask draw theirs).
-fn svg_lines(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[(&str, &[(f64, f64)])],
-) -> Result<(), Failure> {
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
-        for &(x, y) in series.iter().flat_map(|s| s.1.iter()) {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y1 = y1.max(y);
-        }
-        if !x0.is_finite() {
-            x0 = 0.0;
-            x1 = 1.0;
-        }
-        if x1 <= x0 {
-            x1 = x0 + 1.0;
-        }
-        let root = SVGBackend::new(path, (720, 450)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, 0f64..(y1 * 1.1).max(1e-12))?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
-        for (i, (label, pts)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(*label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE)
-            .draw()?;
-        root.present()?;
-        Ok(())
-    };
-    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
 }
 
 /// How long `serve` waits for devices to resume after they all left.
