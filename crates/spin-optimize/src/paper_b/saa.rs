@@ -156,10 +156,10 @@ pub struct Evaluator {
     draft_token_s: Vec<f64>,
     /// Devices by channel gain, strongest first (= UL delay ascending at any share b).
     order: Vec<usize>,
+    /// g by position in `order`.
+    gain: Vec<f64>,
     /// 1/g by position in `order`.
     inverse_gain: Vec<f64>,
-    /// τ^ul by (m − 1)·K + position: UL delay of the device at `position` when m devices share the band.
-    ul_table: Vec<f64>,
 }
 
 impl Evaluator {
@@ -202,12 +202,8 @@ impl Evaluator {
         let gains: Vec<f64> = scenario.devices.iter().map(|d| d.channel_gain).collect();
         let mut order: Vec<usize> = (0..k_n).collect();
         order.sort_by(|&i, &j| gains[j].total_cmp(&gains[i]).then(i.cmp(&j)));
-        let inverse_gain = order.iter().map(|&k| 1.0 / gains[k]).collect();
-        let mut ul_table = Vec::with_capacity(k_n * k_n);
-        for m in 1..=k_n {
-            let b = link.share_hz(m);
-            ul_table.extend(order.iter().map(|&k| link.ul_delay_s(b, gains[k])));
-        }
+        let gain: Vec<f64> = order.iter().map(|&k| gains[k]).collect();
+        let inverse_gain = gain.iter().map(|g| 1.0 / g).collect();
         Ok(Evaluator {
             link,
             policy,
@@ -218,8 +214,8 @@ impl Evaluator {
             alpha: scenario.devices.iter().map(|d| d.acceptance).collect(),
             draft_token_s: scenario.devices.iter().map(|d| d.draft_token_s).collect(),
             order,
+            gain,
             inverse_gain,
-            ul_table,
         })
     }
 
@@ -281,7 +277,10 @@ impl Evaluator {
             return (0.0, 0);
         }
         let b = self.link.share_hz(m);
-        let row = &self.ul_table[(m - 1) * self.order.len()..m * self.order.len()];
+        // τ^ul of the device at a position in `order` when m devices share the band. Computed when asked rather
+        // than tabulated for every m: the optimal split asks O(log m) of them per sample, and a K × K table would
+        // make memory grow with K² (docs/paper-b.md, planning limits).
+        let row = |p: usize| self.link.ul_delay_s(b, self.gain[p]);
         match self.policy {
             ModeScheme::Optimal | ModeScheme::BruteForce => {
                 // Suffix sums of 1/g over the rejected set in UL-delay order (on the stack for small sets).
@@ -298,10 +297,10 @@ impl Evaluator {
                     buf[i] = buf[i + 1] + self.inverse_gain[rejected[i]];
                 }
                 let (n_ul, delay) =
-                    split_by_bisection(m, |i| row[rejected[i]], |n_dl| self.link.dl_delay_s(b, buf[n_dl]));
+                    split_by_bisection(m, |i| row(rejected[i]), |n_dl| self.link.dl_delay_s(b, buf[n_dl]));
                 (delay, n_ul)
             }
-            ModeScheme::AllUl => (row[rejected[m - 1]], m),
+            ModeScheme::AllUl => (row(rejected[m - 1]), m),
             ModeScheme::AllDl => {
                 let inv: f64 = rejected.iter().map(|&p| self.inverse_gain[p]).sum();
                 (self.link.dl_delay_s(b, inv), 0)
@@ -312,7 +311,7 @@ impl Evaluator {
                 let mut n_ul = 0;
                 for &p in rejected.iter() {
                     if self.samples.ul_coin[self.order[p] * n + s] {
-                        ul_max = ul_max.max(row[p]);
+                        ul_max = ul_max.max(row(p));
                         n_ul += 1;
                     } else {
                         inv += self.inverse_gain[p];

@@ -13,8 +13,6 @@ pub const MAX_DRAFT_LEN_LIMIT: u32 = 1000;
 pub const SAA_SAMPLES_LIMIT: u32 = 10_000_000;
 /// The most devices a paper-B scenario may have (reactive correction is O(K log K) per round).
 pub const MAX_DEVICES: usize = 100_000;
-/// The most devices proactive planning (an SAA [`Evaluator`](super::Evaluator)) accepts: its tables hold K² delays.
-pub const MAX_PLANNING_DEVICES: usize = 2_000;
 /// The largest K²·(γ_max + 1)·N_SAA proactive planning accepts: the greedy's work is at most that many sample
 /// visits (K·γ_max steps of K candidate moves over N_SAA samples), and the other searches scale alike. Paper B's
 /// setting (K = 20, γ_max = 20, N_SAA = 1000) is 8.4·10⁶; K = 100 with 1000 samples is 2.1·10⁸.
@@ -132,23 +130,24 @@ impl Scenario {
         Ok(Scenario(spec))
     }
 
-    /// Checks the size limits of proactive planning ([`MAX_PLANNING_DEVICES`], [`MAX_PLANNING_WORK`]) before an
-    /// evaluator allocates its samples and tables; the error names `devices` or `saa_samples`.
+    /// Checks the size limit of proactive planning ([`MAX_PLANNING_WORK`]) before an evaluator draws its samples;
+    /// the error names `devices` when K alone is too large (even one sample would exceed the limit), else
+    /// `saa_samples`. Memory follows from it: an evaluator holds K·N_SAA samples and O(K) tables.
     pub fn check_planning_size(&self) -> Result<(), OptimizeError> {
-        let k = self.0.devices.len();
-        if k > MAX_PLANNING_DEVICES {
+        let k = self.0.devices.len() as u128;
+        let per_sample = k * k * (u128::from(self.0.max_draft_len) + 1);
+        let work = per_sample * u128::from(self.0.saa_samples);
+        if per_sample > MAX_PLANNING_WORK {
             return Err(OptimizeError::Invalid {
                 field: "devices".into(),
                 reason: format!(
-                    "{k} devices are more than the {MAX_PLANNING_DEVICES} proactive planning accepts \
-                     (reactive correction takes up to {MAX_DEVICES})"
+                    "{k} devices are more than proactive planning accepts: devices² × (max_draft_len + 1) = \
+                     {k}² × {} = {per_sample} exceeds the planning limit of {MAX_PLANNING_WORK} even with one \
+                     SAA sample (reactive correction takes up to {MAX_DEVICES} devices)",
+                    self.0.max_draft_len + 1
                 ),
             });
         }
-        let work = (k as u128)
-            * (k as u128)
-            * (u128::from(self.0.max_draft_len) + 1)
-            * u128::from(self.0.saa_samples);
         if work > MAX_PLANNING_WORK {
             return Err(OptimizeError::Invalid {
                 field: "saa_samples".into(),
