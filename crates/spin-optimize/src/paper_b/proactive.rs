@@ -9,7 +9,8 @@
 //!   solved exactly by enumerating the drafting deadline; then scored with communication.
 //! - `best` (beyond the paper): best-improvement local search with ±1 single moves, ±1 common shifts and, when the
 //!   singles stall, pair moves (+1 on one device, −1 on another), from four starts (zeros, greedy, uniform,
-//!   comp-only); exhaustive when (γ_max + 1)^K is small. Never below greedy or uniform on the same samples.
+//!   comp-only), each stopped at a local optimum or after a step cap; exhaustive when (γ_max + 1)^K is small.
+//!   Never below greedy or uniform on the same samples.
 //! - `exhaustive`: every vector of {0..γ_max}^K (tiny K only).
 
 use super::saa::{Evaluator, State};
@@ -23,6 +24,11 @@ pub const EXHAUSTIVE_LIMIT: u128 = 200_000;
 pub const BEST_EXHAUSTIVE_LIMIT: u128 = 20_000;
 /// `best` tries pair moves only up to this many devices (K(K − 1) candidates per step).
 pub const PAIR_MOVES_MAX_DEVICES: usize = 64;
+/// Improving steps each local search of `best` may take, per device and draft level: a start walks at most
+/// 4·K·(γ_max + 1) steps (four times the K·γ_max of a climb from zeros to γ_max everywhere) before it stops with the
+/// best point so far. Every step strictly improves the objective, so the search also ends at a local optimum; the
+/// cap makes its worst case a bound rather than a property of the landscape (docs/paper-b.md).
+pub const LOCAL_SEARCH_STEPS_PER_LEVEL: usize = 4;
 
 /// A draft-length control scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -247,13 +253,22 @@ pub fn exhaustive(ev: &Evaluator, limit: u128) -> Result<Plan, OptimizeError> {
     }
 }
 
+/// The most improving steps one local search of `best` takes on `ev`
+/// ([`LOCAL_SEARCH_STEPS_PER_LEVEL`]·K·(γ_max + 1)).
+pub fn local_search_step_cap(ev: &Evaluator) -> usize {
+    LOCAL_SEARCH_STEPS_PER_LEVEL
+        .saturating_mul(ev.devices())
+        .saturating_mul(ev.max_draft_len() as usize + 1)
+}
+
 /// Best-improvement local search from `start`: ±1 single moves and ±1 common shifts; pair moves when those stall.
-fn local_search(ev: &Evaluator, start: &[u32]) -> State {
+/// Stops at a local optimum or after `max_steps` improving steps, whichever comes first.
+fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
     let k_n = ev.devices();
     let g_max = ev.max_draft_len();
     let mut state = ev.state(start);
     let mut changes: Vec<(usize, u32)> = Vec::with_capacity(k_n);
-    loop {
+    for _ in 0..max_steps {
         let mut best: Option<(f64, Vec<(usize, u32)>)> = None;
         let consider = |v: f64, moves: &[(usize, u32)], best: &mut Option<(f64, Vec<(usize, u32)>)>| {
             if v > best.as_ref().map_or(state.value, |b| b.0) {
@@ -307,6 +322,7 @@ fn local_search(ev: &Evaluator, start: &[u32]) -> State {
             None => return state,
         }
     }
+    state
 }
 
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
@@ -328,9 +344,10 @@ pub fn best(ev: &Evaluator) -> Plan {
             winner = Some(s);
         }
     };
+    let cap = local_search_step_cap(ev);
     for start in &starts {
         keep(ev.state(&start.draft_lengths));
-        keep(local_search(ev, &start.draft_lengths));
+        keep(local_search(ev, &start.draft_lengths, cap));
     }
     if let Ok(plan) = exhaustive(ev, BEST_EXHAUSTIVE_LIMIT) {
         keep(ev.state(&plan.draft_lengths));
@@ -409,6 +426,27 @@ mod tests {
             strictly >= 1,
             "best never improved on greedy in 4 random scenarios"
         );
+    }
+
+    #[test]
+    fn local_search_stops_at_its_step_cap() {
+        let mut spec: ScenarioSpec = example(6);
+        spec.max_draft_len = 12;
+        spec.saa_samples = 200;
+        let sc = Scenario::new(spec).unwrap();
+        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+        let zeros = vec![0u32; 6];
+        let free = local_search(&ev, &zeros, usize::MAX);
+        // From zeros the climb needs more than one step here; with a cap of one it stops after the first,
+        // strictly better than the start and no better than the uncapped end point.
+        assert!(free.gamma.iter().sum::<u32>() > 1, "{:?}", free.gamma);
+        let one = local_search(&ev, &zeros, 1);
+        assert!(one.value > ev.value(&zeros));
+        assert!(one.value <= free.value);
+        let changed: u32 = one.gamma.iter().sum();
+        assert!(changed <= 6, "one step moves each device by at most one: {:?}", one.gamma);
+        assert_eq!(local_search(&ev, &zeros, 0).gamma, zeros);
+        assert_eq!(local_search_step_cap(&ev), 4 * 6 * 13);
     }
 
     #[test]
