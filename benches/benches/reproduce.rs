@@ -22,7 +22,7 @@ const CHANNEL: PaperAChannel = PaperAChannel {
     mean_gain_lo: 0.2,
     mean_gain_hi: 0.5,
     noise_w: 1e-10,
-    power_w: 2e-8,
+    ul_power_w: 2e-8,
 };
 
 /// One paper-A planning instance: K = 20, B = 10 MHz, Llama-2 pair, one fading block; and its mean gains.

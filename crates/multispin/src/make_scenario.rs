@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 use spin_channel::PathLoss;
 use spin_channel::paper_b::Drop;
-use spin_channel::units::{dbm_per_hz_to_w_per_hz, dbm_to_w};
+use spin_channel::units::{Conversion, one_of};
 use std::path::PathBuf;
 
 /// Arguments of `multispin scenario` (the drop file's fields are documented on `--drop`).
@@ -115,33 +115,18 @@ struct DropFile {
 /// The most devices a drop may place (the planners have their own limits; this bounds the draw and the output).
 pub const MAX_DROP_DEVICES: usize = 100_000;
 
-/// Exactly one of a pair, converted to SI.
+/// Exactly one of a pair (`spin_channel::units::one_of`), and the SI value finite and positive.
 fn pair(
     si: Option<f64>,
     alt: Option<f64>,
     names: (&str, &str),
-    convert: fn(f64) -> f64,
+    conversion: Conversion,
 ) -> Result<f64, Failure> {
-    let v = match (si, alt) {
-        (Some(v), None) => v,
-        (None, Some(v)) => convert(v),
-        (Some(_), Some(_)) => {
-            return Err(Failure::Input(format!(
-                "{}, {}: give exactly one of the pair, not both",
-                names.0, names.1
-            )));
-        }
-        (None, None) => {
-            return Err(Failure::Input(format!(
-                "{}, {}: missing (give exactly one of the pair)",
-                names.0, names.1
-            )));
-        }
-    };
+    let v = one_of((names.0, si), (names.1, alt), conversion).map_err(|e| Failure::Input(e.to_string()))?;
     if !(v.is_finite() && v > 0.0) {
         return Err(Failure::Input(format!(
-            "{}: {v:e} in SI units is not a finite positive number",
-            if si.is_some() { names.0 } else { names.1 }
+            "{}: {v:e} is not a finite positive number",
+            names.0
         )));
     }
     Ok(v)
@@ -196,19 +181,19 @@ pub fn from_text(
         f.bandwidth_hz,
         f.bandwidth_mhz,
         ("bandwidth_hz", "bandwidth_mhz"),
-        |m| m * 1e6,
+        Conversion::MhzToHz,
     )?;
     let ul_power_w = pair(
         f.ul_power_w,
         f.ul_power_dbm,
         ("ul_power_w", "ul_power_dbm"),
-        dbm_to_w,
+        Conversion::DbmToW,
     )?;
     let n0_server = pair(
         f.noise_psd_server_w_per_hz,
         f.noise_psd_server_dbm_per_hz,
         ("noise_psd_server_w_per_hz", "noise_psd_server_dbm_per_hz"),
-        dbm_per_hz_to_w_per_hz,
+        Conversion::DbmPerHzToWPerHz,
     )?;
     let drop = Drop {
         min_distance_m: f.min_distance_m,
@@ -290,13 +275,13 @@ pub fn from_text(
                 f.dl_power_w,
                 f.dl_power_dbm,
                 ("dl_power_w", "dl_power_dbm"),
-                dbm_to_w,
+                Conversion::DbmToW,
             )?;
             let n0_device = pair(
                 f.noise_psd_device_w_per_hz,
                 f.noise_psd_device_dbm_per_hz,
                 ("noise_psd_device_w_per_hz", "noise_psd_device_dbm_per_hz"),
-                dbm_per_hz_to_w_per_hz,
+                Conversion::DbmPerHzToWPerHz,
             )?;
             let devices: Vec<_> = gains
                 .iter()

@@ -7,7 +7,7 @@
 use crate::failure::Failure;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use spin_channel::units::{db_to_linear, dbm_per_hz_to_w_per_hz, dbm_to_w};
+use spin_channel::units::{self, Conversion};
 use spin_optimize::paper_a::heterogeneous::Alg1Params;
 use spin_optimize::{paper_a, paper_b};
 use std::io::Read;
@@ -49,36 +49,15 @@ pub enum Loaded {
     Unified(spin_optimize::round::ScenarioSpec),
 }
 
-/// Both units of one quantity: exactly one must be given.
+/// Both units of one quantity: exactly one must be given (`spin_channel::units::one_of`, the rule of every file).
 fn one_of(
     si: Option<f64>,
     alt: Option<f64>,
     si_name: &str,
     alt_name: &str,
-    convert: fn(f64) -> f64,
+    conversion: Conversion,
 ) -> Result<f64, Failure> {
-    match (si, alt) {
-        (Some(v), None) => Ok(v),
-        (None, Some(v)) => {
-            let out = convert(v);
-            if !(out.is_finite() && out > 0.0) {
-                return Err(Failure::Input(format!(
-                    "{alt_name}: {v} converts to {out:e} in SI units, not a finite positive number"
-                )));
-            }
-            Ok(out)
-        }
-        (Some(_), Some(_)) => Err(Failure::Input(format!(
-            "{si_name}, {alt_name}: give exactly one of the pair, not both"
-        ))),
-        (None, None) => Err(Failure::Input(format!(
-            "{si_name}, {alt_name}: missing (give exactly one of the pair)"
-        ))),
-    }
-}
-
-fn mhz_to_hz(mhz: f64) -> f64 {
-    mhz * 1e6
+    units::one_of((si_name, si), (alt_name, alt), conversion).map_err(|e| Failure::Input(e.to_string()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,7 +146,8 @@ fn deserialize<T: DeserializeOwned>(text: &str, toml: bool) -> Result<T, Failure
                 e.to_string().lines().next().unwrap_or("").trim()
             ))
         })?;
-        serde_path_to_error::deserialize(de).map_err(|e| report(e.path(), e.inner()))
+        // The TOML error's Display is a multi-line excerpt of the file; its message names the problem.
+        serde_path_to_error::deserialize(de).map_err(|e| report(e.path(), &e.inner().message()))
     } else {
         let mut de = serde_json::Deserializer::from_str(text);
         let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| report(e.path(), e.inner()))?;
@@ -270,7 +250,7 @@ fn paper_a_from(f: PaperAFile) -> Result<PaperA, Failure> {
                 f.bandwidth_mhz,
                 "bandwidth_hz",
                 "bandwidth_mhz",
-                mhz_to_hz,
+                Conversion::MhzToHz,
             )?,
             bits_per_draft_token: f.bits_per_draft_token,
             verify_fixed_s: f.verify_fixed_s,
@@ -310,7 +290,7 @@ fn paper_b_from(f: PaperBFile) -> Result<paper_b::ScenarioSpec, Failure> {
                     d.channel_gain_db,
                     &format!("devices[{k}].channel_gain"),
                     &format!("devices[{k}].channel_gain_db"),
-                    db_to_linear,
+                    Conversion::DbToLinear,
                 )?,
             })
         })
@@ -321,7 +301,7 @@ fn paper_b_from(f: PaperBFile) -> Result<paper_b::ScenarioSpec, Failure> {
             f.bandwidth_mhz,
             "bandwidth_hz",
             "bandwidth_mhz",
-            mhz_to_hz,
+            Conversion::MhzToHz,
         )?,
         distribution_bits: f.distribution_bits,
         verify_fixed_s: f.verify_fixed_s,
@@ -332,28 +312,28 @@ fn paper_b_from(f: PaperBFile) -> Result<paper_b::ScenarioSpec, Failure> {
             f.ul_power_dbm,
             "ul_power_w",
             "ul_power_dbm",
-            dbm_to_w,
+            Conversion::DbmToW,
         )?,
         dl_power_w: one_of(
             f.dl_power_w,
             f.dl_power_dbm,
             "dl_power_w",
             "dl_power_dbm",
-            dbm_to_w,
+            Conversion::DbmToW,
         )?,
         noise_psd_server_w_per_hz: one_of(
             f.noise_psd_server_w_per_hz,
             f.noise_psd_server_dbm_per_hz,
             "noise_psd_server_w_per_hz",
             "noise_psd_server_dbm_per_hz",
-            dbm_per_hz_to_w_per_hz,
+            Conversion::DbmPerHzToWPerHz,
         )?,
         noise_psd_device_w_per_hz: one_of(
             f.noise_psd_device_w_per_hz,
             f.noise_psd_device_dbm_per_hz,
             "noise_psd_device_w_per_hz",
             "noise_psd_device_dbm_per_hz",
-            dbm_per_hz_to_w_per_hz,
+            Conversion::DbmPerHzToWPerHz,
         )?,
         saa_samples: f.saa_samples,
         seed: f.seed,
@@ -414,6 +394,20 @@ mod tests {
         assert!(e.starts_with("model: expected"), "{e}");
         let e = err(&format!("{A} {{}}"));
         assert!(e.starts_with("scenario: trailing characters"), "{e}");
+    }
+
+    #[test]
+    fn toml_errors_name_the_field_and_the_problem() {
+        let e = match parse("model = \"paper-a\"\nbandwith_hz = 1\n", true) {
+            Err(Failure::Input(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(e.starts_with("bandwith_hz: unknown field `bandwith_hz`"), "{e}");
+        let e = match parse("model = \"paper-b\"\nbandwidth_hz = \"x\"\n", true) {
+            Err(Failure::Input(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(e.starts_with("bandwidth_hz: invalid type"), "{e}");
     }
 
     #[test]

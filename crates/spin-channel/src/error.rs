@@ -16,6 +16,14 @@ pub enum ChannelError {
         /// The allowed domain in words, e.g. "(0, ∞)".
         domain: &'static str,
     },
+    /// A field named at run time (a file's field path, or a pair of unit fields), with what is wrong.
+    #[error("{field}: {reason}")]
+    Field {
+        /// The offending field, or both fields of a unit pair ("bandwidth_hz, bandwidth_mhz").
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A structural problem such as an empty range or mismatched lengths.
     #[error("{field}: {reason}")]
     Invalid {

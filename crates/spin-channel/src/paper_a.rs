@@ -20,7 +20,7 @@ pub struct PaperAChannel {
     /// Noise power N0 over the device's band, in watts (paper A: 1e−10 W).
     pub noise_w: f64,
     /// Transmit power p_k of every device, in watts.
-    pub power_w: f64,
+    pub ul_power_w: f64,
 }
 
 impl PaperAChannel {
@@ -38,7 +38,7 @@ impl PaperAChannel {
             });
         }
         positive("noise_w", self.noise_w)?;
-        non_negative("power_w", self.power_w)?;
+        non_negative("ul_power_w", self.ul_power_w)?;
         Ok(())
     }
 
@@ -66,7 +66,7 @@ impl PaperAChannel {
             .iter()
             .map(|&mean| {
                 let gain = rayleigh_power_gain(rng, mean)?;
-                spectral_efficiency(self.power_w * gain / self.noise_w)
+                spectral_efficiency(self.ul_power_w * gain / self.noise_w)
             })
             .collect()
     }
@@ -75,7 +75,7 @@ impl PaperAChannel {
     pub fn mean_spectral_efficiency(&self, mean_gain: f64) -> Result<f64, ChannelError> {
         self.validate()?;
         positive("mean_gain", mean_gain)?;
-        spectral_efficiency(self.power_w * mean_gain / self.noise_w)
+        spectral_efficiency(self.ul_power_w * mean_gain / self.noise_w)
     }
 }
 
@@ -90,7 +90,7 @@ mod tests {
             mean_gain_lo: 0.2,
             mean_gain_hi: 0.5,
             noise_w: 1e-10,
-            power_w: 0.1,
+            ul_power_w: 0.1,
         }
     }
 

@@ -142,7 +142,7 @@ mod tests {
             mean_gain_lo: 0.2,
             mean_gain_hi: 0.5,
             noise_w: 1e-10,
-            power_w: 0.01,
+            ul_power_w: 0.01,
         };
         let gains = vec![0.2, 0.3, 0.35, 0.4, 0.5];
         let run = |seed| {
