@@ -2,6 +2,7 @@
 //! α), Fig. 6 (P2P / Cen / Multi-SPIN), Fig. 7 (schemes vs bandwidth), Fig. 8 (schemes vs K), plus the exact
 //! planner against Algorithm 1 on small instances. Parameters come from `scenarios/paper-a.toml`.
 
+use crate::config_file;
 use crate::plot::{BarChart, LineChart, Series, bar_chart, line_chart};
 use crate::report::{Ctx, Report};
 use crate::table::{Cell, Table};
@@ -11,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::Deserialize;
 use spin_channel::paper_a::PaperAChannel;
+use spin_channel::units::Conversion;
 use spin_optimize::paper_a::bandwidth::lemma1_bandwidth;
 use spin_optimize::paper_a::baselines::{CenParams, cen, fixed, p2p, uni_bw};
 use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
@@ -23,9 +25,8 @@ use spin_optimize::paper_a::{DeviceSpec, Plan, Scenario, ScenarioSpec};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// `scenarios/paper-a.toml`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `scenarios/paper-a.toml`, resolved to SI units.
+#[derive(Debug, Clone)]
 pub struct Config {
     /// System constants.
     pub system: SystemCfg,
@@ -33,17 +34,74 @@ pub struct Config {
     pub channel: PaperAChannel,
     /// Device compute jitter.
     pub compute: ComputeCfg,
-    /// Paper-scale sample counts and sweeps.
+    /// Paper-scale sample counts.
     pub sampling: SamplingCfg,
+    /// Fig. 7's bandwidth axis in Hz.
+    pub fig7_bandwidth_hz: Vec<f64>,
+    /// Fig. 8's device-count axis.
+    pub fig8_devices: Vec<usize>,
     /// Quick-configuration overrides.
     pub quick: QuickCfg,
     /// The two model pairs.
     pub pairs: Vec<PairCfg>,
 }
 
-/// `[system]`.
-#[derive(Debug, Clone, Deserialize)]
+/// The file as written: quantities in either unit of a pair.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ConfigFile {
+    system: SystemFile,
+    channel: ChannelFile,
+    compute: ComputeCfg,
+    sampling: SamplingCfg,
+    fig7: Fig7File,
+    fig8: Fig8File,
+    quick: QuickCfg,
+    pairs: Vec<PairCfg>,
+}
+
+/// `[system]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SystemFile {
+    devices: usize,
+    bandwidth_hz: Option<f64>,
+    bandwidth_mhz: Option<f64>,
+    max_draft_len: u32,
+    retained_vocab: u32,
+    prob_bits: u32,
+    fixed_draft_len: u32,
+}
+
+/// `[channel]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChannelFile {
+    mean_gain_lo: f64,
+    mean_gain_hi: f64,
+    noise_w: Option<f64>,
+    noise_dbm: Option<f64>,
+    ul_power_w: Option<f64>,
+    ul_power_dbm: Option<f64>,
+}
+
+/// `[fig7]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fig7File {
+    bandwidth_hz: Option<Vec<f64>>,
+    bandwidth_mhz: Option<Vec<f64>>,
+}
+
+/// `[fig8]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fig8File {
+    devices: Vec<usize>,
+}
+
+/// `[system]`.
+#[derive(Debug, Clone)]
 pub struct SystemCfg {
     /// K.
     pub devices: usize,
@@ -85,10 +143,6 @@ pub struct SamplingCfg {
     pub alg1_lambda_points: usize,
     /// ε_λ / λ_hi.
     pub alg1_lambda_lo_ratio: f64,
-    /// Fig. 7 sweep.
-    pub bandwidths_mhz: Vec<f64>,
-    /// Fig. 8 sweep.
-    pub device_counts: Vec<usize>,
 }
 
 /// `[quick]`.
@@ -129,6 +183,16 @@ pub struct PairCfg {
     pub acceptance: BTreeMap<String, f64>,
 }
 
+/// Keys of the layout before the scenario-file names, with what replaced them.
+const RENAMED: &[(&str, &str)] = &[
+    (
+        "sampling.bandwidths_mhz",
+        "fig7.bandwidth_mhz (or fig7.bandwidth_hz)",
+    ),
+    ("sampling.device_counts", "fig8.devices"),
+    ("channel.power_w", "channel.ul_power_w (or channel.ul_power_dbm)"),
+];
+
 impl PairCfg {
     fn cen(&self) -> CenParams {
         CenParams {
@@ -150,12 +214,66 @@ impl Config {
                     .join("paper-a.toml")
             });
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let cfg: Config = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        cfg.channel
-            .validate()
-            .with_context(|| format!("{}: [channel]", path.display()))?;
-        anyhow::ensure!(cfg.pairs.len() == 2, "{}: expected two [[pairs]]", path.display());
-        Ok(cfg)
+        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Parses the file text: strict keys, unit pairs resolved to SI, the channel law checked.
+    pub fn parse(text: &str) -> Result<Self> {
+        let f: ConfigFile = config_file::parse_toml(text, RENAMED)?;
+        let system = SystemCfg {
+            devices: f.system.devices,
+            bandwidth_hz: config_file::one_of(
+                "system.",
+                ("bandwidth_hz", f.system.bandwidth_hz),
+                ("bandwidth_mhz", f.system.bandwidth_mhz),
+                Conversion::MhzToHz,
+            )?,
+            max_draft_len: f.system.max_draft_len,
+            retained_vocab: f.system.retained_vocab,
+            prob_bits: f.system.prob_bits,
+            fixed_draft_len: f.system.fixed_draft_len,
+        };
+        let channel = PaperAChannel {
+            mean_gain_lo: f.channel.mean_gain_lo,
+            mean_gain_hi: f.channel.mean_gain_hi,
+            noise_w: config_file::one_of(
+                "channel.",
+                ("noise_w", f.channel.noise_w),
+                ("noise_dbm", f.channel.noise_dbm),
+                Conversion::DbmToW,
+            )?,
+            ul_power_w: config_file::one_of(
+                "channel.",
+                ("ul_power_w", f.channel.ul_power_w),
+                ("ul_power_dbm", f.channel.ul_power_dbm),
+                Conversion::DbmToW,
+            )?,
+        };
+        channel.validate().map_err(|e| anyhow::anyhow!("channel.{e}"))?;
+        let fig7_bandwidth_hz = config_file::one_of_list(
+            "fig7.",
+            ("bandwidth_hz", f.fig7.bandwidth_hz.as_deref()),
+            ("bandwidth_mhz", f.fig7.bandwidth_mhz.as_deref()),
+            Conversion::MhzToHz,
+        )?;
+        if let Some(b) = fig7_bandwidth_hz.iter().find(|b| !(b.is_finite() && **b > 0.0)) {
+            anyhow::bail!("fig7.bandwidth_hz: {b} is not a finite positive bandwidth");
+        }
+        anyhow::ensure!(
+            f.pairs.len() == 2,
+            "pairs: expected two [[pairs]], found {}",
+            f.pairs.len()
+        );
+        Ok(Config {
+            system,
+            channel,
+            compute: f.compute,
+            sampling: f.sampling,
+            fig7_bandwidth_hz,
+            fig8_devices: f.fig8.devices,
+            quick: f.quick,
+            pairs: f.pairs,
+        })
     }
 
     /// Q_tok = |V̂|(Q_B + ⌈log₂V⌉) in bits (paper A, eq. 9).
@@ -486,9 +604,9 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
 /// Figs. 7 and 8: every scheme over a sweep of bandwidth (MHz) or device count.
 fn sweep(cfg: &Config, ctx: &Ctx, by_devices: bool) -> Result<Table> {
     let xs: Vec<f64> = if by_devices {
-        cfg.sampling.device_counts.iter().map(|&k| k as f64).collect()
+        cfg.fig8_devices.iter().map(|&k| k as f64).collect()
     } else {
-        cfg.sampling.bandwidths_mhz.clone()
+        cfg.fig7_bandwidth_hz.iter().map(|&b| b / 1e6).collect()
     };
     let mut columns = vec!["pair", if by_devices { "devices" } else { "bandwidth_mhz" }];
     columns.extend(SCHEMES);
@@ -502,11 +620,11 @@ fn sweep(cfg: &Config, ctx: &Ctx, by_devices: bool) -> Result<Table> {
         },
     );
     for (pi, pair) in cfg.pairs.iter().enumerate() {
-        for &x in &xs {
+        for (i, &x) in xs.iter().enumerate() {
             let (k, b) = if by_devices {
-                (x as usize, cfg.system.bandwidth_hz)
+                (cfg.fig8_devices[i], cfg.system.bandwidth_hz)
             } else {
-                (cfg.system.devices, x * 1e6)
+                (cfg.system.devices, cfg.fig7_bandwidth_hz[i])
             };
             let stream = if by_devices { 80 } else { 70 } + pi as u64;
             let specs = instances(cfg, ctx, pair, k, b, stream)?;
@@ -815,16 +933,22 @@ mod tests {
         (Config::load().unwrap(), ctx)
     }
 
-    /// The reproduction configs are as strict as the scenario files: a misspelt key is an error naming it, not a
-    /// silently ignored line (issue 13).
+    /// The reproduction configs are as strict as the scenario files: a misspelt key is an error naming its path,
+    /// not a silently ignored line (issue 13).
     #[test]
     fn misspelt_config_keys_are_refused_by_name() {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/paper-a.toml");
         let text = std::fs::read_to_string(path).unwrap();
-        assert!(toml::from_str::<Config>(&text).is_ok());
+        assert!(Config::parse(&text).is_ok());
         let bad = text.replacen("bandwidth_hz =", "bandwith_hz =", 1);
-        let err = toml::from_str::<Config>(&bad).unwrap_err().to_string();
-        assert!(err.contains("bandwith_hz"), "{err}");
+        let err = format!("{:#}", Config::parse(&bad).unwrap_err());
+        assert!(
+            err.starts_with("system.bandwith_hz: unknown field `bandwith_hz`"),
+            "{err}"
+        );
+        let bad = text.replacen("fig3_rounds = 4000", "fig3_rounds = \"many\"", 1);
+        let err = format!("{:#}", Config::parse(&bad).unwrap_err());
+        assert!(err.starts_with("sampling.fig3_rounds: invalid type"), "{err}");
         let b = std::fs::read_to_string(crate::paper_b::config::Config::default_path()).unwrap();
         assert!(crate::paper_b::config::Config::parse(&b).is_ok());
         let bad_b = format!("unknown_key = 1\n{b}");
@@ -832,6 +956,55 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown_key"), "{err}");
+    }
+
+    /// The unit pairs of the scenario files: the engineering unit gives the same SI config; both or neither is an
+    /// error naming the pair; keys of the older layout name their replacement.
+    #[test]
+    fn config_units_follow_the_scenario_rules() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/paper-a.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let si = Config::parse(&text).unwrap();
+        let eng = text
+            .replacen("bandwidth_hz = 1.0e7", "bandwidth_mhz = 10", 1)
+            .replacen("noise_w = 1.0e-10", "noise_dbm = -70", 1)
+            .replacen(
+                "bandwidth_mhz = [5.0, 7.5, 10.0, 12.5, 15.0, 17.5, 20.0]",
+                "bandwidth_hz = [5e6, 7.5e6, 10e6, 12.5e6, 15e6, 17.5e6, 20e6]",
+                1,
+            );
+        let eng = Config::parse(&eng).unwrap();
+        assert_eq!(eng.system.bandwidth_hz, si.system.bandwidth_hz);
+        assert!((eng.channel.noise_w / si.channel.noise_w - 1.0).abs() < 1e-12);
+        assert_eq!(eng.fig7_bandwidth_hz, si.fig7_bandwidth_hz);
+        let both = text.replacen(
+            "bandwidth_hz = 1.0e7",
+            "bandwidth_hz = 1.0e7\nbandwidth_mhz = 10",
+            1,
+        );
+        let err = format!("{:#}", Config::parse(&both).unwrap_err());
+        assert!(
+            err.starts_with("system.bandwidth_hz, system.bandwidth_mhz: give exactly one of the pair"),
+            "{err}"
+        );
+        let neither = text.replacen("ul_power_w = 2.0e-8", "", 1);
+        let err = format!("{:#}", Config::parse(&neither).unwrap_err());
+        assert!(
+            err.starts_with("channel.ul_power_w, channel.ul_power_dbm: missing"),
+            "{err}"
+        );
+        let old = text.replacen("ul_power_w = 2.0e-8", "power_w = 2.0e-8", 1);
+        let err = format!("{:#}", Config::parse(&old).unwrap_err());
+        assert!(
+            err.starts_with("channel.power_w: renamed to channel.ul_power_w"),
+            "{err}"
+        );
+        let bad = text.replacen("bandwidth_mhz = [5.0,", "bandwidth_mhz = [1e308,", 1);
+        let err = format!("{:#}", Config::parse(&bad).unwrap_err());
+        assert!(
+            err.starts_with("fig7.bandwidth_mhz[0]: 1e308 converts to inf"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -857,8 +1030,8 @@ mod tests {
         let (mut cfg, ctx) = quick();
         // Debug-build budget: a smaller system than the paper's K = 20 keeps this test to seconds.
         cfg.system.devices = 8;
-        cfg.sampling.bandwidths_mhz = vec![5.0, 20.0];
-        cfg.sampling.device_counts = vec![4, 8];
+        cfg.fig7_bandwidth_hz = vec![5e6, 20e6];
+        cfg.fig8_devices = vec![4, 8];
         insta::assert_snapshot!("paper_a_fig7", fig7(&cfg, &ctx).unwrap().render(4));
         insta::assert_snapshot!("paper_a_fig8", fig8(&cfg, &ctx).unwrap().render(4));
     }

@@ -121,8 +121,8 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
              gives {:.4} ms (equal: {}). This figure is reactive only: no draft control, so no `best` curve applies; \
              the exhaustive optimum is its reference.\n\n{}",
             cfg.devices,
-            cfg.fig6.dl_dbm,
-            cfg.fig6.ul_dbm,
+            cfg.fig6.dl_power_dbm,
+            cfg.fig6.ul_power_dbm,
             yes(rising(&ul6)),
             yes(rising(&dl6.iter().rev().copied().collect::<Vec<_>>())),
             best6 * 1e3,
@@ -189,7 +189,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
                  devices move from UL to DL, some stay UL. Here (greedy): goodput rising {}; mean draft length \
                  non-decreasing {}; UL fraction {:.3} → {:.3}, DL fraction {:.3} → {:.3}. `best` gains up to \
                  {:.2} % over greedy on the same samples.\n\n{}",
-                cfg.fig7.ul_dbm,
+                cfg.fig7.ul_power_dbm,
                 yes(rising(&g)),
                 yes(rising(&len)),
                 ul.first().copied().unwrap_or(f64::NAN),
@@ -239,8 +239,8 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
                  suffers from DL power competition at ratio 4 and gets closer at ratio 16. Here: optimal at least \
                  as good as every baseline at every K: {}. `best` (draft search) adds up to {:.2} % over optimal \
                  modes with greedy lengths.\n\n{}",
-                cfg.reference_dl_dbm,
-                cfg.reference_ul_dbm,
+                cfg.dl_power_dbm,
+                cfg.ul_power_dbm,
                 cfg.pairs[0].name,
                 yes(dominated),
                 max_of(&column(&t, "best_gain_pct")),

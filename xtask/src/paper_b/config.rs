@@ -1,7 +1,11 @@
-//! Paper B reproduction parameters, read from `scenarios/paper-b.toml` (or the file named by an environment variable).
+//! Paper B reproduction parameters, read from `scenarios/paper-b.toml` (or the file named by an environment variable)
+//! by the rules of the scenario files (docs/cli.md, "Reproduction configs"): the same names, unknown keys refused, field paths in every
+//! error, each quantity in either unit of its pair.
 
+use crate::config_file::{self, one_of, one_of_list};
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use spin_channel::units::Conversion;
 use std::path::PathBuf;
 
 /// Environment variable naming an alternative parameter file (e.g. with measured acceptance rates).
@@ -35,26 +39,44 @@ pub struct Pair {
     pub acceptance: Vec<f64>,
 }
 
-/// Fig. 6 budgets.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Fig. 6 budgets (dBm, the unit of the paper's axes; a file may give them in W).
+#[derive(Debug, Clone)]
 pub struct Fig6 {
     /// P_dl in dBm.
-    pub dl_dbm: f64,
+    pub dl_power_dbm: f64,
     /// P_ul in dBm.
-    pub ul_dbm: f64,
+    pub ul_power_dbm: f64,
 }
 
-/// Figs. 7–8 sweep.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Figs. 7–8 sweep (dBm, the unit of the paper's axes).
+#[derive(Debug, Clone)]
 pub struct Fig7 {
     /// Fixed P_ul in dBm ⟨C⟩.
-    pub ul_dbm: f64,
+    pub ul_power_dbm: f64,
     /// P_dl points in dBm.
-    pub dl_dbm: Vec<f64>,
+    pub dl_power_dbm: Vec<f64>,
     /// P_dl points of the quick run.
-    pub quick_dl_dbm: Vec<f64>,
+    pub quick_dl_power_dbm: Vec<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fig6File {
+    dl_power_dbm: Option<f64>,
+    dl_power_w: Option<f64>,
+    ul_power_dbm: Option<f64>,
+    ul_power_w: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fig7File {
+    ul_power_dbm: Option<f64>,
+    ul_power_w: Option<f64>,
+    dl_power_dbm: Option<Vec<f64>>,
+    dl_power_w: Option<Vec<f64>>,
+    quick_dl_power_dbm: Option<Vec<f64>>,
+    quick_dl_power_w: Option<Vec<f64>>,
 }
 
 /// Figs. 9–10 sweep.
@@ -79,9 +101,9 @@ pub struct Fig11 {
     pub quick_ratios: Vec<f64>,
 }
 
-/// The whole parameter file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The whole parameter file, resolved: SI units, except the transmit powers, which stay in dBm because the paper's
+/// axes and budgets are stated in dBm (a file may still give them in W).
+#[derive(Debug, Clone)]
 pub struct Config {
     /// B in Hz.
     pub bandwidth_hz: f64,
@@ -91,10 +113,10 @@ pub struct Config {
     pub vocabulary: u32,
     /// Q.
     pub quant_bits: u32,
-    /// N0_ser in dBm/Hz.
-    pub noise_psd_server_dbm_per_hz: f64,
-    /// N0_dev in dBm/Hz.
-    pub noise_psd_device_dbm_per_hz: f64,
+    /// N0_ser in W/Hz.
+    pub noise_psd_server_w_per_hz: f64,
+    /// N0_dev in W/Hz.
+    pub noise_psd_device_w_per_hz: f64,
     /// γ_max.
     pub max_draft_len: u32,
     /// K of Figs. 7, 8, 11 and Fig. 6's rejected set.
@@ -103,10 +125,10 @@ pub struct Config {
     pub draft_scale_min: f64,
     /// Upper drafting-latency scale.
     pub draft_scale_max: f64,
-    /// P̄_dl in dBm.
-    pub reference_dl_dbm: f64,
-    /// P̄_ul in dBm.
-    pub reference_ul_dbm: f64,
+    /// Reference P̄_dl in dBm.
+    pub dl_power_dbm: f64,
+    /// Reference P̄_ul in dBm.
+    pub ul_power_dbm: f64,
     /// Paper-scale sizes.
     pub paper: Size,
     /// Quick sizes.
@@ -122,6 +144,50 @@ pub struct Config {
     /// Fig. 11.
     pub fig11: Fig11,
 }
+
+/// The file as written: quantities in either unit of a pair.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    bandwidth_hz: Option<f64>,
+    bandwidth_mhz: Option<f64>,
+    effective_support: u32,
+    vocabulary: u32,
+    quant_bits: u32,
+    noise_psd_server_w_per_hz: Option<f64>,
+    noise_psd_server_dbm_per_hz: Option<f64>,
+    noise_psd_device_w_per_hz: Option<f64>,
+    noise_psd_device_dbm_per_hz: Option<f64>,
+    max_draft_len: u32,
+    devices: usize,
+    draft_scale_min: f64,
+    draft_scale_max: f64,
+    dl_power_dbm: Option<f64>,
+    dl_power_w: Option<f64>,
+    ul_power_dbm: Option<f64>,
+    ul_power_w: Option<f64>,
+    paper: Size,
+    quick: Size,
+    pairs: Vec<Pair>,
+    fig6: Fig6File,
+    fig7: Fig7File,
+    fig9: Fig9,
+    fig11: Fig11,
+}
+
+/// Keys of the layout before the scenario-file names, with what replaced them.
+const RENAMED: &[(&str, &str)] = &[
+    ("reference_dl_dbm", "dl_power_dbm (or dl_power_w)"),
+    ("reference_ul_dbm", "ul_power_dbm (or ul_power_w)"),
+    ("fig6.dl_dbm", "fig6.dl_power_dbm (or fig6.dl_power_w)"),
+    ("fig6.ul_dbm", "fig6.ul_power_dbm (or fig6.ul_power_w)"),
+    ("fig7.ul_dbm", "fig7.ul_power_dbm (or fig7.ul_power_w)"),
+    ("fig7.dl_dbm", "fig7.dl_power_dbm (or fig7.dl_power_w)"),
+    (
+        "fig7.quick_dl_dbm",
+        "fig7.quick_dl_power_dbm (or fig7.quick_dl_power_w)",
+    ),
+];
 
 impl Config {
     /// The committed parameter file.
@@ -144,7 +210,86 @@ impl Config {
 
     /// Parses and checks the structure (the numeric domains are checked by the scenario constructors).
     pub fn parse(text: &str) -> anyhow::Result<Config> {
-        let cfg: Config = toml::from_str(text)?;
+        let f: ConfigFile = config_file::parse_toml(text, RENAMED)?;
+        let dbm = Conversion::WToDbm;
+        let cfg = Config {
+            bandwidth_hz: one_of(
+                "",
+                ("bandwidth_hz", f.bandwidth_hz),
+                ("bandwidth_mhz", f.bandwidth_mhz),
+                Conversion::MhzToHz,
+            )?,
+            effective_support: f.effective_support,
+            vocabulary: f.vocabulary,
+            quant_bits: f.quant_bits,
+            noise_psd_server_w_per_hz: one_of(
+                "",
+                ("noise_psd_server_w_per_hz", f.noise_psd_server_w_per_hz),
+                ("noise_psd_server_dbm_per_hz", f.noise_psd_server_dbm_per_hz),
+                Conversion::DbmPerHzToWPerHz,
+            )?,
+            noise_psd_device_w_per_hz: one_of(
+                "",
+                ("noise_psd_device_w_per_hz", f.noise_psd_device_w_per_hz),
+                ("noise_psd_device_dbm_per_hz", f.noise_psd_device_dbm_per_hz),
+                Conversion::DbmPerHzToWPerHz,
+            )?,
+            max_draft_len: f.max_draft_len,
+            devices: f.devices,
+            draft_scale_min: f.draft_scale_min,
+            draft_scale_max: f.draft_scale_max,
+            dl_power_dbm: one_of(
+                "",
+                ("dl_power_dbm", f.dl_power_dbm),
+                ("dl_power_w", f.dl_power_w),
+                dbm,
+            )?,
+            ul_power_dbm: one_of(
+                "",
+                ("ul_power_dbm", f.ul_power_dbm),
+                ("ul_power_w", f.ul_power_w),
+                dbm,
+            )?,
+            paper: f.paper,
+            quick: f.quick,
+            pairs: f.pairs,
+            fig6: Fig6 {
+                dl_power_dbm: one_of(
+                    "fig6.",
+                    ("dl_power_dbm", f.fig6.dl_power_dbm),
+                    ("dl_power_w", f.fig6.dl_power_w),
+                    dbm,
+                )?,
+                ul_power_dbm: one_of(
+                    "fig6.",
+                    ("ul_power_dbm", f.fig6.ul_power_dbm),
+                    ("ul_power_w", f.fig6.ul_power_w),
+                    dbm,
+                )?,
+            },
+            fig7: Fig7 {
+                ul_power_dbm: one_of(
+                    "fig7.",
+                    ("ul_power_dbm", f.fig7.ul_power_dbm),
+                    ("ul_power_w", f.fig7.ul_power_w),
+                    dbm,
+                )?,
+                dl_power_dbm: one_of_list(
+                    "fig7.",
+                    ("dl_power_dbm", f.fig7.dl_power_dbm.as_deref()),
+                    ("dl_power_w", f.fig7.dl_power_w.as_deref()),
+                    dbm,
+                )?,
+                quick_dl_power_dbm: one_of_list(
+                    "fig7.",
+                    ("quick_dl_power_dbm", f.fig7.quick_dl_power_dbm.as_deref()),
+                    ("quick_dl_power_w", f.fig7.quick_dl_power_w.as_deref()),
+                    dbm,
+                )?,
+            },
+            fig9: f.fig9,
+            fig11: f.fig11,
+        };
         if cfg.pairs.len() < 2 {
             bail!(
                 "pairs: paper B has two model pairs (Figs. 7 and 8), found {}",

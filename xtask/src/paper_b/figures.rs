@@ -11,7 +11,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use spin_channel::paper_b::{Drop, PowerBudget, distribution_bits};
-use spin_channel::units::{dbm_per_hz_to_w_per_hz, dbm_to_w};
+use spin_channel::units::dbm_to_w;
 use spin_optimize::paper_b::proactive::{self, DraftScheme};
 use spin_optimize::paper_b::reactive::{Link, ModeScheme, split_by_bisection};
 use spin_optimize::paper_b::{DeviceSpec, Evaluator, Objective, Scenario, ScenarioSpec};
@@ -68,8 +68,8 @@ pub fn scenario(
         max_draft_len: cfg.max_draft_len,
         ul_power_w: budget.ul_power_w,
         dl_power_w: budget.dl_power_w,
-        noise_psd_server_w_per_hz: dbm_per_hz_to_w_per_hz(cfg.noise_psd_server_dbm_per_hz),
-        noise_psd_device_w_per_hz: dbm_per_hz_to_w_per_hz(cfg.noise_psd_device_dbm_per_hz),
+        noise_psd_server_w_per_hz: cfg.noise_psd_server_w_per_hz,
+        noise_psd_device_w_per_hz: cfg.noise_psd_device_w_per_hz,
         saa_samples,
         seed,
         devices: r.devices.clone(),
@@ -111,8 +111,8 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> anyhow::Result<(Table, usize, f64, f64)>
     let pair = &cfg.pairs[0];
     let r = realise(cfg, pair, cfg.devices, mix(ctx.seed, 6, 0))?;
     let budget = PowerBudget {
-        dl_power_w: dbm_to_w(cfg.fig6.dl_dbm),
-        ul_power_w: dbm_to_w(cfg.fig6.ul_dbm),
+        dl_power_w: dbm_to_w(cfg.fig6.dl_power_dbm),
+        ul_power_w: dbm_to_w(cfg.fig6.ul_power_dbm),
     };
     let sc = scenario(cfg, pair, &r, budget, 1, 0)?;
     let link: Link = sc.link();
@@ -151,9 +151,9 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
     let pair = &cfg.pairs[pair_index];
     let size = cfg.size(ctx.quick);
     let points = if ctx.quick {
-        &cfg.fig7.quick_dl_dbm
+        &cfg.fig7.quick_dl_power_dbm
     } else {
-        &cfg.fig7.dl_dbm
+        &cfg.fig7.dl_power_dbm
     };
     let figure = 7 + pair_index as u64;
     let mut t = Table::new(&[
@@ -174,7 +174,7 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
     for &dl_dbm in points {
         let budget = PowerBudget {
             dl_power_w: dbm_to_w(dl_dbm),
-            ul_power_w: dbm_to_w(cfg.fig7.ul_dbm),
+            ul_power_w: dbm_to_w(cfg.fig7.ul_power_dbm),
         };
         let avg = over_drops(size.drops, |d| {
             let r = realise(cfg, pair, cfg.devices, mix(ctx.seed, figure, d))?;
@@ -230,7 +230,7 @@ pub fn fig9(cfg: &Config, ctx: &Ctx, ratio: f64, figure: u64) -> anyhow::Result<
     ]);
     let bar = ctx.progress(points.len() as u64, &format!("paper B fig {figure}"));
     for &k in points {
-        let total = PowerBudget::total_w(dbm_to_w(cfg.reference_dl_dbm), dbm_to_w(cfg.reference_ul_dbm), k)?;
+        let total = PowerBudget::total_w(dbm_to_w(cfg.dl_power_dbm), dbm_to_w(cfg.ul_power_dbm), k)?;
         let budget = PowerBudget::split(total, ratio, k)?;
         let avg = over_drops(size.drops, |d| {
             let r = realise(cfg, pair, k, mix(ctx.seed, figure, d))?;
@@ -280,7 +280,7 @@ pub fn fig11(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
         &cfg.fig11.ratios
     };
     let k = cfg.devices;
-    let total = PowerBudget::total_w(dbm_to_w(cfg.reference_dl_dbm), dbm_to_w(cfg.reference_ul_dbm), k)?;
+    let total = PowerBudget::total_w(dbm_to_w(cfg.dl_power_dbm), dbm_to_w(cfg.ul_power_dbm), k)?;
     let mut t = Table::new(&[
         "ratio",
         "greedy_tok_s",

@@ -444,7 +444,11 @@ mod tests {
         assert!(one.value > ev.value(&zeros));
         assert!(one.value <= free.value);
         let changed: u32 = one.gamma.iter().sum();
-        assert!(changed <= 6, "one step moves each device by at most one: {:?}", one.gamma);
+        assert!(
+            changed <= 6,
+            "one step moves each device by at most one: {:?}",
+            one.gamma
+        );
         assert_eq!(local_search(&ev, &zeros, 0).gamma, zeros);
         assert_eq!(local_search_step_cap(&ev), 4 * 6 * 13);
     }
