@@ -137,6 +137,8 @@ pub struct State {
     pub gamma: Vec<u32>,
     /// ΣN per sample.
     tokens: Vec<u32>,
+    /// ΣN over all samples.
+    tokens_total: u64,
     /// T_comm per sample.
     comm_s: Vec<f64>,
     /// The objective value at `gamma`.
@@ -160,7 +162,24 @@ pub struct Evaluator {
     gain: Vec<f64>,
     /// 1/g by position in `order`.
     inverse_gain: Vec<f64>,
+    /// F by s·K + position in `order`: the samples again, sample-major, so that finding a sample's rejected set
+    /// reads one contiguous row instead of K strided entries.
+    by_sample: Vec<u16>,
+    /// Σ_s min(F_ks, g + 1) by k·(γ_max + 1) + g: the tokens device k contributes over all samples at γ_k = g.
+    token_sum: Vec<u64>,
+    /// Per device (k·N + i): the sample indices in order of F, then of s.
+    by_f: Vec<u32>,
+    /// Per device (k·(γ_max + 3) + f): the first i in `by_f`'s row k with F ≥ f, for f ∈ 0..=γ_max + 2.
+    f_start: Vec<u32>,
+    /// τ^ul by (m − 1)·K + position when K ≤ [`UL_TABLE_MAX_DEVICES`] (at most 2 MiB), else empty and computed
+    /// when asked: the same function of the same inputs either way, so the same bits.
+    ul_table: Vec<f64>,
 }
+
+/// Up to this many devices an evaluator tabulates every UL delay τ^ul(B/m, g_k) (K² values, 2 MiB at 512): the
+/// optimal split asks for O(log m) of them per sample and evaluation, and a table lookup is much cheaper than the
+/// logarithm of the Shannon rate. Above it they are computed when asked, so memory stays linear in K.
+pub const UL_TABLE_MAX_DEVICES: usize = 512;
 
 impl Evaluator {
     /// Draws the scenario's `saa_samples` with its `seed` and prepares the tables.
@@ -204,6 +223,54 @@ impl Evaluator {
         order.sort_by(|&i, &j| gains[j].total_cmp(&gains[i]).then(i.cmp(&j)));
         let gain: Vec<f64> = order.iter().map(|&k| gains[k]).collect();
         let inverse_gain = gain.iter().map(|g| 1.0 / g).collect();
+        let n = samples.count;
+        let mut by_sample = vec![0u16; n * k_n];
+        for (pos, &k) in order.iter().enumerate() {
+            for s in 0..n {
+                by_sample[s * k_n + pos] = samples.first_rejection[k * n + s];
+            }
+        }
+        let cap = scenario.max_draft_len as usize + 1;
+        let mut token_sum = vec![0u64; k_n * cap];
+        let mut by_f = Vec::with_capacity(k_n * n);
+        let mut f_start = vec![0u32; k_n * (cap + 2)];
+        for k in 0..k_n {
+            let f_of = |s: usize| samples.first_rejection[k * n + s] as usize;
+            // Counting sort by F (stable in s).
+            let mut count = vec![0u32; cap + 2];
+            for s in 0..n {
+                count[f_of(s)] += 1;
+            }
+            let starts = &mut f_start[k * (cap + 2)..(k + 1) * (cap + 2)];
+            let mut acc = 0u32;
+            for (f, c) in count.iter().enumerate() {
+                starts[f] = acc;
+                acc += c;
+            }
+            let mut next = starts.to_vec();
+            let row = by_f.len();
+            by_f.resize(row + n, 0);
+            for s in 0..n {
+                let f = f_of(s);
+                by_f[row + next[f] as usize] = s as u32;
+                next[f] += 1;
+            }
+            for g in 0..cap {
+                token_sum[k * cap + g] = count
+                    .iter()
+                    .enumerate()
+                    .map(|(f, &c)| u64::from(c) * f.min(g + 1) as u64)
+                    .sum();
+            }
+        }
+        let mut ul_table = Vec::new();
+        if k_n <= UL_TABLE_MAX_DEVICES {
+            ul_table.reserve_exact(k_n * k_n);
+            for m in 1..=k_n {
+                let b = link.share_hz(m);
+                ul_table.extend(gain.iter().map(|&g| link.ul_delay_s(b, g)));
+            }
+        }
         Ok(Evaluator {
             link,
             policy,
@@ -216,6 +283,11 @@ impl Evaluator {
             order,
             gain,
             inverse_gain,
+            by_sample,
+            token_sum,
+            by_f,
+            f_start,
+            ul_table,
         })
     }
 
@@ -266,9 +338,11 @@ impl Evaluator {
     /// T_comm of sample `s` under `gamma`, and the number of rejected devices corrected in UL mode.
     fn comm(&self, s: usize, gamma: &[u32], rejected: &mut Vec<usize>) -> (f64, usize) {
         let n = self.samples.count;
+        let k_n = self.order.len();
         rejected.clear();
-        for (pos, &k) in self.order.iter().enumerate() {
-            if u32::from(self.samples.first_rejection[k * n + s]) <= gamma[k] {
+        let row = &self.by_sample[s * k_n..(s + 1) * k_n];
+        for (pos, (&k, &f)) in self.order.iter().zip(row).enumerate() {
+            if u32::from(f) <= gamma[k] {
                 rejected.push(pos);
             }
         }
@@ -277,10 +351,13 @@ impl Evaluator {
             return (0.0, 0);
         }
         let b = self.link.share_hz(m);
-        // τ^ul of the device at a position in `order` when m devices share the band. Computed when asked rather
-        // than tabulated for every m: the optimal split asks O(log m) of them per sample, and a K × K table would
-        // make memory grow with K² (docs/paper-b.md, planning limits).
-        let row = |p: usize| self.link.ul_delay_s(b, self.gain[p]);
+        // τ^ul of the device at a position in `order` when m devices share the band (see `ul_table`).
+        let k_n = self.order.len();
+        let table = (!self.ul_table.is_empty()).then(|| &self.ul_table[(m - 1) * k_n..m * k_n]);
+        let row = |p: usize| match table {
+            Some(t) => t[p],
+            None => self.link.ul_delay_s(b, self.gain[p]),
+        };
         match self.policy {
             ModeScheme::Optimal | ModeScheme::BruteForce => {
                 // Suffix sums of 1/g over the rejected set in UL-delay order (on the stack for small sets).
@@ -350,6 +427,7 @@ impl Evaluator {
         );
         State {
             gamma: gamma.to_vec(),
+            tokens_total: tokens.iter().map(|&t| u64::from(t)).sum(),
             tokens,
             comm_s,
             value,
@@ -397,6 +475,10 @@ impl Evaluator {
             gamma[k] = g;
         }
         self.check(&gamma);
+        let distinct = changes.len() == 1 || (changes.len() == 2 && changes[0].0 != changes[1].0);
+        if self.objective == Objective::Rate && distinct {
+            return self.try_few_moves(state, &gamma, changes);
+        }
         let n = self.samples.count;
         let mut rejected = Vec::with_capacity(self.devices());
         let tokens = (0..n).map(|s| {
@@ -406,20 +488,58 @@ impl Evaluator {
             }
             t
         });
-        let comm: Vec<f64> = (0..n)
-            .map(|s| {
-                let flips = changes.iter().any(|&(k, g)| {
-                    let f = u32::from(self.samples.first_rejection[k * n + s]);
-                    (f <= g) != (f <= state.gamma[k])
-                });
-                if flips {
-                    self.comm(s, &gamma, &mut rejected).0
-                } else {
-                    state.comm_s[s]
-                }
-            })
+        let comm = (0..n).map(|s| {
+            let flips = changes.iter().any(|&(k, g)| {
+                let f = u32::from(self.samples.first_rejection[k * n + s]);
+                (f <= g) != (f <= state.gamma[k])
+            });
+            if flips {
+                self.comm(s, &gamma, &mut rejected).0
+            } else {
+                state.comm_s[s]
+            }
+        });
+        self.reduce(self.draft_s(&gamma), tokens, comm)
+    }
+
+    /// [`Self::try_moves`] for one or two devices under the rate objective: the token total from per-device sums
+    /// (integers, so exact in any order), T_comm recomputed only on the samples where a changed device switches
+    /// between rejected and accepted (found from the samples sorted by F), and the latency summed over all samples
+    /// in sample order as [`Self::reduce`] does, so the result has the same bits.
+    fn try_few_moves(&self, state: &State, gamma: &[u32], changes: &[(usize, u32)]) -> f64 {
+        let n = self.samples.count;
+        let cap = self.max_draft_len as usize + 1;
+        let mut tok = state.tokens_total;
+        let mut flipped: Vec<u32> = Vec::new();
+        for &(k, g) in changes {
+            let old = state.gamma[k];
+            tok = tok + self.token_sum[k * cap + g as usize] - self.token_sum[k * cap + old as usize];
+            // The device switches on samples with min(g, old) < F ≤ max(g, old).
+            let (lo, hi) = (g.min(old) as usize, g.max(old) as usize);
+            let starts = &self.f_start[k * (cap + 2)..(k + 1) * (cap + 2)];
+            let (from, to) = (starts[lo + 1] as usize, starts[hi + 1] as usize);
+            flipped.extend_from_slice(&self.by_f[k * n + from..k * n + to]);
+        }
+        flipped.sort_unstable();
+        flipped.dedup();
+        let mut rejected = Vec::with_capacity(self.devices());
+        let fresh: Vec<f64> = flipped
+            .iter()
+            .map(|&s| self.comm(s as usize, gamma, &mut rejected).0)
             .collect();
-        self.reduce(self.draft_s(&gamma), tokens, comm.into_iter())
+        let mut lat = 0.0;
+        let mut next = 0;
+        for (s, &old) in state.comm_s.iter().enumerate() {
+            let c = if next < flipped.len() && flipped[next] as usize == s {
+                next += 1;
+                fresh[next - 1]
+            } else {
+                old
+            };
+            lat += c;
+        }
+        let nf = n as f64;
+        (tok as f64 / nf) / (self.draft_s(gamma) + self.verify_s + lat / nf)
     }
 
     /// Both objectives and the mode statistics of `gamma`.
@@ -536,7 +656,7 @@ pub fn exact_value(
 mod tests {
     use super::*;
     use crate::paper_b::scenario::tests::example;
-    use rand::SeedableRng;
+    use rand::{RngExt, SeedableRng};
 
     #[test]
     fn first_rejection_is_geometric() {
@@ -602,6 +722,27 @@ mod tests {
     }
 
     #[test]
+    fn ul_delays_from_the_table_and_computed_agree_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut spec = example(12);
+        for d in &mut spec.devices {
+            d.channel_gain = 10f64.powf(rng.random_range(-13.0..-10.0));
+        }
+        let sc = Scenario::new(spec).unwrap();
+        for policy in [ModeScheme::Optimal, ModeScheme::AllUl, ModeScheme::Random] {
+            let tabled = Evaluator::new(&sc, policy, Objective::Rate).unwrap();
+            assert!(!tabled.ul_table.is_empty());
+            let mut computed = tabled.clone();
+            computed.ul_table.clear();
+            for _ in 0..20 {
+                let gamma: Vec<u32> = (0..12).map(|_| rng.random_range(0..=sc.max_draft_len)).collect();
+                assert_eq!(tabled.value(&gamma).to_bits(), computed.value(&gamma).to_bits());
+                assert_eq!(tabled.stats(&gamma), computed.stats(&gamma));
+            }
+        }
+    }
+
+    #[test]
     fn incremental_moves_equal_full_evaluation() {
         let sc = Scenario::new(example(12)).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(4);
@@ -615,7 +756,8 @@ mod tests {
                 let ev = Evaluator::new(&sc, policy, objective).unwrap();
                 let gamma: Vec<u32> = (0..12).map(|_| rng.random_range(0..=20)).collect();
                 let state = ev.state(&gamma);
-                for _ in 0..20 {
+                // One or two changes take the sparse path under the rate objective, three the general one.
+                for _ in 0..80 {
                     let changes: Vec<(usize, u32)> = (0..rng.random_range(1..=3))
                         .map(|_| (rng.random_range(0..12), rng.random_range(0..=20)))
                         .collect();
