@@ -84,16 +84,22 @@ fn sweep(
     cols.extend(CONTROLLERS.iter().map(|c| c.0));
     cols.push("unified_gain_pct");
     let mut table = Table::new(&cols);
-    let bar = ctx.progress(xs.len() as u64, name);
-    for &x in xs {
-        let per_drop: Vec<[f64; 4]> = (0..sz.drops)
-            .into_par_iter()
-            .map(|d| {
-                let seed = ctx.seed ^ (0x756e_6966 + d as u64);
-                let round = make(x).draw(&mut ChaCha8Rng::seed_from_u64(seed))?;
-                controllers(&round)
-            })
-            .collect::<anyhow::Result<_>>()?;
+    // Every (x, realisation) pair is one parallel task, so both cores stay busy across x values (a realisation
+    // count that does not divide by the core count would otherwise idle one core at every x).
+    let bar = ctx.progress((xs.len() * sz.drops) as u64, name);
+    let results: Vec<[f64; 4]> = (0..xs.len() * sz.drops)
+        .into_par_iter()
+        .map(|i| {
+            let (x, d) = (xs[i / sz.drops], i % sz.drops);
+            let seed = ctx.seed ^ (0x756e_6966 + d as u64);
+            let round = make(x).draw(&mut ChaCha8Rng::seed_from_u64(seed))?;
+            let out = controllers(&round);
+            bar.inc(1);
+            out
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for (xi, &x) in xs.iter().enumerate() {
+        let per_drop = &results[xi * sz.drops..(xi + 1) * sz.drops];
         let mean: Vec<f64> = (0..4)
             .map(|i| per_drop.iter().map(|r| r[i]).sum::<f64>() / per_drop.len() as f64)
             .collect();
@@ -102,7 +108,6 @@ fn sweep(
         row.extend(mean.iter().map(|&v| Cell::from(v)));
         row.push(Cell::from(100.0 * (mean[3] / best_paper - 1.0)));
         table.push(row);
-        bar.inc(1);
     }
     bar.finish_and_clear();
     Ok(table)

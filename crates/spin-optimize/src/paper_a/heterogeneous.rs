@@ -324,19 +324,30 @@ impl<'a> Grid<'a> {
             return out.len();
         }
         let thresholds = &thresholds[..levels.min(64)];
-        // Thresholds fall in m and ln λ_j rises in j: count the thresholds at or above ln λ_j with one pointer.
-        let mut count = thresholds.len();
-        for (j, o) in out.iter_mut().enumerate() {
-            while count > 0 && thresholds[count - 1] < lnl[j] {
-                count -= 1;
-            }
-            *o = if exact[j] {
-                self.length(k, phi, j)
+        // count_j = #{i : thresholds[i] ≥ ln λ_j} = #{i : j < J_i} with J_i = first_above(thresholds[i], true), and
+        // the J_i fall with i (unset thresholds are −∞, J = 0): the run with count c is [J_c, J_{c−1}), J_{−1} = n.
+        // Fill the runs, then overwrite the points near a rounding boundary with eq. 37.
+        let mut end = out.len();
+        for c in 0..=thresholds.len() {
+            let start = if c < thresholds.len() {
+                self.first_above(thresholds[c], true).min(end)
             } else {
-                l_min + count as u32
+                0
             };
+            out[start..end].fill(l_min + c as u32);
+            end = start;
+            if end == 0 {
+                break;
+            }
         }
-        exact.iter().filter(|&&e| e).count()
+        let mut evaluated = 0;
+        for (j, (o, &e)) in out.iter_mut().zip(exact.iter()).enumerate() {
+            if e {
+                *o = self.length(k, phi, j);
+                evaluated += 1;
+            }
+        }
+        evaluated
     }
 
     /// The grid's best plan: the first grid point (φ-major) with the largest τ.
@@ -363,12 +374,25 @@ impl<'a> Grid<'a> {
         let mut plans: Vec<u32> = Vec::new();
         let mut bounds: Vec<(f64, f64)> = Vec::new();
         let mut lens = vec![0u32; k_n];
+        let mut changed = vec![false; n_l];
         for &phi in &self.phis {
             let ln_phi = phi.ln();
             for k in 0..k_n {
                 self.row(k, phi, ln_phi, &mut rows[k * n_l..(k + 1) * n_l], &mut exact);
             }
+            // changed[j]: some device's length differs between λ_{j−1} and λ_j (one contiguous pass per device).
+            changed.fill(false);
+            for row in rows.chunks_exact(n_l) {
+                for (c, w) in changed[1..].iter_mut().zip(row.windows(2)) {
+                    *c |= w[0] != w[1];
+                }
+            }
             for j in 0..n_l {
+                // The plan at λ_{j−1} was pushed or equals the last one pushed; an unchanged plan is skipped below
+                // anyway, so skip it without gathering it.
+                if j > 0 && !changed[j] {
+                    continue;
+                }
                 for (k, l) in lens.iter_mut().enumerate() {
                     *l = rows[k * n_l + j];
                 }
