@@ -12,7 +12,7 @@
 //! core) takes the candle route. Tests compare both to 1e-5.
 
 use super::cache::LayerKv;
-use super::weights::Fused;
+use super::weights::{Proj, transpose_cat_host, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
 use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows, fmadd, has_fma};
@@ -53,44 +53,63 @@ pub(crate) struct HostWeights {
 }
 
 fn host(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+    with_values(t, <[f32]>::to_vec)
 }
 
 impl HostWeights {
-    /// Host copies of a dense model's weights; `None` when a projection is quantised, the output head has no
-    /// transposed copy, or the model is larger than [`HOST_MAX_WEIGHTS`].
+    /// Host copies of a dense model's weights, transposed to (in, out) straight from the loaded tensors (the one
+    /// copy a load makes besides reading the file); `None` when a projection is quantised or the model is larger
+    /// than [`HOST_MAX_WEIGHTS`].
     pub(super) fn of(model: &Model) -> Result<Option<HostWeights>> {
-        let Some(head_t) = &model.head_t else {
+        let dense = |p: &Proj| match p {
+            Proj::Dense(l) => Some(l.clone()),
+            Proj::Quant { .. } => None,
+        };
+        let Some(head) = dense(&model.head) else {
             return Ok(None);
         };
-        let fused: Option<Vec<&Fused>> = model.layers.iter().map(|l| l.fused.as_ref()).collect();
-        let Some(fused) = fused else {
-            return Ok(None);
-        };
-        let per_layer: usize = fused
-            .iter()
-            .map(|f| f.qkv.elem_count() + f.o.elem_count() + f.gate_up.elem_count() + f.down.elem_count())
-            .sum();
-        if per_layer + head_t.elem_count() + model.embed.elem_count() > HOST_MAX_WEIGHTS {
+        let mut count = head.weight().elem_count() + model.embed.elem_count();
+        let mut dense_layers = Vec::with_capacity(model.layers.len());
+        for layer in &model.layers {
+            let all = [
+                &layer.wq,
+                &layer.wk,
+                &layer.wv,
+                &layer.wo,
+                &layer.gate,
+                &layer.up,
+                &layer.down,
+            ];
+            let Some(l) = all.into_iter().map(dense).collect::<Option<Vec<_>>>() else {
+                return Ok(None);
+            };
+            count += l.iter().map(|l| l.weight().elem_count()).sum::<usize>();
+            dense_layers.push(l);
+        }
+        if count > HOST_MAX_WEIGHTS {
             return Ok(None);
         }
-        let mut layers = Vec::with_capacity(fused.len());
-        for (layer, f) in model.layers.iter().zip(fused) {
+        let mut layers = Vec::with_capacity(dense_layers.len());
+        for (layer, l) in model.layers.iter().zip(dense_layers) {
+            let qkv_bias = match (l[0].bias(), l[1].bias(), l[2].bias()) {
+                (Some(bq), Some(bk), Some(bv)) => Some([host(bq)?, host(bk)?, host(bv)?].concat()),
+                _ => None,
+            };
             layers.push(HostLayer {
                 attn_norm: host(&layer.attn_norm)?,
-                qkv: host(&f.qkv)?,
-                qkv_bias: f.qkv_bias.as_ref().map(host).transpose()?,
-                o: host(&f.o)?,
+                qkv: transpose_cat_host(&[l[0].weight(), l[1].weight(), l[2].weight()])?,
+                qkv_bias,
+                o: transpose_cat_host(&[l[3].weight()])?,
                 ffn_norm: host(&layer.ffn_norm)?,
-                gate_up: host(&f.gate_up)?,
-                down: host(&f.down)?,
+                gate_up: transpose_cat_host(&[l[4].weight(), l[5].weight()])?,
+                down: transpose_cat_host(&[l[6].weight()])?,
             });
         }
         Ok(Some(HostWeights {
             embed: host(&model.embed)?,
             layers,
             norm: host(&model.norm)?,
-            head_t: host(head_t)?,
+            head_t: transpose_cat_host(&[head.weight()])?,
         }))
     }
 }
