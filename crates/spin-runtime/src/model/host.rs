@@ -328,8 +328,8 @@ fn vector_columns<S: pulp::Simd, const K: usize, const F: bool>(
     if x.len() % 2 == 1 {
         let i = x.len() - 1;
         let a = simd.splat_f32s(x[i]);
-        for k in 0..K {
-            even[k] = fma(a, load(i * out + o0 + k * lanes), even[k]);
+        for (k, e) in even.iter_mut().enumerate() {
+            *e = fma(a, load(i * out + o0 + k * lanes), *e);
         }
     }
     for k in 0..K {
