@@ -1,8 +1,9 @@
 //! Criterion benchmarks of the real-model runtime: plain decoding throughput of stories260K, one decode step of
 //! the target and of the default distilled draft (target: the draft's step ≤ 20 % of the target's), the host
-//! path against the candle route, the cost of verifying K = 16 drafts of length 8 in one padded batch relative to
-//! K = 1 (paper A eq. 7's T_fix + K·T_lin), and, when the file is there, verification of a memory-bound target
-//! (SmolLM2-135M Q4_1 dequantised to f32, fetched by scripts/fetch-smollm2.sh) at K = 1 and 8, draft length 4.
+//! path against the candle route, one host pass of 1–9 positions (what verifying a draft costs in steps), the
+//! cost of verifying K = 16 drafts of length 8 in one padded batch relative to K = 1 (paper A eq. 7's
+//! T_fix + K·T_lin), and, when the file is there, verification of a memory-bound target (SmolLM2-135M Q4_1
+//! dequantised to f32, fetched by scripts/fetch-smollm2.sh) at K = 1 and 8, draft length 4.
 //!
 //! The stories260K target and the draft are the models committed under models/ (`spin_runtime::embedded`).
 
@@ -48,6 +49,27 @@ fn step(c: &mut Criterion) {
     step_bench(&mut g, "target_stories260k", &target);
     step_bench(&mut g, "draft_2x32", &draft);
     step_bench(&mut g, "target_stories260k_candle_route", &candle);
+    g.finish();
+}
+
+/// One pass of n new positions of one sequence after 64 (a verification of a draft of length n − 1 by the
+/// stories260K target, on the host path): against n = 1 it says what verifying L + 1 positions costs in
+/// single steps, the quantity that decides whether speculation can pay (docs/runtime.md).
+fn host_positions(c: &mut Criterion) {
+    let m = stories();
+    let prefix: Vec<u32> = (0..64u32).map(|i| 3 + (i * 7) % 500).collect();
+    let mut cache = m.new_cache();
+    m.forward(&mut cache, &prefix).expect("prefill");
+    let mut g = c.benchmark_group("runtime/target_positions");
+    for n in [1usize, 2, 3, 5, 9] {
+        let input: Vec<u32> = (0..n as u32).map(|j| 3 + (j * 13) % 500).collect();
+        g.bench_function(format!("n{n}"), |b| {
+            b.iter(|| {
+                cache.truncate(64).expect("truncate");
+                black_box(m.forward_logits(&mut cache, &input).expect("pass").len())
+            })
+        });
+    }
     g.finish();
 }
 
@@ -149,7 +171,7 @@ fn verify(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = decode, step, verify, verify_memory_bound
+    targets = decode, step, host_positions, verify, verify_memory_bound
 }
 
 fn main() {

@@ -10,7 +10,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
-use crate::speculative::prob_rows;
+use crate::speculative::{prob_rows, probs_into};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};
@@ -336,30 +336,41 @@ pub fn draft_many<M: Deref<Target = Model>>(
                 }
             })
             .collect();
-        let logits = {
-            let mut wanted = vec![false; drafters.len()];
-            for &i in &members {
-                wanted[i] = true;
-            }
-            let mut model: Option<&Model> = None;
-            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(members.len());
-            for (d, _) in drafters.iter_mut().zip(&wanted).filter(|(_, w)| **w) {
-                let Drafter { model: m, cache, .. } = &mut **d;
-                model.get_or_insert(&**m);
-                caches.push(cache);
-            }
-            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
-            match model {
-                Some(m) => m.forward_batch(&mut caches, &refs)?,
-                None => Vec::new(),
-            }
-        };
-        for (&i, l) in members.iter().zip(&logits) {
-            let last = l.narrow(0, l.dim(0)? - 1, 1)?;
-            let d = &mut drafters[i];
-            let q = prob_rows(&last, &d.params)?.remove(0);
+        if let [i] = members[..] {
+            // One drafter: its logits rows straight from its cache's buffer (no tensor on the host path).
+            let d = &mut *drafters[i];
+            let vocab = d.model.config().vocab_size;
+            let mut q = Vec::with_capacity(vocab);
+            let rows = d.model.forward_logits(&mut d.cache, &inputs[0])?;
+            probs_into(&rows[rows.len() - vocab..], &d.params, &mut q)?;
             let (t, _) = d.sample_row(q)?;
             d.pending.push(t);
+        } else {
+            let logits = {
+                let mut wanted = vec![false; drafters.len()];
+                for &i in &members {
+                    wanted[i] = true;
+                }
+                let mut model: Option<&Model> = None;
+                let mut caches: Vec<&mut KvCache> = Vec::with_capacity(members.len());
+                for (d, _) in drafters.iter_mut().zip(&wanted).filter(|(_, w)| **w) {
+                    let Drafter { model: m, cache, .. } = &mut **d;
+                    model.get_or_insert(&**m);
+                    caches.push(cache);
+                }
+                let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+                match model {
+                    Some(m) => m.forward_batch(&mut caches, &refs)?,
+                    None => Vec::new(),
+                }
+            };
+            for (&i, l) in members.iter().zip(&logits) {
+                let last = l.narrow(0, l.dim(0)? - 1, 1)?;
+                let d = &mut drafters[i];
+                let q = prob_rows(&last, &d.params)?.remove(0);
+                let (t, _) = d.sample_row(q)?;
+                d.pending.push(t);
+            }
         }
         let elapsed = start.elapsed();
         for &i in &members {

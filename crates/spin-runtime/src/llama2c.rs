@@ -137,12 +137,29 @@ pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Model> {
     if meta.is_file() && meta.len() != want {
         return Err(size_error(&what, meta.len(), want));
     }
-    let mut bytes = Vec::with_capacity(want as usize);
-    bytes.extend_from_slice(&header);
-    file.take(want + 1 - HEADER_BYTES as u64)
-        .read_to_end(&mut bytes)
-        .map_err(|e| RuntimeError::io(path, e))?;
-    from_bytes(&bytes, &what, device)
+    // Each tensor is read straight into its own buffer, which becomes the tensor: one copy from the file, none
+    // in between (docs/runtime.md, "Start-up").
+    let mut read = |n: usize| -> Result<Vec<f32>> {
+        let mut values = vec![0f32; n];
+        file.read_exact(bytemuck::cast_slice_mut(&mut values))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => size_error(&what, meta.len().min(want - 1), want),
+                _ => RuntimeError::io(path, e),
+            })?;
+        if cfg!(target_endian = "big") {
+            for x in &mut values {
+                *x = f32::from_bits(u32::from_le(x.to_bits()));
+            }
+        }
+        Ok(values)
+    };
+    let map = build_tensors(&cfg, &what, device, &mut read)?;
+    // A pipe or device reports no length: anything after the last tensor is an error too.
+    let mut extra = [0u8; 1];
+    if file.read(&mut extra).map_err(|e| RuntimeError::io(path, e))? != 0 {
+        return Err(size_error(&what, want + 1, want));
+    }
+    Model::from_source(cfg, &map, device)
 }
 
 /// Loads a llama2.c v0 checkpoint held in memory (e.g. embedded with `include_bytes!`); errors name it `checkpoint`.
@@ -164,57 +181,67 @@ fn size_error(what: &str, found: u64, want: u64) -> RuntimeError {
     RuntimeError::format(what, format!("{kind}: {found} bytes, the header implies {want}"))
 }
 
-/// Parses checkpoint bytes into a config and named tensors.
+/// Parses checkpoint bytes into a config and named tensors: each tensor's floats are decoded once, into the
+/// buffer the tensor then owns.
 pub(crate) fn parse_checkpoint(bytes: &[u8], what: &str, device: &Device) -> Result<(Config, TensorMap)> {
     let cfg = parse_header(bytes, what)?;
     let want = HEADER_BYTES + 4 * expected_floats(&cfg);
     if bytes.len() != want {
         return Err(size_error(what, bytes.len() as u64, want as u64));
     }
-    let floats: Vec<f32> = bytes[HEADER_BYTES..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    let mut off = 0usize;
+    let mut at = HEADER_BYTES;
+    let mut read = |n: usize| -> Result<Vec<f32>> {
+        let values = bytes[at..at + 4 * n]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        at += 4 * n;
+        Ok(values)
+    };
+    let map = build_tensors(&cfg, what, device, &mut read)?;
+    Ok((cfg, map))
+}
+
+/// The named tensors of a v0 checkpoint whose header `cfg` has been read, taking each tensor's floats (in file
+/// order) from `read`; the RoPE tables are read and dropped (the model recomputes them).
+fn build_tensors(
+    cfg: &Config,
+    what: &str,
+    device: &Device,
+    read: &mut dyn FnMut(usize) -> Result<Vec<f32>>,
+) -> Result<TensorMap> {
     let mut tensors = HashMap::new();
     // Every weight must be finite: a NaN would only surface as NaN probabilities at the first token.
-    let mut take = |name: &str, shape: &[usize]| -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        let values = &floats[off..off + n];
-        if !name.is_empty() {
-            crate::load::check_finite(what, name, values)?;
-        }
-        let t = Tensor::from_slice(values, shape, device)?;
-        off += n;
-        Ok(t)
-    };
-    for (name, shape, per_layer) in layout(&cfg) {
+    let take =
+        |read: &mut dyn FnMut(usize) -> Result<Vec<f32>>, name: &str, shape: &[usize]| -> Result<Tensor> {
+            let values = read(shape.iter().product())?;
+            crate::load::check_finite(what, name, &values)?;
+            Ok(Tensor::from_vec(values, shape, device)?)
+        };
+    for (name, shape, per_layer) in layout(cfg) {
         if per_layer {
             for i in 0..cfg.n_layers {
                 let full = format!("model.layers.{i}.{name}");
-                let t = take(&full, &shape)?;
+                let t = take(read, &full, &shape)?;
                 tensors.insert(full, t);
             }
         } else {
-            tensors.insert(name.to_string(), take(name, &shape)?);
+            tensors.insert(name.to_string(), take(read, name, &shape)?);
         }
     }
-    // The RoPE tables (no name: not checked) are recomputed by the model.
-    let _rope = take("", &[2 * cfg.max_seq_len * cfg.head_dim() / 2])?;
+    // The RoPE tables (not checked): the model recomputes them.
+    drop(read(2 * cfg.max_seq_len * cfg.head_dim() / 2)?);
     if !cfg.tied_embeddings {
         tensors.insert(
             "lm_head.weight".to_string(),
-            take("lm_head.weight", &[cfg.vocab_size, cfg.dim])?,
+            take(read, "lm_head.weight", &[cfg.vocab_size, cfg.dim])?,
         );
     }
-    Ok((
-        cfg,
-        TensorMap {
-            what: what.to_string(),
-            tensors,
-            device: device.clone(),
-        },
-    ))
+    Ok(TensorMap {
+        what: what.to_string(),
+        tensors,
+        device: device.clone(),
+    })
 }
 
 /// Writes named tensors (Hugging Face layout, as from [`crate::model::random_tensors`] or training) as a v0

@@ -30,10 +30,26 @@ pub fn prob_rows(logits: &candle_core::Tensor, params: &SamplingParams) -> Resul
     rows.iter()
         .map(|r| {
             let mut out = Vec::with_capacity(r.len());
-            probs_from_logits(r, params, &mut out)?;
+            probs_into(r, params, &mut out)?;
             Ok(out)
         })
         .collect()
+}
+
+/// Writes one logits row's probabilities under `params` into `out`. Top-1 (temperature 0) is a one-hot row at the
+/// first largest logit, found in one pass ([`crate::decode::argmax`]) instead of 512 exponentials and a
+/// selection: the same row `probs_from_logits` gives (ties go to the smaller id in both), cheap enough for a
+/// drafter whose whole step is a few microseconds (docs/runtime.md, "Draft step").
+pub fn probs_into(row: &[f32], params: &SamplingParams, out: &mut Vec<f32>) -> Result<()> {
+    if params.top_k() == Some(1) {
+        let t = crate::decode::argmax(row)? as usize;
+        out.clear();
+        out.resize(row.len(), 0.0);
+        out[t] = 1.0;
+        return Ok(());
+    }
+    probs_from_logits(row, params, out)?;
+    Ok(())
 }
 
 /// One device's running state (a view the loop refreshes after every round).

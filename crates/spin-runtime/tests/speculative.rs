@@ -360,3 +360,35 @@ fn drafter_and_verifier_with_token_probabilities_and_ul_or_dl_correction_sample_
     let (q1, _) = exact_first_two(&drafter, &prompt, &t1);
     assert!(chi_square_p(&counts, &q1) < 1e-6, "the test can fail");
 }
+
+#[test]
+fn one_hot_top1_rows_equal_the_general_sampler() {
+    use rand::{RngExt, SeedableRng};
+    let greedy = speculative::sampling(0.0).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    let mut rows: Vec<Vec<f32>> = (0..50)
+        .map(|_| (0..37).map(|_| rng.random::<f32>() * 8.0 - 4.0).collect())
+        .collect();
+    // Ties (the smaller id wins in both), −∞ entries and a single entry.
+    rows.push(vec![1.0, 3.0, 3.0, -2.0]);
+    rows.push(vec![f32::NEG_INFINITY, 0.5, f32::NEG_INFINITY, 0.5]);
+    rows.push(vec![2.0]);
+    for row in &rows {
+        let (mut fast, mut general) = (Vec::new(), Vec::new());
+        speculative::probs_into(row, &greedy, &mut fast).unwrap();
+        spin_core::probs_from_logits(row, &greedy, &mut general).unwrap();
+        assert_eq!(fast, general, "{row:?}");
+    }
+    // Bad rows are errors on the fast path too.
+    for bad in [
+        vec![],
+        vec![1.0, f32::NAN],
+        vec![f32::INFINITY],
+        vec![f32::NEG_INFINITY; 3],
+    ] {
+        assert!(
+            speculative::probs_into(&bad, &greedy, &mut Vec::new()).is_err(),
+            "{bad:?}"
+        );
+    }
+}

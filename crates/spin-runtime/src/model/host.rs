@@ -12,7 +12,7 @@
 //! core) takes the candle route. Tests compare both to 1e-5.
 
 use super::cache::LayerKv;
-use super::weights::Fused;
+use super::weights::{Proj, transpose_cat_host, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
 use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows, fmadd, has_fma};
@@ -53,44 +53,63 @@ pub(crate) struct HostWeights {
 }
 
 fn host(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+    with_values(t, <[f32]>::to_vec)
 }
 
 impl HostWeights {
-    /// Host copies of a dense model's weights; `None` when a projection is quantised, the output head has no
-    /// transposed copy, or the model is larger than [`HOST_MAX_WEIGHTS`].
+    /// Host copies of a dense model's weights, transposed to (in, out) straight from the loaded tensors (the one
+    /// copy a load makes besides reading the file); `None` when a projection is quantised or the model is larger
+    /// than [`HOST_MAX_WEIGHTS`].
     pub(super) fn of(model: &Model) -> Result<Option<HostWeights>> {
-        let Some(head_t) = &model.head_t else {
+        let dense = |p: &Proj| match p {
+            Proj::Dense(l) => Some(l.clone()),
+            Proj::Quant { .. } => None,
+        };
+        let Some(head) = dense(&model.head) else {
             return Ok(None);
         };
-        let fused: Option<Vec<&Fused>> = model.layers.iter().map(|l| l.fused.as_ref()).collect();
-        let Some(fused) = fused else {
-            return Ok(None);
-        };
-        let per_layer: usize = fused
-            .iter()
-            .map(|f| f.qkv.elem_count() + f.o.elem_count() + f.gate_up.elem_count() + f.down.elem_count())
-            .sum();
-        if per_layer + head_t.elem_count() + model.embed.elem_count() > HOST_MAX_WEIGHTS {
+        let mut count = head.weight().elem_count() + model.embed.elem_count();
+        let mut dense_layers = Vec::with_capacity(model.layers.len());
+        for layer in &model.layers {
+            let all = [
+                &layer.wq,
+                &layer.wk,
+                &layer.wv,
+                &layer.wo,
+                &layer.gate,
+                &layer.up,
+                &layer.down,
+            ];
+            let Some(l) = all.into_iter().map(dense).collect::<Option<Vec<_>>>() else {
+                return Ok(None);
+            };
+            count += l.iter().map(|l| l.weight().elem_count()).sum::<usize>();
+            dense_layers.push(l);
+        }
+        if count > HOST_MAX_WEIGHTS {
             return Ok(None);
         }
-        let mut layers = Vec::with_capacity(fused.len());
-        for (layer, f) in model.layers.iter().zip(fused) {
+        let mut layers = Vec::with_capacity(dense_layers.len());
+        for (layer, l) in model.layers.iter().zip(dense_layers) {
+            let qkv_bias = match (l[0].bias(), l[1].bias(), l[2].bias()) {
+                (Some(bq), Some(bk), Some(bv)) => Some([host(bq)?, host(bk)?, host(bv)?].concat()),
+                _ => None,
+            };
             layers.push(HostLayer {
                 attn_norm: host(&layer.attn_norm)?,
-                qkv: host(&f.qkv)?,
-                qkv_bias: f.qkv_bias.as_ref().map(host).transpose()?,
-                o: host(&f.o)?,
+                qkv: transpose_cat_host(&[l[0].weight(), l[1].weight(), l[2].weight()])?,
+                qkv_bias,
+                o: transpose_cat_host(&[l[3].weight()])?,
                 ffn_norm: host(&layer.ffn_norm)?,
-                gate_up: host(&f.gate_up)?,
-                down: host(&f.down)?,
+                gate_up: transpose_cat_host(&[l[4].weight(), l[5].weight()])?,
+                down: transpose_cat_host(&[l[6].weight()])?,
             });
         }
         Ok(Some(HostWeights {
             embed: host(&model.embed)?,
             layers,
             norm: host(&model.norm)?,
-            head_t: host(head_t)?,
+            head_t: transpose_cat_host(&[head.weight()])?,
         }))
     }
 }
@@ -235,37 +254,89 @@ impl pulp::WithSimd for MatMul<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _: S) {
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
         if has_fma::<S>() {
-            self.run::<true>()
+            self.run::<S, true>(simd)
         } else {
-            self.run::<false>()
+            self.run::<S, false>(simd)
         }
     }
 }
 
 impl MatMul<'_> {
-    /// Per row of x and block of 32 output columns, 32 accumulators held in registers over the whole input
-    /// width (each step reads one row segment of w and adds to the accumulators: no load or store of y in the
-    /// inner loop); then blocks of 8 and single columns for the rest.
+    /// Per row of x and block of four vectors of output columns (32 on AVX2), eight accumulators held in vector
+    /// registers over the whole input width (each step reads one row segment of w and adds to them: no load or
+    /// store of y in the inner loop); then single vectors and single columns for the rest. The accumulators are
+    /// pulp vectors, not `[f32; N]` arrays: LLVM kept such arrays on the stack, so every multiply-add loaded
+    /// and stored its accumulator (measured: the product ran at about a quarter of the arithmetic rate).
     #[inline(always)]
-    fn run<const F: bool>(self) {
+    fn run<S: pulp::Simd, const F: bool>(self, simd: S) {
         let (inp, out) = (self.inp, self.out);
+        let lanes = S::F32_LANES;
         for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
             let mut o0 = 0;
-            while o0 + 32 <= out {
-                columns::<32, F>(x, self.w, out, o0, &mut y[o0..o0 + 32]);
-                o0 += 32;
+            while o0 + 4 * lanes <= out {
+                vector_columns::<S, 4, F>(simd, x, self.w, out, o0, &mut y[o0..o0 + 4 * lanes]);
+                o0 += 4 * lanes;
             }
-            while o0 + 8 <= out {
-                columns::<8, F>(x, self.w, out, o0, &mut y[o0..o0 + 8]);
-                o0 += 8;
+            while o0 + lanes <= out {
+                vector_columns::<S, 1, F>(simd, x, self.w, out, o0, &mut y[o0..o0 + lanes]);
+                o0 += lanes;
             }
             while o0 < out {
                 columns::<1, F>(x, self.w, out, o0, &mut y[o0..o0 + 1]);
                 o0 += 1;
             }
         }
+    }
+}
+
+/// y[c] += Σ_i x[i] · w[i·out + o0 + c] for the K·lanes columns from o0, in K vectors. The same arithmetic, in
+/// the same order, as [`columns`] (two input rows per step into two sets of accumulators, `y += even + odd`), so
+/// every route through the host product gives the same bits.
+#[inline(always)]
+fn vector_columns<S: pulp::Simd, const K: usize, const F: bool>(
+    simd: S,
+    x: &[f32],
+    w: &[f32],
+    out: usize,
+    o0: usize,
+    y: &mut [f32],
+) {
+    let lanes = S::F32_LANES;
+    let load =
+        |at: usize| -> S::f32s { bytemuck::pod_read_unaligned(bytemuck::cast_slice(&w[at..at + lanes])) };
+    let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
+        if F {
+            simd.mul_add_e_f32s(a, b, c)
+        } else {
+            simd.add_f32s(simd.mul_f32s(a, b), c)
+        }
+    };
+    let zero = simd.splat_f32s(0.0);
+    let mut even = [zero; K];
+    let mut odd = [zero; K];
+    let pairs = x.len() / 2;
+    for i in 0..pairs {
+        let (a, b) = (simd.splat_f32s(x[2 * i]), simd.splat_f32s(x[2 * i + 1]));
+        let (r0, r1) = (2 * i * out + o0, (2 * i + 1) * out + o0);
+        for k in 0..K {
+            even[k] = fma(a, load(r0 + k * lanes), even[k]);
+            odd[k] = fma(b, load(r1 + k * lanes), odd[k]);
+        }
+    }
+    if x.len() % 2 == 1 {
+        let i = x.len() - 1;
+        let a = simd.splat_f32s(x[i]);
+        for (k, e) in even.iter_mut().enumerate() {
+            *e = fma(a, load(i * out + o0 + k * lanes), *e);
+        }
+    }
+    for k in 0..K {
+        let dst = &mut y[k * lanes..(k + 1) * lanes];
+        let cur: S::f32s = bytemuck::pod_read_unaligned(bytemuck::cast_slice(dst));
+        let sum = simd.add_f32s(cur, simd.add_f32s(even[k], odd[k]));
+        dst.copy_from_slice(bytemuck::cast_slice(std::slice::from_ref(&sum)));
     }
 }
 

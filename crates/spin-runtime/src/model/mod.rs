@@ -37,8 +37,9 @@ pub struct Model {
     layers: Vec<Layer>,
     norm: Tensor,
     head: Proj,
-    /// The dense output head again, transposed (dim, vocab) and contiguous, for the CPU fast path (as `Fused`).
-    head_t: Option<Tensor>,
+    /// The dense output head again, transposed (dim, vocab) and contiguous, for the CPU fast path's candle route
+    /// (as `Fused`, built on first use; `None` inside for a quantised head).
+    head_t: std::sync::OnceLock<Option<Tensor>>,
     cos: Tensor,
     sin: Tensor,
     /// The same tables on the host, (max_seq_len, head_dim/2) row-major, for the CPU fast path.
@@ -73,7 +74,7 @@ impl Model {
                 gate: src.proj(&format!("{p}.mlp.gate_proj"), h, d, false)?,
                 up: src.proj(&format!("{p}.mlp.up_proj"), h, d, false)?,
                 down: src.proj(&format!("{p}.mlp.down_proj"), d, h, false)?,
-                fused: None,
+                fused: std::sync::OnceLock::new(),
             });
         }
         let norm = src.dense("model.norm", &[d])?;
@@ -92,7 +93,7 @@ impl Model {
             layers,
             norm,
             head,
-            head_t: None,
+            head_t: std::sync::OnceLock::new(),
             cos,
             sin,
             cos_host,
@@ -107,22 +108,50 @@ impl Model {
         Ok(model)
     }
 
-    /// Builds (on the CPU, for inference) or drops (elsewhere, and while training) the fused projections and the
-    /// transposed output head.
+    /// Forgets the fused projections and the transposed output head (rebuilt on first use from the weights as
+    /// they then are) and builds (on the CPU, for inference) or drops (elsewhere, and while training) the host
+    /// copies of a small model.
     fn rebuild_fused(&mut self) -> Result<()> {
         let want = self.device.is_cpu() && !self.differentiable;
         for layer in &mut self.layers {
-            layer.fused = if want { Fused::of(layer)? } else { None };
+            layer.fused = std::sync::OnceLock::new();
         }
-        self.head_t = match &self.head {
-            Proj::Dense(l) if want => Some(weights::transpose_cat(&[l.weight()])?),
-            _ => None,
-        };
-        self.host = match HostWeights::of(self)? {
-            Some(h) if want => Some(std::sync::Arc::new(h)),
-            _ => None,
+        self.head_t = std::sync::OnceLock::new();
+        self.host = if want {
+            HostWeights::of(self)?.map(std::sync::Arc::new)
+        } else {
+            None
         };
         Ok(())
+    }
+
+    /// A layer's fused projections for the CPU fast path, built on first use; `None` for quantised weights, off
+    /// the CPU and while training.
+    fn fused_of<'a>(&self, layer: &'a Layer) -> Result<Option<&'a Fused>> {
+        if !self.device.is_cpu() || self.differentiable {
+            return Ok(None);
+        }
+        if layer.fused.get().is_none() {
+            // Two threads may both build it; one result is kept, both are the same.
+            let _ = layer.fused.set(Fused::of(layer)?);
+        }
+        Ok(layer.fused.get().and_then(Option::as_ref))
+    }
+
+    /// The transposed output head for the CPU fast path, built on first use; `None` for a quantised head, off the
+    /// CPU and while training.
+    fn head_t(&self) -> Result<Option<&Tensor>> {
+        if !self.device.is_cpu() || self.differentiable {
+            return Ok(None);
+        }
+        if self.head_t.get().is_none() {
+            let t = match &self.head {
+                Proj::Dense(l) => Some(weights::transpose_cat(&[l.weight()])?),
+                Proj::Quant { .. } => None,
+            };
+            let _ = self.head_t.set(t);
+        }
+        Ok(self.head_t.get().and_then(Option::as_ref))
     }
 
     /// Use only back-propagatable ops (for training); slower than the fused inference kernels. Switching on
@@ -492,7 +521,7 @@ impl Model {
         let (d, m) = (cfg.dim, b * t);
         for (li, layer) in self.layers.iter().enumerate() {
             let hn = self.rms(&x, &layer.attn_norm)?;
-            let fw = if fused { layer.fused.as_ref() } else { None };
+            let fw = if fused { self.fused_of(layer)? } else { None };
             let (y, update) = self.attention(&pass, li, layer, fw, &hn)?;
             new_caches.extend(update);
             x = match fw {
@@ -503,8 +532,9 @@ impl Model {
             x = (x + self.mlp(layer, fused, fw, &hn)?)?;
         }
         let x = self.rms(&x, &self.norm)?;
-        let logits = match &self.head_t {
-            Some(w) if fused => x.reshape((m, d))?.matmul(w)?.reshape((b, t, cfg.vocab_size))?,
+        let head_t = if fused { self.head_t()? } else { None };
+        let logits = match head_t {
+            Some(w) => x.reshape((m, d))?.matmul(w)?.reshape((b, t, cfg.vocab_size))?,
             _ => self.head.forward(&x)?,
         };
         Ok((logits, new_caches))

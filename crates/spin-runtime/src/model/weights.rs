@@ -4,7 +4,7 @@
 use super::{Config, Model};
 use crate::error::{Result, RuntimeError};
 use candle_core::quantized::QMatMul;
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{CpuStorage, DType, Device, Module, Storage, Tensor};
 
 /// A linear projection y = x Wᵀ (+ b), with dense or quantised weights.
 #[derive(Debug, Clone)]
@@ -75,9 +75,10 @@ pub(crate) struct Layer {
     pub(crate) gate: Proj,
     pub(crate) up: Proj,
     pub(crate) down: Proj,
-    /// The dense projections again, fused and transposed for the CPU fast path; `None` for quantised weights,
-    /// off the CPU and while training.
-    pub(crate) fused: Option<Fused>,
+    /// The dense projections again, fused and transposed for the CPU fast path's candle route, built on first
+    /// use (a decode that stays on the host path never needs them); holds `None` for quantised weights. Emptied
+    /// when the weights change (training).
+    pub(crate) fused: std::sync::OnceLock<Option<Fused>>,
 }
 
 /// One layer's dense projections as (in, out) contiguous matrices, q|k|v side by side and gate|up side by side:
@@ -131,37 +132,82 @@ impl Fused {
     }
 }
 
+/// Runs `f` on a tensor's values as f32 without copying them when they are contiguous f32 on the CPU (the weights
+/// of a loaded model), on a copy otherwise.
+pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) {
+            return Ok(f(&v[a..b]));
+        }
+    }
+    Ok(f(&t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?))
+}
+
 /// The (out, in) matrices `ws` stacked along out and transposed: one contiguous (in, Σ out) matrix.
 /// Hand-written because candle's transposing copy goes element by element through a strided index, which made it
 /// the largest cost of loading a small model (a few milliseconds of a process that should start in a few); here
 /// each source row is read once and written as a column, in tiles that stay in cache.
 pub(super) fn transpose_cat(ws: &[&Tensor]) -> Result<Tensor> {
     let inp = ws[0].dim(1)?;
-    let total: usize = ws.iter().map(|w| w.dim(0)).sum::<candle_core::Result<usize>>()?;
-    let mut out = vec![0f32; inp * total];
-    let mut col0 = 0;
+    let out = transpose_cat_host(ws)?;
+    let total = out.len() / inp.max(1);
+    Ok(Tensor::from_vec(out, (inp, total), ws[0].device())?)
+}
+
+/// [`transpose_cat`] into a host vector, read straight from the tensors' storage (the only copy made), written
+/// in order (a gather down each column): no zero-filled buffer first, every page of the result touched once.
+pub(super) fn transpose_cat_host(ws: &[&Tensor]) -> Result<Vec<f32>> {
+    let inp = ws[0].dim(1)?;
+    let mut rows = Vec::with_capacity(ws.len());
     for w in ws {
-        let (rows, cols) = w.dims2()?;
+        let (r, cols) = w.dims2()?;
         if cols != inp {
             return Err(RuntimeError::invalid(
                 "weights",
-                format!("cannot stack a ({rows}, {cols}) matrix beside width {inp}"),
+                format!("cannot stack a ({r}, {cols}) matrix beside width {inp}"),
             ));
         }
-        let src = w.flatten_all()?.to_vec1::<f32>()?;
-        const TILE: usize = 32;
-        for r0 in (0..rows).step_by(TILE) {
-            for c0 in (0..inp).step_by(TILE) {
-                for r in r0..(r0 + TILE).min(rows) {
-                    for c in c0..(c0 + TILE).min(inp) {
-                        out[c * total + col0 + r] = src[r * inp + c];
-                    }
-                }
-            }
-        }
-        col0 += rows;
+        rows.push(r);
     }
-    Ok(Tensor::from_vec(out, (inp, total), ws[0].device())?)
+    // Values that are not contiguous f32 on the CPU are copied first; the others are read in place.
+    let copies: Vec<Option<Vec<f32>>> = ws
+        .iter()
+        .map(|w| {
+            if cpu_f32_range(w).is_some() {
+                Ok(None)
+            } else {
+                Ok(Some(w.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?))
+            }
+        })
+        .collect::<Result<_>>()?;
+    let guards: Vec<_> = ws.iter().map(|w| w.storage_and_layout()).collect();
+    let mut srcs: Vec<&[f32]> = Vec::with_capacity(ws.len());
+    for ((w, copy), (storage, _)) in ws.iter().zip(&copies).zip(&guards) {
+        let src = match (copy, &**storage, cpu_f32_range(w)) {
+            (Some(c), _, _) => c.as_slice(),
+            (None, Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => &v[a..b],
+            _ => return Err(RuntimeError::invalid("weights", "storage changed while reading")),
+        };
+        srcs.push(src);
+    }
+    let total: usize = rows.iter().sum();
+    let mut out = Vec::with_capacity(inp * total);
+    for c in 0..inp {
+        for (src, &r) in srcs.iter().zip(&rows) {
+            out.extend(src.iter().skip(c).step_by(inp).take(r));
+        }
+    }
+    Ok(out)
+}
+
+/// The element range of a contiguous f32 CPU tensor within its storage; `None` for anything else.
+fn cpu_f32_range(t: &Tensor) -> Option<(usize, usize)> {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(CpuStorage::F32(_)) => layout.contiguous_offsets(),
+        _ => None,
+    }
 }
 
 /// cos/sin of position·θ^(−2i/head_dim) for every position and pair index i, (max_seq_len, head_dim/2) row-major.
