@@ -3,8 +3,8 @@
 
 use crate::error::NetError;
 use serde::{Deserialize, Serialize};
-use spin_core::dist::index_bits;
 use spin_core::SparseDist;
+use spin_core::dist::index_bits;
 
 /// The protocol version; a peer speaking another version is refused at the handshake.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -472,7 +472,9 @@ mod tests {
         let u = unpack(&entries(&[(5, 3), (9, 2047), (2, 3)]), 300).unwrap();
         assert_eq!(u.indices(), &[9, 2, 5]);
         assert_eq!(u.values(), &[2047.0, 3.0, 3.0]);
-        let e = unpack(&entries(&[(5, 2047), (5, 3)]), 300).unwrap_err().to_string();
+        let e = unpack(&entries(&[(5, 2047), (5, 3)]), 300)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("dist.index") && e.contains("twice"), "{e}");
         let e = unpack(&entries(&[(5, 2046)]), 300).unwrap_err().to_string();
         assert!(e.starts_with("dist.codes"), "{e}");
