@@ -137,6 +137,11 @@ fn protocol(c: &mut Criterion) {
         g.bench_function(format!("plan_k64/{scheme}"), |b| {
             b.iter(|| black_box(plan_round(&cfg, &link, &views, 0.0428, 0.0076, 3).unwrap()))
         });
+        if scheme == "unified" {
+            g.bench_function("plan_k8/unified", |b| {
+                b.iter(|| black_box(plan_round(&cfg, &link, &views[..8], 0.0428, 0.0076, 3).unwrap()))
+            });
+        }
     }
     g.finish();
 }

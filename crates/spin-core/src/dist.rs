@@ -510,7 +510,12 @@ impl SparseDist {
     /// re-sorting. Checks 1 ≤ Q ≤ 24, 1 ≤ V_eff ≤ V, equal lengths, every index < V and distinct, every code an
     /// integer in [0, 2^Q − 1], the order, and a non-zero code; linear in V_eff (plus V/64 words for the
     /// distinctness check), so a receiver pays no sort per distribution.
-    pub fn from_codes(vocab: usize, indices: Vec<u32>, codes: Vec<f32>, q_bits: u32) -> Result<Self, CoreError> {
+    pub fn from_codes(
+        vocab: usize,
+        indices: Vec<u32>,
+        codes: Vec<f32>,
+        q_bits: u32,
+    ) -> Result<Self, CoreError> {
         if !(1..=24).contains(&q_bits) {
             return Err(CoreError::out_of_domain("q_bits", f64::from(q_bits), "[1, 24]"));
         }
@@ -850,7 +855,8 @@ mod tests {
             .unwrap();
         let back = SparseDist::from_codes(300, q.indices().to_vec(), q.values().to_vec(), 7).unwrap();
         assert_eq!(back, q);
-        let bad = |i: Vec<u32>, c: Vec<f32>, b: u32| SparseDist::from_codes(4, i, c, b).unwrap_err().to_string();
+        let bad =
+            |i: Vec<u32>, c: Vec<f32>, b: u32| SparseDist::from_codes(4, i, c, b).unwrap_err().to_string();
         assert!(bad(vec![0, 1], vec![3.0, 1.0], 0).starts_with("q_bits"));
         assert!(bad(vec![], vec![], 2).starts_with("indices"));
         assert!(bad(vec![0, 1], vec![3.0], 2).starts_with("codes"));
