@@ -4,7 +4,7 @@
 //! `net/protocol_k64`: the server's per-round work on the wire for 64 devices (encode 64 plans, decode and
 //! validate 64 paper-A drafts of γ = 4 with packed distributions at V = 512, V_eff = 512, Q = 16, air times, the
 //! reactive mode choice for 16 rejected devices, encode 64 verdicts). `net/plan_k64/<scheme>`: the controller's
-//! planning for 64 devices. Both report elements = devices, so criterion's time per element is per device.
+//! planning for 64 devices (`unified`: the networked server's fast configuration). Both report elements = devices, so criterion's time per element is per device.
 //! `net/virtual_rounds_k64`: whole `simulate` runs (server + 64 devices over loopback, tiny random models).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -66,16 +66,20 @@ fn protocol(c: &mut Criterion) {
                     round: 7,
                     draft_len: 4,
                     bandwidth_hz: 1e5,
+                    send_dists: true,
                 };
                 bytes += proto::encode(&plan).unwrap().len();
             }
             let mut bits = 0u64;
             for (k, body) in bodies.iter().enumerate() {
-                let DeviceMsg::Draft { dists, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
+                let DeviceMsg::Draft { tokens, dists, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
                     unreachable!()
                 };
-                for d in &dists {
-                    bits += proto::unpack(d, V as u32).unwrap().bits_on_air();
+                for (d, &t) in dists.iter().zip(&tokens) {
+                    let d = proto::unpack(d, V as u32).unwrap();
+                    // The server's check that each drafted token has mass in its own distribution.
+                    assert!(spin_net::server::has_mass(&d, t));
+                    bits += d.bits_on_air();
                 }
                 let r = link.spectral_efficiency(gains[k]).unwrap();
                 black_box(air_time_s(bits as f64, 1e5, r));
@@ -110,18 +114,34 @@ fn protocol(c: &mut Criterion) {
             max_len: 100,
         })
         .collect();
-    for scheme in ["fixed", "uni-bw", "exact", "greedy", "comp-only"] {
+    // Fewer samples for the planners: `best` and `unified` take milliseconds to seconds per round at K = 64.
+    g.sample_size(10);
+    for scheme in [
+        "fixed",
+        "uni-bw",
+        "exact",
+        "greedy",
+        "comp-only",
+        "best",
+        "unified",
+    ] {
         let cfg = ControllerConfig {
             scheme: Scheme::parse(scheme).unwrap(),
             modes: ModeScheme::Optimal,
             max_draft_len: 8,
             fixed_len: 4,
             payload_bits: 12_800.0,
+            pair_bits: 41.0,
             saa_samples: 200,
         };
         g.bench_function(format!("plan_k64/{scheme}"), |b| {
             b.iter(|| black_box(plan_round(&cfg, &link, &views, 0.0428, 0.0076, 3).unwrap()))
         });
+        if scheme == "unified" {
+            g.bench_function("plan_k8/unified", |b| {
+                b.iter(|| black_box(plan_round(&cfg, &link, &views[..8], 0.0428, 0.0076, 3).unwrap()))
+            });
+        }
     }
     g.finish();
 }

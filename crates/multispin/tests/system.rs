@@ -83,7 +83,7 @@ fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
             "--max-tokens",
             "16",
             "--compare",
-            "exact,fixed",
+            "exact,fixed,unified",
         ])
         .arg("--target")
         .arg(&target)
@@ -99,7 +99,7 @@ fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    for s in ["best", "exact", "fixed"] {
+    for s in ["best", "exact", "fixed", "unified"] {
         assert!(
             stdout.lines().any(|l| l.starts_with(s)),
             "{s} missing from\n{stdout}"
@@ -122,6 +122,7 @@ fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
         for line in trace.lines() {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             assert!(v["devices"].as_array().is_some_and(|d| !d.is_empty()));
+            assert_eq!(v["scheme"], s, "every trace line names its scheme");
         }
         assert!(out_dir.join(format!("rounds-{s}.csv")).is_file());
     }

@@ -505,6 +505,95 @@ impl SparseDist {
         })
     }
 
+    /// Rebuilds a quantised distribution from what went on the air: `indices` and their integer `codes` at
+    /// `q_bits` bits, entries ordered by code, largest first (as [`SparseDist::quantise`] leaves them), without
+    /// re-sorting. Checks 1 ≤ Q ≤ 24, 1 ≤ V_eff ≤ V, equal lengths, every index < V and distinct, every code an
+    /// integer in [0, 2^Q − 1], the order, and a non-zero code; linear in V_eff (plus V/64 words for the
+    /// distinctness check), so a receiver pays no sort per distribution.
+    pub fn from_codes(
+        vocab: usize,
+        indices: Vec<u32>,
+        codes: Vec<f32>,
+        q_bits: u32,
+    ) -> Result<Self, CoreError> {
+        if !(1..=24).contains(&q_bits) {
+            return Err(CoreError::out_of_domain("q_bits", f64::from(q_bits), "[1, 24]"));
+        }
+        if indices.is_empty() || indices.len() > vocab {
+            return Err(CoreError::invalid(
+                "indices",
+                format!("{} entries for a vocabulary of {vocab}", indices.len()),
+            ));
+        }
+        if codes.len() != indices.len() {
+            return Err(CoreError::invalid(
+                "codes",
+                format!("{} codes for {} indices", codes.len(), indices.len()),
+            ));
+        }
+        let full = ((1u32 << q_bits) - 1) as f32;
+        // Branch-free passes first (they vectorise); the slow scans below only run to name a failure.
+        let valid = |c: f32| (0.0..=full).contains(&c) && (c as u32) as f32 == c;
+        let codes_ok = codes.iter().fold(true, |ok, &c| ok & valid(c))
+            && codes.windows(2).fold(true, |ok, w| ok & (w[0] >= w[1]));
+        if !codes_ok {
+            let mut prev = f32::INFINITY;
+            for (j, &c) in codes.iter().enumerate() {
+                if !valid(c) {
+                    return Err(CoreError::invalid_at(
+                        "codes",
+                        j,
+                        format!("{c} is not an integer in [0, {full}]"),
+                    ));
+                }
+                if c > prev {
+                    return Err(CoreError::invalid_at(
+                        "codes",
+                        j,
+                        format!("{c} follows the smaller {prev} (entries go largest first)"),
+                    ));
+                }
+                prev = c;
+            }
+        }
+        if codes[0] <= 0.0 {
+            return Err(CoreError::invalid("codes", "every code is zero"));
+        }
+        let largest = indices.iter().fold(0u32, |m, &i| m.max(i)) as usize;
+        if largest >= vocab
+            && let Some(j) = indices.iter().position(|&i| i as usize >= vocab)
+        {
+            return Err(CoreError::invalid_at(
+                "indices",
+                j,
+                format!("{} is outside the vocabulary of {vocab}", indices[j]),
+            ));
+        }
+        let mut seen = vec![0u64; vocab.div_ceil(64)];
+        let mut twice = 0u64;
+        for &i in &indices {
+            let (w, b) = (i as usize / 64, 1u64 << (i % 64));
+            twice |= seen[w] & b;
+            seen[w] |= b;
+        }
+        if twice != 0 {
+            seen.iter_mut().for_each(|w| *w = 0);
+            for (j, &i) in indices.iter().enumerate() {
+                let (w, b) = (i as usize / 64, 1u64 << (i % 64));
+                if seen[w] & b != 0 {
+                    return Err(CoreError::invalid_at("indices", j, format!("{i} appears twice")));
+                }
+                seen[w] |= b;
+            }
+        }
+        Ok(Self {
+            vocab,
+            indices,
+            values: codes,
+            value_bits: q_bits,
+        })
+    }
+
     /// The vocabulary size V.
     pub fn vocab(&self) -> usize {
         self.vocab
@@ -755,5 +844,27 @@ mod tests {
         assert_eq!(index_bits(2), 1);
         assert_eq!(index_bits(5), 3);
         assert_eq!(index_bits(1024), 10);
+    }
+
+    #[test]
+    fn from_codes_rebuilds_a_quantised_distribution_and_refuses_bad_parts() {
+        let w: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 + 0.5).collect();
+        let q = SparseDist::truncate(Dist::new(&w).unwrap(), 40)
+            .unwrap()
+            .quantise(7)
+            .unwrap();
+        let back = SparseDist::from_codes(300, q.indices().to_vec(), q.values().to_vec(), 7).unwrap();
+        assert_eq!(back, q);
+        let bad =
+            |i: Vec<u32>, c: Vec<f32>, b: u32| SparseDist::from_codes(4, i, c, b).unwrap_err().to_string();
+        assert!(bad(vec![0, 1], vec![3.0, 1.0], 0).starts_with("q_bits"));
+        assert!(bad(vec![], vec![], 2).starts_with("indices"));
+        assert!(bad(vec![0, 1], vec![3.0], 2).starts_with("codes"));
+        assert!(bad(vec![0, 1], vec![4.0, 1.0], 2).starts_with("codes[0]"));
+        assert!(bad(vec![0, 1], vec![1.5, 1.0], 2).starts_with("codes[0]"));
+        assert!(bad(vec![0, 1], vec![1.0, 3.0], 2).contains("largest first"));
+        assert!(bad(vec![0, 1], vec![0.0, 0.0], 2).contains("every code is zero"));
+        assert!(bad(vec![0, 4], vec![3.0, 1.0], 2).starts_with("indices[1]"));
+        assert!(bad(vec![2, 2], vec![3.0, 1.0], 2).contains("appears twice"));
     }
 }

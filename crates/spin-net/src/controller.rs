@@ -1,13 +1,19 @@
 //! The controller in the loop: every round it plans draft lengths (and, for paper A, bandwidth shares) with
 //! spin-optimize's public schemes from what the server knows at that moment: online acceptance estimates with a
 //! prior, the round's channel, the per-device drafting times and the T_ver fit. After verification it picks the
-//! correction mode and DL power of every rejected device (paper B's reactive step).
+//! correction mode and DL power of every rejected device (paper B's reactive step). The `unified` scheme plans draft
+//! lengths, uplink shares and each device's payload (distributions or pairs) jointly with spin-optimize's unified
+//! planner (docs/unified.md), in a fast configuration (see [`unified_options`]).
 
 use crate::error::{NetError, Result};
 use crate::link::LinkConfig;
 use serde::{Deserialize, Serialize};
 use spin_optimize::paper_a::{self, heterogeneous::Alg1Params};
 use spin_optimize::paper_b::{self, DraftScheme, ModeScheme, Objective};
+use spin_optimize::round::{
+    self, CorrectionPolicy, CorrectionSplit, Payload, PayloadPolicy, Radio, RoundDevice,
+};
+use spin_optimize::unified;
 
 /// A paper-A planner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,25 +38,59 @@ pub enum Scheme {
     A(SchemeA),
     /// Paper B: token–probability pairs go up, rejected devices are corrected UL or DL.
     B(DraftScheme),
+    /// The unified planner: per device and round, distributions or pairs, Lemma-3 uplink shares, and UL/DL
+    /// correction of the rejected pair-senders.
+    Unified,
 }
 
+/// The schemes a server can plan every round with, in `--help` order.
+pub const SCHEME_NAMES: [&str; 10] = [
+    "exact",
+    "paper-alg1",
+    "homo",
+    "uni-bw",
+    "fixed",
+    "best",
+    "greedy",
+    "uniform",
+    "comp-only",
+    "unified",
+];
+
 impl Scheme {
-    /// Parses `exact`, `paper-alg1`, `homo`, `uni-bw`, `fixed` (paper A) or `best`, `greedy`, `uniform`,
-    /// `comp-only` (paper B).
+    /// Parses a name of spin-optimize's one scheme vocabulary (`spin_optimize::round::Scheme`): `exact`,
+    /// `paper-alg1`, `homo`, `uni-bw`, `fixed` (paper A), `best`, `greedy`, `uniform`, `comp-only` (paper B) or
+    /// `unified`. The exhaustive checks (`brute-force`, `exhaustive`) are refused: they are references for small
+    /// offline instances, not per-round planners.
     pub fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "exact" => Scheme::A(SchemeA::Exact),
-            "paper-alg1" => Scheme::A(SchemeA::PaperAlg1),
-            "homo" => Scheme::A(SchemeA::Homo),
-            "uni-bw" => Scheme::A(SchemeA::UniBw),
-            "fixed" => Scheme::A(SchemeA::Fixed),
-            "best" | "greedy" | "uniform" | "comp-only" => Scheme::B(DraftScheme::parse(name)?),
-            other => {
+        let unknown = || {
+            NetError::invalid(
+                "scheme",
+                format!(
+                    "unknown scheme {name:?}; expected one of {}",
+                    SCHEME_NAMES.join(", ")
+                ),
+            )
+        };
+        let s: round::Scheme = name.parse().map_err(|_| unknown())?;
+        Ok(match s {
+            round::Scheme::Exact => Scheme::A(SchemeA::Exact),
+            round::Scheme::PaperAlg1 => Scheme::A(SchemeA::PaperAlg1),
+            round::Scheme::Homo => Scheme::A(SchemeA::Homo),
+            round::Scheme::UniBw => Scheme::A(SchemeA::UniBw),
+            round::Scheme::Fixed => Scheme::A(SchemeA::Fixed),
+            round::Scheme::Best => Scheme::B(DraftScheme::Best),
+            round::Scheme::Greedy => Scheme::B(DraftScheme::Greedy),
+            round::Scheme::Uniform => Scheme::B(DraftScheme::Uniform),
+            round::Scheme::CompOnly => Scheme::B(DraftScheme::CompOnly),
+            round::Scheme::Unified => Scheme::Unified,
+            round::Scheme::BruteForce | round::Scheme::Exhaustive => {
                 return Err(NetError::invalid(
                     "scheme",
                     format!(
-                        "unknown scheme {other:?}; expected exact, paper-alg1, homo, uni-bw, fixed, best, greedy, \
-                         uniform or comp-only"
+                        "{name} is an exhaustive reference for small offline instances, not a per-round planner; \
+                         expected one of {}",
+                        SCHEME_NAMES.join(", ")
                     ),
                 ));
             }
@@ -66,6 +106,7 @@ impl Scheme {
             Scheme::A(SchemeA::UniBw) => "uni-bw",
             Scheme::A(SchemeA::Fixed) => "fixed",
             Scheme::B(s) => s.name(),
+            Scheme::Unified => "unified",
         }
     }
 }
@@ -96,6 +137,8 @@ pub struct ControllerConfig {
     pub fixed_len: u32,
     /// Bits per drafted token Q_tok (paper A) or per exchanged distribution D (paper B).
     pub payload_bits: f64,
+    /// Bits of one (token, probability) pair on the uplink, ⌈log₂V⌉ + 32 (the unified planner charges them).
+    pub pair_bits: f64,
     /// SAA samples for paper B's planners.
     pub saa_samples: u32,
 }
@@ -105,8 +148,10 @@ pub struct ControllerConfig {
 pub struct RoundPlan {
     /// γ_k.
     pub draft_len: Vec<u32>,
-    /// b_k in Hz (paper A's split; paper B: the equal share of the token–probability upload).
+    /// b_k in Hz (paper A's split; paper B: the equal share of the token–probability upload; unified: Lemma 3).
     pub bandwidth_hz: Vec<f64>,
+    /// Per device: whether its draft goes up with the distributions (paper A, or the unified planner's choice).
+    pub send_dists: Vec<bool>,
     /// The planner's predicted goodput in tokens/s at its own estimates.
     pub predicted_goodput: f64,
 }
@@ -139,6 +184,7 @@ pub fn plan_round(
         return Ok(RoundPlan {
             draft_len: vec![],
             bandwidth_hz: vec![],
+            send_dists: vec![],
             predicted_goodput: 0.0,
         });
     }
@@ -174,6 +220,7 @@ pub fn plan_round(
             RoundPlan {
                 draft_len: p.draft_lengths,
                 bandwidth_hz: p.bandwidth_hz,
+                send_dists: vec![true; k],
                 predicted_goodput: p.goodput_tokens_per_s,
             }
         }
@@ -209,7 +256,52 @@ pub fn plan_round(
             RoundPlan {
                 draft_len: p.draft_lengths,
                 bandwidth_hz: vec![link.bandwidth_hz / k as f64; k],
+                send_dists: vec![false; k],
                 predicted_goodput: p.value,
+            }
+        }
+        Scheme::Unified => {
+            let spec = round::RoundSpec {
+                bandwidth_hz: link.bandwidth_hz,
+                verify_fixed_s,
+                verify_per_device_s,
+                min_draft_len: 0,
+                max_draft_len: cfg.max_draft_len.max(1),
+                radio: Radio {
+                    ul_power_w: link.ul_power_w,
+                    dl_power_w: link.dl_power_w,
+                    noise_psd_server_w_per_hz: link.noise_psd_server_w_per_hz,
+                    noise_psd_device_w_per_hz: link.noise_psd_device_w_per_hz,
+                },
+                payload: Payload {
+                    distribution_bits: cfg.payload_bits,
+                    pair_bits: cfg.pair_bits,
+                    policy: PayloadPolicy::Choose,
+                },
+                correction_split: CorrectionSplit::Equal,
+                saa_samples: cfg.saa_samples.max(1),
+                seed,
+                devices: devices
+                    .iter()
+                    .map(|d| {
+                        Ok(RoundDevice {
+                            acceptance: d.alpha,
+                            draft_token_s: d.draft_token_s,
+                            spectral_efficiency: link.spectral_efficiency(d.gain)?,
+                            // One block-fading draw per round serves both directions (reciprocity, as paper B).
+                            uplink_gain: d.gain,
+                            downlink_gain: d.gain,
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            let r = round::Round::new(spec)?;
+            let p = unified::plan(&r, &unified_options(cfg.modes))?;
+            RoundPlan {
+                draft_len: p.draft_lengths,
+                bandwidth_hz: p.uplink_share_hz,
+                send_dists: p.sends_distributions,
+                predicted_goodput: p.rate_tokens_per_s,
             }
         }
     };
@@ -218,6 +310,28 @@ pub fn plan_round(
         *l = (*l).min(d.max_len);
     }
     Ok(plan)
+}
+
+/// The unified planner's options in the loop: the rate objective, the round's outcome samples (exact enumeration
+/// up to 4096 outcomes), the server's mode rule, and a search cut down for a per-round budget: paper B's `best`
+/// seed and pair moves only up to 16 devices, and branch and bound only on spaces of at most 2^16 points (so
+/// K ≤ 4 at L_max = 8 proves optimality; larger rounds get the seeded coordinate search).
+pub fn unified_options(modes: ModeScheme) -> unified::Options {
+    unified::Options {
+        objective: Objective::Rate,
+        expectation: unified::Expectation::Auto { limit: 4096 },
+        correction: CorrectionPolicy {
+            modes: match modes {
+                ModeScheme::BruteForce => ModeScheme::Optimal,
+                m => m,
+            },
+            split: CorrectionSplit::Equal,
+        },
+        paper_b_best_max_devices: 16,
+        exact_space_limit: 1 << 16,
+        exact_node_limit: 20_000,
+        pair_moves_max_devices: 16,
+    }
 }
 
 /// Least-squares fit of T_ver(K) = T_fix + K·T_lin over observed (K, seconds) pairs; with fewer than two distinct
@@ -276,8 +390,16 @@ mod tests {
             "greedy",
             "uniform",
             "comp-only",
+            "unified",
         ] {
             assert_eq!(Scheme::parse(n).unwrap().name(), n);
+        }
+        for n in ["brute-force", "exhaustive"] {
+            let e = Scheme::parse(n).unwrap_err().to_string();
+            assert!(
+                e.starts_with("scheme") && e.contains("not a per-round planner"),
+                "{e}"
+            );
         }
     }
 
@@ -302,6 +424,7 @@ mod tests {
             "greedy",
             "uniform",
             "comp-only",
+            "unified",
         ] {
             let cfg = ControllerConfig {
                 scheme: Scheme::parse(n).unwrap(),
@@ -309,6 +432,7 @@ mod tests {
                 max_draft_len: 8,
                 fixed_len: 4,
                 payload_bits: 12_800.0,
+                pair_bits: 41.0,
                 saa_samples: 64,
             };
             let p = plan_round(&cfg, &link, &devs, 0.02, 0.002, 1).unwrap();

@@ -3,7 +3,7 @@
 //! resume its session after a disconnect and continues from the text the server committed.
 
 use crate::error::{NetError, Result};
-use crate::proto::{self, DeviceMsg, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, ServerMsg};
+use crate::proto::{self, DeviceMsg, Identity, MAGIC, Next, PROTOCOL_VERSION, ServerMsg};
 use crate::wire::{Conn, framed, recv, send};
 use spin_runtime::Model;
 use spin_runtime::drafter::{DistForm, Drafter, device_rng};
@@ -75,7 +75,6 @@ struct Joined {
     session: u64,
     device: u32,
     drafter: Drafter<Arc<Model>>,
-    exchange: Exchange,
     max_new: usize,
 }
 
@@ -154,7 +153,6 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<u64>) -> Re
         session,
         device,
         drafter,
-        exchange: params.exchange,
         max_new: params.max_new_tokens as usize,
     })
 }
@@ -206,7 +204,12 @@ pub async fn run_device_with_ready(
             Err(e) => return Err(e),
         };
         match msg {
-            ServerMsg::Plan { round, draft_len, .. } => {
+            ServerMsg::Plan {
+                round,
+                draft_len,
+                send_dists,
+                ..
+            } => {
                 let start = Instant::now();
                 let gamma = (draft_len as usize).min(j.max_new);
                 let d = tokio::task::block_in_place(|| j.drafter.draft(gamma))?;
@@ -214,11 +217,12 @@ pub async fn run_device_with_ready(
                 if let Some(delay) = cfg.delay {
                     tokio::time::sleep(delay).await;
                 }
-                let dists = match j.exchange {
-                    Exchange::DistsWithDraft => {
-                        d.dists.iter().map(proto::pack).collect::<Result<Vec<_>>>()?
-                    }
-                    Exchange::ProbsOnly => Vec::new(),
+                // The plan says whether the distributions go up (always in a paper-A session, never in a paper-B
+                // one, the planner's choice in a unified one).
+                let dists = if send_dists {
+                    d.dists.iter().map(proto::pack).collect::<Result<Vec<_>>>()?
+                } else {
+                    Vec::new()
                 };
                 send(
                     &mut j.conn,

@@ -3,11 +3,11 @@
 
 use crate::error::NetError;
 use serde::{Deserialize, Serialize};
+use spin_core::SparseDist;
 use spin_core::dist::index_bits;
-use spin_core::{Dist, SparseDist};
 
 /// The protocol version; a peer speaking another version is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The first four bytes of every `Hello`, so that a stray client is told apart from a wrong version.
 pub const MAGIC: [u8; 4] = *b"MSPN";
 /// The default largest frame body in bytes (a γ = 32 paper-A draft at V = 151,665, V_eff = 1024, Q = 16 needs
@@ -33,6 +33,8 @@ pub enum Exchange {
     DistsWithDraft,
     /// Paper B: only (token, probability) pairs go up; a rejected device exchanges one distribution, UL or DL.
     ProbsOnly,
+    /// The unified planner: every `Plan` says which of the two this device sends in that round.
+    Planned,
 }
 
 /// The sampling and payload settings a device must use (sent in `Welcome`).
@@ -175,6 +177,9 @@ pub enum ServerMsg {
         draft_len: u32,
         /// The device's uplink bandwidth share b_k in Hz (informative).
         bandwidth_hz: f64,
+        /// Whether the draft goes up with its distributions (`DistsWithDraft`: always; `ProbsOnly`: never;
+        /// `Planned`: the planner's choice for this device and round).
+        send_dists: bool,
     },
     /// The verification result.
     Verdict {
@@ -303,46 +308,50 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
     }
     let ib = index_bits(vocab as usize);
     let q = u32::from(p.q_bits);
-    let mut r = BitReader { data: &p.bits, at: 0 };
-    let mut dense = vec![0f32; vocab as usize];
-    let mut seen = vec![false; vocab as usize];
-    let mut mass = false;
-    for _ in 0..p.count {
-        let i = r.get(ib) as usize;
-        let code = r.get(q);
-        if i >= vocab as usize {
-            return Err(NetError::invalid(
-                "dist.index",
-                format!("{i} is outside the vocabulary of {vocab}"),
-            ));
-        }
-        if std::mem::replace(&mut seen[i], true) {
-            return Err(NetError::invalid("dist.index", format!("{i} appears twice")));
-        }
-        dense[i] = code as f32;
-        mass |= code > 0;
-    }
-    if !mass {
+    let n = p.count as usize;
+    let r = BitReader::new(&p.bits);
+    let w = ib + q;
+    let code_mask = (1u64 << q) - 1;
+    // Straight-line passes (no per-entry branches): read, split, check the order; spin-core checks the indices.
+    let entries: Vec<u64> = (0..n).map(|j| r.field(j * w as usize, w)).collect();
+    let mut indices: Vec<u32> = entries.iter().map(|&e| (e >> q) as u32).collect();
+    let mut codes: Vec<f32> = entries.iter().map(|&e| (e & code_mask) as f32).collect();
+    let ordered = codes.is_sorted_by(|a, b| a >= b);
+    let max = if ordered {
+        codes[0]
+    } else {
+        codes.iter().fold(0f32, |m, &c| m.max(c))
+    };
+    if max == 0.0 {
         return Err(NetError::invalid("dist.codes", "every code is zero"));
     }
-    // Rebuild through spin-core: the top-`count` entries of the dense codes are the sent ones (up to which of the
-    // zero-code entries are named, which carries no mass), and quantising codes whose maximum is 2^Q − 1 is the
-    // identity, so the values, the distribution and the bits on the air are the sent ones.
-    let max = dense.iter().fold(0f32, |m, &v| m.max(v));
-    let full = ((1u32 << q) - 1) as f32;
+    let full = code_mask as f32;
     if max != full {
         return Err(NetError::invalid(
             "dist.codes",
             format!("the largest code is {max}, not 2^Q − 1 = {full}"),
         ));
     }
-    let d = Dist::new(&dense).map_err(|e| NetError::invalid("dist", e.to_string()))?;
-    SparseDist::truncate(d, p.count as usize)
-        .and_then(|s| s.quantise(q))
-        .map_err(|e| NetError::invalid("dist", e.to_string()))
+    if !ordered {
+        // A sender may list the entries in any order; spin-core keeps them largest first (ties: smaller token id).
+        // Quantisers send them in that order already, so this sort is the exception, not the per-round cost.
+        let mut pairs: Vec<(u32, f32)> = indices.iter().copied().zip(codes.iter().copied()).collect();
+        pairs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        (indices, codes) = pairs.into_iter().unzip();
+    }
+    // Codes are integers below 2^Q ≤ 2^24, so they are exact in f32; the distribution is code_i / Σ codes and its
+    // bits on the air V_eff(⌈log₂V⌉ + Q) are what was sent. spin-core checks distinct indices (and the rest again).
+    SparseDist::from_codes(vocab as usize, indices, codes, q).map_err(|e| {
+        let field = match &e {
+            spin_core::CoreError::InvalidAt { field: "indices", .. } => "dist.index",
+            _ => "dist",
+        };
+        NetError::invalid(field, e.to_string())
+    })
 }
 
-/// MSB-first bit packing (hand-written: a dozen lines, where a bit-vector crate would bring far more than needed).
+/// MSB-first bit packing through a 64-bit accumulator (hand-written: a dozen lines, where a bit-vector crate would
+/// bring far more than needed). Fields are at most 32 bits wide.
 #[derive(Default)]
 struct BitWriter {
     out: Vec<u8>,
@@ -352,14 +361,12 @@ struct BitWriter {
 
 impl BitWriter {
     fn put(&mut self, value: u64, bits: u32) {
-        for b in (0..bits).rev() {
-            self.acc = (self.acc << 1) | ((value >> b) & 1);
-            self.n += 1;
-            if self.n == 8 {
-                self.out.push(self.acc as u8);
-                self.acc = 0;
-                self.n = 0;
-            }
+        debug_assert!(bits <= 32);
+        self.acc = (self.acc << bits) | (value & ((1u64 << bits) - 1));
+        self.n += bits;
+        while self.n >= 8 {
+            self.n -= 8;
+            self.out.push((self.acc >> self.n) as u8);
         }
     }
     fn finish(mut self) -> Vec<u8> {
@@ -370,21 +377,33 @@ impl BitWriter {
     }
 }
 
+/// MSB-first random-access reader: entry j of a packed distribution starts at bit j·w, so it is read with one
+/// unaligned big-endian 8-byte load, a shift and a mask (w ≤ 32 + 24 = 56 bits, plus at most 7 bits of offset, fits
+/// in 64); bytes past the end read as zero (the caller checked the length).
 struct BitReader<'a> {
     data: &'a [u8],
-    at: usize,
 }
 
-impl BitReader<'_> {
-    /// Reads `bits` bits; the caller checked the length, so reads stay inside `data`.
-    fn get(&mut self, bits: u32) -> u64 {
-        let mut v = 0u64;
-        for _ in 0..bits {
-            let byte = self.data.get(self.at / 8).copied().unwrap_or(0);
-            v = (v << 1) | u64::from((byte >> (7 - self.at % 8)) & 1);
-            self.at += 1;
-        }
-        v
+impl<'a> BitReader<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        BitReader { data }
+    }
+
+    /// The `width` ≤ 56 bits starting at bit `at`.
+    #[inline]
+    fn field(&self, at: usize, width: u32) -> u64 {
+        debug_assert!(width <= 56);
+        let byte = at / 8;
+        let word = match self.data.get(byte..byte + 8) {
+            Some(w) => u64::from_be_bytes(w.try_into().unwrap_or([0; 8])),
+            None => {
+                let mut w = [0u8; 8];
+                let tail = self.data.get(byte..).unwrap_or(&[]);
+                w[..tail.len()].copy_from_slice(tail);
+                u64::from_be_bytes(w)
+            }
+        };
+        (word << (at % 8)) >> (64 - width)
     }
 }
 
@@ -398,6 +417,7 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spin_core::Dist;
 
     #[test]
     fn packed_distributions_round_trip_with_spin_core_sizes() {
@@ -435,6 +455,31 @@ mod tests {
                 .to_string()
                 .starts_with("dist.bits")
         );
+        // Entries in another order are accepted and put largest first; duplicates and a wrong maximum are refused.
+        let entries = |pairs: &[(u64, u64)]| {
+            let mut w = BitWriter::default();
+            for &(i, c) in pairs {
+                w.put(i, 9);
+                w.put(c, 11);
+            }
+            PackedDist {
+                vocab: 300,
+                q_bits: 11,
+                count: pairs.len() as u32,
+                bits: w.finish(),
+            }
+        };
+        let u = unpack(&entries(&[(5, 3), (9, 2047), (2, 3)]), 300).unwrap();
+        assert_eq!(u.indices(), &[9, 2, 5]);
+        assert_eq!(u.values(), &[2047.0, 3.0, 3.0]);
+        let e = unpack(&entries(&[(5, 2047), (5, 3)]), 300)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("dist.index") && e.contains("twice"), "{e}");
+        let e = unpack(&entries(&[(5, 2046)]), 300).unwrap_err().to_string();
+        assert!(e.starts_with("dist.codes"), "{e}");
+        let e = unpack(&entries(&[(300, 2047)]), 300).unwrap_err().to_string();
+        assert!(e.starts_with("dist.index"), "{e}");
         assert!(decode::<DeviceMsg>(&body[..body.len() - 1]).is_err());
         let mut long = body.clone();
         long.push(0);

@@ -159,6 +159,7 @@ impl ServerConfig {
         match self.scheme {
             Scheme::A(_) => Exchange::DistsWithDraft,
             Scheme::B(_) => Exchange::ProbsOnly,
+            Scheme::Unified => Exchange::Planned,
         }
     }
 
@@ -254,6 +255,9 @@ pub struct DeviceTrace {
     pub gamma: u32,
     /// b_k in Hz.
     pub bandwidth_hz: f64,
+    /// What each drafted token carried up: `dists` (its distribution, paper A) or `pairs` (token and probability,
+    /// paper B); the unified planner picks per device and round.
+    pub payload: &'static str,
     /// Drafted tokens accepted.
     pub accepted: u32,
     /// Tokens committed this round.
@@ -279,6 +283,8 @@ pub struct DeviceTrace {
 /// One round of the trace (one JSON line).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RoundTrace {
+    /// The planning scheme.
+    pub scheme: &'static str,
     /// Round number (from 0).
     pub round: u64,
     /// The clock at the end of the round in seconds.
@@ -374,7 +380,36 @@ enum Event {
 #[derive(Clone)]
 struct ConnHandle {
     id: u64,
-    tx: mpsc::UnboundedSender<ServerMsg>,
+    tx: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// A message encoded once, by whoever sends it (the engine counts its bytes from the same body the writer sends).
+struct Outgoing {
+    body: Bytes,
+    /// `Error` and `Shutdown`: the connection closes after it.
+    last: bool,
+}
+
+impl Outgoing {
+    fn new(msg: &ServerMsg) -> Option<Outgoing> {
+        let body = proto::encode(msg).ok()?;
+        Some(Outgoing {
+            body: Bytes::from(body),
+            last: matches!(msg, ServerMsg::Error { .. } | ServerMsg::Shutdown { .. }),
+        })
+    }
+}
+
+/// Queues `msg` on `tx`; returns its body's size in bytes (0 if it could not be encoded).
+fn push(tx: &mpsc::UnboundedSender<Outgoing>, msg: &ServerMsg) -> u64 {
+    match Outgoing::new(msg) {
+        Some(o) => {
+            let n = o.body.len() as u64;
+            let _ = tx.send(o);
+            n
+        }
+        None => 0,
+    }
 }
 
 struct Session {
@@ -500,22 +535,23 @@ async fn connection(
     max_frame: usize,
 ) {
     let (mut sink, mut frames) = framed(stream, max_frame).split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<ServerMsg>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer = tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            let last = matches!(m, ServerMsg::Error { .. } | ServerMsg::Shutdown { .. });
-            let Ok(body) = proto::encode(&m) else { break };
-            if sink.send(Bytes::from(body)).await.is_err() || last {
+        while let Some(o) = rx.recv().await {
+            if sink.send(o.body).await.is_err() || o.last {
                 break;
             }
         }
         let _ = sink.close().await;
     });
-    let refuse = |tx: &mpsc::UnboundedSender<ServerMsg>, e: &NetError| {
-        let _ = tx.send(ServerMsg::Error {
-            code: e.code(),
-            message: e.to_string(),
-        });
+    let refuse = |tx: &mpsc::UnboundedSender<Outgoing>, e: &NetError| {
+        push(
+            tx,
+            &ServerMsg::Error {
+                code: e.code(),
+                message: e.to_string(),
+            },
+        );
     };
     let mut session: Option<u64> = None;
     loop {
@@ -614,6 +650,8 @@ struct Engine {
 
 /// A received draft.
 struct Got {
+    /// Whether the plan asked for the distributions (they are then in `dists`).
+    with_dists: bool,
     tokens: Vec<u32>,
     probs: Vec<f32>,
     dists: Vec<SparseDist>,
@@ -645,21 +683,25 @@ impl Engine {
         self.sessions[k].conn.as_ref().map(|c| c.id)
     }
 
+    /// Sends `msg` to device `k` (encoded once); returns its body's size in bytes, counted even when the device is
+    /// gone.
     fn send(&self, k: usize, msg: ServerMsg) -> u64 {
-        let bytes = proto::encode(&msg).map(|b| b.len() as u64).unwrap_or(0);
-        if let Some(c) = &self.sessions[k].conn {
-            let _ = c.tx.send(msg);
+        match &self.sessions[k].conn {
+            Some(c) => push(&c.tx, &msg),
+            None => proto::encode(&msg).map_or(0, |b| b.len() as u64),
         }
-        bytes
     }
 
     /// Refuses device `k`'s current connection (protocol violation) and detaches it; the session may resume.
     fn refuse(&mut self, k: usize, e: &NetError) {
         if let Some(c) = self.sessions[k].conn.take() {
-            let _ = c.tx.send(ServerMsg::Error {
-                code: e.code(),
-                message: e.to_string(),
-            });
+            push(
+                &c.tx,
+                &ServerMsg::Error {
+                    code: e.code(),
+                    message: e.to_string(),
+                },
+            );
         }
     }
 
@@ -736,10 +778,13 @@ impl Engine {
             let k = *self.by_id.get(&id).ok_or(NetError::UnknownSession(id))?;
             if let Some(old) = self.sessions[k].conn.take() {
                 // The device knows best: its old connection is dead even if its close was not seen yet.
-                let _ = old.tx.send(ServerMsg::Error {
-                    code: ErrorCode::Protocol,
-                    message: "session: superseded by a resumed connection".into(),
-                });
+                push(
+                    &old.tx,
+                    &ServerMsg::Error {
+                        code: ErrorCode::Protocol,
+                        message: "session: superseded by a resumed connection".into(),
+                    },
+                );
             }
             // A resumed device waits for the next round; anything pending from the round it left is dropped.
             if self.verifier.is_pending(k)? {
@@ -909,9 +954,12 @@ impl Engine {
         };
         for k in 0..self.sessions.len() {
             if let Some(c) = self.sessions[k].conn.take() {
-                let _ = c.tx.send(ServerMsg::Shutdown {
-                    reason: reason.into(),
-                });
+                push(
+                    &c.tx,
+                    &ServerMsg::Shutdown {
+                        reason: reason.into(),
+                    },
+                );
             }
         }
         let elapsed_s = self.elapsed();
@@ -988,6 +1036,11 @@ impl Engine {
         proto::packed_bits(self.vocab, self.cfg.q_bits, self.v_eff) as f64
     }
 
+    /// Bits of one (token, probability) pair on the uplink: ⌈log₂V⌉ + 32.
+    fn pair_bits(&self) -> f64 {
+        f64::from(index_bits(self.vocab as usize) + 32)
+    }
+
     async fn round(&mut self, round: u64, active: &[usize]) -> Result<RoundTrace> {
         let link = self.cfg.link;
         let means: Vec<f64> = self.sessions.iter().map(|s| s.mean_gain).collect();
@@ -1021,6 +1074,7 @@ impl Engine {
             max_draft_len: self.cfg.max_draft_len,
             fixed_len: self.cfg.fixed_len,
             payload_bits: self.payload_bits_per_dist(),
+            pair_bits: self.pair_bits(),
             saa_samples: self.cfg.saa_samples,
         };
         let plan: RoundPlan = plan_round(
@@ -1039,6 +1093,7 @@ impl Engine {
                 round,
                 draft_len: plan.draft_len[i],
                 bandwidth_hz: plan.bandwidth_hz[i],
+                send_dists: plan.send_dists[i],
             };
             let down = self.send(k, msg);
             traces.insert(
@@ -1047,6 +1102,7 @@ impl Engine {
                     device: k,
                     gamma: plan.draft_len[i],
                     bandwidth_hz: plan.bandwidth_hz[i],
+                    payload: if plan.send_dists[i] { "dists" } else { "pairs" },
                     accepted: 0,
                     emitted: 0,
                     mode: "lost",
@@ -1095,7 +1151,8 @@ impl Engine {
                     },
                 ) if r == round => {
                     let gamma = traces[&k].gamma as usize;
-                    match self.check_draft(gamma, tokens, probs, dists, draft_s, bytes) {
+                    let with_dists = traces[&k].payload == "dists";
+                    match self.check_draft(gamma, with_dists, tokens, probs, dists, draft_s, bytes) {
                         Ok(g) => {
                             got.insert(k, g);
                             waiting.remove(p);
@@ -1127,10 +1184,11 @@ impl Engine {
                 Compute::Profile { .. } => gamma * self.sessions[k].draft_token_s,
                 Compute::Measured => g.draft_s,
             };
-            let bits_up: u64 = match self.cfg.exchange() {
-                Exchange::DistsWithDraft => g.dists.iter().map(|d| d.bits_on_air()).sum(),
+            let bits_up: u64 = if g.with_dists {
+                g.dists.iter().map(|d| d.bits_on_air()).sum()
+            } else {
                 // Paper B: (token, probability) pairs, ⌈log₂V⌉ + 32 bits each.
-                Exchange::ProbsOnly => (gamma * (idx_bits + 32.0)) as u64,
+                (gamma * (idx_bits + 32.0)) as u64
             };
             let r = link.spectral_efficiency(gains[k])?;
             let air = air_time_s(bits_up as f64, plan.bandwidth_hz[i], r);
@@ -1180,15 +1238,15 @@ impl Engine {
             .iter()
             .map(|&k| (k, got.remove(&k).expect("kept drafts were received")))
             .collect();
-        let exchange = self.cfg.exchange();
         let subs: Vec<Submission<'_>> = subs_data
             .iter()
             .map(|(k, g)| Submission {
                 device: *k,
                 tokens: &g.tokens,
-                dists: match exchange {
-                    Exchange::DistsWithDraft => DraftDists::Sparse(&g.dists),
-                    Exchange::ProbsOnly => DraftDists::Probs(&g.probs),
+                dists: if g.with_dists {
+                    DraftDists::Sparse(&g.dists)
+                } else {
+                    DraftDists::Probs(&g.probs)
                 },
             })
             .collect();
@@ -1262,6 +1320,7 @@ impl Engine {
         self.sums[2] += verify_s;
         self.sums[3] += correction_s;
         Ok(RoundTrace {
+            scheme: self.cfg.scheme.name(),
             round,
             clock_s: self.elapsed(),
             latency_s,
@@ -1275,9 +1334,11 @@ impl Engine {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn check_draft(
         &self,
         gamma: usize,
+        with_dists: bool,
         tokens: Vec<u32>,
         probs: Vec<f32>,
         dists: Vec<proto::PackedDist>,
@@ -1311,8 +1372,8 @@ impl Engine {
                 format!("{draft_s} is not a finite number ≥ 0"),
             ));
         }
-        let dists = match self.cfg.exchange() {
-            Exchange::DistsWithDraft => {
+        let dists = match with_dists {
+            true => {
                 if dists.len() != tokens.len() {
                     return Err(NetError::invalid(
                         "draft.dists",
@@ -1324,7 +1385,7 @@ impl Engine {
                     .map(|p| proto::unpack(p, self.vocab))
                     .collect::<Result<Vec<_>>>()?;
                 for (j, (s, &t)) in d.iter().zip(&tokens).enumerate() {
-                    if s.prob(t as usize).unwrap_or(0.0) <= 0.0 {
+                    if !has_mass(s, t) {
                         return Err(NetError::invalid(
                             format!("draft.dists[{j}]"),
                             format!("token {t} has no mass in its own distribution"),
@@ -1333,17 +1394,18 @@ impl Engine {
                 }
                 d
             }
-            Exchange::ProbsOnly => {
+            false => {
                 if !dists.is_empty() {
                     return Err(NetError::invalid(
                         "draft.dists",
-                        "must be empty in a paper-B session",
+                        "must be empty when the plan asks for pairs only",
                     ));
                 }
                 Vec::new()
             }
         };
         Ok(Got {
+            with_dists,
             tokens,
             probs,
             dists,
@@ -1506,6 +1568,14 @@ impl Engine {
         }
         Ok(t_comm)
     }
+}
+
+/// Whether `token` is a kept entry of `d` with a non-zero code (no renormalisation needed to know).
+pub fn has_mass(d: &SparseDist, token: u32) -> bool {
+    d.indices()
+        .iter()
+        .zip(d.values())
+        .any(|(&i, &v)| i == token && v > 0.0)
 }
 
 fn kind(m: &DeviceMsg) -> &'static str {

@@ -175,6 +175,38 @@ fn bits_on_the_air_are_spin_cores_payload_sizes() {
 }
 
 #[test]
+fn unified_plans_each_devices_payload_and_keeps_the_greedy_text() {
+    let target = Arc::new(tiny(1, 0.6, 3));
+    let drafter = Arc::new(tiny(2, 0.6, 1));
+    let greedy = sampling(0.0).unwrap();
+    let q_tok = 24 * (5 + 16);
+    let (out, traces) = run(&target, &drafter, config("unified", &target), &sim_devices());
+    assert_eq!(out.summary.scheme, "unified");
+    for (k, p) in prompts().iter().enumerate() {
+        let want = generate_plain(&target, p, &greedy, 20, None, 0).unwrap();
+        assert_eq!(out.summary.devices[k].generated, want, "device {k}");
+    }
+    assert!(
+        traces
+            .iter()
+            .all(|t| t.scheme == "unified" && t.predicted_goodput > 0.0)
+    );
+    for t in traces.iter().flat_map(|r| &r.devices) {
+        let pairs = u64::from(t.gamma) * (5 + 32);
+        match (t.payload, t.mode) {
+            // Distributions up: the server corrects on its own, nothing is exchanged afterwards.
+            ("dists", "server") => assert_eq!((t.bits_up, t.bits_down), (u64::from(t.gamma) * q_tok, 0)),
+            ("pairs", "server") => assert_eq!((t.bits_up, t.bits_down), (pairs, 0), "{t:?}"),
+            ("pairs", "ul") => assert_eq!((t.bits_up, t.bits_down), (pairs + q_tok, 0), "{t:?}"),
+            ("pairs", "dl") => assert_eq!((t.bits_up, t.bits_down), (pairs, q_tok), "{t:?}"),
+            other => panic!("payload and mode {other:?}: {t:?}"),
+        }
+        let share_sum: f64 = traces[0].devices.iter().map(|d| d.bandwidth_hz).sum();
+        assert!(share_sum <= 10e6 * (1.0 + 1e-9), "the uplink shares fit the band");
+    }
+}
+
+#[test]
 fn virtual_clock_replays_byte_for_byte() {
     let target = Arc::new(tiny(3, 0.6, 2));
     let drafter = Arc::new(tiny(4, 0.6, 1));
