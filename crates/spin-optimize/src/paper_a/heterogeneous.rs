@@ -180,6 +180,9 @@ struct Grid<'a> {
     /// ln λ_j before exponentiation (ascending) and λ_j itself.
     ln_lambdas: Vec<f64>,
     lambdas: Vec<f64>,
+    /// (n − 1) / (ln λ_max − ln λ_min), or 0 for a one-point or flat grid: turns ln λ into a first guess of its
+    /// index in [`Grid::first_above`] with a multiplication.
+    guess_scale: f64,
     /// Per device: β = −ln α, ln(2T) and ln β − ln(1 − α) − ln a (the φ-free part of ln λ*, see [`Grid::row`]).
     beta: Vec<f64>,
     ln_two_t: Vec<f64>,
@@ -187,6 +190,34 @@ struct Grid<'a> {
     /// E_k(l) for l = l_min + i, device-major.
     tokens: Vec<f64>,
 }
+
+/// A candidate plan ordered as Algorithm 1's pruning visits them: larger bound first, then smaller index.
+struct ByBound {
+    bound: f64,
+    idx: usize,
+}
+
+impl Ord for ByBound {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bound
+            .total_cmp(&other.bound)
+            .then(other.idx.cmp(&self.idx))
+    }
+}
+
+impl PartialOrd for ByBound {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for ByBound {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for ByBound {}
 
 /// Half-width, in units of L̃, of the band around a rounding boundary inside which a grid point is evaluated with
 /// eq. 37 itself rather than classified by the threshold: far above the floating-point error of eq. 37 (about
@@ -210,9 +241,17 @@ impl<'a> Grid<'a> {
             .map(|j| step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j))
             .collect();
         let beta: Vec<f64> = s.devices.iter().map(|d| -d.alpha.ln()).collect();
+        let n_l = ln_lambdas.len();
+        let (lo, hi) = (ln_lambdas[0], ln_lambdas[n_l - 1]);
+        let guess_scale = if n_l > 1 && hi > lo {
+            (n_l - 1) as f64 / (hi - lo)
+        } else {
+            0.0
+        };
         Grid {
             s,
             phis,
+            guess_scale,
             lambdas: ln_lambdas.iter().map(|l| l.exp()).collect(),
             ln_lambdas,
             ln_const: s
@@ -248,12 +287,8 @@ impl<'a> Grid<'a> {
         let lnl = &self.ln_lambdas;
         let n = lnl.len();
         let below = |v: f64| if inclusive { v <= x } else { v < x };
-        let (lo, hi) = (lnl[0], lnl[n - 1]);
-        let mut g = if n > 1 && hi > lo {
-            ((x - lo) / (hi - lo) * (n - 1) as f64).clamp(0.0, n as f64) as usize
-        } else {
-            0
-        };
+        // Only a first guess: the walks below make the answer exact whatever it is (NaN and −∞ cast to 0).
+        let mut g = (((x - lnl[0]) * self.guess_scale) as usize).min(n);
         while g > 0 && !below(lnl[g - 1]) {
             g -= 1;
         }
@@ -434,8 +469,16 @@ impl<'a> Grid<'a> {
         let mut order: Vec<usize> = (0..bounds.len())
             .filter(|&i| i != first && bounds[i].1 * (1.0 + BOUND_MARGIN) >= best.0)
             .collect();
-        order.sort_by(|&a, &b| bounds[b].1.total_cmp(&bounds[a].1).then(a.cmp(&b)));
-        for idx in order {
+        // Visited in the order of a sort by (bound descending, index ascending), but popped from a heap: the loop
+        // usually stops after a few candidates, so a full sort would mostly order plans that are never solved.
+        let mut heap: std::collections::BinaryHeap<ByBound> = order
+            .into_iter()
+            .map(|i| ByBound {
+                bound: bounds[i].1,
+                idx: i,
+            })
+            .collect();
+        while let Some(ByBound { idx, .. }) = heap.pop() {
             if bounds[idx].1 * (1.0 + BOUND_MARGIN) < best.0 {
                 break;
             }
