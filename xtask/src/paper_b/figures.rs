@@ -6,13 +6,12 @@
 use super::config::{Config, Pair};
 use crate::report::Ctx;
 use crate::table::{Cell, Table};
-use anyhow::Context;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use spin_channel::paper_b::{Drop, PowerBudget, distribution_bits};
 use spin_channel::units::dbm_to_w;
-use spin_optimize::paper_b::proactive::{self, DraftScheme};
+use spin_optimize::paper_b::proactive;
 use spin_optimize::paper_b::reactive::{Link, ModeScheme, split_by_bisection};
 use spin_optimize::paper_b::{DeviceSpec, Evaluator, Objective, Scenario, ScenarioSpec};
 
@@ -188,7 +187,14 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
             )?;
             let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
             let mut row = Vec::new();
-            let plans = [proactive::greedy(&ev), proactive::best(&ev)];
+            let greedy = proactive::greedy(&ev);
+            let best = proactive::best_from(
+                &ev,
+                greedy.clone(),
+                proactive::uniform(&ev),
+                proactive::comp_only(&ev),
+            );
+            let plans = [greedy, best];
             row.extend(plans.iter().map(|p| p.value));
             row.extend(plans.iter().map(|p| p.mean_draft_len()));
             for p in &plans {
@@ -243,17 +249,15 @@ pub fn fig9(cfg: &Config, ctx: &Ctx, ratio: f64, figure: u64) -> anyhow::Result<
                 mix(ctx.seed, figure + 100, d),
             )?;
             let mut row = Vec::new();
-            for policy in [
-                ModeScheme::Optimal,
-                ModeScheme::AllUl,
-                ModeScheme::AllDl,
-                ModeScheme::Random,
-            ] {
+            let optimal = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            let greedy = proactive::greedy(&optimal);
+            row.push(greedy.value);
+            for policy in [ModeScheme::AllUl, ModeScheme::AllDl, ModeScheme::Random] {
                 let ev = Evaluator::new(&sc, policy, Objective::Rate)?;
                 row.push(proactive::greedy(&ev).value);
             }
-            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
-            row.push(proactive::best(&ev).value);
+            let (u, c) = (proactive::uniform(&optimal), proactive::comp_only(&optimal));
+            row.push(proactive::best_from(&optimal, greedy, u, c).value);
             Ok(row)
         })?;
         let mut cells = vec![
@@ -296,15 +300,13 @@ pub fn fig11(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
             let r = realise(cfg, pair, k, mix(ctx.seed, 11, d))?;
             let sc = scenario(cfg, pair, &r, budget, size.saa_samples, mix(ctx.seed, 111, d))?;
             let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
-            [
-                DraftScheme::Greedy,
-                DraftScheme::Best,
-                DraftScheme::Uniform,
-                DraftScheme::CompOnly,
-            ]
-            .iter()
-            .map(|&s| proactive::plan(&ev, s).map(|p| p.value).context("planning"))
-            .collect()
+            let (g, u, c) = (
+                proactive::greedy(&ev),
+                proactive::uniform(&ev),
+                proactive::comp_only(&ev),
+            );
+            let (gv, uv, cv) = (g.value, u.value, c.value);
+            Ok(vec![gv, proactive::best_from(&ev, g, u, c).value, uv, cv])
         })?;
         let mut cells = vec![Cell::from(ratio)];
         cells.extend(avg.iter().map(|&v| Cell::from(v)));

@@ -199,9 +199,7 @@ struct ByBound {
 
 impl Ord for ByBound {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.bound
-            .total_cmp(&other.bound)
-            .then(other.idx.cmp(&self.idx))
+        self.bound.total_cmp(&other.bound).then(other.idx.cmp(&self.idx))
     }
 }
 
@@ -466,7 +464,7 @@ impl<'a> Grid<'a> {
             });
         };
         let mut best = (solve(first), first);
-        let mut order: Vec<usize> = (0..bounds.len())
+        let order: Vec<usize> = (0..bounds.len())
             .filter(|&i| i != first && bounds[i].1 * (1.0 + BOUND_MARGIN) >= best.0)
             .collect();
         // Visited in the order of a sort by (bound descending, index ascending), but popped from a heap: the loop

@@ -328,11 +328,18 @@ fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
 /// best of all visited end points, so never below [`greedy`] or [`uniform`] on the same samples.
 pub fn best(ev: &Evaluator) -> Plan {
+    best_from(ev, greedy(ev), uniform(ev), comp_only(ev))
+}
+
+/// [`best`] for a caller that has already computed the [`greedy`], [`uniform`] and [`comp_only`] plans on `ev`
+/// (a figure that reports them too): the same search from the same starts, without computing them again. Plans
+/// from another evaluator only change the starting points.
+pub fn best_from(ev: &Evaluator, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
     let k_n = ev.devices();
     let starts = [
-        greedy(ev),
-        uniform(ev),
-        comp_only(ev),
+        greedy,
+        uniform,
+        comp_only,
         Plan {
             draft_lengths: vec![0; k_n],
             value: 0.0,
@@ -345,7 +352,11 @@ pub fn best(ev: &Evaluator) -> Plan {
         }
     };
     let cap = local_search_step_cap(ev);
-    for start in &starts {
+    for (i, start) in starts.iter().enumerate() {
+        // The search is deterministic: a start equal to an earlier one ends where that one did.
+        if starts[..i].iter().any(|s| s.draft_lengths == start.draft_lengths) {
+            continue;
+        }
         keep(ev.state(&start.draft_lengths));
         keep(local_search(ev, &start.draft_lengths, cap));
     }

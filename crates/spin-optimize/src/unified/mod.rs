@@ -10,4 +10,6 @@ pub mod search;
 pub mod testing;
 
 pub use model::{Evaluator, Expectation, Scratch, State};
-pub use search::{Options, SearchStats, UnifiedPlanner, plan, plan_with_stats, search_space};
+pub use search::{
+    Options, SearchStats, UnifiedPlanner, plan, plan_with_paper_b_best, plan_with_stats, search_space,
+};

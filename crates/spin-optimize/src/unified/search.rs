@@ -252,6 +252,27 @@ pub fn search_space(round: &Round) -> u128 {
 
 /// Plans `round`, returning what the search did.
 pub fn plan_with_stats(round: &Round, options: &Options) -> Result<(RoundPlan, SearchStats), OptimizeError> {
+    plan_with_paper_b_best(round, options, None)
+}
+
+/// [`plan_with_stats`] for a caller that has already run paper B's `best` search on this round
+/// (`paper_b::proactive::best` on `round.to_paper_b()` with optimal modes and `options.objective`, as the `best`
+/// scheme does): its draft lengths seed the search instead of a second run of that search. The plan then is never
+/// below the given one; passing anything else only changes a starting point. An error names `paper_b_best` when its
+/// length is not the number of devices.
+pub fn plan_with_paper_b_best(
+    round: &Round,
+    options: &Options,
+    paper_b_best: Option<&[u32]>,
+) -> Result<(RoundPlan, SearchStats), OptimizeError> {
+    if let Some(g) = paper_b_best
+        && g.len() != round.len()
+    {
+        return Err(OptimizeError::Invalid {
+            field: "paper_b_best".into(),
+            reason: format!("{} draft lengths for {} devices", g.len(), round.len()),
+        });
+    }
     let ev = Evaluator::new(round, options.expectation, options.correction)?;
     let k_n = round.len();
     let policy = round.payload.policy;
@@ -276,14 +297,17 @@ pub fn plan_with_stats(round: &Round, options: &Options) -> Result<(RoundPlan, S
     }
     if policy.allows_pair() {
         let s = round.to_paper_b()?;
-        let pb = paper_b::Evaluator::new(&s, ModeScheme::Optimal, options.objective)?;
+        let pb = || paper_b::Evaluator::new(&s, ModeScheme::Optimal, options.objective);
         let mut push =
             |g: Vec<u32>| seeds.push((g.into_iter().map(|l| l.max(l_min)).collect(), vec![false; k_n]));
         if k_n <= options.paper_b_best_max_devices {
-            push(paper_b::proactive::best(&pb).draft_lengths);
+            match paper_b_best {
+                Some(g) => push(g.to_vec()),
+                None => push(paper_b::proactive::best(&pb()?).draft_lengths),
+            }
         } else {
             // Paper B's greedy costs O(K²) SAA moves per unit of length; its uniform plan is cheap.
-            push(paper_b::proactive::uniform(&pb).draft_lengths);
+            push(paper_b::proactive::uniform(&pb()?).draft_lengths);
         }
         if policy == PayloadPolicy::Choose {
             // Mixed start: every device keeps the paper-B length and sends distributions when that alone helps.
