@@ -87,6 +87,18 @@ fn show(value: f64) -> String {
     }
 }
 
+/// The error of a unit pair given twice (`both`) or not at all, naming both fields.
+fn not_one(first: &str, second: &str, both: bool) -> ChannelError {
+    ChannelError::Field {
+        field: format!("{first}, {second}"),
+        reason: if both {
+            "give exactly one of the pair, not both".into()
+        } else {
+            "missing (give exactly one of the pair)".into()
+        },
+    }
+}
+
 /// One quantity that a file may write under either of two names (`first` in the unit the program uses, `second`
 /// converted by `conversion`): exactly one must be present. The first is returned as written (its domain is the
 /// caller's to check, with the caller's message); the second must convert to a finite value (and a positive one
@@ -102,14 +114,8 @@ pub fn one_of(
             field: second.0.to_string(),
             reason,
         }),
-        (Some(_), Some(_)) => Err(ChannelError::Field {
-            field: format!("{}, {}", first.0, second.0),
-            reason: "give exactly one of the pair, not both".into(),
-        }),
-        (None, None) => Err(ChannelError::Field {
-            field: format!("{}, {}", first.0, second.0),
-            reason: "missing (give exactly one of the pair)".into(),
-        }),
+        (Some(_), Some(_)) => Err(not_one(first.0, second.0, true)),
+        (None, None) => Err(not_one(first.0, second.0, false)),
     }
 }
 
@@ -132,14 +138,8 @@ pub fn one_of_list(
                 })
             })
             .collect(),
-        (Some(_), Some(_)) => Err(ChannelError::Field {
-            field: format!("{}, {}", first.0, second.0),
-            reason: "give exactly one of the pair, not both".into(),
-        }),
-        (None, None) => Err(ChannelError::Field {
-            field: format!("{}, {}", first.0, second.0),
-            reason: "missing (give exactly one of the pair)".into(),
-        }),
+        (Some(_), Some(_)) => Err(not_one(first.0, second.0, true)),
+        (None, None) => Err(not_one(first.0, second.0, false)),
     }
 }
 
