@@ -17,8 +17,8 @@ use spin_net::proto::{self, DeviceMsg, Identity, Next, ServerMsg};
 use spin_net::server::ServerConfig;
 use spin_net::sim::{SimDevice, simulate};
 use spin_optimize::paper_b::{ModeScheme, reactive};
-use spin_runtime::model::{self, model_from_tensors};
-use spin_runtime::{Config, Model, RopeStyle};
+use spin_runtime::Model;
+use spin_runtime::model;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,27 +147,8 @@ fn protocol(c: &mut Criterion) {
 }
 
 fn tiny(seed: u64, n_layers: usize) -> Model {
-    let cfg = Config {
-        vocab_size: 24,
-        dim: 32,
-        hidden_dim: 48,
-        n_layers,
-        n_heads: 4,
-        n_kv_heads: 2,
-        max_seq_len: 96,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
-    };
     let device = spin_runtime::select_device().unwrap();
-    model_from_tensors(
-        cfg.clone(),
-        model::random_tensors(&cfg, 0.3, seed, &device).unwrap(),
-        &device,
-    )
-    .unwrap()
+    model::tiny_random_model(seed, 0.3, n_layers, &device).unwrap()
 }
 
 fn virtual_rounds(c: &mut Criterion) {

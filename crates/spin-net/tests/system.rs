@@ -9,36 +9,17 @@ use spin_net::device::{DeviceConfig, run_device};
 use spin_net::proto::{self, DeviceMsg, ErrorCode, Identity, MAGIC, PROTOCOL_VERSION, ServerMsg};
 use spin_net::server::{Clock, Compute, RoundTrace, Server, ServerConfig};
 use spin_net::sim::{SimDevice, simulate};
-use spin_runtime::model::{self, model_from_tensors};
+use spin_runtime::Model;
+use spin_runtime::model;
 use spin_runtime::speculative::{generate_plain, sampling};
-use spin_runtime::{Config, Model, RopeStyle};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 fn tiny(seed: u64, std: f64, n_layers: usize) -> Model {
-    let cfg = Config {
-        vocab_size: 24,
-        dim: 32,
-        hidden_dim: 48,
-        n_layers,
-        n_heads: 4,
-        n_kv_heads: 2,
-        max_seq_len: 96,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
-    };
     let device = spin_runtime::select_device().unwrap();
-    model_from_tensors(
-        cfg.clone(),
-        model::random_tensors(&cfg, std, seed, &device).unwrap(),
-        &device,
-    )
-    .unwrap()
+    model::tiny_random_model(seed, std, n_layers, &device).unwrap()
 }
 
 fn identity(m: &Model) -> Identity {

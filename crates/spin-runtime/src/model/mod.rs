@@ -18,7 +18,7 @@ mod weights;
 pub use cache::KvCache;
 pub use config::{Config, RopeStyle};
 pub(crate) use weights::{Proj, TensorMap, WeightSource, check_shape};
-pub use weights::{model_from_tensors, random_tensors, tensor_shapes};
+pub use weights::{model_from_tensors, random_tensors, tensor_shapes, tiny_random_model};
 
 use crate::error::{Result, RuntimeError};
 use cache::{GroupPass, KvUpdate, LayerKv};

@@ -304,6 +304,28 @@ pub fn tensor_shapes(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     out
 }
 
+/// A random-weight model small enough for exact enumeration, the one the tests and benchmarks share: vocabulary 24,
+/// width 32, hidden 48, 4 query and 2 key/value heads, at most 96 positions, tied embeddings; `n_layers` layers with
+/// weights drawn by [`random_tensors`] with standard deviation `std` from `seed`, on `device`.
+pub fn tiny_random_model(seed: u64, std: f64, n_layers: usize, device: &Device) -> Result<Model> {
+    let cfg = Config {
+        vocab_size: 24,
+        dim: 32,
+        hidden_dim: 48,
+        n_layers,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 96,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: super::RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let tensors = random_tensors(&cfg, std, seed, device)?;
+    model_from_tensors(cfg, tensors, device)
+}
+
 /// Random weights for tests and for initialising training: N(0, std²) matrices, norms at 1, biases small.
 pub fn random_tensors(
     cfg: &Config,
