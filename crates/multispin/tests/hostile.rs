@@ -1,8 +1,9 @@
 //! Hostile and careless input to `multispin generate` (issue 13): output at the context limit is printed (exit 0),
 //! bad files and arguments exit 2 with one line naming the field, tokenizer mismatches are reported as such.
 
-use spin_runtime::llama2c::{self, Llama2cTokenizer};
-use spin_runtime::{Config, RopeStyle, model};
+mod common;
+
+use spin_runtime::llama2c::Llama2cTokenizer;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -15,28 +16,19 @@ fn tokenizer(extra: &[&str]) -> Llama2cTokenizer {
 }
 
 fn write_tiny(dir: &Path) -> (PathBuf, PathBuf) {
-    let tok = tokenizer(&["a", "b", "c", " ", "ab", " a", "bc"]);
-    let cfg = Config {
-        vocab_size: tok.vocab_size(),
+    let (tok, t) = common::write_tokenizer(dir);
+    let dims = common::Dims {
         dim: 16,
         hidden_dim: 24,
         n_layers: 2,
         n_heads: 2,
         n_kv_heads: 1,
         max_seq_len: CONTEXT,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
     };
-    let device = spin_runtime::select_device().unwrap();
-    let w = model::random_tensors(&cfg, 0.3, 5, &device).unwrap();
-    let m = dir.join("tiny.bin");
-    llama2c::write_checkpoint(&m, &cfg, &w).unwrap();
-    let t = dir.join("tok.bin");
-    std::fs::write(&t, tok.to_bytes()).unwrap();
-    (m, t)
+    (
+        common::write_model(dir, "tiny.bin", tok.vocab_size(), &dims, 5),
+        t,
+    )
 }
 
 fn multispin(args: &[&str]) -> Output {

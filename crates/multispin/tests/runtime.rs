@@ -2,40 +2,25 @@
 //! temporary folder: speculative greedy output equals plain greedy output, measurements write CSV, SVG and a
 //! scenario file, bad input exits with status 2.
 
-use spin_runtime::llama2c::{self, Llama2cTokenizer};
-use spin_runtime::{Config, RopeStyle, model};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn write_tiny(dir: &Path) -> (PathBuf, PathBuf) {
-    let extra: Vec<(String, f32)> = ["a", "b", "c", " ", "ab", " a", "bc"]
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.to_string(), -(i as f32)))
-        .collect();
-    let refs: Vec<(&str, f32)> = extra.iter().map(|(s, x)| (s.as_str(), *x)).collect();
-    let tok = Llama2cTokenizer::from_pieces(&refs);
-    let cfg = Config {
-        vocab_size: tok.vocab_size(),
+    let (tok, t) = common::write_tokenizer(dir);
+    let dims = common::Dims {
         dim: 32,
         hidden_dim: 48,
         n_layers: 3,
         n_heads: 4,
         n_kv_heads: 2,
         max_seq_len: 128,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
     };
-    let device = spin_runtime::select_device().unwrap();
-    let w = model::random_tensors(&cfg, 0.3, 11, &device).unwrap();
-    let m = dir.join("tiny.bin");
-    llama2c::write_checkpoint(&m, &cfg, &w).unwrap();
-    let t = dir.join("tok.bin");
-    std::fs::write(&t, tok.to_bytes()).unwrap();
-    (m, t)
+    (
+        common::write_model(dir, "tiny.bin", tok.vocab_size(), &dims, 11),
+        t,
+    )
 }
 
 fn multispin(args: &[&str]) -> std::process::Output {

@@ -2,46 +2,26 @@
 //! temporary folder: the greedy text of every device equals `multispin generate`'s, the outputs are written, and
 //! bad input exits with status 2.
 
-use spin_runtime::llama2c::{self, Llama2cTokenizer};
-use spin_runtime::{Config, RopeStyle, model};
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Writes a tokenizer and two models (target 3 layers, draft 1 layer) sharing it.
 fn write_tiny(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let extra: Vec<(String, f32)> = ["a", "b", "c", " ", "ab", " a", "bc"]
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.to_string(), -(i as f32)))
-        .collect();
-    let refs: Vec<(&str, f32)> = extra.iter().map(|(s, x)| (s.as_str(), *x)).collect();
-    let tok = Llama2cTokenizer::from_pieces(&refs);
-    let t = dir.join("tok.bin");
-    std::fs::write(&t, tok.to_bytes()).unwrap();
-    let device = spin_runtime::select_device().unwrap();
-    let mut paths = Vec::new();
-    for (name, layers, seed) in [("target.bin", 3, 11), ("draft.bin", 1, 12)] {
-        let cfg = Config {
-            vocab_size: tok.vocab_size(),
-            dim: 32,
-            hidden_dim: 48,
-            n_layers: layers,
-            n_heads: 4,
-            n_kv_heads: 2,
-            max_seq_len: 128,
-            rms_eps: 1e-5,
-            rope_theta: 10000.0,
-            rope: RopeStyle::Interleaved,
-            qkv_bias: false,
-            tied_embeddings: true,
-        };
-        let w = model::random_tensors(&cfg, 0.3, seed, &device).unwrap();
-        let m = dir.join(name);
-        llama2c::write_checkpoint(&m, &cfg, &w).unwrap();
-        paths.push(m);
-    }
-    (paths.remove(0), paths.remove(0), t)
+    let (tok, t) = common::write_tokenizer(dir);
+    let dims = |n_layers| common::Dims {
+        dim: 32,
+        hidden_dim: 48,
+        n_layers,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 128,
+    };
+    let target = common::write_model(dir, "target.bin", tok.vocab_size(), &dims(3), 11);
+    let draft = common::write_model(dir, "draft.bin", tok.vocab_size(), &dims(1), 12);
+    (target, draft, t)
 }
 
 fn bin() -> Command {
