@@ -380,18 +380,22 @@ mod tests {
                 .to_string()
                 .starts_with("scheme")
         );
-        for n in [
-            "exact",
-            "paper-alg1",
-            "homo",
-            "uni-bw",
-            "fixed",
-            "best",
-            "greedy",
-            "uniform",
-            "comp-only",
-            "unified",
-        ] {
+        assert_eq!(
+            SCHEME_NAMES,
+            [
+                "exact",
+                "paper-alg1",
+                "homo",
+                "uni-bw",
+                "fixed",
+                "best",
+                "greedy",
+                "uniform",
+                "comp-only",
+                "unified",
+            ]
+        );
+        for n in SCHEME_NAMES {
             assert_eq!(Scheme::parse(n).unwrap().name(), n);
         }
         for n in ["brute-force", "exhaustive"] {
@@ -414,18 +418,7 @@ mod tests {
                 max_len: if k == 3 { 2 } else { 100 },
             })
             .collect();
-        for n in [
-            "exact",
-            "paper-alg1",
-            "homo",
-            "uni-bw",
-            "fixed",
-            "best",
-            "greedy",
-            "uniform",
-            "comp-only",
-            "unified",
-        ] {
+        for n in SCHEME_NAMES {
             let cfg = ControllerConfig {
                 scheme: Scheme::parse(n).unwrap(),
                 modes: ModeScheme::Optimal,
