@@ -12,7 +12,7 @@
 //! core) takes the candle route. Tests compare both to 1e-5.
 
 use super::cache::LayerKv;
-use super::weights::{Proj, transpose_cat_host, with_values};
+use super::weights::{transpose_cat_host, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
 use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows, fmadd, has_fma};
@@ -61,26 +61,13 @@ impl HostWeights {
     /// copy a load makes besides reading the file); `None` when a projection is quantised or the model is larger
     /// than [`HOST_MAX_WEIGHTS`].
     pub(super) fn of(model: &Model) -> Result<Option<HostWeights>> {
-        let dense = |p: &Proj| match p {
-            Proj::Dense(l) => Some(l.clone()),
-            Proj::Quant { .. } => None,
-        };
-        let Some(head) = dense(&model.head) else {
+        let Some(head) = model.head.dense() else {
             return Ok(None);
         };
         let mut count = head.weight().elem_count() + model.embed.elem_count();
         let mut dense_layers = Vec::with_capacity(model.layers.len());
         for layer in &model.layers {
-            let all = [
-                &layer.wq,
-                &layer.wk,
-                &layer.wv,
-                &layer.wo,
-                &layer.gate,
-                &layer.up,
-                &layer.down,
-            ];
-            let Some(l) = all.into_iter().map(dense).collect::<Option<Vec<_>>>() else {
+            let Some(l) = layer.dense_projections() else {
                 return Ok(None);
             };
             count += l.iter().map(|l| l.weight().elem_count()).sum::<usize>();
