@@ -17,11 +17,9 @@ pub fn parse_toml<T: DeserializeOwned>(text: &str, renamed: &[(&str, &str)]) -> 
             bail!("{old}: renamed to {new} (docs/cli.md lists the names)");
         }
     }
-    let de =
-        toml::Deserializer::parse(text).map_err(|e| anyhow!("malformed TOML: {}", e.message().trim()))?;
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        // The TOML error's Display is a multi-line excerpt of the file; the message is the part that names the
-        // problem.
+    // The table parsed above, not the text a second time. The error's message is the part that names the problem
+    // (a TOML error's Display is a multi-line excerpt of the file).
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let inner = e.inner().message().trim().to_string();
         match e.path().to_string().as_str() {
             "." | "?" | "" => anyhow!("{inner}"),
