@@ -59,3 +59,53 @@ pub fn svg_lines(
     };
     draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
 }
+
+/// A predicted-against-measured scatter: one labelled point per entry, with the diagonal y = x on which a perfect
+/// prediction lies.
+pub fn svg_scatter_labelled(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    points: &[(String, f64, f64)],
+) -> Result<(), Failure> {
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let top = points
+            .iter()
+            .flat_map(|(_, x, y)| [*x, *y])
+            .filter(|v| v.is_finite())
+            .fold(0f64, f64::max)
+            * 1.12;
+        let top = if top > 0.0 { top } else { 1.0 };
+        let root = SVGBackend::new(path, (720, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..top, 0f64..top)?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+        chart
+            .draw_series(LineSeries::new([(0.0, 0.0), (top, top)], BLACK.mix(0.4)))?
+            .label("prediction = measurement")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4)));
+        for (i, (name, x, y)) in points.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart.draw_series([Circle::new((*x, *y), 4, color.filled())])?;
+            chart.draw_series([Text::new(
+                name.clone(),
+                (*x, *y),
+                ("sans-serif", 13).into_font().color(&color),
+            )])?;
+        }
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
+}

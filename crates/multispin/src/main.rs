@@ -17,6 +17,7 @@ mod plan_unified;
 mod scenario;
 mod serve;
 mod simulate;
+mod study;
 
 use clap::{Parser, Subcommand};
 use failure::Failure;

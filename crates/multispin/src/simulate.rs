@@ -3,8 +3,9 @@
 //! latency split, and `--compare` to run the same seeds and prompts under several schemes. Also holds the options
 //! and helpers `serve` and `device` share.
 
-use crate::chart::{Series, svg_lines};
+use crate::chart::{Series, svg_lines, svg_scatter_labelled};
 use crate::failure::Failure;
+use crate::study;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -403,6 +404,20 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     }
     println!("{}", scheme_table(&results));
     write(&args.out.join("summary.csv"), &summary_csv(&results))?;
+    let checks: Vec<_> = results.iter().map(|(s, r)| study::check(s, r)).collect();
+    println!("\nprediction check\n{}", study::table(&checks));
+    write(&args.out.join("prediction.csv"), &study::csv(&checks))?;
+    let points: Vec<(String, f64, f64)> = checks
+        .iter()
+        .map(|c| (c.scheme.clone(), c.measured, c.predicted))
+        .collect();
+    svg_scatter_labelled(
+        &args.out.join("prediction.svg"),
+        "Predicted against measured goodput",
+        "measured goodput (tokens / s)",
+        "predicted goodput (tokens / s)",
+        &points,
+    )?;
     let goodput: Vec<(String, Vec<(f64, f64)>)> = results
         .iter()
         .map(|(s, r)| {

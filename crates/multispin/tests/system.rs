@@ -79,7 +79,8 @@ fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    for s in ["best", "exact", "fixed", "unified"] {
+    let schemes = ["best", "exact", "fixed", "unified"];
+    for s in schemes {
         assert!(
             stdout.lines().any(|l| l.starts_with(s)),
             "{s} missing from\n{stdout}"
@@ -106,8 +107,28 @@ fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
         }
         assert!(out_dir.join(format!("rounds-{s}.csv")).is_file());
     }
-    for f in ["summary.csv", "goodput.svg", "latency.svg"] {
+    for f in [
+        "summary.csv",
+        "goodput.svg",
+        "latency.svg",
+        "prediction.csv",
+        "prediction.svg",
+    ] {
         assert!(out_dir.join(f).is_file(), "{f}");
+    }
+    // One prediction-check row per scheme, in run order, measured goodput as in the summary.
+    let check = std::fs::read_to_string(out_dir.join("prediction.csv")).unwrap();
+    let rows: Vec<&str> = check.lines().skip(1).collect();
+    assert_eq!(rows.len(), schemes.len(), "{check}");
+    for (row, s) in rows.iter().zip(schemes) {
+        let cols: Vec<&str> = row.split(',').collect();
+        assert_eq!(cols[0], s);
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("summary-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        let measured: f64 = cols[1].parse().unwrap();
+        assert_eq!(measured, summary["goodput"].as_f64().unwrap(), "{s}");
     }
 }
 
