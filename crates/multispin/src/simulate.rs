@@ -407,10 +407,17 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     let checks: Vec<_> = results.iter().map(|(s, r)| study::check(s, r)).collect();
     println!("\nprediction check\n{}", study::table(&checks));
     write(&args.out.join("prediction.csv"), &study::csv(&checks))?;
-    let points: Vec<(String, f64, f64)> = checks
-        .iter()
-        .map(|c| (c.scheme.clone(), c.measured, c.predicted))
-        .collect();
+    // Schemes that planned alike land on one point: one label for them, not names printed over each other.
+    let mut points: Vec<(String, f64, f64)> = Vec::new();
+    for c in &checks {
+        match points
+            .iter_mut()
+            .find(|p| p.1 == c.measured && p.2 == c.predicted)
+        {
+            Some(p) => p.0 = format!("{} = {}", p.0, c.scheme),
+            None => points.push((c.scheme.clone(), c.measured, c.predicted)),
+        }
+    }
     svg_scatter_labelled(
         &args.out.join("prediction.svg"),
         "Predicted against measured goodput",
