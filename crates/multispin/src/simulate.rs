@@ -120,7 +120,7 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The server configuration (the target's identity filled in by the caller).
     pub fn config(&self, identity: Identity) -> Result<ServerConfig, Failure> {
-        let scheme = Scheme::parse(&self.scheme).map_err(Failure::input)?;
+        let scheme = Scheme::parse_per_round(&self.scheme).map_err(Failure::input)?;
         let mut cfg = ServerConfig::new(scheme, identity);
         cfg.modes = match self.modes.as_str() {
             "brute-force" => {

@@ -23,6 +23,7 @@ use serde::Serialize;
 use spin_core::SparseDist;
 use spin_core::dist::index_bits;
 use spin_optimize::paper_b::{ModeScheme, reactive};
+use spin_optimize::round::Family;
 use spin_runtime::Model;
 use spin_runtime::speculative::sampling;
 use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
@@ -156,10 +157,10 @@ impl ServerConfig {
     }
 
     fn exchange(&self) -> Exchange {
-        match self.scheme {
-            Scheme::A(_) => Exchange::DistsWithDraft,
-            Scheme::B(_) => Exchange::ProbsOnly,
-            Scheme::Unified => Exchange::Planned,
+        match self.scheme.family() {
+            Family::PaperA => Exchange::DistsWithDraft,
+            Family::PaperB => Exchange::ProbsOnly,
+            Family::Unified => Exchange::Planned,
         }
     }
 

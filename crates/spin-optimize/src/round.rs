@@ -747,6 +747,104 @@ impl Scheme {
         Scheme::NAMES[i]
     }
 
+    /// The schemes a server can plan every round with (all but the offline references), in the order the
+    /// networked system lists them (`multispin simulate --help`).
+    pub const PER_ROUND: [Scheme; 10] = [
+        Scheme::Exact,
+        Scheme::PaperAlg1,
+        Scheme::Homo,
+        Scheme::UniBw,
+        Scheme::Fixed,
+        Scheme::Best,
+        Scheme::Greedy,
+        Scheme::Uniform,
+        Scheme::CompOnly,
+        Scheme::Unified,
+    ];
+
+    /// One line of help per scheme, as `multispin plan --help` lists it.
+    pub fn help(self) -> &'static str {
+        match self {
+            Scheme::Exact => "Paper A: exact integer optimum of eq. 27 (docs/paper-a.md)",
+            Scheme::PaperAlg1 => "Paper A: the paper's Algorithm 1",
+            Scheme::Homo => "Paper A: homogeneous draft length with latency-equalising bandwidth",
+            Scheme::UniBw => "Paper A: equal bandwidth B/K, heterogeneous draft lengths",
+            Scheme::Fixed => "Paper A: equal bandwidth and one fixed draft length (see --fixed-draft-len)",
+            Scheme::BruteForce => "Paper A: exhaustive search (small scenarios only)",
+            Scheme::Greedy => "Paper B: the paper's two-phase greedy",
+            Scheme::Best => "Paper B: multi-start local search (beyond the paper)",
+            Scheme::Uniform => "Paper B: the best common draft length",
+            Scheme::CompOnly => "Paper B: computation-only control (ignores the communication delay)",
+            Scheme::Exhaustive => "Paper B: exhaustive search over {0..γ_max}^K (small scenarios only)",
+            Scheme::Unified => {
+                "Both papers: the unified model's joint planner (draft lengths, uplink shares, payload, \
+                 correction mode; docs/unified.md). Takes every scenario; a `\"model\": \"unified\"` scenario \
+                 takes every scheme"
+            }
+        }
+    }
+
+    /// Whether the scheme is an exhaustive reference for small offline instances (`brute-force`,
+    /// `exhaustive`) rather than a planner a server may run every round.
+    pub fn is_offline_reference(self) -> bool {
+        matches!(self, Scheme::BruteForce | Scheme::Exhaustive)
+    }
+
+    /// The names of `schemes` as prose: `a, b, c or d`.
+    pub fn name_list(schemes: impl IntoIterator<Item = Scheme>) -> String {
+        let names: Vec<&str> = schemes.into_iter().map(Scheme::name).collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => (*last).to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        }
+    }
+
+    /// The schemes of `family`, in the order of [`Scheme::ALL`].
+    pub fn of_family(family: Family) -> impl Iterator<Item = Scheme> {
+        Scheme::ALL.into_iter().filter(move |s| s.family() == family)
+    }
+
+    /// Parses a scheme a server may plan every round with: any name of [`Scheme::NAMES`] except the offline
+    /// references, which are refused with their reason. Errors name `scheme` and list [`Scheme::PER_ROUND`].
+    pub fn parse_per_round(name: &str) -> Result<Scheme, OptimizeError> {
+        let expected = || {
+            Scheme::PER_ROUND
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let scheme: Scheme = name.parse().map_err(|_| OptimizeError::Invalid {
+            field: "scheme".into(),
+            reason: format!("unknown scheme {name:?}; expected one of {}", expected()),
+        })?;
+        if scheme.is_offline_reference() {
+            return Err(OptimizeError::Invalid {
+                field: "scheme".into(),
+                reason: format!(
+                    "{name} is an exhaustive reference for small offline instances, not a per-round planner; \
+                     expected one of {}",
+                    expected()
+                ),
+            });
+        }
+        Ok(scheme)
+    }
+
+    /// Paper B's draft-length scheme behind a paper-B [`Scheme`]; `None` for the others.
+    pub fn draft_scheme(self) -> Option<paper_b::DraftScheme> {
+        use paper_b::DraftScheme;
+        match self {
+            Scheme::Greedy => Some(DraftScheme::Greedy),
+            Scheme::Best => Some(DraftScheme::Best),
+            Scheme::Uniform => Some(DraftScheme::Uniform),
+            Scheme::CompOnly => Some(DraftScheme::CompOnly),
+            Scheme::Exhaustive => Some(DraftScheme::Exhaustive),
+            _ => None,
+        }
+    }
+
     /// The paper the scheme comes from.
     pub fn family(self) -> Family {
         match self {
@@ -787,6 +885,29 @@ impl FromStr for Scheme {
     }
 }
 
+/// Runs the paper-A planner of `scheme` on `s`: `fixed` drafts `fixed_draft_len` tokens (the caller chooses and
+/// checks it), `paper-alg1` uses `alg1`, `brute-force` enumerates up to [`paper_a::brute::BRUTE_FORCE_LIMIT`]
+/// plans. A scheme of another family is an error naming `scheme`, never a silent fallback.
+pub fn plan_paper_a(
+    scheme: Scheme,
+    s: &paper_a::Scenario,
+    fixed_draft_len: u32,
+    alg1: &paper_a::heterogeneous::Alg1Params,
+) -> Result<paper_a::Plan, OptimizeError> {
+    match scheme {
+        Scheme::Exact => paper_a::exact::exact(s),
+        Scheme::PaperAlg1 => paper_a::heterogeneous::paper_alg1(s, alg1),
+        Scheme::Homo => paper_a::homogeneous::homo(s),
+        Scheme::UniBw => paper_a::baselines::uni_bw(s),
+        Scheme::Fixed => paper_a::baselines::fixed(s, fixed_draft_len),
+        Scheme::BruteForce => paper_a::brute::brute_force(s, paper_a::brute::BRUTE_FORCE_LIMIT),
+        other => Err(OptimizeError::Invalid {
+            field: "scheme".into(),
+            reason: format!("{other} is not a paper-a scheme"),
+        }),
+    }
+}
+
 /// A planner: one round in, one plan out, scored by the unified model.
 pub trait Planner {
     /// The scheme this planner implements.
@@ -818,32 +939,21 @@ impl Planner for PaperPlanner {
         let (lens, shares, dists) = match self.scheme.family() {
             Family::PaperA => {
                 let s = round.to_paper_a()?;
-                let p = match self.scheme {
-                    Scheme::Exact => paper_a::exact::exact(&s)?,
-                    Scheme::PaperAlg1 => paper_a::heterogeneous::paper_alg1(
-                        &s,
-                        &paper_a::heterogeneous::Alg1Params::default(),
-                    )?,
-                    Scheme::Homo => paper_a::homogeneous::homo(&s)?,
-                    Scheme::UniBw => paper_a::baselines::uni_bw(&s)?,
-                    Scheme::Fixed => paper_a::baselines::fixed(
-                        &s,
-                        paper_a::baselines::FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len),
-                    )?,
-                    _ => paper_a::brute::brute_force(&s, paper_a::brute::BRUTE_FORCE_LIMIT)?,
-                };
+                let p = plan_paper_a(
+                    self.scheme,
+                    &s,
+                    paper_a::baselines::FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len),
+                    &paper_a::heterogeneous::Alg1Params::default(),
+                )?;
                 (p.draft_lengths, p.bandwidth_hz, vec![true; k])
             }
             Family::PaperB => {
                 let s = round.to_paper_b()?;
                 let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, self.objective)?;
-                let scheme = match self.scheme {
-                    Scheme::Greedy => paper_b::DraftScheme::Greedy,
-                    Scheme::Best => paper_b::DraftScheme::Best,
-                    Scheme::Uniform => paper_b::DraftScheme::Uniform,
-                    Scheme::CompOnly => paper_b::DraftScheme::CompOnly,
-                    _ => paper_b::DraftScheme::Exhaustive,
-                };
+                let scheme = self.scheme.draft_scheme().ok_or_else(|| OptimizeError::Invalid {
+                    field: "scheme".into(),
+                    reason: format!("{} is not a paper-b scheme", self.scheme),
+                })?;
                 let p = paper_b::proactive::plan(&ev, scheme)?;
                 (
                     p.draft_lengths,
@@ -897,6 +1007,87 @@ mod tests {
         assert!(err.starts_with("scheme: unknown scheme \"exactt\""), "{err}");
         for n in Scheme::NAMES {
             assert!(err.contains(n), "{err} lacks {n}");
+        }
+    }
+
+    #[test]
+    fn per_round_schemes_help_lines_and_families() {
+        // Every scheme has a help line of its own paper (one line, no trailing period: clap prints it as given).
+        for s in Scheme::ALL {
+            let h = s.help();
+            let prefix = match s.family() {
+                Family::PaperA => "Paper A: ",
+                Family::PaperB => "Paper B: ",
+                Family::Unified => "Both papers: ",
+            };
+            assert!(
+                h.starts_with(prefix) && !h.ends_with('.') && !h.contains('\n'),
+                "{s}: {h}"
+            );
+            assert_eq!(s.draft_scheme().is_some(), s.family() == Family::PaperB, "{s}");
+            if let Some(d) = s.draft_scheme() {
+                assert_eq!(d.scheme(), s);
+                assert_eq!(d.name(), s.name());
+            }
+        }
+        // The per-round subset is every scheme but the offline references, each once.
+        let mut per_round: Vec<Scheme> = Scheme::PER_ROUND.to_vec();
+        per_round.sort_by_key(|s| s.name());
+        let mut expected: Vec<Scheme> = Scheme::ALL
+            .into_iter()
+            .filter(|s| !s.is_offline_reference())
+            .collect();
+        expected.sort_by_key(|s| s.name());
+        assert_eq!(per_round, expected);
+        for s in Scheme::ALL {
+            let parsed = Scheme::parse_per_round(s.name());
+            assert_eq!(parsed.is_ok(), !s.is_offline_reference(), "{s}");
+        }
+        let err = Scheme::parse_per_round("exhaustive").unwrap_err().to_string();
+        assert!(
+            err.starts_with("scheme: exhaustive is an exhaustive reference"),
+            "{err}"
+        );
+        let err = Scheme::parse_per_round("bets").unwrap_err().to_string();
+        assert!(
+            err.ends_with("expected one of exact, paper-alg1, homo, uni-bw, fixed, best, greedy, uniform, comp-only, unified"),
+            "{err}"
+        );
+        assert_eq!(
+            Scheme::name_list(Scheme::of_family(Family::PaperB)),
+            "greedy, best, uniform, comp-only or exhaustive"
+        );
+        assert_eq!(
+            Scheme::name_list(Scheme::of_family(Family::PaperA)),
+            "exact, paper-alg1, homo, uni-bw, fixed or brute-force"
+        );
+        assert_eq!(Scheme::name_list([Scheme::Unified]), "unified");
+        assert_eq!(Scheme::name_list([]), "");
+    }
+
+    #[test]
+    fn plan_paper_a_refuses_other_papers_schemes() {
+        let s = paper_a::Scenario::new(&paper_a::ScenarioSpec {
+            bandwidth_hz: 1e6,
+            bits_per_draft_token: 1000.0,
+            verify_fixed_s: 0.02,
+            verify_per_draft_s: 0.002,
+            max_draft_len: 4,
+            min_draft_len: 1,
+            devices: vec![paper_a::DeviceSpec {
+                acceptance: 0.8,
+                draft_token_s: 0.01,
+                spectral_efficiency: 2.0,
+            }],
+        })
+        .unwrap();
+        let alg1 = paper_a::heterogeneous::Alg1Params::default();
+        for scheme in Scheme::ALL {
+            let r = plan_paper_a(scheme, &s, 2, &alg1);
+            assert_eq!(r.is_ok(), scheme.family() == Family::PaperA, "{scheme}");
+            if let Err(e) = r {
+                assert_eq!(e.to_string(), format!("scheme: {scheme} is not a paper-a scheme"));
+            }
         }
     }
 
