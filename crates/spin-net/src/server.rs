@@ -1434,7 +1434,7 @@ impl Engine {
         let share = link.share_hz(rejected.len());
         let mut waiting: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
         for (i, &(k, pos)) in rejected.iter().enumerate() {
-            let ul = sol.modes[i] == reactive::Mode::Ul;
+            let ul = sol.modes[i] == reactive::Mode::Uplink;
             let t = traces.get_mut(&k).expect("trace");
             t.accepted = pos as u32;
             if ul {

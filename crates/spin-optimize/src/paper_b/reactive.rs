@@ -98,15 +98,9 @@ pub fn split_by_bisection(m: usize, ul: impl Fn(usize) -> f64, dl: impl Fn(usize
     }
 }
 
-/// Correction mode of one rejected device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// The device uploads its draft distribution at maximum power.
-    Ul,
-    /// The server downloads the target distribution with a share of P_dl.
-    Dl,
-}
+/// Correction mode of one rejected device: spin-core's one mode type (`Uplink`: the device uploads its draft
+/// distribution at maximum power; `Downlink`: the server downloads the target distribution with a share of P_dl).
+pub use spin_core::correction::Mode;
 
 /// How the modes are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,7 +193,10 @@ fn correction_from(link: &Link, gains: &[f64], ul: Vec<bool>) -> Correction {
         .iter()
         .map(|&u| if u { 0.0 } else { powers.next().unwrap_or(0.0) })
         .collect();
-    let modes = ul.iter().map(|&u| if u { Mode::Ul } else { Mode::Dl }).collect();
+    let modes = ul
+        .iter()
+        .map(|&u| if u { Mode::Uplink } else { Mode::Downlink })
+        .collect();
     Correction {
         modes,
         dl_power_w,
@@ -358,7 +355,7 @@ mod tests {
                 opt.comm_delay_s,
                 brute.comm_delay_s
             );
-            if opt.modes.contains(&Mode::Ul) && opt.modes.contains(&Mode::Dl) {
+            if opt.modes.contains(&Mode::Uplink) && opt.modes.contains(&Mode::Downlink) {
                 uses_both += 1;
             }
             // The baselines can only be slower.
@@ -388,22 +385,35 @@ mod tests {
         let min_ul = gains
             .iter()
             .zip(&c.modes)
-            .filter(|(_, m)| **m == Mode::Ul)
+            .filter(|(_, m)| **m == Mode::Uplink)
             .map(|(g, _)| *g)
             .fold(f64::INFINITY, f64::min);
         let max_dl = gains
             .iter()
             .zip(&c.modes)
-            .filter(|(_, m)| **m == Mode::Dl)
+            .filter(|(_, m)| **m == Mode::Downlink)
             .map(|(g, _)| *g)
             .fold(0.0, f64::max);
         assert!(min_ul >= max_dl);
         let total: f64 = c.dl_power_w.iter().sum();
-        assert!(c.modes.contains(&Mode::Dl) && (total - 1.0).abs() < 1e-12);
+        assert!(c.modes.contains(&Mode::Downlink) && (total - 1.0).abs() < 1e-12);
         for (m, p) in c.modes.iter().zip(&c.dl_power_w) {
-            assert_eq!(*m == Mode::Ul, *p == 0.0);
+            assert_eq!(*m == Mode::Uplink, *p == 0.0);
         }
         assert_eq!(c.comm_delay_s, c.ul_delay_s.max(c.dl_delay_s));
+    }
+
+    #[test]
+    fn modes_are_spin_cores_and_keep_their_file_names() {
+        // One mode type: the planner's decision is the runtime's `spin_core::Mode`, serialised as before.
+        let m: spin_core::Mode = Mode::Uplink;
+        assert_eq!(
+            serde_json::to_string(&[m, Mode::Downlink]).unwrap(),
+            r#"["ul","dl"]"#
+        );
+        let back: Vec<Mode> = serde_json::from_str(r#"["dl","ul"]"#).unwrap();
+        assert_eq!(back, [Mode::Downlink, Mode::Uplink]);
+        assert!(serde_json::from_str::<Mode>(r#""uplink""#).is_err());
     }
 
     #[test]
