@@ -64,6 +64,23 @@ pub fn dl_rate_bps(
     rate_bps(share_hz, power_w, gain, noise_psd_device_w_per_hz)
 }
 
+/// Lemma 1 (paper B): the delay-equalising DL powers p_k = P_dl (1/g_k) / Σ_j 1/g_j, in the order of `gains`.
+pub fn lemma1_dl_powers(dl_power_w: f64, gains: &[f64]) -> Vec<f64> {
+    let sum: f64 = gains.iter().map(|g| 1.0 / g).sum();
+    gains.iter().map(|g| dl_power_w / (g * sum)).collect()
+}
+
+/// Lemma 1's common DL SNR P_dl / (N0_dev·b·Σ_j 1/g_j): under [`lemma1_dl_powers`] every device of the DL set sees
+/// it (p_k g_k / (N0_dev b) with p_k g_k = P_dl / Σ_j 1/g_j), so τ^dl = D / (b log₂(1 + it)).
+pub fn lemma1_dl_snr(
+    dl_power_w: f64,
+    noise_psd_device_w_per_hz: f64,
+    share_hz: f64,
+    inverse_gain_sum: f64,
+) -> f64 {
+    dl_power_w / (noise_psd_device_w_per_hz * share_hz * inverse_gain_sum)
+}
+
 /// One device of a paper-B drop.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DroppedDevice {
@@ -244,5 +261,19 @@ mod tests {
                 .to_string()
                 .starts_with("ratio")
         );
+    }
+
+    #[test]
+    fn lemma1_powers_spend_the_budget_and_give_every_device_the_common_snr() {
+        let gains = [1e-9, 3e-11, 2e-12, 5e-10];
+        let (p_dl, n0, b) = (1.0, 2e-20, 2.5e6);
+        let powers = lemma1_dl_powers(p_dl, &gains);
+        assert!((powers.iter().sum::<f64>() - p_dl).abs() < 1e-12);
+        let inv: f64 = gains.iter().map(|g| 1.0 / g).sum();
+        let common = lemma1_dl_snr(p_dl, n0, b, inv);
+        for (p, g) in powers.iter().zip(gains) {
+            let own = crate::rate::snr(*p, g, n0, b);
+            assert!((own - common).abs() <= 1e-12 * common, "{own} vs {common}");
+        }
     }
 }

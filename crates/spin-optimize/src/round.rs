@@ -316,8 +316,7 @@ impl Round {
             .devices
             .iter()
             .map(|d| {
-                // (2^r − 1) computed as exp_m1(r ln 2) for accuracy at small r.
-                let snr = (d.spectral_efficiency * std::f64::consts::LN_2).exp_m1();
+                let snr = spin_channel::snr_for_spectral_efficiency(d.spectral_efficiency);
                 let gain = snr * radio.noise_psd_server_w_per_hz * s.bandwidth_hz / radio.ul_power_w;
                 RoundDevice {
                     acceptance: d.alpha,
@@ -454,9 +453,12 @@ pub fn full_band_spectral_efficiency(
     bandwidth_hz: f64,
     gain: f64,
 ) -> Result<f64, spin_channel::ChannelError> {
-    spin_channel::spectral_efficiency(
-        radio.ul_power_w * gain / (radio.noise_psd_server_w_per_hz * bandwidth_hz),
-    )
+    spin_channel::spectral_efficiency(spin_channel::snr(
+        radio.ul_power_w,
+        gain,
+        radio.noise_psd_server_w_per_hz,
+        bandwidth_hz,
+    ))
 }
 
 /// One device of a unified scenario file.

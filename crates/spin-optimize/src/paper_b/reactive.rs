@@ -39,10 +39,11 @@ impl Link {
         self.bandwidth_hz / rejected as f64
     }
 
-    /// UL delay at maximum power, τ^ul = D / (b log₂(1 + P_ul g / (N0_ser b))) (paper B, UL mode).
+    /// UL delay at maximum power, τ^ul = D / (b log₂(1 + P_ul g / (N0_ser b))) (paper B, UL mode; the formulas are
+    /// `spin_channel::{snr, transfer_time_s}`).
     pub fn ul_delay_s(&self, share_hz: f64, gain: f64) -> f64 {
-        let snr = self.ul_power_w * gain / (self.noise_psd_server_w_per_hz * share_hz);
-        self.distribution_bits * std::f64::consts::LN_2 / (share_hz * snr.ln_1p())
+        let snr = spin_channel::snr(self.ul_power_w, gain, self.noise_psd_server_w_per_hz, share_hz);
+        spin_channel::transfer_time_s(self.distribution_bits, share_hz, snr)
     }
 
     /// The common DL delay of a DL set with Σ 1/g = `inverse_gain_sum` under Lemma 1; 0 for an empty set.
@@ -50,21 +51,26 @@ impl Link {
         if inverse_gain_sum <= 0.0 {
             return 0.0;
         }
-        let snr = self.dl_power_w / (self.noise_psd_device_w_per_hz * share_hz * inverse_gain_sum);
-        self.distribution_bits * std::f64::consts::LN_2 / (share_hz * snr.ln_1p())
+        let snr = spin_channel::paper_b::lemma1_dl_snr(
+            self.dl_power_w,
+            self.noise_psd_device_w_per_hz,
+            share_hz,
+            inverse_gain_sum,
+        );
+        spin_channel::transfer_time_s(self.distribution_bits, share_hz, snr)
     }
 
     /// The delay of device with `gain` in DL mode with server power `power_w` (any allocation, not only Lemma 1).
     pub fn dl_delay_at_power_s(&self, share_hz: f64, power_w: f64, gain: f64) -> f64 {
-        let snr = power_w * gain / (self.noise_psd_device_w_per_hz * share_hz);
-        self.distribution_bits * std::f64::consts::LN_2 / (share_hz * snr.ln_1p())
+        let snr = spin_channel::snr(power_w, gain, self.noise_psd_device_w_per_hz, share_hz);
+        spin_channel::transfer_time_s(self.distribution_bits, share_hz, snr)
     }
 }
 
-/// Lemma 1: the delay-equalising DL powers p_k = P_dl (1/g_k) / Σ_j 1/g_j, in the order of `gains`.
+/// Lemma 1: the delay-equalising DL powers p_k = P_dl (1/g_k) / Σ_j 1/g_j, in the order of `gains`
+/// (`spin_channel::paper_b::lemma1_dl_powers`).
 pub fn dl_powers(dl_power_w: f64, gains: &[f64]) -> Vec<f64> {
-    let sum: f64 = gains.iter().map(|g| 1.0 / g).sum();
-    gains.iter().map(|g| dl_power_w / (g * sum)).collect()
+    spin_channel::paper_b::lemma1_dl_powers(dl_power_w, gains)
 }
 
 /// Proposition 1 on a set already sorted by UL delay: `ul(i)` is τ^ul of the i-th device (ascending in i),
