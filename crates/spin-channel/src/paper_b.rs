@@ -10,27 +10,6 @@ use crate::rate::rate_bps;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-/// Bits of one vocabulary-wide distribution: D = V_eff·(⌈log₂V⌉ + Q) (paper B, §III-C1).
-///
-/// Paper B's setting (V_eff = 1024, V = 151,665, Q = 16) gives 1024·(18 + 16) = 34,816 bits.
-pub fn distribution_bits(
-    effective_support: u32,
-    vocabulary: u32,
-    quant_bits: u32,
-) -> Result<f64, ChannelError> {
-    if effective_support == 0 || vocabulary < 2 || effective_support > vocabulary {
-        return Err(ChannelError::Invalid {
-            field: "effective_support",
-            reason: format!(
-                "need 1 ≤ effective_support ({effective_support}) ≤ vocabulary ({vocabulary}), vocabulary ≥ 2"
-            ),
-        });
-    }
-    // ⌈log₂V⌉ computed on integers: the bit width of V − 1.
-    let index_bits = u32::BITS - (vocabulary - 1).leading_zeros();
-    Ok(f64::from(effective_support) * f64::from(index_bits + quant_bits))
-}
-
 /// The bandwidth each rejected device gets when `rejected` devices share `bandwidth_hz` equally (b = B/|R|).
 pub fn equal_share_hz(bandwidth_hz: f64, rejected: usize) -> Result<f64, ChannelError> {
     positive("bandwidth_hz", bandwidth_hz)?;
@@ -181,20 +160,6 @@ mod tests {
     use crate::units::{dbm_to_w, linear_to_db};
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-
-    #[test]
-    fn distribution_size_of_paper_b() {
-        assert_eq!(distribution_bits(1024, 151_665, 16).unwrap(), 34_816.0);
-        // ⌈log₂ 1024⌉ = 10 exactly, ⌈log₂ 1025⌉ = 11.
-        assert_eq!(distribution_bits(1, 1024, 0).unwrap(), 10.0);
-        assert_eq!(distribution_bits(1, 1025, 0).unwrap(), 11.0);
-        assert!(
-            distribution_bits(0, 10, 16)
-                .unwrap_err()
-                .to_string()
-                .starts_with("effective_support")
-        );
-    }
 
     #[test]
     fn equal_share_and_rates() {

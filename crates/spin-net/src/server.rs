@@ -21,7 +21,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use spin_core::SparseDist;
-use spin_core::dist::index_bits;
+use spin_core::dist::pair_bits;
 use spin_optimize::paper_b::{ModeScheme, reactive};
 use spin_optimize::round::Family;
 use spin_runtime::Model;
@@ -1039,7 +1039,7 @@ impl Engine {
 
     /// Bits of one (token, probability) pair on the uplink: ⌈log₂V⌉ + 32.
     fn pair_bits(&self) -> f64 {
-        f64::from(index_bits(self.vocab as usize) + 32)
+        f64::from(pair_bits(self.vocab as usize, 32))
     }
 
     async fn round(&mut self, round: u64, active: &[usize]) -> Result<RoundTrace> {
@@ -1177,7 +1177,6 @@ impl Engine {
         let mut arrive_max = 0.0f64;
         let mut draft_max = 0.0f64;
         let mut real_release = wall0;
-        let idx_bits = f64::from(index_bits(self.vocab as usize));
         for (i, &k) in active.iter().enumerate() {
             let Some(g) = got.get(&k) else { continue };
             let gamma = g.tokens.len() as f64;
@@ -1189,7 +1188,7 @@ impl Engine {
                 g.dists.iter().map(|d| d.bits_on_air()).sum()
             } else {
                 // Paper B: (token, probability) pairs, ⌈log₂V⌉ + 32 bits each.
-                (gamma * (idx_bits + 32.0)) as u64
+                g.tokens.len() as u64 * u64::from(pair_bits(self.vocab as usize, 32))
             };
             let r = link.spectral_efficiency(gains[k])?;
             let air = air_time_s(bits_up as f64, plan.bandwidth_hz[i], r);

@@ -115,14 +115,21 @@ impl DistributionFormat {
         Ok(())
     }
 
-    /// D = V_eff(⌈log₂V⌉ + Q) bits, the size `spin_core::SparseDist::bits_on_air` reports.
+    /// D = V_eff(⌈log₂V⌉ + Q) bits (`spin_core::dist::payload_bits`, the size `SparseDist::bits_on_air` reports).
     pub fn distribution_bits(&self) -> f64 {
-        f64::from(self.effective_support) * self.pair_bits()
+        spin_core::dist::payload_bits(
+            self.effective_support as usize,
+            self.vocabulary as usize,
+            self.quant_bits,
+        ) as f64
     }
 
-    /// ⌈log₂V⌉ + Q bits: one token index and one quantised probability.
+    /// ⌈log₂V⌉ + Q bits: one token index and one quantised probability (`spin_core::dist::pair_bits`).
     pub fn pair_bits(&self) -> f64 {
-        f64::from(spin_core::dist::index_bits(self.vocabulary as usize) + self.quant_bits)
+        f64::from(spin_core::dist::pair_bits(
+            self.vocabulary as usize,
+            self.quant_bits,
+        ))
     }
 }
 
@@ -1113,5 +1120,17 @@ mod tests {
         assert_eq!(small.distribution_bits(), sparse.bits_on_air() as f64);
         let bad = DistributionFormat { quant_bits: 0, ..f };
         assert!(bad.validate().unwrap_err().to_string().starts_with("quant_bits:"));
+        // Moved from spin-channel's `paper_b::distribution_bits` test: an empty support is refused by name.
+        let empty = DistributionFormat {
+            effective_support: 0,
+            ..f
+        };
+        assert!(
+            empty
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("effective_support")
+        );
     }
 }
