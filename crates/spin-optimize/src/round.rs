@@ -9,6 +9,7 @@
 use crate::OptimizeError;
 use crate::paper_a;
 use crate::paper_b;
+use crate::paper_b::scenario::check;
 use crate::paper_b::{ModeScheme, Objective};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -216,18 +217,13 @@ impl Deref for Round {
 }
 
 impl Round {
-    /// Checks every field once; the error names the first offending one.
+    /// Checks every field once; the error names the first offending one. The checks of the fields paper B also has
+    /// are paper B's (`paper_b::scenario::check`), so a field fails with the same message in both; like paper B, a
+    /// round has at most `paper_b::scenario::MAX_DEVICES` devices.
     pub fn new(spec: RoundSpec) -> Result<Round, OptimizeError> {
         OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
-        OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
-        OptimizeError::non_negative("verify_per_device_s", spec.verify_per_device_s)?;
-        if spec.max_draft_len == 0 || spec.max_draft_len > MAX_DRAFT_LEN_LIMIT {
-            return Err(OptimizeError::OutOfDomain {
-                field: "max_draft_len".into(),
-                value: f64::from(spec.max_draft_len),
-                domain: "{1, …, 1000}",
-            });
-        }
+        check::verify(spec.verify_fixed_s, spec.verify_per_device_s)?;
+        check::max_draft_len(spec.max_draft_len)?;
         if spec.min_draft_len > spec.max_draft_len {
             return Err(OptimizeError::Invalid {
                 field: "min_draft_len".into(),
@@ -237,28 +233,18 @@ impl Round {
                 ),
             });
         }
-        OptimizeError::positive("ul_power_w", spec.radio.ul_power_w)?;
-        OptimizeError::positive("dl_power_w", spec.radio.dl_power_w)?;
-        OptimizeError::positive("noise_psd_server_w_per_hz", spec.radio.noise_psd_server_w_per_hz)?;
-        OptimizeError::positive("noise_psd_device_w_per_hz", spec.radio.noise_psd_device_w_per_hz)?;
+        check::radio(
+            spec.radio.ul_power_w,
+            spec.radio.dl_power_w,
+            spec.radio.noise_psd_server_w_per_hz,
+            spec.radio.noise_psd_device_w_per_hz,
+        )?;
         OptimizeError::positive("distribution_bits", spec.payload.distribution_bits)?;
         OptimizeError::non_negative("pair_bits", spec.payload.pair_bits)?;
-        if spec.saa_samples == 0 || spec.saa_samples > paper_b::scenario::SAA_SAMPLES_LIMIT {
-            return Err(OptimizeError::OutOfDomain {
-                field: "saa_samples".into(),
-                value: f64::from(spec.saa_samples),
-                domain: "{1, …, 10000000}",
-            });
-        }
-        if spec.devices.is_empty() {
-            return Err(OptimizeError::Invalid {
-                field: "devices".into(),
-                reason: "at least one device is needed".into(),
-            });
-        }
+        check::saa_samples(spec.saa_samples)?;
+        check::device_count(spec.devices.len())?;
         for (k, d) in spec.devices.iter().enumerate() {
-            OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
-            OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
+            check::device(k, d.acceptance, d.draft_token_s)?;
             OptimizeError::positive(format!("devices[{k}].spectral_efficiency"), d.spectral_efficiency)?;
             OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
             OptimizeError::positive(format!("devices[{k}].downlink_gain"), d.downlink_gain)?;
@@ -1098,6 +1084,81 @@ mod tests {
                 assert_eq!(e.to_string(), format!("scheme: {scheme} is not a paper-a scheme"));
             }
         }
+    }
+
+    #[test]
+    fn round_and_paper_b_scenario_name_a_bad_shared_field_alike() {
+        let b = paper_b::ScenarioSpec {
+            bandwidth_hz: 1e7,
+            distribution_bits: 34_816.0,
+            verify_fixed_s: 0.04,
+            verify_per_device_s: 0.008,
+            max_draft_len: 8,
+            ul_power_w: 0.03,
+            dl_power_w: 1.0,
+            noise_psd_server_w_per_hz: 1.3e-20,
+            noise_psd_device_w_per_hz: 2e-20,
+            saa_samples: 100,
+            seed: 1,
+            devices: vec![
+                paper_b::DeviceSpec {
+                    acceptance: 0.8,
+                    draft_token_s: 0.015,
+                    channel_gain: 1e-11,
+                };
+                3
+            ],
+        };
+        let r = Round::from_paper_b(&paper_b::Scenario::new(b.clone()).unwrap())
+            .unwrap()
+            .spec()
+            .clone();
+        type Bad = (fn(&mut paper_b::ScenarioSpec), fn(&mut RoundSpec));
+        let cases: [Bad; 12] = [
+            (|s| s.verify_fixed_s = -1.0, |r| r.verify_fixed_s = -1.0),
+            (
+                |s| s.verify_per_device_s = f64::NAN,
+                |r| r.verify_per_device_s = f64::NAN,
+            ),
+            (|s| s.max_draft_len = 0, |r| r.max_draft_len = 0),
+            (|s| s.max_draft_len = 1001, |r| r.max_draft_len = 1001),
+            (|s| s.ul_power_w = 0.0, |r| r.radio.ul_power_w = 0.0),
+            (|s| s.dl_power_w = -2.0, |r| r.radio.dl_power_w = -2.0),
+            (
+                |s| s.noise_psd_server_w_per_hz = f64::INFINITY,
+                |r| r.radio.noise_psd_server_w_per_hz = f64::INFINITY,
+            ),
+            (
+                |s| s.noise_psd_device_w_per_hz = 0.0,
+                |r| r.radio.noise_psd_device_w_per_hz = 0.0,
+            ),
+            (|s| s.saa_samples = 0, |r| r.saa_samples = 0),
+            (|s| s.devices.clear(), |r| r.devices.clear()),
+            (
+                |s| s.devices[2].acceptance = 1.0,
+                |r| r.devices[2].acceptance = 1.0,
+            ),
+            (
+                |s| s.devices[1].draft_token_s = 0.0,
+                |r| r.devices[1].draft_token_s = 0.0,
+            ),
+        ];
+        for (i, (bad_b, bad_r)) in cases.iter().enumerate() {
+            let mut sb = b.clone();
+            bad_b(&mut sb);
+            let mut sr = r.clone();
+            bad_r(&mut sr);
+            let eb = paper_b::Scenario::new(sb).unwrap_err().to_string();
+            let er = Round::new(sr).unwrap_err().to_string();
+            assert_eq!(eb, er, "case {i}");
+        }
+        let mut many = r.clone();
+        many.devices = vec![r.devices[0]; paper_b::scenario::MAX_DEVICES + 1];
+        let e = Round::new(many).unwrap_err().to_string();
+        assert!(
+            e.starts_with("devices: 100001 devices are more than the limit"),
+            "{e}"
+        );
     }
 
     #[test]
