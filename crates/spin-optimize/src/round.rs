@@ -4,7 +4,7 @@
 //!
 //! The model a `Round` describes is the unified model of docs/unified.md; paper A's and paper B's rounds are its
 //! two special cases ([`Round::from_paper_a`], [`Round::from_paper_b`]). The payload sizes come from
-//! `spin_core::dist::index_bits` (D = V_eff(⌈log₂V⌉ + Q)), the spectral efficiencies from `spin-channel`.
+//! `spin_core::dist::payload_bits` (D = V_eff(⌈log₂V⌉ + Q)), the radio formulas from `spin-channel`.
 
 use crate::OptimizeError;
 use crate::paper_a;
