@@ -126,7 +126,7 @@ fn protocol(c: &mut Criterion) {
         "unified",
     ] {
         let cfg = ControllerConfig {
-            scheme: Scheme::parse(scheme).unwrap(),
+            scheme: Scheme::parse_per_round(scheme).unwrap(),
             modes: ModeScheme::Optimal,
             max_draft_len: 8,
             fixed_len: 4,
@@ -176,7 +176,7 @@ fn virtual_rounds(c: &mut Criterion) {
     g.throughput(Throughput::Elements(rounds));
     g.bench_function("virtual_rounds_k64", |b| {
         b.iter(|| {
-            let mut cfg = ServerConfig::new(Scheme::parse("fixed").unwrap(), identity);
+            let mut cfg = ServerConfig::new(Scheme::parse_per_round("fixed").unwrap(), identity);
             cfg.max_rounds = Some(rounds);
             cfg.max_new_tokens = 60;
             let (_tx, rx) = tokio::sync::watch::channel(false);

@@ -14,14 +14,15 @@ use serde::Deserialize;
 use spin_channel::paper_a::PaperAChannel;
 use spin_channel::units::Conversion;
 use spin_optimize::paper_a::bandwidth::lemma1_bandwidth;
-use spin_optimize::paper_a::baselines::{CenParams, cen, fixed, p2p, uni_bw};
+use spin_optimize::paper_a::baselines::{CenParams, cen, p2p};
 use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
 use spin_optimize::paper_a::exact::exact;
 use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
-use spin_optimize::paper_a::homogeneous::{continuous_optimum, homo, optimal_uniform_length};
+use spin_optimize::paper_a::homogeneous::{continuous_optimum, optimal_uniform_length};
 use spin_optimize::paper_a::simulate::simulate_rounds;
 use spin_optimize::paper_a::testing::random_scenario;
 use spin_optimize::paper_a::{DeviceSpec, Plan, Scenario, ScenarioSpec};
+use spin_optimize::round::{Scheme, plan_paper_a};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -387,17 +388,23 @@ fn instances(
     Ok(out)
 }
 
-/// The Multi-SPIN schemes compared in Figs. 7 and 8.
-const SCHEMES: [&str; 5] = ["Fixed BW&L", "Uni-BW", "Homo", "Hete (Alg. 1)", "Exact (ours)"];
+/// The Multi-SPIN schemes compared in Figs. 7 and 8, each with the paper's name for it (the column label).
+const SCHEMES: [(Scheme, &str); 5] = [
+    (Scheme::Fixed, "Fixed BW&L"),
+    (Scheme::UniBw, "Uni-BW"),
+    (Scheme::Homo, "Homo"),
+    (Scheme::PaperAlg1, "Hete (Alg. 1)"),
+    (Scheme::Exact, "Exact (ours)"),
+];
 
-fn run_scheme(cfg: &Config, ctx: &Ctx, scheme: &str, s: &Scenario) -> Result<Plan> {
-    Ok(match scheme {
-        "Fixed BW&L" => fixed(s, cfg.system.fixed_draft_len)?,
-        "Uni-BW" => uni_bw(s)?,
-        "Homo" => homo(s)?,
-        "Hete (Alg. 1)" => paper_alg1(s, &cfg.alg1(ctx))?,
-        _ => exact(s)?,
-    })
+/// Runs one scheme of [`SCHEMES`]: selected by the one scheme type, so a label can never pick a planner.
+fn run_scheme(cfg: &Config, ctx: &Ctx, scheme: Scheme, s: &Scenario) -> Result<Plan> {
+    Ok(plan_paper_a(
+        scheme,
+        s,
+        cfg.system.fixed_draft_len,
+        &cfg.alg1(ctx),
+    )?)
 }
 
 /// Mean goodput of each scheme over the instances (parallel over instances, fixed-order reduction).
@@ -408,7 +415,7 @@ fn mean_goodputs(cfg: &Config, ctx: &Ctx, specs: &[ScenarioSpec]) -> Result<Vec<
             let s = Scenario::new(spec)?;
             SCHEMES
                 .iter()
-                .map(|sch| run_scheme(cfg, ctx, sch, &s).map(|p| p.goodput_tokens_per_s))
+                .map(|&(sch, _)| run_scheme(cfg, ctx, sch, &s).map(|p| p.goodput_tokens_per_s))
                 .collect()
         })
         .collect::<Result<_>>()?;
@@ -609,7 +616,7 @@ fn sweep(cfg: &Config, ctx: &Ctx, by_devices: bool) -> Result<Table> {
         cfg.fig7_bandwidth_hz.iter().map(|&b| b / 1e6).collect()
     };
     let mut columns = vec!["pair", if by_devices { "devices" } else { "bandwidth_mhz" }];
-    columns.extend(SCHEMES);
+    columns.extend(SCHEMES.map(|(_, label)| label));
     let mut table = Table::new(&columns);
     let bar = ctx.progress(
         (xs.len() * cfg.pairs.len()) as u64,

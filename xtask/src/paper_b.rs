@@ -75,7 +75,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
         cfg.devices,
         cfg.bandwidth_hz / 1e6,
         cfg.effective_support,
-        u32::BITS - (cfg.vocabulary - 1).leading_zeros(),
+        spin_core::dist::index_bits(cfg.vocabulary as usize),
         cfg.quant_bits,
         cfg.max_draft_len,
         size.saa_samples,

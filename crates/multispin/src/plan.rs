@@ -2,7 +2,9 @@
 
 use crate::failure::Failure;
 use crate::scenario::{self, Loaded};
+use clap::builder::PossibleValue;
 use clap::{Args, ValueEnum};
+use spin_optimize::round::{Family, Scheme};
 use std::path::PathBuf;
 
 /// Arguments of `multispin plan`.
@@ -28,7 +30,7 @@ pub struct PlanArgs {
     /// Planning scheme. Paper A: exact, paper-alg1, homo, uni-bw, fixed, brute-force.
     /// Paper B: greedy, best, uniform, comp-only, exhaustive.
     #[arg(long, value_enum, value_name = "SCHEME")]
-    pub scheme: Scheme,
+    pub scheme: SchemeArg,
     /// Draft length of every device under `--scheme fixed` (paper A). Default: the scenario's `fixed_draft_len`,
     /// else 8, lowered to the scenario's `max_draft_len` when that is smaller (the output's draft_lengths show
     /// the value used). An explicit value outside [min_draft_len, max_draft_len] is an error.
@@ -42,61 +44,29 @@ pub struct PlanArgs {
     pub objective: Option<ObjectiveArg>,
 }
 
-/// The planning schemes of both papers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Scheme {
-    /// Paper A: exact integer optimum of eq. 27 (docs/paper-a.md).
-    Exact,
-    /// Paper A: the paper's Algorithm 1.
-    PaperAlg1,
-    /// Paper A: homogeneous draft length with latency-equalising bandwidth.
-    Homo,
-    /// Paper A: equal bandwidth B/K, heterogeneous draft lengths.
-    UniBw,
-    /// Paper A: equal bandwidth and one fixed draft length (see --fixed-draft-len).
-    Fixed,
-    /// Paper A: exhaustive search (small scenarios only).
-    BruteForce,
-    /// Paper B: the paper's two-phase greedy.
-    Greedy,
-    /// Paper B: multi-start local search (beyond the paper).
-    Best,
-    /// Paper B: the best common draft length.
-    Uniform,
-    /// Paper B: computation-only control (ignores the communication delay).
-    CompOnly,
-    /// Paper B: exhaustive search over {0..γ_max}^K (small scenarios only).
-    Exhaustive,
-    /// Both papers: the unified model's joint planner (draft lengths, uplink shares, payload, correction mode;
-    /// docs/unified.md). Takes every scenario; a `"model": "unified"` scenario takes every scheme.
-    Unified,
-}
+/// A planning scheme on the command line: `spin_optimize::round::Scheme`, which owns the names and the help
+/// lines, wrapped so that clap lists it as values (spin-optimize does not depend on clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemeArg(pub Scheme);
 
-impl Scheme {
-    /// Whether the scheme plans paper-B scenarios.
-    pub fn paper_b(self) -> bool {
-        matches!(
-            self,
-            Scheme::Greedy | Scheme::Best | Scheme::Uniform | Scheme::CompOnly | Scheme::Exhaustive
-        )
+/// Every scheme as a command-line value, in the order of `Scheme::ALL`.
+const SCHEME_ARGS: [SchemeArg; Scheme::ALL.len()] = {
+    let mut out = [SchemeArg(Scheme::Exact); Scheme::ALL.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = SchemeArg(Scheme::ALL[i]);
+        i += 1;
+    }
+    out
+};
+
+impl ValueEnum for SchemeArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &SCHEME_ARGS
     }
 
-    /// The name on the command line and in the output.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Exact => "exact",
-            Scheme::PaperAlg1 => "paper-alg1",
-            Scheme::Homo => "homo",
-            Scheme::UniBw => "uni-bw",
-            Scheme::Fixed => "fixed",
-            Scheme::BruteForce => "brute-force",
-            Scheme::Greedy => "greedy",
-            Scheme::Best => "best",
-            Scheme::Uniform => "uniform",
-            Scheme::CompOnly => "comp-only",
-            Scheme::Exhaustive => "exhaustive",
-            Scheme::Unified => "unified",
-        }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.name()).help(self.0.help()))
     }
 }
 
@@ -122,7 +92,8 @@ pub enum Format {
 pub fn run(args: &PlanArgs) -> Result<(), Failure> {
     let loaded = scenario::load(&args.scenario)?;
     // The `unified` scheme takes every scenario; the unified model takes every scheme (docs/unified.md).
-    if args.scheme == Scheme::Unified {
+    let scheme = args.scheme.0;
+    if scheme == Scheme::Unified {
         return crate::plan_unified::run(loaded, args);
     }
     match loaded {
@@ -133,21 +104,19 @@ pub fn run(args: &PlanArgs) -> Result<(), Failure> {
                     "--objective: only paper-b scenarios take an objective".into(),
                 ));
             }
-            if args.scheme.paper_b() {
+            if scheme.family() == Family::PaperB {
                 return Err(Failure::Input(format!(
-                    "--scheme: {} is a paper-b scheme; paper-a scenarios take exact, paper-alg1, homo, uni-bw, \
-                     fixed or brute-force",
-                    args.scheme.name()
+                    "--scheme: {scheme} is a paper-b scheme; paper-a scenarios take {}",
+                    Scheme::name_list(Scheme::of_family(Family::PaperA))
                 )));
             }
             crate::plan_a::run(value, args)
         }
         Loaded::PaperB(value) => {
-            if !args.scheme.paper_b() {
+            if scheme.family() != Family::PaperB {
                 return Err(Failure::Input(format!(
-                    "--scheme: {} is a paper-a scheme; paper-b scenarios take greedy, best, uniform, comp-only or \
-                     exhaustive",
-                    args.scheme.name()
+                    "--scheme: {scheme} is a paper-a scheme; paper-b scenarios take {}",
+                    Scheme::name_list(Scheme::of_family(Family::PaperB))
                 )));
             }
             if args.fixed_draft_len.is_some() {

@@ -2,15 +2,13 @@
 //! plan as JSON or as a table.
 
 use crate::failure::Failure;
-use crate::plan::{Format, PlanArgs, Scheme};
+use crate::plan::{Format, PlanArgs};
 use crate::scenario::PaperA;
 use serde_json::{Value, json};
-use spin_optimize::paper_a::baselines::{FIXED_DRAFT_LEN, fixed, uni_bw};
-use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
-use spin_optimize::paper_a::exact::exact;
-use spin_optimize::paper_a::heterogeneous::paper_alg1;
-use spin_optimize::paper_a::homogeneous::homo;
+use spin_optimize::OptimizeError;
+use spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN;
 use spin_optimize::paper_a::{Optimality, Plan, Scenario};
+use spin_optimize::round::plan_paper_a;
 
 /// The draft length of `fixed`: the command line, else the scenario's `fixed_draft_len`, else
 /// [`FIXED_DRAFT_LEN`] (8) lowered to `max_draft_len` when that is smaller; an explicit value must lie in
@@ -35,22 +33,14 @@ pub fn run(file: PaperA, args: &PlanArgs) -> Result<(), Failure> {
     let alg1 = file.alg1;
     let scenario = Scenario::new(&file.spec).map_err(Failure::input)?;
     let fixed_len = fixed_draft_len(&scenario, args.fixed_draft_len, file.fixed_draft_len)?;
-    let plan = match args.scheme {
-        Scheme::Exact => exact(&scenario),
-        Scheme::PaperAlg1 => paper_alg1(&scenario, &alg1),
-        Scheme::Homo => homo(&scenario),
-        Scheme::UniBw => uni_bw(&scenario),
-        Scheme::Fixed => fixed(&scenario, fixed_len),
-        Scheme::BruteForce => brute_force(&scenario, BRUTE_FORCE_LIMIT),
-        other => {
-            return Err(Failure::Input(format!(
-                "--scheme: {} is not a paper-a scheme",
-                other.name()
-            )));
+    let plan = plan_paper_a(args.scheme.0, &scenario, fixed_len, &alg1).map_err(|e| match e {
+        // A scheme of another paper: name the flag, as every usage error does.
+        OptimizeError::Invalid { field, reason } if field == "scheme" => {
+            Failure::Input(format!("--scheme: {reason}"))
         }
-    }
-    .map_err(Failure::input)?;
-    let name = args.scheme.name();
+        e => Failure::input(e),
+    })?;
+    let name = args.scheme.0.name();
     match args.format {
         Format::Json => println!("{}", to_json(name, &plan)),
         Format::Table => print!("{}", to_table(name, &scenario, &plan)),

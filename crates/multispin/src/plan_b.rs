@@ -3,7 +3,7 @@
 use crate::failure::Failure;
 use crate::plan::{Format, ObjectiveArg, PlanArgs};
 use serde::Serialize;
-use spin_optimize::paper_b::proactive::{self, DraftScheme};
+use spin_optimize::paper_b::proactive;
 use spin_optimize::paper_b::{Evaluator, ModeScheme, Objective, Scenario, ScenarioSpec};
 
 #[derive(Debug, Serialize)]
@@ -27,7 +27,11 @@ struct Output {
 
 /// Plans one round for a paper-B scenario.
 pub fn run(spec: ScenarioSpec, args: &PlanArgs) -> Result<(), Failure> {
-    let scheme = DraftScheme::parse(args.scheme.name()).map_err(Failure::input)?;
+    let scheme = args
+        .scheme
+        .0
+        .draft_scheme()
+        .ok_or_else(|| Failure::Input(format!("--scheme: {} is not a paper-b scheme", args.scheme.0)))?;
     let objective = match args.objective {
         Some(ObjectiveArg::MeanRatio) => Objective::MeanRatio,
         Some(ObjectiveArg::Rate) | None => Objective::Rate,

@@ -5,12 +5,12 @@ use crate::failure::Failure;
 use crate::plan::{Format, ObjectiveArg, PlanArgs};
 use crate::scenario::Loaded;
 use spin_optimize::paper_b::Objective;
-use spin_optimize::round::{Radio, Round, RoundPlan, Scheme, planner};
+use spin_optimize::round::{Radio, Round, RoundPlan, planner};
 use spin_optimize::{paper_a, paper_b};
 
 /// Plans one round of the unified model from any parsed scenario (paper A and paper B become its special cases).
 pub fn run(loaded: Loaded, args: &PlanArgs) -> Result<(), Failure> {
-    let scheme: Scheme = args.scheme.name().parse().map_err(Failure::input)?;
+    let scheme = args.scheme.0;
     let objective = match args.objective {
         Some(ObjectiveArg::MeanRatio) => Objective::MeanRatio,
         Some(ObjectiveArg::Rate) | None => Objective::Rate,

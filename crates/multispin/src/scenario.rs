@@ -120,40 +120,139 @@ struct PaperBFile {
     devices: Vec<PaperBDeviceFile>,
 }
 
-/// Only the `model` field, to choose the struct (other fields are checked by the second pass).
-#[derive(Debug, Deserialize)]
-struct Probe {
-    model: Option<serde_json::Value>,
+/// A scenario file parsed once: its `model` field chooses the struct, which is then deserialised from this value
+/// (not from the text a second time). JSON duplicate keys are refused while parsing, named by their path, as the
+/// struct deserialiser did; TOML refuses them itself.
+enum Document {
+    Json(serde_json::Value),
+    Toml(toml::Value),
 }
 
-/// Deserialises `text` as JSON or TOML into `T`, the error naming the field path.
-fn deserialize<T: DeserializeOwned>(text: &str, toml: bool) -> Result<T, Failure> {
-    fn report(path: &serde_path_to_error::Path, inner: &dyn std::fmt::Display) -> Failure {
-        let path = path.to_string();
-        let inner = inner.to_string();
-        let inner = inner.lines().next().unwrap_or("").trim();
-        if path == "." || path == "?" || path.is_empty() {
-            Failure::Input(format!("scenario: {inner}"))
+/// Names an error by its field path (`devices[2].acceptance: …`), or `scenario` at the top level; the first line of
+/// the message only (a TOML error's Display is a multi-line excerpt of the file).
+fn report(path: &serde_path_to_error::Path, inner: &dyn std::fmt::Display) -> Failure {
+    let path = path.to_string();
+    let inner = inner.to_string();
+    let inner = inner.lines().next().unwrap_or("").trim();
+    if path == "." || path == "?" || path.is_empty() {
+        Failure::Input(format!("scenario: {inner}"))
+    } else {
+        Failure::Input(format!("{path}: {inner}"))
+    }
+}
+
+impl Document {
+    fn parse(text: &str, toml: bool) -> Result<Document, Failure> {
+        if toml {
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+                Failure::Input(format!(
+                    "scenario: malformed TOML: {} ({})",
+                    e.message().trim(),
+                    e.to_string().lines().next().unwrap_or("").trim()
+                ))
+            })?;
+            Ok(Document::Toml(toml::Value::Table(table)))
         } else {
-            Failure::Input(format!("{path}: {inner}"))
+            let mut de = serde_json::Deserializer::from_str(text);
+            let value: StrictJson =
+                serde_path_to_error::deserialize(&mut de).map_err(|e| report(e.path(), e.inner()))?;
+            de.end()
+                .map_err(|e| Failure::Input(format!("scenario: trailing characters: {e}")))?;
+            Ok(Document::Json(value.0))
         }
     }
-    if toml {
-        let de = toml::Deserializer::parse(text).map_err(|e| {
-            Failure::Input(format!(
-                "scenario: malformed TOML: {} ({})",
-                e.message().trim(),
-                e.to_string().lines().next().unwrap_or("").trim()
-            ))
-        })?;
-        // The TOML error's Display is a multi-line excerpt of the file; its message names the problem.
-        serde_path_to_error::deserialize(de).map_err(|e| report(e.path(), &e.inner().message()))
-    } else {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| report(e.path(), e.inner()))?;
-        de.end()
-            .map_err(|e| Failure::Input(format!("scenario: trailing characters: {e}")))?;
-        Ok(value)
+
+    /// The `model` field, as JSON (for the message naming an unknown one).
+    fn model(&self) -> Option<serde_json::Value> {
+        match self {
+            Document::Json(v) => v.get("model").cloned(),
+            Document::Toml(v) => v.get("model").and_then(|m| serde_json::to_value(m).ok()),
+        }
+    }
+
+    /// Deserialises the parsed value into `T`, the error naming the field path.
+    fn into_struct<T: DeserializeOwned>(self) -> Result<T, Failure> {
+        match self {
+            Document::Json(v) => serde_path_to_error::deserialize(v).map_err(|e| report(e.path(), e.inner())),
+            Document::Toml(v) => {
+                serde_path_to_error::deserialize(v).map_err(|e| report(e.path(), &e.inner().message()))
+            }
+        }
+    }
+}
+
+/// A JSON value whose objects refuse a repeated key (serde_json's own `Value` keeps the last one silently). The
+/// error is raised while deserialising the repeated key's value, so serde_path_to_error names it by its path.
+struct StrictJson(serde_json::Value);
+
+impl<'de> Deserialize<'de> for StrictJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(StrictJson)
+    }
+}
+
+struct StrictVisitor;
+
+/// Fails with "duplicate field `key`" in place of the repeated key's value.
+struct Duplicate<'a>(&'a str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Duplicate<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, _: D) -> Result<(), D::Error> {
+        Err(serde::de::Error::custom(format_args!(
+            "duplicate field `{}`",
+            self.0
+        )))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(StrictJson(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(serde_json::Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                map.next_value_seed(Duplicate(&key))?;
+            }
+            let StrictJson(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(serde_json::Value::Object(out))
     }
 }
 
@@ -207,8 +306,8 @@ pub fn parse(text: &str, toml: bool) -> Result<Loaded, Failure> {
 }
 
 fn parse_expecting(text: &str, toml: bool, expect: Option<Model>) -> Result<Loaded, Failure> {
-    let probe: Probe = deserialize(text, toml)?;
-    let model = match probe.model {
+    let doc = Document::parse(text, toml)?;
+    let model = match doc.model() {
         None => Model::PaperA,
         Some(serde_json::Value::String(s)) if s == "paper-a" => Model::PaperA,
         Some(serde_json::Value::String(s)) if s == "paper-b" => Model::PaperB,
@@ -235,9 +334,9 @@ fn parse_expecting(text: &str, toml: bool, expect: Option<Model>) -> Result<Load
         )));
     }
     match model {
-        Model::PaperA => paper_a_from(deserialize(text, toml)?).map(Loaded::PaperA),
-        Model::PaperB => paper_b_from(deserialize(text, toml)?).map(Loaded::PaperB),
-        Model::Unified => deserialize(text, toml).map(Loaded::Unified),
+        Model::PaperA => paper_a_from(doc.into_struct()?).map(Loaded::PaperA),
+        Model::PaperB => paper_b_from(doc.into_struct()?).map(Loaded::PaperB),
+        Model::Unified => doc.into_struct().map(Loaded::Unified),
     }
 }
 
@@ -383,6 +482,16 @@ mod tests {
             1,
         ));
         assert!(e.contains("duplicate field `max_draft_len`"), "{e}");
+        // Parsed once into a value: a repeated key is still refused, named by its path, also inside a device.
+        let e = err(&A.replacen(
+            "\"acceptance\": 0.7390",
+            "\"acceptance\": 0.7390, \"acceptance\": 0.5",
+            1,
+        ));
+        assert!(
+            e.starts_with("devices[1].acceptance: duplicate field `acceptance`"),
+            "{e}"
+        );
         let e = err(&A.replacen("\"acceptance\": 0.7390", "\"acceptance\": \"high\"", 1));
         assert!(e.starts_with("devices[1].acceptance: invalid type"), "{e}");
         // saa_samples and seed change results: required, never defaulted silently.

@@ -121,7 +121,7 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// The server configuration (the target's identity filled in by the caller).
     pub fn config(&self, identity: Identity) -> Result<ServerConfig, Failure> {
-        let scheme = Scheme::parse(&self.scheme).map_err(Failure::input)?;
+        let scheme = Scheme::parse_per_round(&self.scheme).map_err(Failure::input)?;
         let mut cfg = ServerConfig::new(scheme, identity);
         cfg.modes = match self.modes.as_str() {
             "brute-force" => {
@@ -589,3 +589,34 @@ fn device_table(summary: &Summary, texts: &[String]) -> String {
 
 /// How long `serve` waits for devices to resume after they all left.
 pub const RESUME_GRACE: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spin_optimize::round::Family;
+
+    /// The `--scheme` help of `simulate` and `serve` is prose; it must name exactly the schemes a server plans with
+    /// (`Scheme::PER_ROUND`, the one list), in that order, and no offline reference.
+    #[test]
+    fn scheme_help_names_the_per_round_schemes_in_order() {
+        let cmd = ServerArgs::augment_args(clap::Command::new("server"));
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "scheme")
+            .expect("--scheme exists");
+        let help = arg.get_help().expect("--scheme has help").to_string();
+        let mut from = 0;
+        for s in Scheme::PER_ROUND {
+            let at = help[from..]
+                .find(s.name())
+                .unwrap_or_else(|| panic!("{} missing or out of order in {help}", s.name()));
+            from += at + s.name().len();
+        }
+        for s in Scheme::ALL.into_iter().filter(|s| s.is_offline_reference()) {
+            assert!(!help.contains(s.name()), "{s} in {help}");
+        }
+        assert!(Scheme::PER_ROUND.iter().any(|s| s.family() == Family::Unified));
+        assert_eq!(arg.get_default_values(), ["best"]);
+        assert!(Scheme::parse_per_round("best").is_ok());
+    }
+}

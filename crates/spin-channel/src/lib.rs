@@ -12,4 +12,4 @@ pub mod units;
 
 pub use error::ChannelError;
 pub use fading::{PathLoss, rayleigh_power_gain};
-pub use rate::{rate_bps, spectral_efficiency};
+pub use rate::{rate_bps, snr, snr_for_spectral_efficiency, spectral_efficiency, transfer_time_s};

@@ -10,27 +10,6 @@ use crate::rate::rate_bps;
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
 
-/// Bits of one vocabulary-wide distribution: D = V_eff·(⌈log₂V⌉ + Q) (paper B, §III-C1).
-///
-/// Paper B's setting (V_eff = 1024, V = 151,665, Q = 16) gives 1024·(18 + 16) = 34,816 bits.
-pub fn distribution_bits(
-    effective_support: u32,
-    vocabulary: u32,
-    quant_bits: u32,
-) -> Result<f64, ChannelError> {
-    if effective_support == 0 || vocabulary < 2 || effective_support > vocabulary {
-        return Err(ChannelError::Invalid {
-            field: "effective_support",
-            reason: format!(
-                "need 1 ≤ effective_support ({effective_support}) ≤ vocabulary ({vocabulary}), vocabulary ≥ 2"
-            ),
-        });
-    }
-    // ⌈log₂V⌉ computed on integers: the bit width of V − 1.
-    let index_bits = u32::BITS - (vocabulary - 1).leading_zeros();
-    Ok(f64::from(effective_support) * f64::from(index_bits + quant_bits))
-}
-
 /// The bandwidth each rejected device gets when `rejected` devices share `bandwidth_hz` equally (b = B/|R|).
 pub fn equal_share_hz(bandwidth_hz: f64, rejected: usize) -> Result<f64, ChannelError> {
     positive("bandwidth_hz", bandwidth_hz)?;
@@ -62,6 +41,23 @@ pub fn dl_rate_bps(
     noise_psd_device_w_per_hz: f64,
 ) -> Result<f64, ChannelError> {
     rate_bps(share_hz, power_w, gain, noise_psd_device_w_per_hz)
+}
+
+/// Lemma 1 (paper B): the delay-equalising DL powers p_k = P_dl (1/g_k) / Σ_j 1/g_j, in the order of `gains`.
+pub fn lemma1_dl_powers(dl_power_w: f64, gains: &[f64]) -> Vec<f64> {
+    let sum: f64 = gains.iter().map(|g| 1.0 / g).sum();
+    gains.iter().map(|g| dl_power_w / (g * sum)).collect()
+}
+
+/// Lemma 1's common DL SNR P_dl / (N0_dev·b·Σ_j 1/g_j): under [`lemma1_dl_powers`] every device of the DL set sees
+/// it (p_k g_k / (N0_dev b) with p_k g_k = P_dl / Σ_j 1/g_j), so τ^dl = D / (b log₂(1 + it)).
+pub fn lemma1_dl_snr(
+    dl_power_w: f64,
+    noise_psd_device_w_per_hz: f64,
+    share_hz: f64,
+    inverse_gain_sum: f64,
+) -> f64 {
+    dl_power_w / (noise_psd_device_w_per_hz * share_hz * inverse_gain_sum)
 }
 
 /// One device of a paper-B drop.
@@ -166,20 +162,6 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     #[test]
-    fn distribution_size_of_paper_b() {
-        assert_eq!(distribution_bits(1024, 151_665, 16).unwrap(), 34_816.0);
-        // ⌈log₂ 1024⌉ = 10 exactly, ⌈log₂ 1025⌉ = 11.
-        assert_eq!(distribution_bits(1, 1024, 0).unwrap(), 10.0);
-        assert_eq!(distribution_bits(1, 1025, 0).unwrap(), 11.0);
-        assert!(
-            distribution_bits(0, 10, 16)
-                .unwrap_err()
-                .to_string()
-                .starts_with("effective_support")
-        );
-    }
-
-    #[test]
     fn equal_share_and_rates() {
         assert_eq!(equal_share_hz(1e7, 4).unwrap(), 2.5e6);
         assert!(
@@ -244,5 +226,19 @@ mod tests {
                 .to_string()
                 .starts_with("ratio")
         );
+    }
+
+    #[test]
+    fn lemma1_powers_spend_the_budget_and_give_every_device_the_common_snr() {
+        let gains = [1e-9, 3e-11, 2e-12, 5e-10];
+        let (p_dl, n0, b) = (1.0, 2e-20, 2.5e6);
+        let powers = lemma1_dl_powers(p_dl, &gains);
+        assert!((powers.iter().sum::<f64>() - p_dl).abs() < 1e-12);
+        let inv: f64 = gains.iter().map(|g| 1.0 / g).sum();
+        let common = lemma1_dl_snr(p_dl, n0, b, inv);
+        for (p, g) in powers.iter().zip(gains) {
+            let own = crate::rate::snr(*p, g, n0, b);
+            assert!((own - common).abs() <= 1e-12 * common, "{own} vs {common}");
+        }
     }
 }

@@ -11,12 +11,16 @@ use crate::chance::Chance;
 use crate::dist::{Dist, SparseDist, Weight};
 use crate::verify::sample_residual;
 
-/// The direction of the correction exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The direction of the correction exchange (UL or DL mode of paper B). The one mode type of the workspace: the
+/// planners of `spin-optimize` choose it, the runtime and the networked system act on it. Serialised as `"ul"` and
+/// `"dl"` (the names in plans, traces and `multispin correct` output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Mode {
     /// The device uploads q_r; the server (which holds p_r) samples the correction.
+    #[serde(rename = "ul")]
     Uplink,
     /// The server downloads p_r; the device (which holds q_r) samples the correction and reports it.
+    #[serde(rename = "dl")]
     Downlink,
 }
 

@@ -464,6 +464,19 @@ pub fn index_bits(vocab: usize) -> u32 {
     }
 }
 
+/// Bits of one (token index, value) pair on the air: ⌈log₂V⌉ + Q (docs/model.md §1). Paper B's (token,
+/// probability) pair with a Q-bit probability, and one entry of a sparse distribution.
+pub fn pair_bits(vocab: usize, value_bits: u32) -> u32 {
+    index_bits(vocab) + value_bits
+}
+
+/// D = V_eff·(⌈log₂V⌉ + Q) bits: a distribution of `kept` = V_eff entries of a V-token vocabulary with Q-bit values
+/// (docs/model.md §1; paper A's Q_tok, paper B's D). The one payload-size formula of the workspace: the planners'
+/// scenario sizes, the wire format and [`SparseDist::bits_on_air`] all call it.
+pub fn payload_bits(kept: usize, vocab: usize, value_bits: u32) -> u64 {
+    kept as u64 * u64::from(pair_bits(vocab, value_bits))
+}
+
 /// A sparse distribution as sent over the air: `V_eff` (index, value) pairs out of a vocabulary of `V`.
 ///
 /// Values are unnormalised: the distribution is `values / Σ values` on the kept indices and zero elsewhere,
@@ -623,7 +636,7 @@ impl SparseDist {
     /// assert_eq!(1024 * (18 + 16), 34_816); // what a 1024-entry, 16-bit SparseDist reports at V = 151,665
     /// ```
     pub fn bits_on_air(&self) -> u64 {
-        self.indices.len() as u64 * u64::from(index_bits(self.vocab) + self.value_bits)
+        payload_bits(self.indices.len(), self.vocab, self.value_bits)
     }
 
     /// Writes the dense weights (zeros off the kept set) into `out`, resized to V; reuse `out` to avoid allocation.
@@ -844,6 +857,13 @@ mod tests {
         assert_eq!(index_bits(2), 1);
         assert_eq!(index_bits(5), 3);
         assert_eq!(index_bits(1024), 10);
+        // Paper B's D (V_eff = 1024, V = 151,665, Q = 16) and the edges of ⌈log₂V⌉ (moved from spin-channel's
+        // `paper_b::distribution_bits`, which this replaces).
+        assert_eq!(payload_bits(1024, 151_665, 16), 34_816);
+        assert_eq!(pair_bits(151_665, 16), 34);
+        assert_eq!(payload_bits(1, 1024, 0), 10);
+        assert_eq!(payload_bits(1, 1025, 0), 11);
+        assert_eq!(payload_bits(3, 4, 4), q.bits_on_air());
     }
 
     #[test]

@@ -7,109 +7,21 @@
 
 use crate::error::{NetError, Result};
 use crate::link::LinkConfig;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use spin_optimize::paper_a::{self, heterogeneous::Alg1Params};
-use spin_optimize::paper_b::{self, DraftScheme, ModeScheme, Objective};
+use spin_optimize::paper_b::{self, ModeScheme, Objective};
 use spin_optimize::round::{
-    self, CorrectionPolicy, CorrectionSplit, Payload, PayloadPolicy, Radio, RoundDevice,
+    self, CorrectionPolicy, CorrectionSplit, Family, Payload, PayloadPolicy, Radio, RoundDevice,
 };
 use spin_optimize::unified;
 
-/// A paper-A planner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SchemeA {
-    /// Integer optimum of (P2).
-    Exact,
-    /// Algorithm 1.
-    PaperAlg1,
-    /// Theorem 1 (one common length, Lemma 1 bandwidth).
-    Homo,
-    /// Uniform bandwidth, optimised lengths.
-    UniBw,
-    /// Fixed BW&L.
-    Fixed,
-}
-
-/// A round-planning scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Scheme {
-    /// Paper A: drafts go up with their distributions over an OFDMA split.
-    A(SchemeA),
-    /// Paper B: token–probability pairs go up, rejected devices are corrected UL or DL.
-    B(DraftScheme),
-    /// The unified planner: per device and round, distributions or pairs, Lemma-3 uplink shares, and UL/DL
-    /// correction of the rejected pair-senders.
-    Unified,
-}
-
-/// The schemes a server can plan every round with, in `--help` order.
-pub const SCHEME_NAMES: [&str; 10] = [
-    "exact",
-    "paper-alg1",
-    "homo",
-    "uni-bw",
-    "fixed",
-    "best",
-    "greedy",
-    "uniform",
-    "comp-only",
-    "unified",
-];
-
-impl Scheme {
-    /// Parses a name of spin-optimize's one scheme vocabulary (`spin_optimize::round::Scheme`): `exact`,
-    /// `paper-alg1`, `homo`, `uni-bw`, `fixed` (paper A), `best`, `greedy`, `uniform`, `comp-only` (paper B) or
-    /// `unified`. The exhaustive checks (`brute-force`, `exhaustive`) are refused: they are references for small
-    /// offline instances, not per-round planners.
-    pub fn parse(name: &str) -> Result<Self> {
-        let unknown = || {
-            NetError::invalid(
-                "scheme",
-                format!(
-                    "unknown scheme {name:?}; expected one of {}",
-                    SCHEME_NAMES.join(", ")
-                ),
-            )
-        };
-        let s: round::Scheme = name.parse().map_err(|_| unknown())?;
-        Ok(match s {
-            round::Scheme::Exact => Scheme::A(SchemeA::Exact),
-            round::Scheme::PaperAlg1 => Scheme::A(SchemeA::PaperAlg1),
-            round::Scheme::Homo => Scheme::A(SchemeA::Homo),
-            round::Scheme::UniBw => Scheme::A(SchemeA::UniBw),
-            round::Scheme::Fixed => Scheme::A(SchemeA::Fixed),
-            round::Scheme::Best => Scheme::B(DraftScheme::Best),
-            round::Scheme::Greedy => Scheme::B(DraftScheme::Greedy),
-            round::Scheme::Uniform => Scheme::B(DraftScheme::Uniform),
-            round::Scheme::CompOnly => Scheme::B(DraftScheme::CompOnly),
-            round::Scheme::Unified => Scheme::Unified,
-            round::Scheme::BruteForce | round::Scheme::Exhaustive => {
-                return Err(NetError::invalid(
-                    "scheme",
-                    format!(
-                        "{name} is an exhaustive reference for small offline instances, not a per-round planner; \
-                         expected one of {}",
-                        SCHEME_NAMES.join(", ")
-                    ),
-                ));
-            }
-        })
-    }
-
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::A(SchemeA::Exact) => "exact",
-            Scheme::A(SchemeA::PaperAlg1) => "paper-alg1",
-            Scheme::A(SchemeA::Homo) => "homo",
-            Scheme::A(SchemeA::UniBw) => "uni-bw",
-            Scheme::A(SchemeA::Fixed) => "fixed",
-            Scheme::B(s) => s.name(),
-            Scheme::Unified => "unified",
-        }
-    }
-}
+/// A round-planning scheme: spin-optimize's one scheme vocabulary. A server plans with
+/// [`Scheme::PER_ROUND`] (parse with [`Scheme::parse_per_round`]); the exhaustive references (`brute-force`,
+/// `exhaustive`) are refused, they are for small offline instances. By family: paper A's drafts go up with their
+/// distributions over an OFDMA split; paper B's send token–probability pairs and the rejected devices are corrected
+/// UL or DL; the unified planner chooses per device and round, with Lemma-3 uplink shares and UL/DL correction of
+/// the rejected pair-senders.
+pub use spin_optimize::round::Scheme;
 
 /// What the controller knows about one active device when it plans.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -188,9 +100,13 @@ pub fn plan_round(
             predicted_goodput: 0.0,
         });
     }
+    if cfg.scheme.is_offline_reference() {
+        // The type admits them; a server does not run them (the same error as parsing one).
+        Scheme::parse_per_round(cfg.scheme.name())?;
+    }
     let k = devices.len();
-    let mut plan = match cfg.scheme {
-        Scheme::A(a) => {
+    let mut plan = match cfg.scheme.family() {
+        Family::PaperA => {
             let spec = paper_a::ScenarioSpec {
                 bandwidth_hz: link.bandwidth_hz,
                 bits_per_draft_token: cfg.payload_bits,
@@ -210,13 +126,12 @@ pub fn plan_round(
                     .collect::<Result<_>>()?,
             };
             let s = paper_a::Scenario::new(&spec)?;
-            let p = match a {
-                SchemeA::Exact => paper_a::exact::exact(&s)?,
-                SchemeA::PaperAlg1 => paper_a::heterogeneous::paper_alg1(&s, &Alg1Params::default())?,
-                SchemeA::Homo => paper_a::homogeneous::homo(&s)?,
-                SchemeA::UniBw => paper_a::baselines::uni_bw(&s)?,
-                SchemeA::Fixed => paper_a::baselines::fixed(&s, cfg.fixed_len.clamp(1, s.max_draft_len))?,
-            };
+            let p = round::plan_paper_a(
+                cfg.scheme,
+                &s,
+                cfg.fixed_len.clamp(1, s.max_draft_len),
+                &Alg1Params::default(),
+            )?;
             RoundPlan {
                 draft_len: p.draft_lengths,
                 bandwidth_hz: p.bandwidth_hz,
@@ -224,7 +139,10 @@ pub fn plan_round(
                 predicted_goodput: p.goodput_tokens_per_s,
             }
         }
-        Scheme::B(scheme) => {
+        Family::PaperB => {
+            let scheme = cfg.scheme.draft_scheme().ok_or_else(|| {
+                NetError::invalid("scheme", format!("{} is not a paper-b scheme", cfg.scheme))
+            })?;
             let spec = paper_b::ScenarioSpec {
                 bandwidth_hz: link.bandwidth_hz,
                 distribution_bits: cfg.payload_bits,
@@ -260,7 +178,7 @@ pub fn plan_round(
                 predicted_goodput: p.value,
             }
         }
-        Scheme::Unified => {
+        Family::Unified => {
             let spec = round::RoundSpec {
                 bandwidth_hz: link.bandwidth_hz,
                 verify_fixed_s,
@@ -375,13 +293,13 @@ mod tests {
         assert!((alpha_with_prior(0.5, 8, 0.7, 8.0) - 0.6).abs() < 1e-12);
         assert_eq!(alpha_with_prior(1.0, 1000, 0.7, 8.0), 0.99);
         assert!(
-            Scheme::parse("nope")
+            Scheme::parse_per_round("nope")
                 .unwrap_err()
                 .to_string()
                 .starts_with("scheme")
         );
         assert_eq!(
-            SCHEME_NAMES,
+            Scheme::PER_ROUND.map(Scheme::name),
             [
                 "exact",
                 "paper-alg1",
@@ -395,11 +313,11 @@ mod tests {
                 "unified",
             ]
         );
-        for n in SCHEME_NAMES {
-            assert_eq!(Scheme::parse(n).unwrap().name(), n);
+        for n in Scheme::PER_ROUND.map(Scheme::name) {
+            assert_eq!(Scheme::parse_per_round(n).unwrap().name(), n);
         }
         for n in ["brute-force", "exhaustive"] {
-            let e = Scheme::parse(n).unwrap_err().to_string();
+            let e = Scheme::parse_per_round(n).unwrap_err().to_string();
             assert!(
                 e.starts_with("scheme") && e.contains("not a per-round planner"),
                 "{e}"
@@ -418,9 +336,9 @@ mod tests {
                 max_len: if k == 3 { 2 } else { 100 },
             })
             .collect();
-        for n in SCHEME_NAMES {
+        for n in Scheme::PER_ROUND.map(Scheme::name) {
             let cfg = ControllerConfig {
-                scheme: Scheme::parse(n).unwrap(),
+                scheme: Scheme::parse_per_round(n).unwrap(),
                 modes: ModeScheme::Optimal,
                 max_draft_len: 8,
                 fixed_len: 4,

@@ -247,7 +247,7 @@ pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NetError> {
 
 /// Bits on the air of a packed distribution, V_eff(⌈log₂V⌉ + Q), as spin-core counts it.
 pub fn packed_bits(vocab: u32, q_bits: u8, count: u32) -> u64 {
-    u64::from(count) * u64::from(index_bits(vocab as usize) + u32::from(q_bits))
+    spin_core::dist::payload_bits(count as usize, vocab as usize, u32::from(q_bits))
 }
 
 /// Packs a quantised sparse distribution (its values must be integer codes below 2^Q).

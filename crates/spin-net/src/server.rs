@@ -21,8 +21,9 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use spin_core::SparseDist;
-use spin_core::dist::index_bits;
+use spin_core::dist::pair_bits;
 use spin_optimize::paper_b::{ModeScheme, reactive};
+use spin_optimize::round::Family;
 use spin_runtime::Model;
 use spin_runtime::speculative::sampling;
 use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
@@ -156,10 +157,10 @@ impl ServerConfig {
     }
 
     fn exchange(&self) -> Exchange {
-        match self.scheme {
-            Scheme::A(_) => Exchange::DistsWithDraft,
-            Scheme::B(_) => Exchange::ProbsOnly,
-            Scheme::Unified => Exchange::Planned,
+        match self.scheme.family() {
+            Family::PaperA => Exchange::DistsWithDraft,
+            Family::PaperB => Exchange::ProbsOnly,
+            Family::Unified => Exchange::Planned,
         }
     }
 
@@ -1038,7 +1039,7 @@ impl Engine {
 
     /// Bits of one (token, probability) pair on the uplink: ⌈log₂V⌉ + 32.
     fn pair_bits(&self) -> f64 {
-        f64::from(index_bits(self.vocab as usize) + 32)
+        f64::from(pair_bits(self.vocab as usize, 32))
     }
 
     async fn round(&mut self, round: u64, active: &[usize]) -> Result<RoundTrace> {
@@ -1176,7 +1177,6 @@ impl Engine {
         let mut arrive_max = 0.0f64;
         let mut draft_max = 0.0f64;
         let mut real_release = wall0;
-        let idx_bits = f64::from(index_bits(self.vocab as usize));
         for (i, &k) in active.iter().enumerate() {
             let Some(g) = got.get(&k) else { continue };
             let gamma = g.tokens.len() as f64;
@@ -1188,7 +1188,7 @@ impl Engine {
                 g.dists.iter().map(|d| d.bits_on_air()).sum()
             } else {
                 // Paper B: (token, probability) pairs, ⌈log₂V⌉ + 32 bits each.
-                (gamma * (idx_bits + 32.0)) as u64
+                g.tokens.len() as u64 * u64::from(pair_bits(self.vocab as usize, 32))
             };
             let r = link.spectral_efficiency(gains[k])?;
             let air = air_time_s(bits_up as f64, plan.bandwidth_hz[i], r);
@@ -1433,7 +1433,7 @@ impl Engine {
         let share = link.share_hz(rejected.len());
         let mut waiting: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
         for (i, &(k, pos)) in rejected.iter().enumerate() {
-            let ul = sol.modes[i] == reactive::Mode::Ul;
+            let ul = sol.modes[i] == reactive::Mode::Uplink;
             let t = traces.get_mut(&k).expect("trace");
             t.accepted = pos as u32;
             if ul {

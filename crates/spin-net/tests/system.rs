@@ -81,7 +81,7 @@ fn greedy_text_over_the_network_equals_plain_decoding_in_both_exchanges() {
     let drafter = Arc::new(tiny(2, 0.3, 2));
     let greedy = sampling(0.0).unwrap();
     for scheme in ["exact", "fixed", "best", "greedy"] {
-        let mut cfg = ServerConfig::new(Scheme::parse(scheme).unwrap(), identity(&target));
+        let mut cfg = ServerConfig::new(Scheme::parse_per_round(scheme).unwrap(), identity(&target));
         cfg.max_new_tokens = 20;
         cfg.max_draft_len = 5;
         cfg.saa_samples = 32;
@@ -102,7 +102,7 @@ fn greedy_text_over_the_network_equals_plain_decoding_in_both_exchanges() {
 }
 
 fn config(scheme: &str, target: &Model) -> ServerConfig {
-    let mut cfg = ServerConfig::new(Scheme::parse(scheme).unwrap(), identity(target));
+    let mut cfg = ServerConfig::new(Scheme::parse_per_round(scheme).unwrap(), identity(target));
     cfg.max_new_tokens = 20;
     cfg.max_draft_len = 5;
     cfg.saa_samples = 32;

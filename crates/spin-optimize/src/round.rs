@@ -4,11 +4,12 @@
 //!
 //! The model a `Round` describes is the unified model of docs/unified.md; paper A's and paper B's rounds are its
 //! two special cases ([`Round::from_paper_a`], [`Round::from_paper_b`]). The payload sizes come from
-//! `spin_core::dist::index_bits` (D = V_eff(⌈log₂V⌉ + Q)), the spectral efficiencies from `spin-channel`.
+//! `spin_core::dist::payload_bits` (D = V_eff(⌈log₂V⌉ + Q)), the radio formulas from `spin-channel`.
 
 use crate::OptimizeError;
 use crate::paper_a;
 use crate::paper_b;
+use crate::paper_b::scenario::check;
 use crate::paper_b::{ModeScheme, Objective};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -115,14 +116,21 @@ impl DistributionFormat {
         Ok(())
     }
 
-    /// D = V_eff(⌈log₂V⌉ + Q) bits, the size `spin_core::SparseDist::bits_on_air` reports.
+    /// D = V_eff(⌈log₂V⌉ + Q) bits (`spin_core::dist::payload_bits`, the size `SparseDist::bits_on_air` reports).
     pub fn distribution_bits(&self) -> f64 {
-        f64::from(self.effective_support) * self.pair_bits()
+        spin_core::dist::payload_bits(
+            self.effective_support as usize,
+            self.vocabulary as usize,
+            self.quant_bits,
+        ) as f64
     }
 
-    /// ⌈log₂V⌉ + Q bits: one token index and one quantised probability.
+    /// ⌈log₂V⌉ + Q bits: one token index and one quantised probability (`spin_core::dist::pair_bits`).
     pub fn pair_bits(&self) -> f64 {
-        f64::from(spin_core::dist::index_bits(self.vocabulary as usize) + self.quant_bits)
+        f64::from(spin_core::dist::pair_bits(
+            self.vocabulary as usize,
+            self.quant_bits,
+        ))
     }
 }
 
@@ -209,18 +217,13 @@ impl Deref for Round {
 }
 
 impl Round {
-    /// Checks every field once; the error names the first offending one.
+    /// Checks every field once; the error names the first offending one. The checks of the fields paper B also has
+    /// are paper B's (`paper_b::scenario::check`), so a field fails with the same message in both; like paper B, a
+    /// round has at most `paper_b::scenario::MAX_DEVICES` devices.
     pub fn new(spec: RoundSpec) -> Result<Round, OptimizeError> {
         OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
-        OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
-        OptimizeError::non_negative("verify_per_device_s", spec.verify_per_device_s)?;
-        if spec.max_draft_len == 0 || spec.max_draft_len > MAX_DRAFT_LEN_LIMIT {
-            return Err(OptimizeError::OutOfDomain {
-                field: "max_draft_len".into(),
-                value: f64::from(spec.max_draft_len),
-                domain: "{1, …, 1000}",
-            });
-        }
+        check::verify(spec.verify_fixed_s, spec.verify_per_device_s)?;
+        check::max_draft_len(spec.max_draft_len)?;
         if spec.min_draft_len > spec.max_draft_len {
             return Err(OptimizeError::Invalid {
                 field: "min_draft_len".into(),
@@ -230,28 +233,18 @@ impl Round {
                 ),
             });
         }
-        OptimizeError::positive("ul_power_w", spec.radio.ul_power_w)?;
-        OptimizeError::positive("dl_power_w", spec.radio.dl_power_w)?;
-        OptimizeError::positive("noise_psd_server_w_per_hz", spec.radio.noise_psd_server_w_per_hz)?;
-        OptimizeError::positive("noise_psd_device_w_per_hz", spec.radio.noise_psd_device_w_per_hz)?;
+        check::radio(
+            spec.radio.ul_power_w,
+            spec.radio.dl_power_w,
+            spec.radio.noise_psd_server_w_per_hz,
+            spec.radio.noise_psd_device_w_per_hz,
+        )?;
         OptimizeError::positive("distribution_bits", spec.payload.distribution_bits)?;
         OptimizeError::non_negative("pair_bits", spec.payload.pair_bits)?;
-        if spec.saa_samples == 0 || spec.saa_samples > paper_b::scenario::SAA_SAMPLES_LIMIT {
-            return Err(OptimizeError::OutOfDomain {
-                field: "saa_samples".into(),
-                value: f64::from(spec.saa_samples),
-                domain: "{1, …, 10000000}",
-            });
-        }
-        if spec.devices.is_empty() {
-            return Err(OptimizeError::Invalid {
-                field: "devices".into(),
-                reason: "at least one device is needed".into(),
-            });
-        }
+        check::saa_samples(spec.saa_samples)?;
+        check::device_count(spec.devices.len())?;
         for (k, d) in spec.devices.iter().enumerate() {
-            OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
-            OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
+            check::device(k, d.acceptance, d.draft_token_s)?;
             OptimizeError::positive(format!("devices[{k}].spectral_efficiency"), d.spectral_efficiency)?;
             OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
             OptimizeError::positive(format!("devices[{k}].downlink_gain"), d.downlink_gain)?;
@@ -316,8 +309,7 @@ impl Round {
             .devices
             .iter()
             .map(|d| {
-                // (2^r − 1) computed as exp_m1(r ln 2) for accuracy at small r.
-                let snr = (d.spectral_efficiency * std::f64::consts::LN_2).exp_m1();
+                let snr = spin_channel::snr_for_spectral_efficiency(d.spectral_efficiency);
                 let gain = snr * radio.noise_psd_server_w_per_hz * s.bandwidth_hz / radio.ul_power_w;
                 RoundDevice {
                     acceptance: d.alpha,
@@ -454,9 +446,12 @@ pub fn full_band_spectral_efficiency(
     bandwidth_hz: f64,
     gain: f64,
 ) -> Result<f64, spin_channel::ChannelError> {
-    spin_channel::spectral_efficiency(
-        radio.ul_power_w * gain / (radio.noise_psd_server_w_per_hz * bandwidth_hz),
-    )
+    spin_channel::spectral_efficiency(spin_channel::snr(
+        radio.ul_power_w,
+        gain,
+        radio.noise_psd_server_w_per_hz,
+        bandwidth_hz,
+    ))
 }
 
 /// One device of a unified scenario file.
@@ -747,6 +742,104 @@ impl Scheme {
         Scheme::NAMES[i]
     }
 
+    /// The schemes a server can plan every round with (all but the offline references), in the order the
+    /// networked system lists them (`multispin simulate --help`).
+    pub const PER_ROUND: [Scheme; 10] = [
+        Scheme::Exact,
+        Scheme::PaperAlg1,
+        Scheme::Homo,
+        Scheme::UniBw,
+        Scheme::Fixed,
+        Scheme::Best,
+        Scheme::Greedy,
+        Scheme::Uniform,
+        Scheme::CompOnly,
+        Scheme::Unified,
+    ];
+
+    /// One line of help per scheme, as `multispin plan --help` lists it.
+    pub fn help(self) -> &'static str {
+        match self {
+            Scheme::Exact => "Paper A: exact integer optimum of eq. 27 (docs/paper-a.md)",
+            Scheme::PaperAlg1 => "Paper A: the paper's Algorithm 1",
+            Scheme::Homo => "Paper A: homogeneous draft length with latency-equalising bandwidth",
+            Scheme::UniBw => "Paper A: equal bandwidth B/K, heterogeneous draft lengths",
+            Scheme::Fixed => "Paper A: equal bandwidth and one fixed draft length (see --fixed-draft-len)",
+            Scheme::BruteForce => "Paper A: exhaustive search (small scenarios only)",
+            Scheme::Greedy => "Paper B: the paper's two-phase greedy",
+            Scheme::Best => "Paper B: multi-start local search (beyond the paper)",
+            Scheme::Uniform => "Paper B: the best common draft length",
+            Scheme::CompOnly => "Paper B: computation-only control (ignores the communication delay)",
+            Scheme::Exhaustive => "Paper B: exhaustive search over {0..γ_max}^K (small scenarios only)",
+            Scheme::Unified => {
+                "Both papers: the unified model's joint planner (draft lengths, uplink shares, payload, \
+                 correction mode; docs/unified.md). Takes every scenario; a `\"model\": \"unified\"` scenario \
+                 takes every scheme"
+            }
+        }
+    }
+
+    /// Whether the scheme is an exhaustive reference for small offline instances (`brute-force`,
+    /// `exhaustive`) rather than a planner a server may run every round.
+    pub fn is_offline_reference(self) -> bool {
+        matches!(self, Scheme::BruteForce | Scheme::Exhaustive)
+    }
+
+    /// The names of `schemes` as prose: `a, b, c or d`.
+    pub fn name_list(schemes: impl IntoIterator<Item = Scheme>) -> String {
+        let names: Vec<&str> = schemes.into_iter().map(Scheme::name).collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => (*last).to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        }
+    }
+
+    /// The schemes of `family`, in the order of [`Scheme::ALL`].
+    pub fn of_family(family: Family) -> impl Iterator<Item = Scheme> {
+        Scheme::ALL.into_iter().filter(move |s| s.family() == family)
+    }
+
+    /// Parses a scheme a server may plan every round with: any name of [`Scheme::NAMES`] except the offline
+    /// references, which are refused with their reason. Errors name `scheme` and list [`Scheme::PER_ROUND`].
+    pub fn parse_per_round(name: &str) -> Result<Scheme, OptimizeError> {
+        let expected = || {
+            Scheme::PER_ROUND
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let scheme: Scheme = name.parse().map_err(|_| OptimizeError::Invalid {
+            field: "scheme".into(),
+            reason: format!("unknown scheme {name:?}; expected one of {}", expected()),
+        })?;
+        if scheme.is_offline_reference() {
+            return Err(OptimizeError::Invalid {
+                field: "scheme".into(),
+                reason: format!(
+                    "{name} is an exhaustive reference for small offline instances, not a per-round planner; \
+                     expected one of {}",
+                    expected()
+                ),
+            });
+        }
+        Ok(scheme)
+    }
+
+    /// Paper B's draft-length scheme behind a paper-B [`Scheme`]; `None` for the others.
+    pub fn draft_scheme(self) -> Option<paper_b::DraftScheme> {
+        use paper_b::DraftScheme;
+        match self {
+            Scheme::Greedy => Some(DraftScheme::Greedy),
+            Scheme::Best => Some(DraftScheme::Best),
+            Scheme::Uniform => Some(DraftScheme::Uniform),
+            Scheme::CompOnly => Some(DraftScheme::CompOnly),
+            Scheme::Exhaustive => Some(DraftScheme::Exhaustive),
+            _ => None,
+        }
+    }
+
     /// The paper the scheme comes from.
     pub fn family(self) -> Family {
         match self {
@@ -787,6 +880,29 @@ impl FromStr for Scheme {
     }
 }
 
+/// Runs the paper-A planner of `scheme` on `s`: `fixed` drafts `fixed_draft_len` tokens (the caller chooses and
+/// checks it), `paper-alg1` uses `alg1`, `brute-force` enumerates up to [`paper_a::brute::BRUTE_FORCE_LIMIT`]
+/// plans. A scheme of another family is an error naming `scheme`, never a silent fallback.
+pub fn plan_paper_a(
+    scheme: Scheme,
+    s: &paper_a::Scenario,
+    fixed_draft_len: u32,
+    alg1: &paper_a::heterogeneous::Alg1Params,
+) -> Result<paper_a::Plan, OptimizeError> {
+    match scheme {
+        Scheme::Exact => paper_a::exact::exact(s),
+        Scheme::PaperAlg1 => paper_a::heterogeneous::paper_alg1(s, alg1),
+        Scheme::Homo => paper_a::homogeneous::homo(s),
+        Scheme::UniBw => paper_a::baselines::uni_bw(s),
+        Scheme::Fixed => paper_a::baselines::fixed(s, fixed_draft_len),
+        Scheme::BruteForce => paper_a::brute::brute_force(s, paper_a::brute::BRUTE_FORCE_LIMIT),
+        other => Err(OptimizeError::Invalid {
+            field: "scheme".into(),
+            reason: format!("{other} is not a paper-a scheme"),
+        }),
+    }
+}
+
 /// A planner: one round in, one plan out, scored by the unified model.
 pub trait Planner {
     /// The scheme this planner implements.
@@ -818,32 +934,21 @@ impl Planner for PaperPlanner {
         let (lens, shares, dists) = match self.scheme.family() {
             Family::PaperA => {
                 let s = round.to_paper_a()?;
-                let p = match self.scheme {
-                    Scheme::Exact => paper_a::exact::exact(&s)?,
-                    Scheme::PaperAlg1 => paper_a::heterogeneous::paper_alg1(
-                        &s,
-                        &paper_a::heterogeneous::Alg1Params::default(),
-                    )?,
-                    Scheme::Homo => paper_a::homogeneous::homo(&s)?,
-                    Scheme::UniBw => paper_a::baselines::uni_bw(&s)?,
-                    Scheme::Fixed => paper_a::baselines::fixed(
-                        &s,
-                        paper_a::baselines::FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len),
-                    )?,
-                    _ => paper_a::brute::brute_force(&s, paper_a::brute::BRUTE_FORCE_LIMIT)?,
-                };
+                let p = plan_paper_a(
+                    self.scheme,
+                    &s,
+                    paper_a::baselines::FIXED_DRAFT_LEN.clamp(s.min_draft_len, s.max_draft_len),
+                    &paper_a::heterogeneous::Alg1Params::default(),
+                )?;
                 (p.draft_lengths, p.bandwidth_hz, vec![true; k])
             }
             Family::PaperB => {
                 let s = round.to_paper_b()?;
                 let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, self.objective)?;
-                let scheme = match self.scheme {
-                    Scheme::Greedy => paper_b::DraftScheme::Greedy,
-                    Scheme::Best => paper_b::DraftScheme::Best,
-                    Scheme::Uniform => paper_b::DraftScheme::Uniform,
-                    Scheme::CompOnly => paper_b::DraftScheme::CompOnly,
-                    _ => paper_b::DraftScheme::Exhaustive,
-                };
+                let scheme = self.scheme.draft_scheme().ok_or_else(|| OptimizeError::Invalid {
+                    field: "scheme".into(),
+                    reason: format!("{} is not a paper-b scheme", self.scheme),
+                })?;
                 let p = paper_b::proactive::plan(&ev, scheme)?;
                 (
                     p.draft_lengths,
@@ -901,6 +1006,162 @@ mod tests {
     }
 
     #[test]
+    fn per_round_schemes_help_lines_and_families() {
+        // Every scheme has a help line of its own paper (one line, no trailing period: clap prints it as given).
+        for s in Scheme::ALL {
+            let h = s.help();
+            let prefix = match s.family() {
+                Family::PaperA => "Paper A: ",
+                Family::PaperB => "Paper B: ",
+                Family::Unified => "Both papers: ",
+            };
+            assert!(
+                h.starts_with(prefix) && !h.ends_with('.') && !h.contains('\n'),
+                "{s}: {h}"
+            );
+            assert_eq!(s.draft_scheme().is_some(), s.family() == Family::PaperB, "{s}");
+            if let Some(d) = s.draft_scheme() {
+                assert_eq!(d.scheme(), s);
+                assert_eq!(d.name(), s.name());
+            }
+        }
+        // The per-round subset is every scheme but the offline references, each once.
+        let mut per_round: Vec<Scheme> = Scheme::PER_ROUND.to_vec();
+        per_round.sort_by_key(|s| s.name());
+        let mut expected: Vec<Scheme> = Scheme::ALL
+            .into_iter()
+            .filter(|s| !s.is_offline_reference())
+            .collect();
+        expected.sort_by_key(|s| s.name());
+        assert_eq!(per_round, expected);
+        for s in Scheme::ALL {
+            let parsed = Scheme::parse_per_round(s.name());
+            assert_eq!(parsed.is_ok(), !s.is_offline_reference(), "{s}");
+        }
+        let err = Scheme::parse_per_round("exhaustive").unwrap_err().to_string();
+        assert!(
+            err.starts_with("scheme: exhaustive is an exhaustive reference"),
+            "{err}"
+        );
+        let err = Scheme::parse_per_round("bets").unwrap_err().to_string();
+        assert!(
+            err.ends_with("expected one of exact, paper-alg1, homo, uni-bw, fixed, best, greedy, uniform, comp-only, unified"),
+            "{err}"
+        );
+        assert_eq!(
+            Scheme::name_list(Scheme::of_family(Family::PaperB)),
+            "greedy, best, uniform, comp-only or exhaustive"
+        );
+        assert_eq!(
+            Scheme::name_list(Scheme::of_family(Family::PaperA)),
+            "exact, paper-alg1, homo, uni-bw, fixed or brute-force"
+        );
+        assert_eq!(Scheme::name_list([Scheme::Unified]), "unified");
+        assert_eq!(Scheme::name_list([]), "");
+    }
+
+    #[test]
+    fn plan_paper_a_refuses_other_papers_schemes() {
+        let s = paper_a::Scenario::new(&paper_a::ScenarioSpec {
+            bandwidth_hz: 1e6,
+            bits_per_draft_token: 1000.0,
+            verify_fixed_s: 0.02,
+            verify_per_draft_s: 0.002,
+            max_draft_len: 4,
+            min_draft_len: 1,
+            devices: vec![paper_a::DeviceSpec {
+                acceptance: 0.8,
+                draft_token_s: 0.01,
+                spectral_efficiency: 2.0,
+            }],
+        })
+        .unwrap();
+        let alg1 = paper_a::heterogeneous::Alg1Params::default();
+        for scheme in Scheme::ALL {
+            let r = plan_paper_a(scheme, &s, 2, &alg1);
+            assert_eq!(r.is_ok(), scheme.family() == Family::PaperA, "{scheme}");
+            if let Err(e) = r {
+                assert_eq!(e.to_string(), format!("scheme: {scheme} is not a paper-a scheme"));
+            }
+        }
+    }
+
+    #[test]
+    fn round_and_paper_b_scenario_name_a_bad_shared_field_alike() {
+        let b = paper_b::ScenarioSpec {
+            bandwidth_hz: 1e7,
+            distribution_bits: 34_816.0,
+            verify_fixed_s: 0.04,
+            verify_per_device_s: 0.008,
+            max_draft_len: 8,
+            ul_power_w: 0.03,
+            dl_power_w: 1.0,
+            noise_psd_server_w_per_hz: 1.3e-20,
+            noise_psd_device_w_per_hz: 2e-20,
+            saa_samples: 100,
+            seed: 1,
+            devices: vec![
+                paper_b::DeviceSpec {
+                    acceptance: 0.8,
+                    draft_token_s: 0.015,
+                    channel_gain: 1e-11,
+                };
+                3
+            ],
+        };
+        let r = Round::from_paper_b(&paper_b::Scenario::new(b.clone()).unwrap())
+            .unwrap()
+            .spec()
+            .clone();
+        type Bad = (fn(&mut paper_b::ScenarioSpec), fn(&mut RoundSpec));
+        let cases: [Bad; 12] = [
+            (|s| s.verify_fixed_s = -1.0, |r| r.verify_fixed_s = -1.0),
+            (
+                |s| s.verify_per_device_s = f64::NAN,
+                |r| r.verify_per_device_s = f64::NAN,
+            ),
+            (|s| s.max_draft_len = 0, |r| r.max_draft_len = 0),
+            (|s| s.max_draft_len = 1001, |r| r.max_draft_len = 1001),
+            (|s| s.ul_power_w = 0.0, |r| r.radio.ul_power_w = 0.0),
+            (|s| s.dl_power_w = -2.0, |r| r.radio.dl_power_w = -2.0),
+            (
+                |s| s.noise_psd_server_w_per_hz = f64::INFINITY,
+                |r| r.radio.noise_psd_server_w_per_hz = f64::INFINITY,
+            ),
+            (
+                |s| s.noise_psd_device_w_per_hz = 0.0,
+                |r| r.radio.noise_psd_device_w_per_hz = 0.0,
+            ),
+            (|s| s.saa_samples = 0, |r| r.saa_samples = 0),
+            (|s| s.devices.clear(), |r| r.devices.clear()),
+            (
+                |s| s.devices[2].acceptance = 1.0,
+                |r| r.devices[2].acceptance = 1.0,
+            ),
+            (
+                |s| s.devices[1].draft_token_s = 0.0,
+                |r| r.devices[1].draft_token_s = 0.0,
+            ),
+        ];
+        for (i, (bad_b, bad_r)) in cases.iter().enumerate() {
+            let mut sb = b.clone();
+            bad_b(&mut sb);
+            let mut sr = r.clone();
+            bad_r(&mut sr);
+            let eb = paper_b::Scenario::new(sb).unwrap_err().to_string();
+            let er = Round::new(sr).unwrap_err().to_string();
+            assert_eq!(eb, er, "case {i}");
+        }
+        let mut many = r.clone();
+        many.devices = vec![r.devices[0]; paper_b::scenario::MAX_DEVICES + 1];
+        let e = Round::new(many).unwrap_err().to_string();
+        assert!(
+            e.starts_with("devices: 100001 devices are more than the limit"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn payload_sizes_come_from_spin_core() {
         let f = DistributionFormat::PAPER_B;
         f.validate().unwrap();
@@ -920,5 +1181,17 @@ mod tests {
         assert_eq!(small.distribution_bits(), sparse.bits_on_air() as f64);
         let bad = DistributionFormat { quant_bits: 0, ..f };
         assert!(bad.validate().unwrap_err().to_string().starts_with("quant_bits:"));
+        // Moved from spin-channel's `paper_b::distribution_bits` test: an empty support is refused by name.
+        let empty = DistributionFormat {
+            effective_support: 0,
+            ..f
+        };
+        assert!(
+            empty
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("effective_support")
+        );
     }
 }

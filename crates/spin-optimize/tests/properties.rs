@@ -261,7 +261,7 @@ proptest! {
             let power: f64 = c.dl_power_w.iter().sum();
             prop_assert!(power <= sc.dl_power_w * (1.0 + 1e-12));
             for (m, p) in c.modes.iter().zip(&c.dl_power_w) {
-                prop_assert_eq!(*m == Mode::Ul, *p == 0.0);
+                prop_assert_eq!(*m == Mode::Uplink, *p == 0.0);
             }
         }
         for scheme in [ModeScheme::AllUl, ModeScheme::AllDl, ModeScheme::Random] {

@@ -444,10 +444,10 @@ impl Uplink {
     }
 }
 
-/// Q_tok = |V̂|(Q_B + ⌈log₂V⌉) with |V̂| = min(1024, V), Q_B = 16 (paper A §VI-A).
+/// Q_tok = |V̂|(Q_B + ⌈log₂V⌉) with |V̂| = min(1024, V), Q_B = 16 (paper A §VI-A), from spin-core's one
+/// payload-size formula (`spin_core::dist::payload_bits`).
 pub fn bits_per_draft_token(vocab: usize) -> f64 {
-    let kept = vocab.min(1024) as f64;
-    kept * (16.0 + spin_core::dist::index_bits(vocab) as f64)
+    spin_core::dist::payload_bits(vocab.min(1024), vocab, 16) as f64
 }
 
 /// One point of the goodput curve.

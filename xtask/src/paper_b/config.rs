@@ -6,6 +6,7 @@ use crate::config_file::{self, one_of, one_of_list};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use spin_channel::units::Conversion;
+use spin_optimize::round::DistributionFormat;
 use std::path::PathBuf;
 
 /// Environment variable naming an alternative parameter file (e.g. with measured acceptance rates).
@@ -190,6 +191,15 @@ const RENAMED: &[(&str, &str)] = &[
 ];
 
 impl Config {
+    /// V_eff, V and Q of an exchanged distribution; D = V_eff(⌈log₂V⌉ + Q) comes from spin-core through it.
+    pub fn distribution_format(&self) -> DistributionFormat {
+        DistributionFormat {
+            effective_support: self.effective_support,
+            vocabulary: self.vocabulary,
+            quant_bits: self.quant_bits,
+        }
+    }
+
     /// The committed parameter file.
     pub fn default_path() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -290,6 +300,8 @@ impl Config {
             fig9: f.fig9,
             fig11: f.fig11,
         };
+        // The distribution's format is checked here, before the report prints ⌈log₂V⌉ or a figure sizes D.
+        cfg.distribution_format().validate()?;
         if cfg.pairs.len() < 2 {
             bail!(
                 "pairs: paper B has two model pairs (Figs. 7 and 8), found {}",

@@ -9,7 +9,7 @@ use crate::table::{Cell, Table};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use spin_channel::paper_b::{Drop, PowerBudget, distribution_bits};
+use spin_channel::paper_b::{Drop, PowerBudget};
 use spin_channel::units::dbm_to_w;
 use spin_optimize::paper_b::proactive;
 use spin_optimize::paper_b::reactive::{Link, ModeScheme, split_by_bisection};
@@ -61,7 +61,7 @@ pub fn scenario(
 ) -> anyhow::Result<Scenario> {
     let spec = ScenarioSpec {
         bandwidth_hz: cfg.bandwidth_hz,
-        distribution_bits: distribution_bits(cfg.effective_support, cfg.vocabulary, cfg.quant_bits)?,
+        distribution_bits: cfg.distribution_format().distribution_bits(),
         verify_fixed_s: pair.verify_fixed_s,
         verify_per_device_s: pair.verify_per_device_s,
         max_draft_len: cfg.max_draft_len,

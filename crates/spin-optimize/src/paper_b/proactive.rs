@@ -47,34 +47,38 @@ pub enum DraftScheme {
 }
 
 impl DraftScheme {
-    /// Parses `greedy`, `best`, `uniform`, `comp-only` or `exhaustive`.
+    /// The [`crate::round::Scheme`] this draft-length scheme is (the one scheme vocabulary owns the names).
+    pub fn scheme(self) -> crate::round::Scheme {
+        use crate::round::Scheme;
+        match self {
+            DraftScheme::Greedy => Scheme::Greedy,
+            DraftScheme::Best => Scheme::Best,
+            DraftScheme::Uniform => Scheme::Uniform,
+            DraftScheme::CompOnly => Scheme::CompOnly,
+            DraftScheme::Exhaustive => Scheme::Exhaustive,
+        }
+    }
+
+    /// Parses `greedy`, `best`, `uniform`, `comp-only` or `exhaustive` (the paper-B names of
+    /// [`crate::round::Scheme`]).
     pub fn parse(name: &str) -> Result<Self, OptimizeError> {
-        Ok(match name {
-            "greedy" => DraftScheme::Greedy,
-            "best" => DraftScheme::Best,
-            "uniform" => DraftScheme::Uniform,
-            "comp-only" => DraftScheme::CompOnly,
-            "exhaustive" => DraftScheme::Exhaustive,
-            other => {
-                return Err(OptimizeError::Invalid {
-                    field: "scheme".into(),
-                    reason: format!(
-                        "unknown paper-b scheme {other:?}; expected greedy, best, uniform, comp-only or exhaustive"
-                    ),
-                });
-            }
-        })
+        name.parse::<crate::round::Scheme>()
+            .ok()
+            .and_then(crate::round::Scheme::draft_scheme)
+            .ok_or_else(|| OptimizeError::Invalid {
+                field: "scheme".into(),
+                reason: format!(
+                    "unknown paper-b scheme {name:?}; expected {}",
+                    crate::round::Scheme::name_list(crate::round::Scheme::of_family(
+                        crate::round::Family::PaperB
+                    ))
+                ),
+            })
     }
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
-        match self {
-            DraftScheme::Greedy => "greedy",
-            DraftScheme::Best => "best",
-            DraftScheme::Uniform => "uniform",
-            DraftScheme::CompOnly => "comp-only",
-            DraftScheme::Exhaustive => "exhaustive",
-        }
+        self.scheme().name()
     }
 }
 

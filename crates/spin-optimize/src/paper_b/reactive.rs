@@ -39,10 +39,11 @@ impl Link {
         self.bandwidth_hz / rejected as f64
     }
 
-    /// UL delay at maximum power, τ^ul = D / (b log₂(1 + P_ul g / (N0_ser b))) (paper B, UL mode).
+    /// UL delay at maximum power, τ^ul = D / (b log₂(1 + P_ul g / (N0_ser b))) (paper B, UL mode; the formulas are
+    /// `spin_channel::{snr, transfer_time_s}`).
     pub fn ul_delay_s(&self, share_hz: f64, gain: f64) -> f64 {
-        let snr = self.ul_power_w * gain / (self.noise_psd_server_w_per_hz * share_hz);
-        self.distribution_bits * std::f64::consts::LN_2 / (share_hz * snr.ln_1p())
+        let snr = spin_channel::snr(self.ul_power_w, gain, self.noise_psd_server_w_per_hz, share_hz);
+        spin_channel::transfer_time_s(self.distribution_bits, share_hz, snr)
     }
 
     /// The common DL delay of a DL set with Σ 1/g = `inverse_gain_sum` under Lemma 1; 0 for an empty set.
@@ -50,21 +51,26 @@ impl Link {
         if inverse_gain_sum <= 0.0 {
             return 0.0;
         }
-        let snr = self.dl_power_w / (self.noise_psd_device_w_per_hz * share_hz * inverse_gain_sum);
-        self.distribution_bits * std::f64::consts::LN_2 / (share_hz * snr.ln_1p())
+        let snr = spin_channel::paper_b::lemma1_dl_snr(
+            self.dl_power_w,
+            self.noise_psd_device_w_per_hz,
+            share_hz,
+            inverse_gain_sum,
+        );
+        spin_channel::transfer_time_s(self.distribution_bits, share_hz, snr)
     }
 
     /// The delay of device with `gain` in DL mode with server power `power_w` (any allocation, not only Lemma 1).
     pub fn dl_delay_at_power_s(&self, share_hz: f64, power_w: f64, gain: f64) -> f64 {
-        let snr = power_w * gain / (self.noise_psd_device_w_per_hz * share_hz);
-        self.distribution_bits * std::f64::consts::LN_2 / (share_hz * snr.ln_1p())
+        let snr = spin_channel::snr(power_w, gain, self.noise_psd_device_w_per_hz, share_hz);
+        spin_channel::transfer_time_s(self.distribution_bits, share_hz, snr)
     }
 }
 
-/// Lemma 1: the delay-equalising DL powers p_k = P_dl (1/g_k) / Σ_j 1/g_j, in the order of `gains`.
+/// Lemma 1: the delay-equalising DL powers p_k = P_dl (1/g_k) / Σ_j 1/g_j, in the order of `gains`
+/// (`spin_channel::paper_b::lemma1_dl_powers`).
 pub fn dl_powers(dl_power_w: f64, gains: &[f64]) -> Vec<f64> {
-    let sum: f64 = gains.iter().map(|g| 1.0 / g).sum();
-    gains.iter().map(|g| dl_power_w / (g * sum)).collect()
+    spin_channel::paper_b::lemma1_dl_powers(dl_power_w, gains)
 }
 
 /// Proposition 1 on a set already sorted by UL delay: `ul(i)` is τ^ul of the i-th device (ascending in i),
@@ -98,15 +104,9 @@ pub fn split_by_bisection(m: usize, ul: impl Fn(usize) -> f64, dl: impl Fn(usize
     }
 }
 
-/// Correction mode of one rejected device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// The device uploads its draft distribution at maximum power.
-    Ul,
-    /// The server downloads the target distribution with a share of P_dl.
-    Dl,
-}
+/// Correction mode of one rejected device: spin-core's one mode type (`Uplink`: the device uploads its draft
+/// distribution at maximum power; `Downlink`: the server downloads the target distribution with a share of P_dl).
+pub use spin_core::correction::Mode;
 
 /// How the modes are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,7 +199,10 @@ fn correction_from(link: &Link, gains: &[f64], ul: Vec<bool>) -> Correction {
         .iter()
         .map(|&u| if u { 0.0 } else { powers.next().unwrap_or(0.0) })
         .collect();
-    let modes = ul.iter().map(|&u| if u { Mode::Ul } else { Mode::Dl }).collect();
+    let modes = ul
+        .iter()
+        .map(|&u| if u { Mode::Uplink } else { Mode::Downlink })
+        .collect();
     Correction {
         modes,
         dl_power_w,
@@ -358,7 +361,7 @@ mod tests {
                 opt.comm_delay_s,
                 brute.comm_delay_s
             );
-            if opt.modes.contains(&Mode::Ul) && opt.modes.contains(&Mode::Dl) {
+            if opt.modes.contains(&Mode::Uplink) && opt.modes.contains(&Mode::Downlink) {
                 uses_both += 1;
             }
             // The baselines can only be slower.
@@ -388,22 +391,35 @@ mod tests {
         let min_ul = gains
             .iter()
             .zip(&c.modes)
-            .filter(|(_, m)| **m == Mode::Ul)
+            .filter(|(_, m)| **m == Mode::Uplink)
             .map(|(g, _)| *g)
             .fold(f64::INFINITY, f64::min);
         let max_dl = gains
             .iter()
             .zip(&c.modes)
-            .filter(|(_, m)| **m == Mode::Dl)
+            .filter(|(_, m)| **m == Mode::Downlink)
             .map(|(g, _)| *g)
             .fold(0.0, f64::max);
         assert!(min_ul >= max_dl);
         let total: f64 = c.dl_power_w.iter().sum();
-        assert!(c.modes.contains(&Mode::Dl) && (total - 1.0).abs() < 1e-12);
+        assert!(c.modes.contains(&Mode::Downlink) && (total - 1.0).abs() < 1e-12);
         for (m, p) in c.modes.iter().zip(&c.dl_power_w) {
-            assert_eq!(*m == Mode::Ul, *p == 0.0);
+            assert_eq!(*m == Mode::Uplink, *p == 0.0);
         }
         assert_eq!(c.comm_delay_s, c.ul_delay_s.max(c.dl_delay_s));
+    }
+
+    #[test]
+    fn modes_are_spin_cores_and_keep_their_file_names() {
+        // One mode type: the planner's decision is the runtime's `spin_core::Mode`, serialised as before.
+        let m: spin_core::Mode = Mode::Uplink;
+        assert_eq!(
+            serde_json::to_string(&[m, Mode::Downlink]).unwrap(),
+            r#"["ul","dl"]"#
+        );
+        let back: Vec<Mode> = serde_json::from_str(r#"["dl","ul"]"#).unwrap();
+        assert_eq!(back, [Mode::Downlink, Mode::Uplink]);
+        assert!(serde_json::from_str::<Mode>(r#""uplink""#).is_err());
     }
 
     #[test]

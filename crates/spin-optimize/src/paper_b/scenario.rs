@@ -18,6 +18,82 @@ pub const MAX_DEVICES: usize = 100_000;
 /// setting (K = 20, γ_max = 20, N_SAA = 1000) is 8.4·10⁶; K = 100 with 1000 samples is 2.1·10⁸.
 pub const MAX_PLANNING_WORK: u128 = 1_000_000_000;
 
+/// The field checks paper B's [`Scenario::new`] and the unified `round::Round::new` share, so the same field
+/// fails with the same message in both (the tests of both assert on them).
+pub(crate) mod check {
+    use super::{MAX_DEVICES, MAX_DRAFT_LEN_LIMIT, SAA_SAMPLES_LIMIT};
+    use crate::OptimizeError;
+
+    /// T_ver = T_fix + K·T_lin: both coefficients finite and ≥ 0 (their sum is checked with K by the caller).
+    pub(crate) fn verify(fixed_s: f64, per_device_s: f64) -> Result<(), OptimizeError> {
+        OptimizeError::non_negative("verify_fixed_s", fixed_s)?;
+        OptimizeError::non_negative("verify_per_device_s", per_device_s)?;
+        Ok(())
+    }
+
+    /// L_max (γ_max) ∈ {1, …, [`MAX_DRAFT_LEN_LIMIT`]}.
+    pub(crate) fn max_draft_len(value: u32) -> Result<(), OptimizeError> {
+        if value == 0 || value > MAX_DRAFT_LEN_LIMIT {
+            return Err(OptimizeError::OutOfDomain {
+                field: "max_draft_len".into(),
+                value: f64::from(value),
+                domain: "{1, …, 1000}",
+            });
+        }
+        Ok(())
+    }
+
+    /// The correction radio: P_ul, P_dl, N0_ser, N0_dev all finite and > 0, named in that order.
+    pub(crate) fn radio(
+        ul_power_w: f64,
+        dl_power_w: f64,
+        noise_psd_server_w_per_hz: f64,
+        noise_psd_device_w_per_hz: f64,
+    ) -> Result<(), OptimizeError> {
+        OptimizeError::positive("ul_power_w", ul_power_w)?;
+        OptimizeError::positive("dl_power_w", dl_power_w)?;
+        OptimizeError::positive("noise_psd_server_w_per_hz", noise_psd_server_w_per_hz)?;
+        OptimizeError::positive("noise_psd_device_w_per_hz", noise_psd_device_w_per_hz)?;
+        Ok(())
+    }
+
+    /// N_SAA ∈ {1, …, [`SAA_SAMPLES_LIMIT`]}.
+    pub(crate) fn saa_samples(value: u32) -> Result<(), OptimizeError> {
+        if value == 0 || value > SAA_SAMPLES_LIMIT {
+            return Err(OptimizeError::OutOfDomain {
+                field: "saa_samples".into(),
+                value: f64::from(value),
+                domain: "{1, …, 10000000}",
+            });
+        }
+        Ok(())
+    }
+
+    /// At least one device and at most [`MAX_DEVICES`].
+    pub(crate) fn device_count(devices: usize) -> Result<(), OptimizeError> {
+        if devices == 0 {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: "at least one device is needed".into(),
+            });
+        }
+        if devices > MAX_DEVICES {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: format!("{devices} devices are more than the limit of {MAX_DEVICES}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Device `k`'s α_k ∈ (0, 1) and drafting time per token > 0.
+    pub(crate) fn device(k: usize, acceptance: f64, draft_token_s: f64) -> Result<(), OptimizeError> {
+        OptimizeError::probability_open(format!("devices[{k}].acceptance"), acceptance)?;
+        OptimizeError::positive(format!("devices[{k}].draft_token_s"), draft_token_s)?;
+        Ok(())
+    }
+}
+
 /// One device as written in a scenario file.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DeviceSpec {
@@ -80,44 +156,18 @@ impl Scenario {
     pub fn new(spec: ScenarioSpec) -> Result<Self, OptimizeError> {
         OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
         OptimizeError::positive("distribution_bits", spec.distribution_bits)?;
-        OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
-        OptimizeError::non_negative("verify_per_device_s", spec.verify_per_device_s)?;
-        if spec.max_draft_len == 0 || spec.max_draft_len > MAX_DRAFT_LEN_LIMIT {
-            return Err(OptimizeError::OutOfDomain {
-                field: "max_draft_len".into(),
-                value: f64::from(spec.max_draft_len),
-                domain: "{1, …, 1000}",
-            });
-        }
-        OptimizeError::positive("ul_power_w", spec.ul_power_w)?;
-        OptimizeError::positive("dl_power_w", spec.dl_power_w)?;
-        OptimizeError::positive("noise_psd_server_w_per_hz", spec.noise_psd_server_w_per_hz)?;
-        OptimizeError::positive("noise_psd_device_w_per_hz", spec.noise_psd_device_w_per_hz)?;
-        if spec.saa_samples == 0 || spec.saa_samples > SAA_SAMPLES_LIMIT {
-            return Err(OptimizeError::OutOfDomain {
-                field: "saa_samples".into(),
-                value: f64::from(spec.saa_samples),
-                domain: "{1, …, 10000000}",
-            });
-        }
-        if spec.devices.is_empty() {
-            return Err(OptimizeError::Invalid {
-                field: "devices".into(),
-                reason: "at least one device is needed".into(),
-            });
-        }
-        if spec.devices.len() > MAX_DEVICES {
-            return Err(OptimizeError::Invalid {
-                field: "devices".into(),
-                reason: format!(
-                    "{} devices are more than the limit of {MAX_DEVICES}",
-                    spec.devices.len()
-                ),
-            });
-        }
+        check::verify(spec.verify_fixed_s, spec.verify_per_device_s)?;
+        check::max_draft_len(spec.max_draft_len)?;
+        check::radio(
+            spec.ul_power_w,
+            spec.dl_power_w,
+            spec.noise_psd_server_w_per_hz,
+            spec.noise_psd_device_w_per_hz,
+        )?;
+        check::saa_samples(spec.saa_samples)?;
+        check::device_count(spec.devices.len())?;
         for (k, d) in spec.devices.iter().enumerate() {
-            OptimizeError::probability_open(format!("devices[{k}].acceptance"), d.acceptance)?;
-            OptimizeError::positive(format!("devices[{k}].draft_token_s"), d.draft_token_s)?;
+            check::device(k, d.acceptance, d.draft_token_s)?;
             OptimizeError::positive(format!("devices[{k}].channel_gain"), d.channel_gain)?;
         }
         let t_ver = spec.verify_fixed_s + spec.verify_per_device_s * spec.devices.len() as f64;
