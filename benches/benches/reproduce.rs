@@ -35,9 +35,9 @@ fn paper_a_instance() -> (paper_a::ScenarioSpec, Vec<f64>) {
     let alphas = [0.8582, 0.7390, 0.7393, 0.7126];
     let spec = paper_a::ScenarioSpec {
         bandwidth_hz: 1e7,
-        bits_per_draft_token: 31_744.0,
+        distribution_bits: 31_744.0,
         verify_fixed_s: 0.02268,
-        verify_per_draft_s: 0.01272,
+        verify_per_device_s: 0.01272,
         max_draft_len: 25,
         min_draft_len: 1,
         devices: rates

@@ -28,23 +28,28 @@ pub fn parse_toml<T: DeserializeOwned>(text: &str, renamed: &[(&str, &str)]) -> 
     })
 }
 
-/// Whether the dotted `path` (`sampling.bandwidths_mhz`) is a key of `table`.
+/// Whether the dotted `path` (`sampling.bandwidths_mhz`) is a key of `table`; a segment `name[]` walks into every
+/// table of the array `name` (`pairs[].verify_per_draft_s`: any pair has the key).
 fn lookup(table: &toml::Table, path: &str) -> bool {
-    let mut parts = path.split('.');
-    let Some(first) = parts.next() else {
-        return false;
+    let (head, tail) = match path.split_once('.') {
+        Some((h, t)) => (h, Some(t)),
+        None => (path, None),
     };
-    let mut value = match table.get(first) {
-        Some(v) => v,
-        None => return false,
-    };
-    for part in parts {
-        match value.get(part) {
-            Some(v) => value = v,
-            None => return false,
-        }
+    if let Some(name) = head.strip_suffix("[]") {
+        let Some(items) = table.get(name).and_then(toml::Value::as_array) else {
+            return false;
+        };
+        return items.iter().any(|item| match (item.as_table(), tail) {
+            (Some(t), Some(rest)) => lookup(t, rest),
+            (Some(_), None) => true,
+            (None, _) => false,
+        });
     }
-    true
+    match (table.get(head), tail) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(v), Some(rest)) => v.as_table().is_some_and(|t| lookup(t, rest)),
+    }
 }
 
 /// One quantity under either name of a unit pair; `prefix` is the section (`system.`) for the error.

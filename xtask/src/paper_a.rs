@@ -173,7 +173,7 @@ pub struct PairCfg {
     /// T_fix.
     pub verify_fixed_s: f64,
     /// T_lin.
-    pub verify_per_draft_s: f64,
+    pub verify_per_device_s: f64,
     /// T̄^S.
     pub draft_token_s: f64,
     /// Cen-SPIN drafting: fixed part per step.
@@ -192,6 +192,7 @@ const RENAMED: &[(&str, &str)] = &[
     ),
     ("sampling.device_counts", "fig8.devices"),
     ("channel.power_w", "channel.ul_power_w (or channel.ul_power_dbm)"),
+    ("pairs[].verify_per_draft_s", "pairs[].verify_per_device_s"),
 ];
 
 impl PairCfg {
@@ -376,9 +377,9 @@ fn instances(
                 .collect();
             out.push(ScenarioSpec {
                 bandwidth_hz,
-                bits_per_draft_token: cfg.bits_per_token(pair),
+                distribution_bits: cfg.bits_per_token(pair),
                 verify_fixed_s: pair.verify_fixed_s,
-                verify_per_draft_s: pair.verify_per_draft_s,
+                verify_per_device_s: pair.verify_per_device_s,
                 max_draft_len: cfg.system.max_draft_len,
                 min_draft_len: 1,
                 devices,
@@ -465,9 +466,9 @@ pub fn fig3(cfg: &Config, ctx: &Ctx) -> Result<(Table, Vec<(String, u32)>)> {
         let real = draw_realisation(&mut rng, cfg, pair, k)?;
         let base = ScenarioSpec {
             bandwidth_hz: cfg.system.bandwidth_hz,
-            bits_per_draft_token: cfg.bits_per_token(pair),
+            distribution_bits: cfg.bits_per_token(pair),
             verify_fixed_s: pair.verify_fixed_s,
-            verify_per_draft_s: pair.verify_per_draft_s,
+            verify_per_device_s: pair.verify_per_device_s,
             max_draft_len: 24,
             min_draft_len: 1,
             devices: real
@@ -480,7 +481,7 @@ pub fn fig3(cfg: &Config, ctx: &Ctx) -> Result<(Table, Vec<(String, u32)>)> {
                 })
                 .collect(),
         };
-        let verify = pair.verify_fixed_s + k as f64 * pair.verify_per_draft_s;
+        let verify = pair.verify_fixed_s + k as f64 * pair.verify_per_device_s;
         let results: Vec<(f64, f64)> = (0..=24u32)
             .into_par_iter()
             .map(|l| {
@@ -1004,6 +1005,20 @@ mod tests {
         let err = format!("{:#}", Config::parse(&old).unwrap_err());
         assert!(
             err.starts_with("channel.power_w: renamed to channel.ul_power_w"),
+            "{err}"
+        );
+        // A key inside the array of pairs: the second pair carries the old name.
+        let at = text
+            .rfind("verify_per_device_s")
+            .expect("the config names verify_per_device_s");
+        let old = format!(
+            "{}verify_per_draft_s{}",
+            &text[..at],
+            &text[at + "verify_per_device_s".len()..]
+        );
+        let err = format!("{:#}", Config::parse(&old).unwrap_err());
+        assert!(
+            err.starts_with("pairs[].verify_per_draft_s: renamed to pairs[].verify_per_device_s"),
             "{err}"
         );
         let bad = text.replacen("bandwidth_mhz = [5.0,", "bandwidth_mhz = [1e308,", 1);

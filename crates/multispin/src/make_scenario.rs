@@ -24,10 +24,10 @@ pub struct ScenarioArgs {
     /// ul_power_w | ul_power_dbm, noise_psd_server_w_per_hz | noise_psd_server_dbm_per_hz, verify_fixed_s,
     /// max_draft_len.
     ///
-    /// Paper A adds bits_per_draft_token and verify_per_draft_s; its spectral efficiency is
-    /// r_k = log2(1 + P_ul·g_k / (N0_server·B/K)) (the SNR on an equal share of the band). Paper B adds
-    /// dl_power_w | dl_power_dbm, noise_psd_device_w_per_hz | noise_psd_device_dbm_per_hz, distribution_bits,
-    /// verify_per_device_s and saa_samples; the scenario's seed is the drop's. Example:
+    /// Both add distribution_bits (bits of one distribution on the air, one per drafted token in paper A) and
+    /// verify_per_device_s. Paper A's spectral efficiency is r_k = log2(1 + P_ul·g_k / (N0_server·B/K)) (the SNR
+    /// on an equal share of the band). Paper B adds dl_power_w | dl_power_dbm, noise_psd_device_w_per_hz |
+    /// noise_psd_device_dbm_per_hz and saa_samples; the scenario's seed is the drop's. Example:
     /// scenarios/examples/drop-paper-b.toml. The scenario JSON goes to stdout.
     #[arg(long, value_name = "FILE.toml")]
     pub drop: PathBuf,
@@ -99,16 +99,16 @@ struct DropFile {
     noise_psd_server_dbm_per_hz: Option<f64>,
     verify_fixed_s: f64,
     max_draft_len: u32,
-    // Paper A only.
-    bits_per_draft_token: Option<f64>,
-    verify_per_draft_s: Option<f64>,
+    // Both papers, one name each (paper A's older names are aliases).
+    #[serde(alias = "bits_per_draft_token")]
+    distribution_bits: Option<f64>,
+    #[serde(alias = "verify_per_draft_s")]
+    verify_per_device_s: Option<f64>,
     // Paper B only.
     dl_power_w: Option<f64>,
     dl_power_dbm: Option<f64>,
     noise_psd_device_w_per_hz: Option<f64>,
     noise_psd_device_dbm_per_hz: Option<f64>,
-    distribution_bits: Option<f64>,
-    verify_per_device_s: Option<f64>,
     saa_samples: Option<u32>,
 }
 
@@ -240,8 +240,6 @@ pub fn from_text(
                 "noise_psd_device",
                 m,
             )?;
-            unused(f.distribution_bits.is_some(), "distribution_bits", m)?;
-            unused(f.verify_per_device_s.is_some(), "verify_per_device_s", m)?;
             unused(f.saa_samples.is_some(), "saa_samples", m)?;
             let share_noise_w = n0_server * bandwidth_hz / k as f64;
             let devices = gains
@@ -260,17 +258,15 @@ pub fn from_text(
             Ok(json!({
                 "model": m,
                 "bandwidth_hz": bandwidth_hz,
-                "bits_per_draft_token": need(f.bits_per_draft_token, "bits_per_draft_token", m)?,
+                "distribution_bits": need(f.distribution_bits, "distribution_bits", m)?,
                 "verify_fixed_s": f.verify_fixed_s,
-                "verify_per_draft_s": need(f.verify_per_draft_s, "verify_per_draft_s", m)?,
+                "verify_per_device_s": need(f.verify_per_device_s, "verify_per_device_s", m)?,
                 "max_draft_len": f.max_draft_len,
                 "devices": devices,
             }))
         }
         ModelArg::PaperB => {
             let m = "paper-b";
-            unused(f.bits_per_draft_token.is_some(), "bits_per_draft_token", m)?;
-            unused(f.verify_per_draft_s.is_some(), "verify_per_draft_s", m)?;
             let dl_power_w = pair(
                 f.dl_power_w,
                 f.dl_power_dbm,

@@ -313,7 +313,7 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             let uplink = Uplink {
                 bandwidth_hz: *bandwidth_hz,
                 spectral_efficiency: *spectral_efficiency,
-                bits_per_draft_token: m::bits_per_draft_token(l.target.config().vocab_size),
+                distribution_bits: m::distribution_bits(l.target.config().vocab_size),
             };
             let mut csv = String::from("draft_len,alpha,empirical_tok_s,formula_tok_s\n");
             let (mut emp, mut form, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
@@ -375,9 +375,9 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             let scenario = serde_json::json!({
                 "model": "paper-a",
                 "bandwidth_hz": bandwidth_hz,
-                "bits_per_draft_token": uplink.bits_per_draft_token,
+                "distribution_bits": uplink.distribution_bits,
                 "verify_fixed_s": fit.intercept.max(0.0),
-                "verify_per_draft_s": fit.slope.max(0.0),
+                "verify_per_device_s": fit.slope.max(0.0),
                 "max_draft_len": max_draft_len,
                 "devices": (0..*devices).map(|_| serde_json::json!({
                     "acceptance": alpha,

@@ -14,8 +14,8 @@ pub struct PlanArgs {
     /// otherwise paper A. Unknown fields, duplicate keys and missing fields are errors naming the field. `a | b`
     /// below: give exactly one of the pair (the second in the units radio engineers use).
     ///
-    /// Paper A fields: bandwidth_hz | bandwidth_mhz, bits_per_draft_token (bit uploaded per drafted token),
-    /// verify_fixed_s and verify_per_draft_s (s; T_ver = fixed + K·per_draft), max_draft_len, devices:
+    /// Paper A fields: bandwidth_hz | bandwidth_mhz, distribution_bits (bit uploaded per drafted token),
+    /// verify_fixed_s and verify_per_device_s (s; T_ver = fixed + K·per_device), max_draft_len, devices:
     /// [{acceptance (α in (0, 1)), draft_token_s (s per drafted token), spectral_efficiency (bit/s/Hz)}];
     /// optional: min_draft_len (default 1), fixed_draft_len (see --fixed-draft-len), alg1_phi_points and
     /// alg1_lambda_points (default 100), alg1_lambda_lo_ratio (default 1e-6).

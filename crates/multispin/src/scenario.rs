@@ -75,9 +75,12 @@ struct PaperAFile {
     _model: Option<String>,
     bandwidth_hz: Option<f64>,
     bandwidth_mhz: Option<f64>,
-    bits_per_draft_token: f64,
+    // One name per quantity across both papers; the names paper-A files had before stay accepted.
+    #[serde(alias = "bits_per_draft_token")]
+    distribution_bits: f64,
     verify_fixed_s: f64,
-    verify_per_draft_s: f64,
+    #[serde(alias = "verify_per_draft_s")]
+    verify_per_device_s: f64,
     max_draft_len: u32,
     min_draft_len: Option<u32>,
     fixed_draft_len: Option<u32>,
@@ -351,9 +354,9 @@ fn paper_a_from(f: PaperAFile) -> Result<PaperA, Failure> {
                 "bandwidth_mhz",
                 Conversion::MhzToHz,
             )?,
-            bits_per_draft_token: f.bits_per_draft_token,
+            distribution_bits: f.distribution_bits,
             verify_fixed_s: f.verify_fixed_s,
-            verify_per_draft_s: f.verify_per_draft_s,
+            verify_per_device_s: f.verify_per_device_s,
             max_draft_len: f.max_draft_len,
             min_draft_len: f.min_draft_len.unwrap_or(1),
             devices: f

@@ -7,8 +7,8 @@ use std::process::{Command, Output};
 
 fn example() -> Value {
     json!({
-        "bandwidth_hz": 1.0e7, "bits_per_draft_token": 31744,
-        "verify_fixed_s": 0.02268, "verify_per_draft_s": 0.01272, "max_draft_len": 25,
+        "bandwidth_hz": 1.0e7, "distribution_bits": 31744,
+        "verify_fixed_s": 0.02268, "verify_per_device_s": 0.01272, "max_draft_len": 25,
         "devices": [
             {"acceptance": 0.86, "draft_token_s": 0.021, "spectral_efficiency": 12.5},
             {"acceptance": 0.74, "draft_token_s": 0.018, "spectral_efficiency": 7.0},
@@ -187,4 +187,31 @@ fn the_example_scenario_file_plans() {
     let dir = tempfile::tempdir().unwrap();
     let out = plan(dir.path(), &text, "exact", "json");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Paper A's scenario keys share paper B's names (`distribution_bits`, `verify_per_device_s`); a file written with
+/// the names paper-A files had before plans the same, and giving both names of one quantity is an error.
+#[test]
+fn paper_a_files_with_the_earlier_key_names_plan_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = example();
+    let mut old = new.clone();
+    let o = old.as_object_mut().unwrap();
+    let bits = o.remove("distribution_bits").unwrap();
+    let slope = o.remove("verify_per_device_s").unwrap();
+    o.insert("bits_per_draft_token".into(), bits);
+    o.insert("verify_per_draft_s".into(), slope.clone());
+    let a = plan(dir.path(), &new.to_string(), "exact", "json");
+    let b = plan(dir.path(), &old.to_string(), "exact", "json");
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let mut both = old.clone();
+    both["verify_per_device_s"] = slope;
+    let out = plan(dir.path(), &both.to_string(), "exact", "json");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_line(&out).contains("verify_per_device_s"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

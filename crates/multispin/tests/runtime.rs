@@ -176,7 +176,7 @@ fn measurements_write_csv_svg_and_a_scenario() {
     assert_eq!(s["devices"].as_array().unwrap().len(), 3);
     let a = s["devices"][0]["acceptance"].as_f64().unwrap();
     assert!(a > 0.0 && a < 1.0, "{a}");
-    assert!(s["verify_per_draft_s"].as_f64().unwrap() >= 0.0);
+    assert!(s["verify_per_device_s"].as_f64().unwrap() >= 0.0);
     assert!(
         std::fs::read_to_string(out_dir.join("goodput.svg"))
             .unwrap()

@@ -109,9 +109,9 @@ pub fn plan_round(
         Family::PaperA => {
             let spec = paper_a::ScenarioSpec {
                 bandwidth_hz: link.bandwidth_hz,
-                bits_per_draft_token: cfg.payload_bits,
+                distribution_bits: cfg.payload_bits,
                 verify_fixed_s,
-                verify_per_draft_s: verify_per_device_s,
+                verify_per_device_s: verify_per_device_s,
                 max_draft_len: cfg.max_draft_len.max(1),
                 min_draft_len: 1,
                 devices: devices

@@ -323,12 +323,12 @@ impl Round {
         Round::new(RoundSpec {
             bandwidth_hz: s.bandwidth_hz,
             verify_fixed_s: s.verify_fixed_s,
-            verify_per_device_s: s.verify_per_draft_s,
+            verify_per_device_s: s.verify_per_device_s,
             min_draft_len: s.min_draft_len,
             max_draft_len: s.max_draft_len,
             radio,
             payload: Payload {
-                distribution_bits: s.bits_per_draft_token,
+                distribution_bits: s.distribution_bits,
                 pair_bits: 0.0,
                 policy: PayloadPolicy::Distribution,
             },
@@ -394,9 +394,9 @@ impl Round {
     pub fn to_paper_a(&self) -> Result<paper_a::Scenario, OptimizeError> {
         paper_a::Scenario::new(&paper_a::ScenarioSpec {
             bandwidth_hz: self.bandwidth_hz,
-            bits_per_draft_token: self.payload.distribution_bits,
+            distribution_bits: self.payload.distribution_bits,
             verify_fixed_s: self.verify_fixed_s,
-            verify_per_draft_s: self.verify_per_device_s,
+            verify_per_device_s: self.verify_per_device_s,
             max_draft_len: self.max_draft_len,
             min_draft_len: self.min_draft_len.max(1),
             devices: self
@@ -1064,9 +1064,9 @@ mod tests {
     fn plan_paper_a_refuses_other_papers_schemes() {
         let s = paper_a::Scenario::new(&paper_a::ScenarioSpec {
             bandwidth_hz: 1e6,
-            bits_per_draft_token: 1000.0,
+            distribution_bits: 1000.0,
             verify_fixed_s: 0.02,
-            verify_per_draft_s: 0.002,
+            verify_per_device_s: 0.002,
             max_draft_len: 4,
             min_draft_len: 1,
             devices: vec![paper_a::DeviceSpec {

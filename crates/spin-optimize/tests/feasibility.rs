@@ -20,9 +20,9 @@ fn example() -> ScenarioSpec {
     };
     ScenarioSpec {
         bandwidth_hz: 1e7,
-        bits_per_draft_token: 31744.0,
+        distribution_bits: 31744.0,
         verify_fixed_s: 0.02268,
-        verify_per_draft_s: 0.01272,
+        verify_per_device_s: 0.01272,
         max_draft_len: 25,
         min_draft_len: 1,
         devices: vec![
@@ -98,14 +98,14 @@ fn wide_bands_from_the_issue_are_planned() {
 
 #[test]
 fn tiny_payloads_from_the_issue_are_planned() {
-    // bits_per_draft_token = 0.001 failed with an argmin "BrentRoot" error.
+    // distribution_bits = 0.001 failed with an argmin "BrentRoot" error.
     for e in -8..=8 {
         let mut spec = example();
         spec.max_draft_len = 8;
-        spec.bits_per_draft_token = 10f64.powi(e);
+        spec.distribution_bits = 10f64.powi(e);
         check_all(
             &spec,
-            &format!("bits_per_draft_token = {:e}", spec.bits_per_draft_token),
+            &format!("distribution_bits = {:e}", spec.distribution_bits),
         );
     }
 }
@@ -122,7 +122,7 @@ fn the_rounding_case_of_the_issue_and_random_band_edges_are_planned() {
         } else {
             10f64.powf(rng.random_range(0.0..20.0))
         };
-        spec.bits_per_draft_token = 10f64.powf(rng.random_range(-3.0..6.0));
+        spec.distribution_bits = 10f64.powf(rng.random_range(-3.0..6.0));
         spec.max_draft_len = rng.random_range(1..=12);
         for d in &mut spec.devices {
             d.acceptance = rng.random_range(0.05..0.99);

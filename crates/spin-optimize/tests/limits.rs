@@ -14,9 +14,9 @@ use spin_optimize::paper_b::{self, Evaluator, Objective};
 fn paper_a_spec(k: usize, max_draft_len: u32) -> paper_a::ScenarioSpec {
     paper_a::ScenarioSpec {
         bandwidth_hz: 1e7,
-        bits_per_draft_token: 34816.0,
+        distribution_bits: 34816.0,
         verify_fixed_s: 0.02268,
-        verify_per_draft_s: 0.01272,
+        verify_per_device_s: 0.01272,
         max_draft_len,
         min_draft_len: 1,
         devices: vec![
@@ -81,7 +81,7 @@ fn paper_a_limits_name_their_field() {
     assert!(err_a(&spec).starts_with("verify_fixed_s:"));
     // An upload time outside [1e-100, 1e100] s would overflow or underflow the planners' sums.
     let mut spec = paper_a_spec(3, 25);
-    spec.bits_per_draft_token = 1e-300;
+    spec.distribution_bits = 1e-300;
     assert!(err_a(&spec).starts_with("devices[0].spectral_efficiency: one token takes"));
     let mut spec = paper_a_spec(3, 25);
     spec.devices[1].spectral_efficiency = 1e-300;

@@ -49,9 +49,9 @@ fn scenario_a(devices: std::ops::RangeInclusive<usize>, span: u32) -> impl Strat
         .prop_map(|(bandwidth_hz, bits, fix, lin, min, extra, devices)| {
             Scenario::new(&paper_a::ScenarioSpec {
                 bandwidth_hz,
-                bits_per_draft_token: bits,
+                distribution_bits: bits,
                 verify_fixed_s: fix,
-                verify_per_draft_s: lin,
+                verify_per_device_s: lin,
                 max_draft_len: min + extra,
                 min_draft_len: min,
                 devices,

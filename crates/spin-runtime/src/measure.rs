@@ -434,19 +434,19 @@ pub struct Uplink {
     /// Spectral efficiency r in bit/s/Hz, the same for every device.
     pub spectral_efficiency: f64,
     /// Q_tok: bits per drafted token.
-    pub bits_per_draft_token: f64,
+    pub distribution_bits: f64,
 }
 
 impl Uplink {
     /// Seconds to upload one drafted token when K devices share the band equally: Q_tok / ((B/K)·r).
     pub fn token_s(&self, k: usize) -> f64 {
-        self.bits_per_draft_token / (self.bandwidth_hz / k as f64 * self.spectral_efficiency)
+        self.distribution_bits / (self.bandwidth_hz / k as f64 * self.spectral_efficiency)
     }
 }
 
 /// Q_tok = |V̂|(Q_B + ⌈log₂V⌉) with |V̂| = min(1024, V), Q_B = 16 (paper A §VI-A), from spin-core's one
 /// payload-size formula (`spin_core::dist::payload_bits`).
-pub fn bits_per_draft_token(vocab: usize) -> f64 {
+pub fn distribution_bits(vocab: usize) -> f64 {
     spin_core::dist::payload_bits(vocab.min(1024), vocab, 16) as f64
 }
 

@@ -62,12 +62,12 @@ fn affine_fit_meets_the_least_squares_conditions_and_r2_is_the_squared_correlati
 #[test]
 fn uplink_payload_and_time_follow_paper_a() {
     // |V̂| = min(1024, V) kept probabilities of 16 bits plus a ⌈log₂ V⌉-bit index each.
-    assert_eq!(measure::bits_per_draft_token(512), 512.0 * (16.0 + 9.0));
-    assert_eq!(measure::bits_per_draft_token(49_152), 1024.0 * (16.0 + 16.0));
+    assert_eq!(measure::distribution_bits(512), 512.0 * (16.0 + 9.0));
+    assert_eq!(measure::distribution_bits(49_152), 1024.0 * (16.0 + 16.0));
     let up = Uplink {
         bandwidth_hz: 10e6,
         spectral_efficiency: 5.0,
-        bits_per_draft_token: 12_800.0,
+        distribution_bits: 12_800.0,
     };
     // Four devices share 10 MHz: 2.5 MHz each at 5 bit/s/Hz is 12.5 Mbit/s.
     assert_relative_eq!(up.token_s(4), 12_800.0 / 12.5e6, max_relative = 1e-12);

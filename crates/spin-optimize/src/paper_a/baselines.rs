@@ -159,7 +159,7 @@ pub struct ProtocolOutcome {
 /// ⟨C⟩ The devices are served round-robin, one round each in turn, so the system goodput is the renewal–reward
 /// rate Σ_k E[N_k | L_k] / Σ_k (L_k(T_k^S + Q_tok/(B r_k)) + T_ver(1)).
 pub fn p2p(s: &Scenario) -> ProtocolOutcome {
-    let verify_one = s.verify_fixed_s + s.verify_per_draft_s;
+    let verify_one = s.verify_fixed_s + s.verify_per_device_s;
     let (mut tokens, mut time) = (0.0, 0.0);
     let mut lens = Vec::with_capacity(s.len());
     for d in &s.devices {

@@ -25,11 +25,11 @@ pub struct ScenarioSpec {
     /// Total uplink bandwidth B in Hz (> 0).
     pub bandwidth_hz: f64,
     /// Bits uploaded per drafted token, Q_tok = |V̂|(Q_B + ⌈log₂V⌉) (> 0).
-    pub bits_per_draft_token: f64,
+    pub distribution_bits: f64,
     /// T_fix of the batched verification latency T_ver = T_fix + K·T_lin (paper A, eq. 7), in seconds (≥ 0).
     pub verify_fixed_s: f64,
     /// T_lin of eq. 7, in seconds per device in the batch (≥ 0).
-    pub verify_per_draft_s: f64,
+    pub verify_per_device_s: f64,
     /// Largest allowed draft length L_max (≥ 1).
     pub max_draft_len: u32,
     /// Smallest allowed draft length (optional, default 1; paper A requires L_k ∈ Z₊).
@@ -81,11 +81,11 @@ pub struct Scenario {
     /// B in Hz.
     pub bandwidth_hz: f64,
     /// Q_tok in bits.
-    pub bits_per_draft_token: f64,
+    pub distribution_bits: f64,
     /// T_fix in seconds.
     pub verify_fixed_s: f64,
     /// T_lin in seconds.
-    pub verify_per_draft_s: f64,
+    pub verify_per_device_s: f64,
     /// Smallest allowed draft length (≥ 1).
     pub min_draft_len: u32,
     /// L_max.
@@ -133,11 +133,11 @@ impl Scenario {
     /// [`MAX_DRAFT_LEN_LIMIT`], [`MAX_PLAN_TABLE`]) are checked before anything is allocated.
     pub fn new(spec: &ScenarioSpec) -> Result<Self, OptimizeError> {
         OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
-        OptimizeError::positive("bits_per_draft_token", spec.bits_per_draft_token)?;
+        OptimizeError::positive("distribution_bits", spec.distribution_bits)?;
         OptimizeError::non_negative("verify_fixed_s", spec.verify_fixed_s)?;
-        OptimizeError::non_negative("verify_per_draft_s", spec.verify_per_draft_s)?;
+        OptimizeError::non_negative("verify_per_device_s", spec.verify_per_device_s)?;
         at_most("verify_fixed_s", spec.verify_fixed_s, MAX_TIME_S)?;
-        at_most("verify_per_draft_s", spec.verify_per_draft_s, MAX_TIME_S)?;
+        at_most("verify_per_device_s", spec.verify_per_device_s, MAX_TIME_S)?;
         if spec.min_draft_len == 0 {
             return Err(OptimizeError::Invalid {
                 field: "min_draft_len".into(),
@@ -192,12 +192,12 @@ impl Scenario {
                     d.spectral_efficiency,
                 )?;
                 at_most(format!("devices[{k}].draft_token_s"), t, MAX_TIME_S)?;
-                let upload = spec.bits_per_draft_token / r / spec.bandwidth_hz;
+                let upload = spec.distribution_bits / r / spec.bandwidth_hz;
                 if !(MIN_UPLOAD_S..=MAX_TIME_S).contains(&upload) {
                     return Err(OptimizeError::Invalid {
                         field: format!("devices[{k}].spectral_efficiency"),
                         reason: format!(
-                            "one token takes bits_per_draft_token / (spectral_efficiency · bandwidth_hz) = {upload:e} s \
+                            "one token takes distribution_bits / (spectral_efficiency · bandwidth_hz) = {upload:e} s \
                              over the whole band, outside [{MIN_UPLOAD_S:e}, {MAX_TIME_S:e}] s"
                         ),
                     });
@@ -206,15 +206,15 @@ impl Scenario {
                     alpha,
                     draft_token_s: t,
                     spectral_efficiency: r,
-                    hz_s_per_token: spec.bits_per_draft_token / r,
+                    hz_s_per_token: spec.distribution_bits / r,
                 })
             })
             .collect::<Result<Vec<_>, OptimizeError>>()?;
         Ok(Self {
             bandwidth_hz: spec.bandwidth_hz,
-            bits_per_draft_token: spec.bits_per_draft_token,
+            distribution_bits: spec.distribution_bits,
             verify_fixed_s: spec.verify_fixed_s,
-            verify_per_draft_s: spec.verify_per_draft_s,
+            verify_per_device_s: spec.verify_per_device_s,
             min_draft_len: spec.min_draft_len,
             max_draft_len: spec.max_draft_len,
             devices,
@@ -233,7 +233,7 @@ impl Scenario {
 
     /// T_ver = T_fix + K·T_lin (paper A, eq. 7): every device's draft is in the batch (shorter ones padded).
     pub fn verify_s(&self) -> f64 {
-        self.verify_fixed_s + self.len() as f64 * self.verify_per_draft_s
+        self.verify_fixed_s + self.len() as f64 * self.verify_per_device_s
     }
 
     /// Σ_k E[N_k | L_k]: the expected tokens of one round of the plan `draft_lengths` (numerator of eq. 27).
@@ -367,9 +367,9 @@ mod tests {
     pub(crate) fn spec() -> ScenarioSpec {
         ScenarioSpec {
             bandwidth_hz: 1e7,
-            bits_per_draft_token: 31744.0,
+            distribution_bits: 31744.0,
             verify_fixed_s: 0.02268,
-            verify_per_draft_s: 0.01272,
+            verify_per_device_s: 0.01272,
             max_draft_len: 25,
             min_draft_len: 1,
             devices: vec![DeviceSpec {
@@ -382,8 +382,8 @@ mod tests {
 
     #[test]
     fn json_without_optional_fields_parses() {
-        let json = r#"{ "model": "paper-a", "bandwidth_hz": 1.0e7, "bits_per_draft_token": 31744,
-          "verify_fixed_s": 0.02268, "verify_per_draft_s": 0.01272, "max_draft_len": 25,
+        let json = r#"{ "model": "paper-a", "bandwidth_hz": 1.0e7, "distribution_bits": 31744,
+          "verify_fixed_s": 0.02268, "verify_per_device_s": 0.01272, "max_draft_len": 25,
           "devices": [ {"acceptance": 0.86, "draft_token_s": 0.021, "spectral_efficiency": 12.5} ] }"#;
         let parsed: ScenarioSpec = serde_json::from_str(json).unwrap();
         assert_eq!(parsed, spec());
@@ -397,14 +397,11 @@ mod tests {
     fn every_invalid_field_is_named() {
         let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|s| s.bandwidth_hz = 0.0), "bandwidth_hz:"),
-            (
-                Box::new(|s| s.bits_per_draft_token = f64::NAN),
-                "bits_per_draft_token:",
-            ),
+            (Box::new(|s| s.distribution_bits = f64::NAN), "distribution_bits:"),
             (Box::new(|s| s.verify_fixed_s = -1.0), "verify_fixed_s:"),
             (
-                Box::new(|s| s.verify_per_draft_s = f64::INFINITY),
-                "verify_per_draft_s:",
+                Box::new(|s| s.verify_per_device_s = f64::INFINITY),
+                "verify_per_device_s:",
             ),
             (Box::new(|s| s.max_draft_len = 0), "max_draft_len:"),
             (Box::new(|s| s.min_draft_len = 0), "min_draft_len:"),

@@ -124,9 +124,9 @@ mod tests {
     fn simulation_tracks_the_formula_and_replays() {
         let base = ScenarioSpec {
             bandwidth_hz: 1e7,
-            bits_per_draft_token: 34816.0,
+            distribution_bits: 34816.0,
             verify_fixed_s: 0.02268,
-            verify_per_draft_s: 0.01272,
+            verify_per_device_s: 0.01272,
             max_draft_len: 25,
             min_draft_len: 1,
             devices: vec![

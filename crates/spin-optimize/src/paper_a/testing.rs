@@ -10,9 +10,9 @@ pub fn random_scenario<R: Rng + ?Sized>(rng: &mut R, devices: usize, max_draft_l
     let mut u = |lo: f64, hi: f64| lo + (hi - lo) * rng.random::<f64>();
     let spec = ScenarioSpec {
         bandwidth_hz: u(1e6, 2e7),
-        bits_per_draft_token: 31744.0,
+        distribution_bits: 31744.0,
         verify_fixed_s: u(0.01, 0.08),
-        verify_per_draft_s: u(0.002, 0.02),
+        verify_per_device_s: u(0.002, 0.02),
         max_draft_len,
         min_draft_len: 1,
         devices: (0..devices)
@@ -46,9 +46,9 @@ pub fn ordinary_scenario_with<R: Rng + ?Sized>(rng: &mut R, devices: usize, max_
     let mut u = |lo: f64, hi: f64| lo + (hi - lo) * rng.random::<f64>();
     let spec = ScenarioSpec {
         bandwidth_hz: u(1e6, 4e7),
-        bits_per_draft_token: 1024.0 * (16.0 + 18.0),
+        distribution_bits: 1024.0 * (16.0 + 18.0),
         verify_fixed_s: fix * u(0.8, 1.2),
-        verify_per_draft_s: lin * u(0.8, 1.2),
+        verify_per_device_s: lin * u(0.8, 1.2),
         max_draft_len,
         min_draft_len: 1,
         devices: (0..devices)
