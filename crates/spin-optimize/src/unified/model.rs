@@ -125,11 +125,17 @@ pub struct State {
     pub uplink_s: f64,
     tokens: Vec<u32>,
     comm: Vec<f64>,
+    /// |R| per outcome: the rejected pair senders.
+    rejected: Vec<u32>,
     token_mean: f64,
     comm_mean: f64,
     /// The objective value.
     pub value: f64,
 }
+
+/// The relative margin by which a bound must fall below a threshold before [`Evaluator::try_moves_above`] skips
+/// the move: far above the rounding of either side, so a skipped move is never one the exact value would keep.
+const BOUND_MARGIN: f64 = 1e-9;
 
 /// One change of a move: device, new length, new payload choice.
 pub type Change = (usize, u32, bool);
@@ -155,6 +161,11 @@ pub struct Evaluator {
     closed_tokens: bool,
     /// Devices by uplink gain, strongest first (= UL delay ascending at any equal share).
     order: Vec<usize>,
+    /// The position of each device in `order`.
+    position: Vec<usize>,
+    /// F by s·K + position in `order`: the outcomes again, outcome-major, so that finding an outcome's rejected
+    /// set reads one contiguous row instead of K strided entries (as paper B's evaluator does).
+    by_outcome: Vec<u16>,
     /// 1/g^dl by position in `order`.
     inverse_dl_gain: Vec<f64>,
     /// τ^ul by (m − 1)·K + position.
@@ -205,6 +216,10 @@ impl Evaluator {
         let mut order: Vec<usize> = (0..k_n).collect();
         let ul_gain: Vec<f64> = round.devices.iter().map(|d| d.uplink_gain).collect();
         order.sort_by(|&i, &j| ul_gain[j].total_cmp(&ul_gain[i]).then(i.cmp(&j)));
+        let mut position = vec![0; k_n];
+        for (pos, &k) in order.iter().enumerate() {
+            position[k] = pos;
+        }
         let inverse_dl_gain = order
             .iter()
             .map(|&k| 1.0 / round.devices[k].downlink_gain)
@@ -215,6 +230,12 @@ impl Evaluator {
             ul_table.extend(order.iter().map(|&k| link.ul_delay_s(b, ul_gain[k])));
         }
         let n = outcomes.count;
+        let mut by_outcome = vec![0u16; n * k_n];
+        for (pos, &k) in order.iter().enumerate() {
+            for s in 0..n {
+                by_outcome[s * k_n + pos] = outcomes.first[k * n + s];
+            }
+        }
         let width = max_len as usize + 1;
         let mut token_table = vec![0.0; k_n * width];
         let stride = max_len as usize + 3;
@@ -265,6 +286,8 @@ impl Evaluator {
             outcomes,
             closed_tokens: round.payload.policy == PayloadPolicy::Distribution,
             order,
+            position,
+            by_outcome,
             inverse_dl_gain,
             ul_table,
             token_table,
@@ -397,20 +420,29 @@ impl Evaluator {
         Ok(latency)
     }
 
-    fn rejected(&self, k: usize, s: usize, l: u32, dist: bool) -> bool {
-        !dist && u32::from(self.outcomes.first[k * self.outcomes.count + s]) <= l
+    /// The rejection cap of every device by position in `order`: a device is rejected in an outcome iff its
+    /// F ≤ cap, with cap = L_k for a pair sender and 0 (never) for a device that sent distributions.
+    fn caps(&self, lens: &[u32], dists: &[bool], caps: &mut Vec<u32>) {
+        caps.clear();
+        caps.extend(
+            self.order
+                .iter()
+                .map(|&k| if dists[k] { 0 } else { lens[k] }),
+        );
     }
 
     fn tokens(&self, k: usize, s: usize, l: u32) -> u32 {
         u32::from(self.outcomes.first[k * self.outcomes.count + s]).min(l + 1)
     }
 
-    /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch.
-    fn comm(&self, s: usize, lens: &[u32], dists: &[bool], buf: &mut CommBuf) -> (f64, usize) {
+    /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch (which keeps the rejected
+    /// positions); `caps` from [`Evaluator::caps`].
+    fn comm(&self, s: usize, caps: &[u32], buf: &mut CommBuf) -> (f64, usize) {
         let CommBuf { rejected, suffix } = buf;
         rejected.clear();
-        for (pos, &k) in self.order.iter().enumerate() {
-            if self.rejected(k, s, lens[k], dists[k]) {
+        let row = &self.by_outcome[s * self.k_n..(s + 1) * self.k_n];
+        for (pos, (&f, &cap)) in row.iter().zip(caps).enumerate() {
+            if u32::from(f) <= cap {
                 rejected.push(pos);
             }
         }
@@ -517,6 +549,7 @@ impl Evaluator {
                 uplink_s: phi,
                 tokens: vec![],
                 comm: vec![],
+                rejected: vec![],
                 token_mean: tokens,
                 comm_mean: 0.0,
                 value: tokens / base,
@@ -529,14 +562,17 @@ impl Evaluator {
                 *t += u32::from(f).min(l + 1);
             }
         }
-        let mut scratch = CommBuf::default();
-        let comm: Vec<f64> = if self.rejectable(lens, dists) {
-            (0..n)
-                .map(|s| self.comm(s, lens, dists, &mut scratch).0)
-                .collect()
-        } else {
-            vec![0.0; n]
-        };
+        let mut comm = vec![0.0; n];
+        let mut rejected = vec![0u32; n];
+        if self.rejectable(lens, dists) {
+            let mut buf = CommBuf::default();
+            let mut caps = Vec::new();
+            self.caps(lens, dists, &mut caps);
+            for s in 0..n {
+                comm[s] = self.comm(s, &caps, &mut buf).0;
+                rejected[s] = buf.rejected.len() as u32;
+            }
+        }
         let token_mean = self.token_mean(lens);
         let comm_mean: f64 = comm.iter().zip(&self.outcomes.weight).map(|(c, w)| c * w).sum();
         let value = self.reduce(
@@ -553,6 +589,7 @@ impl Evaluator {
             uplink_s: phi,
             tokens,
             comm,
+            rejected,
             token_mean,
             comm_mean,
             value,
@@ -587,6 +624,23 @@ impl Evaluator {
         objective: Objective,
         scratch: &mut Scratch,
     ) -> f64 {
+        self.try_moves_above(state, changes, objective, f64::NEG_INFINITY, scratch)
+            .unwrap_or(f64::NEG_INFINITY)
+    }
+
+    /// [`Evaluator::try_moves`] for a caller that only wants the value if it is above `threshold`: `None` when a
+    /// cheap upper bound (the exact tokens and uplink latency over a lower bound on E\[T_comm\], see
+    /// [`Evaluator::comm_floor`]) shows that it is not, before any T_comm is recomputed. When it returns a value,
+    /// that value is the one [`Evaluator::try_moves`] returns, so a search that keeps only values above its
+    /// incumbent takes the same steps with or without the bound.
+    pub fn try_moves_above(
+        &self,
+        state: &State,
+        changes: &[Change],
+        objective: Objective,
+        threshold: f64,
+        scratch: &mut Scratch,
+    ) -> Option<f64> {
         scratch.lens.clone_from(&state.lens);
         scratch.dists.clone_from(&state.dists);
         for &(k, l, d) in changes {
@@ -595,12 +649,13 @@ impl Evaluator {
         }
         let lens = std::mem::take(&mut scratch.lens);
         let dists = std::mem::take(&mut scratch.dists);
-        let value = self.try_at(state, changes, objective, scratch, &lens, &dists);
+        let value = self.try_at(state, changes, objective, scratch, &lens, &dists, threshold);
         scratch.lens = lens;
         scratch.dists = dists;
         value
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn try_at(
         &self,
         state: &State,
@@ -609,30 +664,38 @@ impl Evaluator {
         scratch: &mut Scratch,
         lens: &[u32],
         dists: &[bool],
-    ) -> f64 {
+        threshold: f64,
+    ) -> Option<f64> {
         let phi = self.uplink_latency_s(lens, dists);
         let base = phi + self.verify_s;
         let closed_now = self.closed_tokens && !self.rejectable(lens, dists);
         if closed_now {
-            return self.closed_form_tokens(lens) / base;
+            return Some(self.closed_form_tokens(lens) / base);
         }
         if state.tokens.is_empty() {
             // The state was in closed form: no per-outcome totals to update from.
-            return self.state_at(lens, dists, phi, objective).value;
+            return Some(self.state_at(lens, dists, phi, objective).value);
         }
         let n = self.outcomes.count;
-        self.mark_flipped(state, changes, scratch);
         let width = self.max_len as usize + 1;
         let mut token_mean = state.token_mean;
         for &(k, l, _) in changes {
             token_mean += self.token_table[k * width + l as usize]
                 - self.token_table[k * width + state.lens[k] as usize];
         }
+        if objective == Objective::Rate
+            && threshold > 0.0
+            && token_mean / (base + self.comm_floor(state, changes)) < threshold * (1.0 - BOUND_MARGIN)
+        {
+            return None;
+        }
+        self.mark_flipped(state, changes, scratch);
         let mut comm_mean = state.comm_mean;
         scratch.comm_values.resize(n, 0.0);
+        self.caps(lens, dists, &mut scratch.caps);
         let mut rejected = std::mem::take(&mut scratch.rejected);
         for &s in &scratch.flipped {
-            let c = self.comm(s, lens, dists, &mut rejected).0;
+            let c = self.comm(s, &scratch.caps, &mut rejected).0;
             comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
             scratch.comm_values[s] = c;
         }
@@ -659,7 +722,48 @@ impl Evaluator {
         for &s in &scratch.flipped {
             scratch.mark[s] = false;
         }
-        value
+        Some(value)
+    }
+
+    /// A lower bound on E\[T_comm\] after `changes`, from per-outcome totals only. A change that only adds
+    /// rejections (a pair sender drafting more, or switching to pairs) cannot lower any outcome's T_comm (the
+    /// monotonicity the branch and bound uses). When one device k leaves the rejected set R of an outcome
+    /// (|R| = m), T_comm(R ∖ {k}) ≥ T_comm(R)·(m − 1)/m under the optimal rule and all-UL whenever k's own UL delay
+    /// at B/m is below T_comm(R): k in UL beside the optimal assignment of R ∖ {k} at B/m is feasible for R, and
+    /// every delay b/log₂(1 + c/b) form grows at most by m/(m − 1) when the share falls from B/(m − 1) to B/m
+    /// (b·log(1 + c/b) is concave and 0 at b = 0). Otherwise the outcome's T_comm is bounded by 0.
+    fn comm_floor(&self, state: &State, changes: &[Change]) -> f64 {
+        let stride = self.max_len as usize + 3;
+        let mut floor = state.comm_mean;
+        let mut removals = 0;
+        for &(k, l, d) in changes {
+            let (l0, d0) = (state.lens[k], state.dists[k]);
+            // Rejected in outcomes with F ≤ cap.
+            let (cap0, cap1) = (if d0 { 0 } else { l0 }, if d { 0 } else { l });
+            if cap1 >= cap0 {
+                continue;
+            }
+            removals += 1;
+            if removals > 1 {
+                // Several devices leave: the per-outcome argument covers one; bound by 0 instead.
+                return 0.0;
+            }
+            let scaled = matches!(self.policy.modes, ModeScheme::Optimal | ModeScheme::AllUl);
+            let pos = self.position[k];
+            let from = self.bucket_start[k * stride + cap1 as usize + 1];
+            let to = self.bucket_start[k * stride + cap0 as usize + 1];
+            for &s in &self.bucket[from..to] {
+                let s = s as usize;
+                let (c, m) = (state.comm[s], state.rejected[s] as usize);
+                let keep = if scaled && m > 1 && self.ul_table[(m - 1) * self.k_n + pos] < c {
+                    c * (m - 1) as f64 / m as f64
+                } else {
+                    0.0
+                };
+                floor -= self.outcomes.weight[s] * (c - keep);
+            }
+        }
+        floor.max(0.0)
     }
 
     /// Collects in `scratch.flipped` the outcomes whose rejected set changes under `changes`.
@@ -728,10 +832,12 @@ impl Evaluator {
             }
         }
         let mut buf = std::mem::take(&mut scratch.rejected);
+        self.caps(&lens, &dists, &mut scratch.caps);
         for &s in &scratch.flipped {
-            let c = self.comm(s, &lens, &dists, &mut buf).0;
+            let c = self.comm(s, &scratch.caps, &mut buf).0;
             state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
             state.comm[s] = c;
+            state.rejected[s] = buf.rejected.len() as u32;
             scratch.mark[s] = false;
         }
         scratch.rejected = buf;
@@ -772,12 +878,14 @@ impl Evaluator {
         }
         let n = self.outcomes.count;
         let rejectable = self.rejectable(lo, dists);
+        self.caps(lo, dists, &mut scratch.caps);
+        let caps = &scratch.caps;
         let mut rejected = std::mem::take(&mut scratch.rejected);
         let result = match objective {
             Objective::Rate => {
                 let comm_mean: f64 = if rejectable {
                     (0..n)
-                        .map(|s| self.outcomes.weight[s] * self.comm(s, lo, dists, &mut rejected).0)
+                        .map(|s| self.outcomes.weight[s] * self.comm(s, caps, &mut rejected).0)
                         .sum()
                 } else {
                     0.0
@@ -789,7 +897,7 @@ impl Evaluator {
                 let (mut up, mut at) = (0.0, 0.0);
                 for s in 0..n {
                     let c = if rejectable {
-                        self.comm(s, lo, dists, &mut rejected).0
+                        self.comm(s, caps, &mut rejected).0
                     } else {
                         0.0
                     };
@@ -847,6 +955,7 @@ pub struct Scratch {
     flipped: Vec<usize>,
     mark: Vec<bool>,
     comm_values: Vec<f64>,
+    caps: Vec<u32>,
     rejected: CommBuf,
 }
 
