@@ -123,6 +123,9 @@ pub struct State {
     pub dists: Vec<bool>,
     /// The Lemma-3 uplink latency φ(L, z).
     pub uplink_s: f64,
+    /// Σ w_k/(φ − β_k) and Σ w_k/(φ − β_k)² over the devices with bits: the Lemma-3 function and its slope at
+    /// φ, for the lower bound on φ after a move ([`Evaluator::uplink_floor`]).
+    uplink_load: (f64, f64),
     tokens: Vec<u32>,
     comm: Vec<f64>,
     /// |R| per outcome: the rejected pair senders.
@@ -547,6 +550,7 @@ impl Evaluator {
                 lens: lens.to_vec(),
                 dists: dists.to_vec(),
                 uplink_s: phi,
+                uplink_load: self.uplink_load(lens, dists, phi),
                 tokens: vec![],
                 comm: vec![],
                 rejected: vec![],
@@ -587,6 +591,7 @@ impl Evaluator {
             lens: lens.to_vec(),
             dists: dists.to_vec(),
             uplink_s: phi,
+            uplink_load: self.uplink_load(lens, dists, phi),
             tokens,
             comm,
             rejected,
@@ -666,13 +671,12 @@ impl Evaluator {
         dists: &[bool],
         threshold: f64,
     ) -> Option<f64> {
-        let phi = self.uplink_latency_s(lens, dists);
-        let base = phi + self.verify_s;
         let closed_now = self.closed_tokens && !self.rejectable(lens, dists);
-        if closed_now {
-            return Some(self.closed_form_tokens(lens) / base);
-        }
-        if state.tokens.is_empty() {
+        if closed_now || state.tokens.is_empty() {
+            let phi = self.uplink_latency_s(lens, dists);
+            if closed_now {
+                return Some(self.closed_form_tokens(lens) / (phi + self.verify_s));
+            }
             // The state was in closed form: no per-outcome totals to update from.
             return Some(self.state_at(lens, dists, phi, objective).value);
         }
@@ -683,12 +687,23 @@ impl Evaluator {
             token_mean += self.token_table[k * width + l as usize]
                 - self.token_table[k * width + state.lens[k] as usize];
         }
-        if objective == Objective::Rate
-            && threshold > 0.0
-            && token_mean / (base + self.comm_floor(state, changes)) < threshold * (1.0 - BOUND_MARGIN)
-        {
+        // Under the rate objective the value is token_mean / (φ + T_ver + E[T_comm]): bound it from above with
+        // lower bounds on φ (O(1) for one device) and on E[T_comm], then with the exact φ, before any T_comm.
+        let bounded = objective == Objective::Rate && threshold > 0.0;
+        let comm_floor = if bounded {
+            self.comm_floor(state, changes)
+        } else {
+            0.0
+        };
+        let below = |phi: f64| token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN);
+        if bounded && let [change] = changes && below(self.uplink_floor(state, *change)) {
             return None;
         }
+        let phi = self.uplink_latency_s(lens, dists);
+        if bounded && below(phi) {
+            return None;
+        }
+        let base = phi + self.verify_s;
         self.mark_flipped(state, changes, scratch);
         let mut comm_mean = state.comm_mean;
         scratch.comm_values.resize(n, 0.0);
@@ -723,6 +738,51 @@ impl Evaluator {
             scratch.mark[s] = false;
         }
         Some(value)
+    }
+
+    /// (Σ w_k/(φ − β_k), Σ w_k/(φ − β_k)²) over the devices with bits to send.
+    fn uplink_load(&self, lens: &[u32], dists: &[bool], phi: f64) -> (f64, f64) {
+        let (mut load, mut slope) = (0.0, 0.0);
+        for k in 0..self.k_n {
+            let (w, b) = self.term(k, lens[k], dists[k]);
+            if w > 0.0 {
+                let inv = 1.0 / (phi - b);
+                load += w * inv;
+                slope += w * inv * inv;
+            }
+        }
+        (load, slope)
+    }
+
+    /// A lower bound on φ after one device's change, in O(1) from the state's Lemma-3 load and slope. The
+    /// function G(x) = Σ_k w_k/(x − β_k) is convex and falls, and φ' is where the new G' reaches B (or later, for a
+    /// device without bits); when G'(φ) > B, φ lies left of φ' and one Newton step from it stays at or below φ'.
+    /// Always φ' ≥ β'_k + w'_k/B (device k alone on the whole band) and φ' ≥ β'_k.
+    fn uplink_floor(&self, state: &State, (k, l, d): Change) -> f64 {
+        let phi = state.uplink_s;
+        let (w0, b0) = self.term(k, state.lens[k], state.dists[k]);
+        let (w1, b1) = self.term(k, l, d);
+        let alone = b1 + w1 / self.bandwidth_hz;
+        if w1 > 0.0 && b1 >= phi {
+            return alone;
+        }
+        let (load, slope) = state.uplink_load;
+        let (mut g, mut dg) = (load, slope);
+        if w0 > 0.0 {
+            let inv = 1.0 / (phi - b0);
+            g -= w0 * inv;
+            dg -= w0 * inv * inv;
+        }
+        if w1 > 0.0 {
+            let inv = 1.0 / (phi - b1);
+            g += w1 * inv;
+            dg += w1 * inv * inv;
+        }
+        if g > self.bandwidth_hz && dg > 0.0 {
+            alone.max(phi + (g - self.bandwidth_hz) / dg)
+        } else {
+            alone
+        }
     }
 
     /// A lower bound on E\[T_comm\] after `changes`, from per-outcome totals only. A change that only adds
@@ -845,6 +905,7 @@ impl Evaluator {
         state.lens = lens;
         state.dists = dists;
         state.uplink_s = phi;
+        state.uplink_load = self.uplink_load(&state.lens, &state.dists, phi);
         let base = phi + self.verify_s;
         state.value = self.reduce(
             objective,
