@@ -441,29 +441,44 @@ impl Evaluator {
     /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch (which keeps the rejected
     /// positions); `caps` from [`Evaluator::caps`].
     fn comm(&self, s: usize, caps: &[u32], buf: &mut CommBuf) -> (f64, usize) {
-        let CommBuf { rejected, suffix } = buf;
-        rejected.clear();
-        let row = &self.by_outcome[s * self.k_n..(s + 1) * self.k_n];
-        for (pos, (&f, &cap)) in row.iter().zip(caps).enumerate() {
-            if u32::from(f) <= cap {
-                rejected.push(pos);
-            }
+        // One pass from the weakest device to the strongest finds the rejected set (branch-free: every position
+        // is written, the count only advances on a rejection) and its suffix sums of 1/g^dl, in the order and
+        // with the additions of a suffix sum built from the back (adding 0.0 leaves a positive sum unchanged).
+        let CommBuf {
+            rejected,
+            suffix,
+            len,
+        } = buf;
+        let k_n = self.k_n;
+        rejected.resize(k_n, 0);
+        suffix.resize(k_n, 0.0);
+        let row = &self.by_outcome[s * k_n..(s + 1) * k_n];
+        let (mut m, mut acc) = (0usize, 0.0f64);
+        for pos in (0..k_n).rev() {
+            let hit = u32::from(row[pos]) <= caps[pos];
+            acc += if hit { self.inverse_dl_gain[pos] } else { 0.0 };
+            rejected[m] = pos;
+            suffix[m] = acc;
+            m += usize::from(hit);
         }
-        let m = rejected.len();
+        *len = m;
         if m == 0 {
             return (0.0, 0);
         }
+        // The rejected positions ascending: the i-th is rejected[m − 1 − i], the sum of 1/g^dl from it on is
+        // suffix[m − 1 − i].
+        let at = |i: usize| rejected[m - 1 - i];
         let b = self.link.share_hz(m);
-        let row = &self.ul_table[(m - 1) * self.k_n..m * self.k_n];
+        let row = &self.ul_table[(m - 1) * k_n..m * k_n];
         match self.policy.modes {
-            ModeScheme::AllUl => (row[rejected[m - 1]], m),
+            ModeScheme::AllUl => (row[at(m - 1)], m),
             ModeScheme::AllDl => {
-                let inv: f64 = rejected.iter().map(|&p| self.inverse_dl_gain[p]).sum();
+                let inv: f64 = (0..m).map(|i| self.inverse_dl_gain[at(i)]).sum();
                 (self.link.dl_delay_s(b, inv), 0)
             }
             ModeScheme::Random => {
                 let (mut ul_max, mut inv, mut n_ul) = (0.0f64, 0.0, 0);
-                for &p in rejected.iter() {
+                for p in (0..m).map(at) {
                     if self.outcomes.coin[self.order[p] * self.outcomes.count + s] {
                         ul_max = ul_max.max(row[p]);
                         n_ul += 1;
@@ -476,15 +491,11 @@ impl Evaluator {
             ModeScheme::Optimal | ModeScheme::BruteForce => {
                 // Lemma 2 holds with separate DL gains: for a largest UL delay t, putting every device with
                 // τ^ul ≤ t in UL only shrinks Σ 1/g^dl of the rest, so an optimal UL set is a prefix in UL order.
-                suffix.clear();
-                suffix.resize(m + 1, 0.0);
-                for i in (0..m).rev() {
-                    suffix[i] = suffix[i + 1] + self.inverse_dl_gain[rejected[i]];
-                }
+                let suffix_from = |n_dl: usize| if n_dl < m { suffix[m - 1 - n_dl] } else { 0.0 };
                 let (n_ul, delay) = split_by_bisection(
                     m,
-                    |i| row[rejected[i]],
-                    |n_dl| self.link.dl_delay_s(b, suffix[n_dl]),
+                    |i| row[at(i)],
+                    |n_dl| self.link.dl_delay_s(b, suffix_from(n_dl)),
                 );
                 (delay, n_ul)
             }
@@ -574,7 +585,7 @@ impl Evaluator {
             self.caps(lens, dists, &mut caps);
             for s in 0..n {
                 comm[s] = self.comm(s, &caps, &mut buf).0;
-                rejected[s] = buf.rejected.len() as u32;
+                rejected[s] = buf.len as u32;
             }
         }
         let token_mean = self.token_mean(lens);
@@ -897,7 +908,7 @@ impl Evaluator {
             let c = self.comm(s, &scratch.caps, &mut buf).0;
             state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
             state.comm[s] = c;
-            state.rejected[s] = buf.rejected.len() as u32;
+            state.rejected[s] = buf.len as u32;
             scratch.mark[s] = false;
         }
         scratch.rejected = buf;
@@ -1020,9 +1031,11 @@ pub struct Scratch {
     rejected: CommBuf,
 }
 
-/// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl.
+/// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl (both from the
+/// weakest device down, K long; the first `len` are the rejected set).
 #[derive(Debug, Default, Clone)]
 struct CommBuf {
     rejected: Vec<usize>,
     suffix: Vec<f64>,
+    len: usize,
 }
