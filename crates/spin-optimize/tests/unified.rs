@@ -466,7 +466,10 @@ fn a_move_skipped_by_the_bound_is_never_above_its_threshold() {
                     match ev.try_moves_above(&state, &changes, Objective::Rate, threshold, &mut scratch) {
                         None => {
                             skipped += 1;
-                            assert!(exact < threshold, "{modes:?} {changes:?}: skipped {exact} ≥ {threshold}");
+                            assert!(
+                                exact < threshold,
+                                "{modes:?} {changes:?}: skipped {exact} ≥ {threshold}"
+                            );
                         }
                         Some(v) => {
                             kept += 1;

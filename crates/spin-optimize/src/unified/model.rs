@@ -427,11 +427,7 @@ impl Evaluator {
     /// F ≤ cap, with cap = L_k for a pair sender and 0 (never) for a device that sent distributions.
     fn caps(&self, lens: &[u32], dists: &[bool], caps: &mut Vec<u32>) {
         caps.clear();
-        caps.extend(
-            self.order
-                .iter()
-                .map(|&k| if dists[k] { 0 } else { lens[k] }),
-        );
+        caps.extend(self.order.iter().map(|&k| if dists[k] { 0 } else { lens[k] }));
     }
 
     fn tokens(&self, k: usize, s: usize, l: u32) -> u32 {
@@ -706,8 +702,12 @@ impl Evaluator {
         } else {
             0.0
         };
-        let below = |phi: f64| token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN);
-        if bounded && let [change] = changes && below(self.uplink_floor(state, *change)) {
+        let below =
+            |phi: f64| token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN);
+        if bounded
+            && let [change] = changes
+            && below(self.uplink_floor(state, *change))
+        {
             return None;
         }
         let phi = self.uplink_latency_s(lens, dists);
