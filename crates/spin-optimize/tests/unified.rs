@@ -418,6 +418,13 @@ fn incremental_moves_equal_full_evaluation() {
                     ev.apply_moves(&mut applied, &changes, objective, &mut scratch);
                     assert_eq!((&applied.lens, &applied.dists), (&moved.0, &moved.1));
                     assert!(close(applied.value, full, 1e-12), "{} vs {full}", applied.value);
+                    // Applying a kept try reuses its φ and T_comm values and lands on the same state exactly.
+                    let again = ev.try_moves(&state, &changes, objective, &mut scratch);
+                    assert_eq!(again.to_bits(), fast.to_bits());
+                    ev.keep_last_try(&state, &changes, &mut scratch);
+                    let mut reused = state.clone();
+                    ev.apply_moves(&mut reused, &changes, objective, &mut scratch);
+                    assert_eq!(reused, applied);
                 }
             }
         }

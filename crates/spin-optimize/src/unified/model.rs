@@ -653,6 +653,7 @@ impl Evaluator {
         threshold: f64,
         scratch: &mut Scratch,
     ) -> Option<f64> {
+        scratch.last_phi = None;
         scratch.lens.clone_from(&state.lens);
         scratch.dists.clone_from(&state.dists);
         for &(k, l, d) in changes {
@@ -718,14 +719,17 @@ impl Evaluator {
         self.mark_flipped(state, changes, scratch);
         let mut comm_mean = state.comm_mean;
         scratch.comm_values.resize(n, 0.0);
+        scratch.count_values.resize(n, 0);
         self.caps(lens, dists, &mut scratch.caps);
         let mut rejected = std::mem::take(&mut scratch.rejected);
         for &s in &scratch.flipped {
             let c = self.comm(s, &scratch.caps, &mut rejected).0;
             comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
             scratch.comm_values[s] = c;
+            scratch.count_values[s] = rejected.len as u32;
         }
         scratch.rejected = rejected;
+        scratch.last_phi = Some(phi);
         let value = match objective {
             Objective::Rate => token_mean / (base + comm_mean),
             Objective::MeanRatio => {
@@ -749,6 +753,31 @@ impl Evaluator {
             scratch.mark[s] = false;
         }
         Some(value)
+    }
+
+    /// Keeps what the last [`Evaluator::try_moves_above`] on `state` with `changes` computed (φ and T_comm in
+    /// the outcomes that flip), so that [`Evaluator::apply_moves`] of that move from that state reuses it instead
+    /// of computing it again; the same values in the same order, so the state is the same bit for bit. Keeps
+    /// nothing when the last try ended at a bound or in closed form.
+    pub fn keep_last_try(&self, state: &State, changes: &[Change], scratch: &mut Scratch) {
+        let Some(phi) = scratch.last_phi else {
+            scratch.kept = None;
+            return;
+        };
+        let mut kept = scratch.kept.take().unwrap_or_default();
+        kept.lens.clone_from(&state.lens);
+        kept.dists.clone_from(&state.dists);
+        kept.changes.clear();
+        kept.changes.extend_from_slice(changes);
+        kept.phi = phi;
+        kept.flipped.clone_from(&scratch.flipped);
+        kept.comm.clear();
+        kept.comm
+            .extend(scratch.flipped.iter().map(|&s| scratch.comm_values[s]));
+        kept.counts.clear();
+        kept.counts
+            .extend(scratch.flipped.iter().map(|&s| scratch.count_values[s]));
+        scratch.kept = Some(kept);
     }
 
     /// (Σ w_k/(φ − β_k), Σ w_k/(φ − β_k)²) over the devices with bits to send.
@@ -877,19 +906,25 @@ impl Evaluator {
         objective: Objective,
         scratch: &mut Scratch,
     ) {
+        let kept = scratch
+            .kept
+            .take()
+            .filter(|t| t.changes == changes && t.lens == state.lens && t.dists == state.dists);
         let mut lens = state.lens.clone();
         let mut dists = state.dists.clone();
         for &(k, l, d) in changes {
             lens[k] = l;
             dists[k] = d;
         }
-        let phi = self.uplink_latency_s(&lens, &dists);
+        let phi = match &kept {
+            Some(t) => t.phi,
+            None => self.uplink_latency_s(&lens, &dists),
+        };
         let closed_now = self.closed_tokens && !self.rejectable(&lens, &dists);
         if closed_now || state.tokens.is_empty() {
             *state = self.state_at(&lens, &dists, phi, objective);
             return;
         }
-        self.mark_flipped(state, changes, scratch);
         let n = self.outcomes.count;
         let width = self.max_len as usize + 1;
         for &(k, l, _) in changes {
@@ -902,16 +937,26 @@ impl Evaluator {
                 }
             }
         }
-        let mut buf = std::mem::take(&mut scratch.rejected);
-        self.caps(&lens, &dists, &mut scratch.caps);
-        for &s in &scratch.flipped {
-            let c = self.comm(s, &scratch.caps, &mut buf).0;
-            state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
-            state.comm[s] = c;
-            state.rejected[s] = buf.len as u32;
-            scratch.mark[s] = false;
+        if let Some(t) = kept {
+            for ((&s, &c), &m) in t.flipped.iter().zip(&t.comm).zip(&t.counts) {
+                state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+                state.comm[s] = c;
+                state.rejected[s] = m;
+            }
+            scratch.kept = Some(t);
+        } else {
+            self.mark_flipped(state, changes, scratch);
+            let mut buf = std::mem::take(&mut scratch.rejected);
+            self.caps(&lens, &dists, &mut scratch.caps);
+            for &s in &scratch.flipped {
+                let c = self.comm(s, &scratch.caps, &mut buf).0;
+                state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+                state.comm[s] = c;
+                state.rejected[s] = buf.len as u32;
+                scratch.mark[s] = false;
+            }
+            scratch.rejected = buf;
         }
-        scratch.rejected = buf;
         debug_assert_eq!(state.tokens.len(), n);
         state.lens = lens;
         state.dists = dists;
@@ -1027,8 +1072,26 @@ pub struct Scratch {
     flipped: Vec<usize>,
     mark: Vec<bool>,
     comm_values: Vec<f64>,
+    count_values: Vec<u32>,
     caps: Vec<u32>,
     rejected: CommBuf,
+    /// φ of the last try that computed T_comm (None after a bound or a closed form).
+    last_phi: Option<f64>,
+    /// A tried move kept for [`Evaluator::apply_moves`].
+    kept: Option<Kept>,
+}
+
+/// What [`Evaluator::keep_last_try`] keeps: the state's point, the move, φ, and T_comm and |R| in the outcomes that
+/// flip, in the order they were computed.
+#[derive(Debug, Default, Clone)]
+struct Kept {
+    lens: Vec<u32>,
+    dists: Vec<bool>,
+    changes: Vec<Change>,
+    phi: f64,
+    flipped: Vec<usize>,
+    comm: Vec<f64>,
+    counts: Vec<u32>,
 }
 
 /// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl (both from the

@@ -156,6 +156,7 @@ impl Search<'_> {
                         && v > threshold
                     {
                         best = Some((v, c));
+                        self.ev.keep_last_try(&state, &[c], &mut self.scratch);
                     }
                 }
                 if let Some((_, c)) = best {
@@ -181,6 +182,7 @@ impl Search<'_> {
                         .try_above(&state, &changes, state.value)
                         .is_some_and(|v| v > state.value)
                 {
+                    self.ev.keep_last_try(&state, &changes, &mut self.scratch);
                     let moves = changes.clone();
                     self.apply(&mut state, &moves);
                     improved = true;
@@ -198,6 +200,7 @@ impl Search<'_> {
                                 && v > threshold
                             {
                                 best = Some((v, m));
+                                self.ev.keep_last_try(&state, &m, &mut self.scratch);
                             }
                         }
                     }
