@@ -641,8 +641,8 @@ impl Evaluator {
     }
 
     /// [`Evaluator::try_moves`] for a caller that only wants the value if it is above `threshold`: `None` when a
-    /// cheap upper bound (the exact tokens and uplink latency over a lower bound on E\[T_comm\], see
-    /// [`Evaluator::comm_floor`]) shows that it is not, before any T_comm is recomputed. When it returns a value,
+    /// cheap upper bound (the exact tokens over lower bounds on φ and E\[T_comm\]; docs/unified.md, "The planner")
+    /// shows that it is not, before any T_comm is recomputed. When it returns a value,
     /// that value is the one [`Evaluator::try_moves`] returns, so a search that keeps only values above its
     /// incumbent takes the same steps with or without the bound.
     pub fn try_moves_above(
