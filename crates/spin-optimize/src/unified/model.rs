@@ -130,11 +130,19 @@ pub struct State {
     comm: Vec<f64>,
     /// |R| per outcome: the rejected pair senders.
     rejected: Vec<u32>,
+    /// Each outcome's rejected set (positions descending in K slots per outcome, the first |R| of them in use)
+    /// and the running sums of 1/g^dl that [`Evaluator::scan`] builds, when N·K ≤ [`SET_LIMIT`]; else empty.
+    sets: Vec<u32>,
+    sums: Vec<f64>,
     token_mean: f64,
     comm_mean: f64,
     /// The objective value.
     pub value: f64,
 }
+
+/// The most N·K for which a state keeps every outcome's rejected set (12 bytes each, 24 MiB at the limit), so that a
+/// one-device move rebuilds a flipped outcome's set by one edit instead of a scan of all K devices.
+const SET_LIMIT: usize = 1 << 21;
 
 /// The relative margin by which a bound must fall below a threshold before [`Evaluator::try_moves_above`] skips
 /// the move: far above the rounding of either side, so a skipped move is never one the exact value would keep.
@@ -435,11 +443,16 @@ impl Evaluator {
     }
 
     /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch (which keeps the rejected
-    /// positions); `caps` from [`Evaluator::caps`].
+    /// positions and their sums); `caps` from [`Evaluator::caps`].
     fn comm(&self, s: usize, caps: &[u32], buf: &mut CommBuf) -> (f64, usize) {
-        // One pass from the weakest device to the strongest finds the rejected set (branch-free: every position
-        // is written, the count only advances on a rejection) and its suffix sums of 1/g^dl, in the order and
-        // with the additions of a suffix sum built from the back (adding 0.0 leaves a positive sum unchanged).
+        self.scan(s, caps, buf);
+        self.comm_from(s, &buf.rejected[..buf.len], &buf.suffix[..buf.len])
+    }
+
+    /// The rejected set of outcome `s` and its sums of 1/g^dl, into `buf`. One pass from the weakest device to
+    /// the strongest (branch-free: every position is written, the count only advances on a rejection), so the
+    /// sums are built from the back with the additions of a suffix sum (adding 0.0 leaves a sum unchanged).
+    fn scan(&self, s: usize, caps: &[u32], buf: &mut CommBuf) {
         let CommBuf {
             rejected,
             suffix,
@@ -453,17 +466,52 @@ impl Evaluator {
         for pos in (0..k_n).rev() {
             let hit = u32::from(row[pos]) <= caps[pos];
             acc += if hit { self.inverse_dl_gain[pos] } else { 0.0 };
-            rejected[m] = pos;
+            rejected[m] = pos as u32;
             suffix[m] = acc;
             m += usize::from(hit);
         }
         *len = m;
+    }
+
+    /// The rejected set of an outcome after one device (at position `p`) enters or leaves it, from the set
+    /// before (`rejected`, `suffix`: positions descending and their running sums, as [`Evaluator::scan`] leaves
+    /// them): the part after `p` is copied, `p` inserted or dropped, and the sums from there on are added again in
+    /// the same order, so the result is bit for bit what a scan of the new set gives, in O(|R|) copies instead of
+    /// O(K) tests.
+    fn edit(&self, rejected: &[u32], suffix: &[f64], p: u32, buf: &mut CommBuf) {
+        let j = rejected.partition_point(|&q| q > p);
+        buf.rejected.clear();
+        buf.suffix.clear();
+        buf.rejected.extend_from_slice(&rejected[..j]);
+        buf.suffix.extend_from_slice(&suffix[..j]);
+        let mut acc = if j == 0 { 0.0 } else { suffix[j - 1] };
+        let tail = if rejected.get(j) == Some(&p) {
+            j + 1
+        } else {
+            acc += self.inverse_dl_gain[p as usize];
+            buf.rejected.push(p);
+            buf.suffix.push(acc);
+            j
+        };
+        for &q in &rejected[tail..] {
+            acc += self.inverse_dl_gain[q as usize];
+            buf.rejected.push(q);
+            buf.suffix.push(acc);
+        }
+        buf.len = buf.rejected.len();
+    }
+
+    /// T_comm of outcome `s` with rejected set `rejected` (positions descending) and `suffix` (their running
+    /// sums of 1/g^dl from the weakest), and the number of UL devices.
+    fn comm_from(&self, s: usize, rejected: &[u32], suffix: &[f64]) -> (f64, usize) {
+        let m = rejected.len();
         if m == 0 {
             return (0.0, 0);
         }
+        let k_n = self.k_n;
         // The rejected positions ascending: the i-th is rejected[m − 1 − i], the sum of 1/g^dl from it on is
         // suffix[m − 1 − i].
-        let at = |i: usize| rejected[m - 1 - i];
+        let at = |i: usize| rejected[m - 1 - i] as usize;
         let b = self.link.share_hz(m);
         let row = &self.ul_table[(m - 1) * k_n..m * k_n];
         match self.policy.modes {
@@ -496,6 +544,49 @@ impl Evaluator {
                 (delay, n_ul)
             }
         }
+    }
+
+    /// T_comm of flipped outcome `s` after `changes` from `state`: from the state's rejected set by one edit when
+    /// one device changes and the state keeps its sets, else by a scan with `caps` of the new point. `buf` then
+    /// holds the new set.
+    fn comm_after(
+        &self,
+        state: &State,
+        changes: &[Change],
+        s: usize,
+        caps: &[u32],
+        buf: &mut CommBuf,
+    ) -> (f64, usize) {
+        self.set_after(state, changes, s, caps, buf);
+        self.comm_from(s, &buf.rejected[..buf.len], &buf.suffix[..buf.len])
+    }
+
+    /// The rejected set of outcome `s` after `changes` from `state`, into `buf` (see [`Evaluator::comm_after`]).
+    fn set_after(&self, state: &State, changes: &[Change], s: usize, caps: &[u32], buf: &mut CommBuf) {
+        if let [(k, _, _)] = changes
+            && !state.sets.is_empty()
+        {
+            let at = s * self.k_n;
+            let row = at..at + state.rejected[s] as usize;
+            self.edit(
+                &state.sets[row.clone()],
+                &state.sums[row],
+                self.position[*k] as u32,
+                buf,
+            );
+        } else {
+            self.scan(s, caps, buf);
+        }
+    }
+
+    /// Stores `buf`'s rejected set as outcome `s`'s in `state` (when the state keeps sets).
+    fn store_set(&self, state: &mut State, s: usize, buf: &CommBuf) {
+        if !state.sets.is_empty() {
+            let at = s * self.k_n;
+            state.sets[at..at + buf.len].copy_from_slice(&buf.rejected[..buf.len]);
+            state.sums[at..at + buf.len].copy_from_slice(&buf.suffix[..buf.len]);
+        }
+        state.rejected[s] = buf.len as u32;
     }
 
     fn rejectable(&self, lens: &[u32], dists: &[bool]) -> bool {
@@ -561,6 +652,8 @@ impl Evaluator {
                 tokens: vec![],
                 comm: vec![],
                 rejected: vec![],
+                sets: vec![],
+                sums: vec![],
                 token_mean: tokens,
                 comm_mean: 0.0,
                 value: tokens / base,
@@ -575,13 +668,30 @@ impl Evaluator {
         }
         let mut comm = vec![0.0; n];
         let mut rejected = vec![0u32; n];
+        let keep_sets = n.saturating_mul(self.k_n) <= SET_LIMIT;
+        let mut sets = if keep_sets {
+            vec![0u32; n * self.k_n]
+        } else {
+            vec![]
+        };
+        let mut sums = if keep_sets {
+            vec![0.0; n * self.k_n]
+        } else {
+            vec![]
+        };
         if self.rejectable(lens, dists) {
             let mut buf = CommBuf::default();
             let mut caps = Vec::new();
             self.caps(lens, dists, &mut caps);
             for s in 0..n {
                 comm[s] = self.comm(s, &caps, &mut buf).0;
-                rejected[s] = buf.len as u32;
+                let m = buf.len;
+                rejected[s] = m as u32;
+                if keep_sets {
+                    let at = s * self.k_n;
+                    sets[at..at + m].copy_from_slice(&buf.rejected[..m]);
+                    sums[at..at + m].copy_from_slice(&buf.suffix[..m]);
+                }
             }
         }
         let token_mean = self.token_mean(lens);
@@ -602,6 +712,8 @@ impl Evaluator {
             tokens,
             comm,
             rejected,
+            sets,
+            sums,
             token_mean,
             comm_mean,
             value,
@@ -723,7 +835,7 @@ impl Evaluator {
         self.caps(lens, dists, &mut scratch.caps);
         let mut rejected = std::mem::take(&mut scratch.rejected);
         for &s in &scratch.flipped {
-            let c = self.comm(s, &scratch.caps, &mut rejected).0;
+            let c = self.comm_after(state, changes, s, &scratch.caps, &mut rejected).0;
             comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
             scratch.comm_values[s] = c;
             scratch.count_values[s] = rejected.len as u32;
@@ -937,26 +1049,33 @@ impl Evaluator {
                 }
             }
         }
+        let mut buf = std::mem::take(&mut scratch.rejected);
+        self.caps(&lens, &dists, &mut scratch.caps);
         if let Some(t) = kept {
             for ((&s, &c), &m) in t.flipped.iter().zip(&t.comm).zip(&t.counts) {
                 state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
                 state.comm[s] = c;
-                state.rejected[s] = m;
+                if state.sets.is_empty() {
+                    state.rejected[s] = m;
+                } else {
+                    // The kept values spare T_comm; the new set still has to be stored.
+                    self.set_after(state, changes, s, &scratch.caps, &mut buf);
+                    debug_assert_eq!(buf.len as u32, m);
+                    self.store_set(state, s, &buf);
+                }
             }
             scratch.kept = Some(t);
         } else {
             self.mark_flipped(state, changes, scratch);
-            let mut buf = std::mem::take(&mut scratch.rejected);
-            self.caps(&lens, &dists, &mut scratch.caps);
             for &s in &scratch.flipped {
-                let c = self.comm(s, &scratch.caps, &mut buf).0;
+                let c = self.comm_after(state, changes, s, &scratch.caps, &mut buf).0;
                 state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
                 state.comm[s] = c;
-                state.rejected[s] = buf.len as u32;
+                self.store_set(state, s, &buf);
                 scratch.mark[s] = false;
             }
-            scratch.rejected = buf;
         }
+        scratch.rejected = buf;
         debug_assert_eq!(state.tokens.len(), n);
         state.lens = lens;
         state.dists = dists;
@@ -1098,7 +1217,73 @@ struct Kept {
 /// weakest device down, K long; the first `len` are the rejected set).
 #[derive(Debug, Default, Clone)]
 struct CommBuf {
-    rejected: Vec<usize>,
+    rejected: Vec<u32>,
     suffix: Vec<f64>,
     len: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unified::testing::DropRound;
+    use rand::RngExt;
+
+    #[test]
+    fn one_device_edits_of_kept_sets_equal_scans_bit_for_bit() {
+        // A state keeps each outcome's rejected set so that a one-device move edits it instead of scanning all K
+        // devices; without the sets (N·K above SET_LIMIT) the same moves scan. Both must give the same bits.
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let round = DropRound {
+            devices: 9,
+            draft_range: (0, 12),
+            saa_samples: 300,
+            ..DropRound::default()
+        }
+        .draw(&mut rng)
+        .unwrap();
+        let mut scratch = Scratch::default();
+        for modes in [
+            ModeScheme::Optimal,
+            ModeScheme::AllUl,
+            ModeScheme::AllDl,
+            ModeScheme::Random,
+        ] {
+            let policy = CorrectionPolicy {
+                modes,
+                ..CorrectionPolicy::default()
+            };
+            let ev = Evaluator::new(&round, Expectation::Saa, policy).unwrap();
+            for objective in [Objective::Rate, Objective::MeanRatio] {
+                for _ in 0..25 {
+                    let lens: Vec<u32> = (0..9).map(|_| rng.random_range(0..=12)).collect();
+                    let dists: Vec<bool> = (0..9).map(|_| rng.random_bool(0.3)).collect();
+                    let with_sets = ev.state(&lens, &dists, objective).unwrap();
+                    assert!(!with_sets.sets.is_empty());
+                    let mut without = with_sets.clone();
+                    without.sets.clear();
+                    without.sums.clear();
+                    let change = [(
+                        rng.random_range(0..9),
+                        rng.random_range(0..=12),
+                        rng.random_bool(0.3),
+                    )];
+                    let a = ev.try_moves(&with_sets, &change, objective, &mut scratch);
+                    let b = ev.try_moves(&without, &change, objective, &mut scratch);
+                    assert_eq!(a.to_bits(), b.to_bits(), "{modes:?} {change:?}");
+                    let (mut x, mut y) = (with_sets.clone(), without.clone());
+                    ev.apply_moves(&mut x, &change, objective, &mut scratch);
+                    ev.apply_moves(&mut y, &change, objective, &mut scratch);
+                    assert_eq!(x.value.to_bits(), y.value.to_bits());
+                    assert_eq!((&x.comm, &x.rejected), (&y.comm, &y.rejected));
+                    // The edited sets are the sets a fresh evaluation scans.
+                    let fresh = ev.state(&x.lens, &x.dists, objective).unwrap();
+                    for s in 0..ev.outcome_count() {
+                        let (at, m) = (s * ev.devices(), x.rejected[s] as usize);
+                        assert_eq!(x.sets[at..at + m], fresh.sets[at..at + m]);
+                        assert_eq!(x.sums[at..at + m], fresh.sums[at..at + m]);
+                    }
+                }
+            }
+        }
+    }
 }
