@@ -418,10 +418,77 @@ fn incremental_moves_equal_full_evaluation() {
                     ev.apply_moves(&mut applied, &changes, objective, &mut scratch);
                     assert_eq!((&applied.lens, &applied.dists), (&moved.0, &moved.1));
                     assert!(close(applied.value, full, 1e-12), "{} vs {full}", applied.value);
+                    // Applying a kept try reuses its φ and T_comm values and lands on the same state exactly.
+                    let again = ev.try_moves(&state, &changes, objective, &mut scratch);
+                    assert_eq!(again.to_bits(), fast.to_bits());
+                    ev.keep_last_try(&state, &changes, &mut scratch);
+                    let mut reused = state.clone();
+                    ev.apply_moves(&mut reused, &changes, objective, &mut scratch);
+                    assert_eq!(reused, applied);
                 }
             }
         }
     }
+}
+
+#[test]
+fn a_move_skipped_by_the_bound_is_never_above_its_threshold() {
+    // `try_moves_above` skips a move only when an upper bound (exact tokens and uplink latency over a lower
+    // bound on E[T_comm]) is below the threshold; otherwise it returns exactly `try_moves`. Single-device moves
+    // that remove a rejection use the per-outcome (m − 1)/m bound, the others the monotonicity of T_comm.
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let mut scratch = Scratch::default();
+    let (mut skipped, mut kept) = (0, 0);
+    for modes in [
+        ModeScheme::Optimal,
+        ModeScheme::AllUl,
+        ModeScheme::AllDl,
+        ModeScheme::Random,
+    ] {
+        let round = random_round(&mut rng, 7, 0, 12, PayloadPolicy::Choose);
+        let correction = CorrectionPolicy {
+            modes,
+            split: CorrectionSplit::Equal,
+        };
+        for expectation in [Expectation::Saa, Expectation::Exact { limit: 1 << 16 }] {
+            let Ok(ev) = Evaluator::new(&round, expectation, correction) else {
+                continue;
+            };
+            for _ in 0..40 {
+                let lens: Vec<u32> = (0..7).map(|_| rng.random_range(0..=12)).collect();
+                let dists: Vec<bool> = (0..7).map(|_| rng.random_bool(0.3)).collect();
+                let state = ev.state(&lens, &dists, Objective::Rate).unwrap();
+                let mut changes = vec![(
+                    rng.random_range(0..7),
+                    rng.random_range(0..=12),
+                    rng.random_bool(0.3),
+                )];
+                if rng.random_bool(0.3) {
+                    let k = (changes[0].0 + 1) % 7;
+                    changes.push((k, rng.random_range(0..=12), rng.random_bool(0.3)));
+                }
+                let exact = ev.try_moves(&state, &changes, Objective::Rate, &mut scratch);
+                for scale in [0.5, 0.999, 1.0, 1.001, 1.01, 1.05, 1.2, 2.0] {
+                    let threshold = exact * scale;
+                    match ev.try_moves_above(&state, &changes, Objective::Rate, threshold, &mut scratch) {
+                        None => {
+                            skipped += 1;
+                            assert!(
+                                exact < threshold,
+                                "{modes:?} {changes:?}: skipped {exact} ≥ {threshold}"
+                            );
+                        }
+                        Some(v) => {
+                            kept += 1;
+                            assert_eq!(v.to_bits(), exact.to_bits());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Both branches ran, so the test can fail either way.
+    assert!(skipped > 100 && kept > 100, "skipped {skipped}, kept {kept}");
 }
 
 #[test]

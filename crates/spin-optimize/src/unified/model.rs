@@ -123,13 +123,30 @@ pub struct State {
     pub dists: Vec<bool>,
     /// The Lemma-3 uplink latency φ(L, z).
     pub uplink_s: f64,
+    /// Σ w_k/(φ − β_k) and Σ w_k/(φ − β_k)² over the devices with bits: the Lemma-3 function and its slope at
+    /// φ, for the lower bound on φ after a move ([`Evaluator::uplink_floor`]).
+    uplink_load: (f64, f64),
     tokens: Vec<u32>,
     comm: Vec<f64>,
+    /// |R| per outcome: the rejected pair senders.
+    rejected: Vec<u32>,
+    /// Each outcome's rejected set (positions descending in K slots per outcome, the first |R| of them in use)
+    /// and the running sums of 1/g^dl that [`Evaluator::scan`] builds, when N·K ≤ [`SET_LIMIT`]; else empty.
+    sets: Vec<u32>,
+    sums: Vec<f64>,
     token_mean: f64,
     comm_mean: f64,
     /// The objective value.
     pub value: f64,
 }
+
+/// The most N·K for which a state keeps every outcome's rejected set (12 bytes each, 24 MiB at the limit), so that a
+/// one-device move rebuilds a flipped outcome's set by one edit instead of a scan of all K devices.
+const SET_LIMIT: usize = 1 << 21;
+
+/// The relative margin by which a bound must fall below a threshold before [`Evaluator::try_moves_above`] skips
+/// the move: far above the rounding of either side, so a skipped move is never one the exact value would keep.
+const BOUND_MARGIN: f64 = 1e-9;
 
 /// One change of a move: device, new length, new payload choice.
 pub type Change = (usize, u32, bool);
@@ -155,6 +172,11 @@ pub struct Evaluator {
     closed_tokens: bool,
     /// Devices by uplink gain, strongest first (= UL delay ascending at any equal share).
     order: Vec<usize>,
+    /// The position of each device in `order`.
+    position: Vec<usize>,
+    /// F by s·K + position in `order`: the outcomes again, outcome-major, so that finding an outcome's rejected
+    /// set reads one contiguous row instead of K strided entries (as paper B's evaluator does).
+    by_outcome: Vec<u16>,
     /// 1/g^dl by position in `order`.
     inverse_dl_gain: Vec<f64>,
     /// τ^ul by (m − 1)·K + position.
@@ -205,6 +227,10 @@ impl Evaluator {
         let mut order: Vec<usize> = (0..k_n).collect();
         let ul_gain: Vec<f64> = round.devices.iter().map(|d| d.uplink_gain).collect();
         order.sort_by(|&i, &j| ul_gain[j].total_cmp(&ul_gain[i]).then(i.cmp(&j)));
+        let mut position = vec![0; k_n];
+        for (pos, &k) in order.iter().enumerate() {
+            position[k] = pos;
+        }
         let inverse_dl_gain = order
             .iter()
             .map(|&k| 1.0 / round.devices[k].downlink_gain)
@@ -215,6 +241,12 @@ impl Evaluator {
             ul_table.extend(order.iter().map(|&k| link.ul_delay_s(b, ul_gain[k])));
         }
         let n = outcomes.count;
+        let mut by_outcome = vec![0u16; n * k_n];
+        for (pos, &k) in order.iter().enumerate() {
+            for s in 0..n {
+                by_outcome[s * k_n + pos] = outcomes.first[k * n + s];
+            }
+        }
         let width = max_len as usize + 1;
         let mut token_table = vec![0.0; k_n * width];
         let stride = max_len as usize + 3;
@@ -265,6 +297,8 @@ impl Evaluator {
             outcomes,
             closed_tokens: round.payload.policy == PayloadPolicy::Distribution,
             order,
+            position,
+            by_outcome,
             inverse_dl_gain,
             ul_table,
             token_table,
@@ -397,38 +431,98 @@ impl Evaluator {
         Ok(latency)
     }
 
-    fn rejected(&self, k: usize, s: usize, l: u32, dist: bool) -> bool {
-        !dist && u32::from(self.outcomes.first[k * self.outcomes.count + s]) <= l
+    /// The rejection cap of every device by position in `order`: a device is rejected in an outcome iff its
+    /// F ≤ cap, with cap = L_k for a pair sender and 0 (never) for a device that sent distributions.
+    fn caps(&self, lens: &[u32], dists: &[bool], caps: &mut Vec<u32>) {
+        caps.clear();
+        caps.extend(self.order.iter().map(|&k| if dists[k] { 0 } else { lens[k] }));
     }
 
     fn tokens(&self, k: usize, s: usize, l: u32) -> u32 {
         u32::from(self.outcomes.first[k * self.outcomes.count + s]).min(l + 1)
     }
 
-    /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch.
-    fn comm(&self, s: usize, lens: &[u32], dists: &[bool], buf: &mut CommBuf) -> (f64, usize) {
-        let CommBuf { rejected, suffix } = buf;
-        rejected.clear();
-        for (pos, &k) in self.order.iter().enumerate() {
-            if self.rejected(k, s, lens[k], dists[k]) {
-                rejected.push(pos);
-            }
+    /// T_comm of outcome `s` and the number of UL devices, with `buf` as scratch (which keeps the rejected
+    /// positions and their sums); `caps` from [`Evaluator::caps`].
+    fn comm(&self, s: usize, caps: &[u32], buf: &mut CommBuf) -> (f64, usize) {
+        self.scan(s, caps, buf);
+        self.comm_from(s, &buf.rejected[..buf.len], &buf.suffix[..buf.len])
+    }
+
+    /// The rejected set of outcome `s` and its sums of 1/g^dl, into `buf`. One pass from the weakest device to
+    /// the strongest (branch-free: every position is written, the count only advances on a rejection), so the
+    /// sums are built from the back with the additions of a suffix sum (adding 0.0 leaves a sum unchanged).
+    fn scan(&self, s: usize, caps: &[u32], buf: &mut CommBuf) {
+        let CommBuf {
+            rejected,
+            suffix,
+            len,
+        } = buf;
+        let k_n = self.k_n;
+        rejected.resize(k_n, 0);
+        suffix.resize(k_n, 0.0);
+        let row = &self.by_outcome[s * k_n..(s + 1) * k_n];
+        let (mut m, mut acc) = (0usize, 0.0f64);
+        for pos in (0..k_n).rev() {
+            let hit = u32::from(row[pos]) <= caps[pos];
+            acc += if hit { self.inverse_dl_gain[pos] } else { 0.0 };
+            rejected[m] = pos as u32;
+            suffix[m] = acc;
+            m += usize::from(hit);
         }
+        *len = m;
+    }
+
+    /// The rejected set of an outcome after one device (at position `p`) enters or leaves it, from the set
+    /// before (`rejected`, `suffix`: positions descending and their running sums, as [`Evaluator::scan`] leaves
+    /// them): the part after `p` is copied, `p` inserted or dropped, and the sums from there on are added again in
+    /// the same order, so the result is bit for bit what a scan of the new set gives, in O(|R|) copies instead of
+    /// O(K) tests.
+    fn edit(&self, rejected: &[u32], suffix: &[f64], p: u32, buf: &mut CommBuf) {
+        let j = rejected.partition_point(|&q| q > p);
+        buf.rejected.clear();
+        buf.suffix.clear();
+        buf.rejected.extend_from_slice(&rejected[..j]);
+        buf.suffix.extend_from_slice(&suffix[..j]);
+        let mut acc = if j == 0 { 0.0 } else { suffix[j - 1] };
+        let tail = if rejected.get(j) == Some(&p) {
+            j + 1
+        } else {
+            acc += self.inverse_dl_gain[p as usize];
+            buf.rejected.push(p);
+            buf.suffix.push(acc);
+            j
+        };
+        for &q in &rejected[tail..] {
+            acc += self.inverse_dl_gain[q as usize];
+            buf.rejected.push(q);
+            buf.suffix.push(acc);
+        }
+        buf.len = buf.rejected.len();
+    }
+
+    /// T_comm of outcome `s` with rejected set `rejected` (positions descending) and `suffix` (their running
+    /// sums of 1/g^dl from the weakest), and the number of UL devices.
+    fn comm_from(&self, s: usize, rejected: &[u32], suffix: &[f64]) -> (f64, usize) {
         let m = rejected.len();
         if m == 0 {
             return (0.0, 0);
         }
+        let k_n = self.k_n;
+        // The rejected positions ascending: the i-th is rejected[m − 1 − i], the sum of 1/g^dl from it on is
+        // suffix[m − 1 − i].
+        let at = |i: usize| rejected[m - 1 - i] as usize;
         let b = self.link.share_hz(m);
-        let row = &self.ul_table[(m - 1) * self.k_n..m * self.k_n];
+        let row = &self.ul_table[(m - 1) * k_n..m * k_n];
         match self.policy.modes {
-            ModeScheme::AllUl => (row[rejected[m - 1]], m),
+            ModeScheme::AllUl => (row[at(m - 1)], m),
             ModeScheme::AllDl => {
-                let inv: f64 = rejected.iter().map(|&p| self.inverse_dl_gain[p]).sum();
+                let inv: f64 = (0..m).map(|i| self.inverse_dl_gain[at(i)]).sum();
                 (self.link.dl_delay_s(b, inv), 0)
             }
             ModeScheme::Random => {
                 let (mut ul_max, mut inv, mut n_ul) = (0.0f64, 0.0, 0);
-                for &p in rejected.iter() {
+                for p in (0..m).map(at) {
                     if self.outcomes.coin[self.order[p] * self.outcomes.count + s] {
                         ul_max = ul_max.max(row[p]);
                         n_ul += 1;
@@ -441,19 +535,58 @@ impl Evaluator {
             ModeScheme::Optimal | ModeScheme::BruteForce => {
                 // Lemma 2 holds with separate DL gains: for a largest UL delay t, putting every device with
                 // τ^ul ≤ t in UL only shrinks Σ 1/g^dl of the rest, so an optimal UL set is a prefix in UL order.
-                suffix.clear();
-                suffix.resize(m + 1, 0.0);
-                for i in (0..m).rev() {
-                    suffix[i] = suffix[i + 1] + self.inverse_dl_gain[rejected[i]];
-                }
+                let suffix_from = |n_dl: usize| if n_dl < m { suffix[m - 1 - n_dl] } else { 0.0 };
                 let (n_ul, delay) = split_by_bisection(
                     m,
-                    |i| row[rejected[i]],
-                    |n_dl| self.link.dl_delay_s(b, suffix[n_dl]),
+                    |i| row[at(i)],
+                    |n_dl| self.link.dl_delay_s(b, suffix_from(n_dl)),
                 );
                 (delay, n_ul)
             }
         }
+    }
+
+    /// T_comm of flipped outcome `s` after `changes` from `state`: from the state's rejected set by one edit when
+    /// one device changes and the state keeps its sets, else by a scan with `caps` of the new point. `buf` then
+    /// holds the new set.
+    fn comm_after(
+        &self,
+        state: &State,
+        changes: &[Change],
+        s: usize,
+        caps: &[u32],
+        buf: &mut CommBuf,
+    ) -> (f64, usize) {
+        self.set_after(state, changes, s, caps, buf);
+        self.comm_from(s, &buf.rejected[..buf.len], &buf.suffix[..buf.len])
+    }
+
+    /// The rejected set of outcome `s` after `changes` from `state`, into `buf` (see [`Evaluator::comm_after`]).
+    fn set_after(&self, state: &State, changes: &[Change], s: usize, caps: &[u32], buf: &mut CommBuf) {
+        if let [(k, _, _)] = changes
+            && !state.sets.is_empty()
+        {
+            let at = s * self.k_n;
+            let row = at..at + state.rejected[s] as usize;
+            self.edit(
+                &state.sets[row.clone()],
+                &state.sums[row],
+                self.position[*k] as u32,
+                buf,
+            );
+        } else {
+            self.scan(s, caps, buf);
+        }
+    }
+
+    /// Stores `buf`'s rejected set as outcome `s`'s in `state` (when the state keeps sets).
+    fn store_set(&self, state: &mut State, s: usize, buf: &CommBuf) {
+        if !state.sets.is_empty() {
+            let at = s * self.k_n;
+            state.sets[at..at + buf.len].copy_from_slice(&buf.rejected[..buf.len]);
+            state.sums[at..at + buf.len].copy_from_slice(&buf.suffix[..buf.len]);
+        }
+        state.rejected[s] = buf.len as u32;
     }
 
     fn rejectable(&self, lens: &[u32], dists: &[bool]) -> bool {
@@ -515,8 +648,12 @@ impl Evaluator {
                 lens: lens.to_vec(),
                 dists: dists.to_vec(),
                 uplink_s: phi,
+                uplink_load: self.uplink_load(lens, dists, phi),
                 tokens: vec![],
                 comm: vec![],
+                rejected: vec![],
+                sets: vec![],
+                sums: vec![],
                 token_mean: tokens,
                 comm_mean: 0.0,
                 value: tokens / base,
@@ -529,14 +666,34 @@ impl Evaluator {
                 *t += u32::from(f).min(l + 1);
             }
         }
-        let mut scratch = CommBuf::default();
-        let comm: Vec<f64> = if self.rejectable(lens, dists) {
-            (0..n)
-                .map(|s| self.comm(s, lens, dists, &mut scratch).0)
-                .collect()
+        let mut comm = vec![0.0; n];
+        let mut rejected = vec![0u32; n];
+        let keep_sets = n.saturating_mul(self.k_n) <= SET_LIMIT;
+        let mut sets = if keep_sets {
+            vec![0u32; n * self.k_n]
         } else {
-            vec![0.0; n]
+            vec![]
         };
+        let mut sums = if keep_sets {
+            vec![0.0; n * self.k_n]
+        } else {
+            vec![]
+        };
+        if self.rejectable(lens, dists) {
+            let mut buf = CommBuf::default();
+            let mut caps = Vec::new();
+            self.caps(lens, dists, &mut caps);
+            for s in 0..n {
+                comm[s] = self.comm(s, &caps, &mut buf).0;
+                let m = buf.len;
+                rejected[s] = m as u32;
+                if keep_sets {
+                    let at = s * self.k_n;
+                    sets[at..at + m].copy_from_slice(&buf.rejected[..m]);
+                    sums[at..at + m].copy_from_slice(&buf.suffix[..m]);
+                }
+            }
+        }
         let token_mean = self.token_mean(lens);
         let comm_mean: f64 = comm.iter().zip(&self.outcomes.weight).map(|(c, w)| c * w).sum();
         let value = self.reduce(
@@ -551,8 +708,12 @@ impl Evaluator {
             lens: lens.to_vec(),
             dists: dists.to_vec(),
             uplink_s: phi,
+            uplink_load: self.uplink_load(lens, dists, phi),
             tokens,
             comm,
+            rejected,
+            sets,
+            sums,
             token_mean,
             comm_mean,
             value,
@@ -587,6 +748,24 @@ impl Evaluator {
         objective: Objective,
         scratch: &mut Scratch,
     ) -> f64 {
+        self.try_moves_above(state, changes, objective, f64::NEG_INFINITY, scratch)
+            .unwrap_or(f64::NEG_INFINITY)
+    }
+
+    /// [`Evaluator::try_moves`] for a caller that only wants the value if it is above `threshold`: `None` when a
+    /// cheap upper bound (the exact tokens over lower bounds on φ and E\[T_comm\]; docs/unified.md, "The planner")
+    /// shows that it is not, before any T_comm is recomputed. When it returns a value,
+    /// that value is the one [`Evaluator::try_moves`] returns, so a search that keeps only values above its
+    /// incumbent takes the same steps with or without the bound.
+    pub fn try_moves_above(
+        &self,
+        state: &State,
+        changes: &[Change],
+        objective: Objective,
+        threshold: f64,
+        scratch: &mut Scratch,
+    ) -> Option<f64> {
+        scratch.last_phi = None;
         scratch.lens.clone_from(&state.lens);
         scratch.dists.clone_from(&state.dists);
         for &(k, l, d) in changes {
@@ -595,12 +774,13 @@ impl Evaluator {
         }
         let lens = std::mem::take(&mut scratch.lens);
         let dists = std::mem::take(&mut scratch.dists);
-        let value = self.try_at(state, changes, objective, scratch, &lens, &dists);
+        let value = self.try_at(state, changes, objective, scratch, &lens, &dists, threshold);
         scratch.lens = lens;
         scratch.dists = dists;
         value
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn try_at(
         &self,
         state: &State,
@@ -609,34 +789,59 @@ impl Evaluator {
         scratch: &mut Scratch,
         lens: &[u32],
         dists: &[bool],
-    ) -> f64 {
-        let phi = self.uplink_latency_s(lens, dists);
-        let base = phi + self.verify_s;
+        threshold: f64,
+    ) -> Option<f64> {
         let closed_now = self.closed_tokens && !self.rejectable(lens, dists);
-        if closed_now {
-            return self.closed_form_tokens(lens) / base;
-        }
-        if state.tokens.is_empty() {
+        if closed_now || state.tokens.is_empty() {
+            let phi = self.uplink_latency_s(lens, dists);
+            if closed_now {
+                return Some(self.closed_form_tokens(lens) / (phi + self.verify_s));
+            }
             // The state was in closed form: no per-outcome totals to update from.
-            return self.state_at(lens, dists, phi, objective).value;
+            return Some(self.state_at(lens, dists, phi, objective).value);
         }
         let n = self.outcomes.count;
-        self.mark_flipped(state, changes, scratch);
         let width = self.max_len as usize + 1;
         let mut token_mean = state.token_mean;
         for &(k, l, _) in changes {
             token_mean += self.token_table[k * width + l as usize]
                 - self.token_table[k * width + state.lens[k] as usize];
         }
+        // Under the rate objective the value is token_mean / (φ + T_ver + E[T_comm]): bound it from above with
+        // lower bounds on φ (O(1) for one device) and on E[T_comm], then with the exact φ, before any T_comm.
+        let bounded = objective == Objective::Rate && threshold > 0.0;
+        let comm_floor = if bounded {
+            self.comm_floor(state, changes)
+        } else {
+            0.0
+        };
+        let below =
+            |phi: f64| token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN);
+        if bounded
+            && let [change] = changes
+            && below(self.uplink_floor(state, *change))
+        {
+            return None;
+        }
+        let phi = self.uplink_latency_s(lens, dists);
+        if bounded && below(phi) {
+            return None;
+        }
+        let base = phi + self.verify_s;
+        self.mark_flipped(state, changes, scratch);
         let mut comm_mean = state.comm_mean;
         scratch.comm_values.resize(n, 0.0);
+        scratch.count_values.resize(n, 0);
+        self.caps(lens, dists, &mut scratch.caps);
         let mut rejected = std::mem::take(&mut scratch.rejected);
         for &s in &scratch.flipped {
-            let c = self.comm(s, lens, dists, &mut rejected).0;
+            let c = self.comm_after(state, changes, s, &scratch.caps, &mut rejected).0;
             comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
             scratch.comm_values[s] = c;
+            scratch.count_values[s] = rejected.len as u32;
         }
         scratch.rejected = rejected;
+        scratch.last_phi = Some(phi);
         let value = match objective {
             Objective::Rate => token_mean / (base + comm_mean),
             Objective::MeanRatio => {
@@ -659,7 +864,118 @@ impl Evaluator {
         for &s in &scratch.flipped {
             scratch.mark[s] = false;
         }
-        value
+        Some(value)
+    }
+
+    /// Keeps what the last [`Evaluator::try_moves_above`] on `state` with `changes` computed (φ and T_comm in
+    /// the outcomes that flip), so that [`Evaluator::apply_moves`] of that move from that state reuses it instead
+    /// of computing it again; the same values in the same order, so the state is the same bit for bit. Keeps
+    /// nothing when the last try ended at a bound or in closed form.
+    pub fn keep_last_try(&self, state: &State, changes: &[Change], scratch: &mut Scratch) {
+        let Some(phi) = scratch.last_phi else {
+            scratch.kept = None;
+            return;
+        };
+        let mut kept = scratch.kept.take().unwrap_or_default();
+        kept.lens.clone_from(&state.lens);
+        kept.dists.clone_from(&state.dists);
+        kept.changes.clear();
+        kept.changes.extend_from_slice(changes);
+        kept.phi = phi;
+        kept.flipped.clone_from(&scratch.flipped);
+        kept.comm.clear();
+        kept.comm
+            .extend(scratch.flipped.iter().map(|&s| scratch.comm_values[s]));
+        kept.counts.clear();
+        kept.counts
+            .extend(scratch.flipped.iter().map(|&s| scratch.count_values[s]));
+        scratch.kept = Some(kept);
+    }
+
+    /// (Σ w_k/(φ − β_k), Σ w_k/(φ − β_k)²) over the devices with bits to send.
+    fn uplink_load(&self, lens: &[u32], dists: &[bool], phi: f64) -> (f64, f64) {
+        let (mut load, mut slope) = (0.0, 0.0);
+        for k in 0..self.k_n {
+            let (w, b) = self.term(k, lens[k], dists[k]);
+            if w > 0.0 {
+                let inv = 1.0 / (phi - b);
+                load += w * inv;
+                slope += w * inv * inv;
+            }
+        }
+        (load, slope)
+    }
+
+    /// A lower bound on φ after one device's change, in O(1) from the state's Lemma-3 load and slope. The
+    /// function G(x) = Σ_k w_k/(x − β_k) is convex and falls, and φ' is where the new G' reaches B (or later, for a
+    /// device without bits); when G'(φ) > B, φ lies left of φ' and one Newton step from it stays at or below φ'.
+    /// Always φ' ≥ β'_k + w'_k/B (device k alone on the whole band) and φ' ≥ β'_k.
+    fn uplink_floor(&self, state: &State, (k, l, d): Change) -> f64 {
+        let phi = state.uplink_s;
+        let (w0, b0) = self.term(k, state.lens[k], state.dists[k]);
+        let (w1, b1) = self.term(k, l, d);
+        let alone = b1 + w1 / self.bandwidth_hz;
+        if w1 > 0.0 && b1 >= phi {
+            return alone;
+        }
+        let (load, slope) = state.uplink_load;
+        let (mut g, mut dg) = (load, slope);
+        if w0 > 0.0 {
+            let inv = 1.0 / (phi - b0);
+            g -= w0 * inv;
+            dg -= w0 * inv * inv;
+        }
+        if w1 > 0.0 {
+            let inv = 1.0 / (phi - b1);
+            g += w1 * inv;
+            dg += w1 * inv * inv;
+        }
+        if g > self.bandwidth_hz && dg > 0.0 {
+            alone.max(phi + (g - self.bandwidth_hz) / dg)
+        } else {
+            alone
+        }
+    }
+
+    /// A lower bound on E\[T_comm\] after `changes`, from per-outcome totals only. A change that only adds
+    /// rejections (a pair sender drafting more, or switching to pairs) cannot lower any outcome's T_comm (the
+    /// monotonicity the branch and bound uses). When one device k leaves the rejected set R of an outcome
+    /// (|R| = m), T_comm(R ∖ {k}) ≥ T_comm(R)·(m − 1)/m under the optimal rule and all-UL whenever k's own UL delay
+    /// at B/m is below T_comm(R): k in UL beside the optimal assignment of R ∖ {k} at B/m is feasible for R, and
+    /// every delay b/log₂(1 + c/b) form grows at most by m/(m − 1) when the share falls from B/(m − 1) to B/m
+    /// (b·log(1 + c/b) is concave and 0 at b = 0). Otherwise the outcome's T_comm is bounded by 0.
+    fn comm_floor(&self, state: &State, changes: &[Change]) -> f64 {
+        let stride = self.max_len as usize + 3;
+        let mut floor = state.comm_mean;
+        let mut removals = 0;
+        for &(k, l, d) in changes {
+            let (l0, d0) = (state.lens[k], state.dists[k]);
+            // Rejected in outcomes with F ≤ cap.
+            let (cap0, cap1) = (if d0 { 0 } else { l0 }, if d { 0 } else { l });
+            if cap1 >= cap0 {
+                continue;
+            }
+            removals += 1;
+            if removals > 1 {
+                // Several devices leave: the per-outcome argument covers one; bound by 0 instead.
+                return 0.0;
+            }
+            let scaled = matches!(self.policy.modes, ModeScheme::Optimal | ModeScheme::AllUl);
+            let pos = self.position[k];
+            let from = self.bucket_start[k * stride + cap1 as usize + 1];
+            let to = self.bucket_start[k * stride + cap0 as usize + 1];
+            for &s in &self.bucket[from..to] {
+                let s = s as usize;
+                let (c, m) = (state.comm[s], state.rejected[s] as usize);
+                let keep = if scaled && m > 1 && self.ul_table[(m - 1) * self.k_n + pos] < c {
+                    c * (m - 1) as f64 / m as f64
+                } else {
+                    0.0
+                };
+                floor -= self.outcomes.weight[s] * (c - keep);
+            }
+        }
+        floor.max(0.0)
     }
 
     /// Collects in `scratch.flipped` the outcomes whose rejected set changes under `changes`.
@@ -702,19 +1018,25 @@ impl Evaluator {
         objective: Objective,
         scratch: &mut Scratch,
     ) {
+        let kept = scratch
+            .kept
+            .take()
+            .filter(|t| t.changes == changes && t.lens == state.lens && t.dists == state.dists);
         let mut lens = state.lens.clone();
         let mut dists = state.dists.clone();
         for &(k, l, d) in changes {
             lens[k] = l;
             dists[k] = d;
         }
-        let phi = self.uplink_latency_s(&lens, &dists);
+        let phi = match &kept {
+            Some(t) => t.phi,
+            None => self.uplink_latency_s(&lens, &dists),
+        };
         let closed_now = self.closed_tokens && !self.rejectable(&lens, &dists);
         if closed_now || state.tokens.is_empty() {
             *state = self.state_at(&lens, &dists, phi, objective);
             return;
         }
-        self.mark_flipped(state, changes, scratch);
         let n = self.outcomes.count;
         let width = self.max_len as usize + 1;
         for &(k, l, _) in changes {
@@ -728,17 +1050,37 @@ impl Evaluator {
             }
         }
         let mut buf = std::mem::take(&mut scratch.rejected);
-        for &s in &scratch.flipped {
-            let c = self.comm(s, &lens, &dists, &mut buf).0;
-            state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
-            state.comm[s] = c;
-            scratch.mark[s] = false;
+        self.caps(&lens, &dists, &mut scratch.caps);
+        if let Some(t) = kept {
+            for ((&s, &c), &m) in t.flipped.iter().zip(&t.comm).zip(&t.counts) {
+                state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+                state.comm[s] = c;
+                if state.sets.is_empty() {
+                    state.rejected[s] = m;
+                } else {
+                    // The kept values spare T_comm; the new set still has to be stored.
+                    self.set_after(state, changes, s, &scratch.caps, &mut buf);
+                    debug_assert_eq!(buf.len as u32, m);
+                    self.store_set(state, s, &buf);
+                }
+            }
+            scratch.kept = Some(t);
+        } else {
+            self.mark_flipped(state, changes, scratch);
+            for &s in &scratch.flipped {
+                let c = self.comm_after(state, changes, s, &scratch.caps, &mut buf).0;
+                state.comm_mean += self.outcomes.weight[s] * (c - state.comm[s]);
+                state.comm[s] = c;
+                self.store_set(state, s, &buf);
+                scratch.mark[s] = false;
+            }
         }
         scratch.rejected = buf;
         debug_assert_eq!(state.tokens.len(), n);
         state.lens = lens;
         state.dists = dists;
         state.uplink_s = phi;
+        state.uplink_load = self.uplink_load(&state.lens, &state.dists, phi);
         let base = phi + self.verify_s;
         state.value = self.reduce(
             objective,
@@ -772,12 +1114,14 @@ impl Evaluator {
         }
         let n = self.outcomes.count;
         let rejectable = self.rejectable(lo, dists);
+        self.caps(lo, dists, &mut scratch.caps);
+        let caps = &scratch.caps;
         let mut rejected = std::mem::take(&mut scratch.rejected);
         let result = match objective {
             Objective::Rate => {
                 let comm_mean: f64 = if rejectable {
                     (0..n)
-                        .map(|s| self.outcomes.weight[s] * self.comm(s, lo, dists, &mut rejected).0)
+                        .map(|s| self.outcomes.weight[s] * self.comm(s, caps, &mut rejected).0)
                         .sum()
                 } else {
                     0.0
@@ -789,7 +1133,7 @@ impl Evaluator {
                 let (mut up, mut at) = (0.0, 0.0);
                 for s in 0..n {
                     let c = if rejectable {
-                        self.comm(s, lo, dists, &mut rejected).0
+                        self.comm(s, caps, &mut rejected).0
                     } else {
                         0.0
                     };
@@ -847,12 +1191,99 @@ pub struct Scratch {
     flipped: Vec<usize>,
     mark: Vec<bool>,
     comm_values: Vec<f64>,
+    count_values: Vec<u32>,
+    caps: Vec<u32>,
     rejected: CommBuf,
+    /// φ of the last try that computed T_comm (None after a bound or a closed form).
+    last_phi: Option<f64>,
+    /// A tried move kept for [`Evaluator::apply_moves`].
+    kept: Option<Kept>,
 }
 
-/// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl.
+/// What [`Evaluator::keep_last_try`] keeps: the state's point, the move, φ, and T_comm and |R| in the outcomes that
+/// flip, in the order they were computed.
+#[derive(Debug, Default, Clone)]
+struct Kept {
+    lens: Vec<u32>,
+    dists: Vec<bool>,
+    changes: Vec<Change>,
+    phi: f64,
+    flipped: Vec<usize>,
+    comm: Vec<f64>,
+    counts: Vec<u32>,
+}
+
+/// Buffers of one T_comm evaluation: the rejected positions and the suffix sums of 1/g^dl (both from the
+/// weakest device down, K long; the first `len` are the rejected set).
 #[derive(Debug, Default, Clone)]
 struct CommBuf {
-    rejected: Vec<usize>,
+    rejected: Vec<u32>,
     suffix: Vec<f64>,
+    len: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unified::testing::DropRound;
+    use rand::RngExt;
+
+    #[test]
+    fn one_device_edits_of_kept_sets_equal_scans_bit_for_bit() {
+        // A state keeps each outcome's rejected set so that a one-device move edits it instead of scanning all K
+        // devices; without the sets (N·K above SET_LIMIT) the same moves scan. Both must give the same bits.
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let round = DropRound {
+            devices: 9,
+            draft_range: (0, 12),
+            saa_samples: 300,
+            ..DropRound::default()
+        }
+        .draw(&mut rng)
+        .unwrap();
+        let mut scratch = Scratch::default();
+        for modes in [
+            ModeScheme::Optimal,
+            ModeScheme::AllUl,
+            ModeScheme::AllDl,
+            ModeScheme::Random,
+        ] {
+            let policy = CorrectionPolicy {
+                modes,
+                ..CorrectionPolicy::default()
+            };
+            let ev = Evaluator::new(&round, Expectation::Saa, policy).unwrap();
+            for objective in [Objective::Rate, Objective::MeanRatio] {
+                for _ in 0..25 {
+                    let lens: Vec<u32> = (0..9).map(|_| rng.random_range(0..=12)).collect();
+                    let dists: Vec<bool> = (0..9).map(|_| rng.random_bool(0.3)).collect();
+                    let with_sets = ev.state(&lens, &dists, objective).unwrap();
+                    assert!(!with_sets.sets.is_empty());
+                    let mut without = with_sets.clone();
+                    without.sets.clear();
+                    without.sums.clear();
+                    let change = [(
+                        rng.random_range(0..9),
+                        rng.random_range(0..=12),
+                        rng.random_bool(0.3),
+                    )];
+                    let a = ev.try_moves(&with_sets, &change, objective, &mut scratch);
+                    let b = ev.try_moves(&without, &change, objective, &mut scratch);
+                    assert_eq!(a.to_bits(), b.to_bits(), "{modes:?} {change:?}");
+                    let (mut x, mut y) = (with_sets.clone(), without.clone());
+                    ev.apply_moves(&mut x, &change, objective, &mut scratch);
+                    ev.apply_moves(&mut y, &change, objective, &mut scratch);
+                    assert_eq!(x.value.to_bits(), y.value.to_bits());
+                    assert_eq!((&x.comm, &x.rejected), (&y.comm, &y.rejected));
+                    // The edited sets are the sets a fresh evaluation scans.
+                    let fresh = ev.state(&x.lens, &x.dists, objective).unwrap();
+                    for s in 0..ev.outcome_count() {
+                        let (at, m) = (s * ev.devices(), x.rejected[s] as usize);
+                        assert_eq!(x.sets[at..at + m], fresh.sets[at..at + m]);
+                        assert_eq!(x.sums[at..at + m], fresh.sums[at..at + m]);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -52,8 +52,10 @@ impl Default for Options {
 pub struct SearchStats {
     /// Points evaluated in full.
     pub evaluations: usize,
-    /// Candidate moves scored incrementally.
+    /// Candidate moves scored incrementally (pruned ones included).
     pub moves: usize,
+    /// Candidate moves dropped by a bound before any T_comm was recomputed.
+    pub pruned: usize,
     /// Boxes of the branch and bound.
     pub boxes: usize,
     /// Whether the branch and bound completed (the plan is then optimal up to a relative 1e−12).
@@ -105,10 +107,16 @@ impl Search<'_> {
         self.ev.state(lens, dists, self.objective)
     }
 
-    fn try_moves(&mut self, state: &State, changes: &[Change]) -> f64 {
+    /// The value of `changes` if it may beat `threshold` (`None` only when a bound proves it cannot).
+    fn try_above(&mut self, state: &State, changes: &[Change], threshold: f64) -> Option<f64> {
         self.stats.moves += 1;
-        self.ev
-            .try_moves(state, changes, self.objective, &mut self.scratch)
+        let v = self
+            .ev
+            .try_moves_above(state, changes, self.objective, threshold, &mut self.scratch);
+        if v.is_none() {
+            self.stats.pruned += 1;
+        }
+        v
     }
 
     /// Coordinate search: sweeps over the devices, each taking its best improving move among ±1 on its length
@@ -143,9 +151,12 @@ impl Search<'_> {
                 }
                 let mut best: Option<(f64, Change)> = None;
                 for &c in &candidates {
-                    let v = self.try_moves(&state, &[c]);
-                    if v > best.map_or(state.value, |b| b.0) {
+                    let threshold = best.map_or(state.value, |b| b.0);
+                    if let Some(v) = self.try_above(&state, &[c], threshold)
+                        && v > threshold
+                    {
                         best = Some((v, c));
+                        self.ev.keep_last_try(&state, &[c], &mut self.scratch);
                     }
                 }
                 if let Some((_, c)) = best {
@@ -166,7 +177,12 @@ impl Search<'_> {
                         changes.push((k, to, state.dists[k]));
                     }
                 }
-                if !changes.is_empty() && self.try_moves(&state, &changes) > state.value {
+                if !changes.is_empty()
+                    && self
+                        .try_above(&state, &changes, state.value)
+                        .is_some_and(|v| v > state.value)
+                {
+                    self.ev.keep_last_try(&state, &changes, &mut self.scratch);
                     let moves = changes.clone();
                     self.apply(&mut state, &moves);
                     improved = true;
@@ -179,9 +195,12 @@ impl Search<'_> {
                         let (li, lj) = (state.lens[i], state.lens[j]);
                         if i != j && li < l_max && lj > l_min {
                             let m = [(i, li + 1, state.dists[i]), (j, lj - 1, state.dists[j])];
-                            let v = self.try_moves(&state, &m);
-                            if v > best.map_or(state.value, |b| b.0) {
+                            let threshold = best.map_or(state.value, |b| b.0);
+                            if let Some(v) = self.try_above(&state, &m, threshold)
+                                && v > threshold
+                            {
                                 best = Some((v, m));
+                                self.ev.keep_last_try(&state, &m, &mut self.scratch);
                             }
                         }
                     }
