@@ -111,7 +111,7 @@ pub fn plan_round(
                 bandwidth_hz: link.bandwidth_hz,
                 distribution_bits: cfg.payload_bits,
                 verify_fixed_s,
-                verify_per_device_s: verify_per_device_s,
+                verify_per_device_s,
                 max_draft_len: cfg.max_draft_len.max(1),
                 min_draft_len: 1,
                 devices: devices
