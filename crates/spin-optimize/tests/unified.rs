@@ -577,3 +577,33 @@ fn invalid_rounds_name_their_field() {
         .to_string();
     assert!(msg.starts_with("draft_lengths[2]:"), "{msg}");
 }
+
+/// A round too large to plan is refused by size before anything K² is allocated: 20,000 devices name `devices`
+/// (even one sample is over the limit), 2,000 devices with 1,000 samples name `saa_samples`; the planner says the
+/// same.
+#[test]
+fn oversized_rounds_are_refused_before_allocating() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let one = random_round(&mut rng, 1, 0, 8, PayloadPolicy::Choose)
+        .spec()
+        .clone();
+    let sized = |k: usize, samples: u32| {
+        let mut spec = one.clone();
+        spec.devices = vec![spec.devices[0]; k];
+        spec.saa_samples = samples;
+        Round::new(spec).unwrap()
+    };
+    let msg = Evaluator::new(&sized(20_000, 1), Expectation::Saa, CorrectionPolicy::default())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.starts_with("devices:"), "{msg}");
+    let big = sized(2_000, 1_000);
+    let msg = Evaluator::new(&big, Expectation::Saa, CorrectionPolicy::default())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.starts_with("saa_samples:"), "{msg}");
+    let msg = unified::plan(&big, &unified::Options::default())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.starts_with("saa_samples:"), "{msg}");
+}
