@@ -324,8 +324,9 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
         prev = c;
         largest = largest.max(c);
         *index = (e >> q) as u32;
-        // Codes are below 2^Q ≤ 2^24, so exact in f32.
-        *code = c as f32;
+        // Codes are below 2^Q ≤ 2^24, so exact in f32, and they fit an i32, whose conversion vectorises (the u64 one
+        // does not: it was a third of this loop).
+        *code = c as i32 as f32;
     }
     let max = largest as f32;
     if max == 0.0 {
