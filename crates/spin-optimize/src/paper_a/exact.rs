@@ -205,7 +205,8 @@ impl<'a> Solver<'a> {
     fn lagrangian(&mut self, b: f64, mu: f64, out: &mut [u32]) -> Option<(f64, f64)> {
         self.cost_at(b);
         let (mut sum_v, mut sum_c) = (0.0, 0.0);
-        for k in 0..self.s.len() {
+        // `out` holds one slot per device.
+        for (k, slot) in out.iter_mut().enumerate() {
             let mut l = self.s.min_draft_len;
             let mut c = self.c(k, l);
             if !c.is_finite() {
@@ -223,7 +224,7 @@ impl<'a> Solver<'a> {
                 }
                 (l, c, v) = (l + 1, c_next, v_next);
             }
-            out[k] = l;
+            *slot = l;
             sum_v += v;
             sum_c += c;
         }
@@ -300,8 +301,8 @@ impl<'a> Solver<'a> {
         self.cost_at(b);
         let budget = self.s.bandwidth_hz;
         let (mut base_e, mut base_c, mut upper) = (0.0, 0.0, mu * budget);
-        for k in 0..self.s.len() {
-            let (e0, c0) = (self.e(k, argmax[k]), self.c(k, argmax[k]));
+        for (k, &l0) in argmax.iter().enumerate() {
+            let (e0, c0) = (self.e(k, l0), self.c(k, l0));
             base_e += e0;
             base_c += c0;
             upper += e0 - mu * c0;
@@ -315,8 +316,8 @@ impl<'a> Solver<'a> {
         let mut flexible = std::mem::take(&mut self.flexible);
         options.clear();
         flexible.clear();
-        for k in 0..self.s.len() {
-            let (e0, c0) = (self.e(k, argmax[k]), self.c(k, argmax[k]));
+        for (k, &l0) in argmax.iter().enumerate() {
+            let (e0, c0) = (self.e(k, l0), self.c(k, l0));
             let v0 = e0 - mu * c0;
             let start = options.len();
             for l in self.s.draft_range() {
@@ -326,7 +327,7 @@ impl<'a> Solver<'a> {
                 }
                 let e = self.e(k, l);
                 let loss = (v0 - (e - mu * c)).max(0.0);
-                if l != argmax[k] && loss < room {
+                if l != l0 && loss < room {
                     options.push(Opt {
                         loss,
                         l,
