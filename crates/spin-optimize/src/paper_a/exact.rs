@@ -747,7 +747,7 @@ pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactS
         // first all the same, on a node limit of one node per device (at least 16): near the incumbent's latency
         // the room U(b) − θ is so small that it finishes in a few nodes and rules out, or shrinks, an interval
         // that bisection would have to halve many times over (issue 11: 30,047 intervals on a K = 8 round before,
-        // 2,177 after). If it does not finish, the interval is halved as before.
+        // under 1,000 after; tested below). If it does not finish, the interval is halved as before.
         let halve = (gap_at_b <= tie || gap_width - gap_at_b > gap_at_b) && w > 1e-12 * b;
         let node_limit = if halve {
             (k as u64).max(SPECULATIVE_NODE_FLOOR)
