@@ -3,7 +3,8 @@
 //!
 //! `net/protocol_k64`: the server's per-round work on the wire for 64 devices (encode 64 plans, decode and
 //! validate 64 paper-A drafts of γ = 4 with packed distributions at V = 512, V_eff = 512, Q = 16, air times, the
-//! reactive mode choice for 16 rejected devices, encode 64 verdicts). `net/plan_k64/<scheme>`: the controller's
+//! reactive mode choice for 16 rejected devices, encode 64 verdicts); `net/protocol_pairs_k64` the same for paper B's
+//! exchange (pairs up, 8 DL and 8 UL corrections of one distribution each). `net/plan_k64/<scheme>`: the controller's
 //! planning for 64 devices (`unified`: the networked server's fast configuration). Both report elements = devices, so criterion's time per element is per device.
 //! `net/virtual_rounds_k64`: whole `simulate` runs (server + 64 devices over loopback, tiny random models).
 
@@ -92,6 +93,100 @@ fn protocol(c: &mut Criterion) {
                 &mut ChaCha8Rng::seed_from_u64(0),
             )
             .unwrap();
+            for _ in 0..K {
+                let v = ServerMsg::Verdict {
+                    round: 7,
+                    accepted: 2,
+                    next: Next::Commit {
+                        token: 5,
+                        done: false,
+                    },
+                };
+                bytes += proto::encode(&v).unwrap().len();
+            }
+            black_box((bytes, bits, sol))
+        })
+    });
+    // Paper B's exchange (the `best`, `greedy`, `uniform`, `comp-only` schemes, and `unified`'s pair-senders): 64
+    // drafts of γ = 4 (token, probability) pairs, 16 rejections with the reactive mode choice, 8 downloads of a
+    // packed p_r and 8 uploads of a q_r to unpack, 64 commits.
+    let pair_bodies: Vec<Vec<u8>> = (0..K)
+        .map(|k| {
+            proto::encode(&DeviceMsg::Draft {
+                round: 7,
+                tokens: vec![k as u32 % V as u32, 3, 9, 27],
+                probs: vec![0.5, 0.25, 0.125, 0.9],
+                dists: vec![],
+                draft_s: 0.01,
+            })
+            .unwrap()
+        })
+        .collect();
+    let corr: Vec<SparseDist> = (0..16)
+        .map(|_| {
+            let w: Vec<f32> = (0..V).map(|_| rng.random::<f32>() + 1e-3).collect();
+            SparseDist::truncate(Dist::new(&w).unwrap(), V)
+                .unwrap()
+                .quantise(16)
+                .unwrap()
+        })
+        .collect();
+    let uploads: Vec<Vec<u8>> = corr[8..]
+        .iter()
+        .map(|q| {
+            proto::encode(&DeviceMsg::Upload {
+                round: 7,
+                q: proto::pack(q).unwrap(),
+            })
+            .unwrap()
+        })
+        .collect();
+    g.bench_function("protocol_pairs_k64", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            for _ in 0..K {
+                let plan = ServerMsg::Plan {
+                    round: 7,
+                    draft_len: 4,
+                    bandwidth_hz: 1e5,
+                    send_dists: false,
+                };
+                bytes += proto::encode(&plan).unwrap().len();
+            }
+            let mut bits = 0u64;
+            for (k, body) in pair_bodies.iter().enumerate() {
+                let DeviceMsg::Draft { tokens, probs, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
+                    unreachable!()
+                };
+                // The server's checks of a pair draft.
+                assert!(tokens.iter().all(|&t| t < V as u32) && probs.iter().all(|&p| p > 0.0 && p <= 1.0));
+                bits += tokens.len() as u64 * (9 + 32);
+                let r = link.spectral_efficiency(gains[k]).unwrap();
+                black_box(air_time_s(bits as f64, 1e5, r));
+            }
+            let sol = reactive::solve(
+                &link.paper_b_link(12_800.0),
+                &gains[..16],
+                ModeScheme::Optimal,
+                &mut ChaCha8Rng::seed_from_u64(0),
+            )
+            .unwrap();
+            for p in &corr[..8] {
+                let v = ServerMsg::Verdict {
+                    round: 7,
+                    accepted: 1,
+                    next: Next::Residual {
+                        p: proto::pack(p).unwrap(),
+                    },
+                };
+                bytes += proto::encode(&v).unwrap().len();
+            }
+            for body in &uploads {
+                let DeviceMsg::Upload { q, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
+                    unreachable!()
+                };
+                bits += proto::unpack(&q, V as u32).unwrap().bits_on_air();
+            }
             for _ in 0..K {
                 let v = ServerMsg::Verdict {
                     round: 7,
