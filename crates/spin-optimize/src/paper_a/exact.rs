@@ -939,9 +939,9 @@ mod tests {
         ];
         let s = Scenario::new(&crate::paper_a::ScenarioSpec {
             bandwidth_hz: 1e7,
-            bits_per_draft_token: 12_800.0,
+            distribution_bits: 12_800.0,
             verify_fixed_s: 0.0428,
-            verify_per_draft_s: 0.0076,
+            verify_per_device_s: 0.0076,
             max_draft_len: 8,
             min_draft_len: 1,
             devices: devices
