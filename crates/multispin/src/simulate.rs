@@ -52,8 +52,8 @@ pub struct ServerArgs {
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Planning scheme: exact, paper-alg1, homo, uni-bw, fixed (paper A), best, greedy, uniform, comp-only (paper B)
-    /// or unified (draft lengths, uplink shares and each device's payload jointly; docs/system.md). unified is the
-    /// slowest planner: about 26 ms of server time per round at 8 devices and 0.5 s at 64 (best: 34 ms at 64).
+    /// or unified (draft lengths, uplink shares and each device's payload jointly; docs/system.md). unified, then
+    /// best, are the slowest planners; docs/system.md gives each scheme's server time per round.
     #[arg(long, default_value = "best")]
     pub scheme: String,
     /// Paper B's correction-mode policy: optimal, all-ul, all-dl or random.
