@@ -52,6 +52,21 @@ fn draft_bodies(rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Encodes the K plans of a round (every device told γ = 4 and its share); the bytes written.
+fn plan_bytes(send_dists: bool) -> usize {
+    (0..K)
+        .map(|_| {
+            let plan = ServerMsg::Plan {
+                round: 7,
+                draft_len: 4,
+                bandwidth_hz: 1e5,
+                send_dists,
+            };
+            proto::encode(&plan).unwrap().len()
+        })
+        .sum()
+}
+
 fn protocol(c: &mut Criterion) {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let bodies = draft_bodies(&mut rng);
@@ -61,16 +76,7 @@ fn protocol(c: &mut Criterion) {
     g.throughput(Throughput::Elements(K as u64));
     g.bench_function("protocol_k64", |b| {
         b.iter(|| {
-            let mut bytes = 0usize;
-            for _ in 0..K {
-                let plan = ServerMsg::Plan {
-                    round: 7,
-                    draft_len: 4,
-                    bandwidth_hz: 1e5,
-                    send_dists: true,
-                };
-                bytes += proto::encode(&plan).unwrap().len();
-            }
+            let mut bytes = plan_bytes(true);
             let mut bits = 0u64;
             for (k, body) in bodies.iter().enumerate() {
                 let DeviceMsg::Draft { tokens, dists, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
@@ -143,16 +149,7 @@ fn protocol(c: &mut Criterion) {
         .collect();
     g.bench_function("protocol_pairs_k64", |b| {
         b.iter(|| {
-            let mut bytes = 0usize;
-            for _ in 0..K {
-                let plan = ServerMsg::Plan {
-                    round: 7,
-                    draft_len: 4,
-                    bandwidth_hz: 1e5,
-                    send_dists: false,
-                };
-                bytes += proto::encode(&plan).unwrap().len();
-            }
+            let mut bytes = plan_bytes(false);
             let mut bits = 0u64;
             for (k, body) in pair_bodies.iter().enumerate() {
                 let DeviceMsg::Draft { tokens, probs, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {

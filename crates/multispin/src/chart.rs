@@ -49,13 +49,7 @@ pub fn svg_lines(
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
             }
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE)
-            .draw()?;
-        root.present()?;
-        Ok(())
+        legend_and_save(&mut chart, &root)
     };
     draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
 }
@@ -99,13 +93,25 @@ pub fn svg_scatter_labelled(
                 ("sans-serif", 13).into_font().color(&color),
             )])?;
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE)
-            .draw()?;
-        root.present()?;
-        Ok(())
+        legend_and_save(&mut chart, &root)
     };
     draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
+}
+
+/// The legend box of a chart with f64 axes, then the file written.
+fn legend_and_save<'a>(
+    chart: &mut ChartContext<
+        'a,
+        SVGBackend<'a>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
+    root.present()?;
+    Ok(())
 }
