@@ -241,13 +241,14 @@ pub fn from_text(
                 m,
             )?;
             unused(f.saa_samples.is_some(), "saa_samples", m)?;
-            let share_noise_w = n0_server * bandwidth_hz / k as f64;
+            // The SNR on an equal share of the band, B/K.
+            let share_hz = bandwidth_hz / k as f64;
             let devices = gains
                 .iter()
                 .enumerate()
                 .map(|(i, g)| {
-                    let r = spin_channel::spectral_efficiency(ul_power_w * g / share_noise_w)
-                        .map_err(Failure::input)?;
+                    let snr = spin_channel::snr(ul_power_w, *g, n0_server, share_hz);
+                    let r = spin_channel::spectral_efficiency(snr).map_err(Failure::input)?;
                     Ok(json!({
                         "acceptance": acceptance[i],
                         "draft_token_s": draft_token_s[i],

@@ -7,7 +7,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use spin_channel::paper_b::Drop;
-use spin_channel::{rayleigh_power_gain, spectral_efficiency};
+use spin_channel::{rayleigh_power_gain, snr, spectral_efficiency};
 use spin_optimize::paper_b::Link;
 
 /// Radio parameters of a run (SI units).
@@ -81,7 +81,12 @@ impl LinkConfig {
     /// Paper A's uplink spectral efficiency r = log₂(1 + P_ul g / N0) with N0 = N0_ser·B the noise power over the
     /// band (paper A eq. 8 takes N0 as a power); a device with share b_k then uploads at b_k·r.
     pub fn spectral_efficiency(&self, gain: f64) -> Result<f64> {
-        let snr = self.ul_power_w * gain / (self.noise_psd_server_w_per_hz * self.bandwidth_hz);
+        let snr = snr(
+            self.ul_power_w,
+            gain,
+            self.noise_psd_server_w_per_hz,
+            self.bandwidth_hz,
+        );
         Ok(spectral_efficiency(snr)?)
     }
 
