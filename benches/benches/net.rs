@@ -67,6 +67,23 @@ fn plan_bytes(send_dists: bool) -> usize {
         .sum()
 }
 
+/// Encodes the K verdicts of a round (every device told: two accepted, commit a token); the bytes written.
+fn verdict_bytes() -> usize {
+    (0..K)
+        .map(|_| {
+            let v = ServerMsg::Verdict {
+                round: 7,
+                accepted: 2,
+                next: Next::Commit {
+                    token: 5,
+                    done: false,
+                },
+            };
+            proto::encode(&v).unwrap().len()
+        })
+        .sum()
+}
+
 fn protocol(c: &mut Criterion) {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let bodies = draft_bodies(&mut rng);
@@ -99,17 +116,7 @@ fn protocol(c: &mut Criterion) {
                 &mut ChaCha8Rng::seed_from_u64(0),
             )
             .unwrap();
-            for _ in 0..K {
-                let v = ServerMsg::Verdict {
-                    round: 7,
-                    accepted: 2,
-                    next: Next::Commit {
-                        token: 5,
-                        done: false,
-                    },
-                };
-                bytes += proto::encode(&v).unwrap().len();
-            }
+            bytes += verdict_bytes();
             black_box((bytes, bits, sol))
         })
     });
@@ -184,17 +191,7 @@ fn protocol(c: &mut Criterion) {
                 };
                 bits += proto::unpack(&q, V as u32).unwrap().bits_on_air();
             }
-            for _ in 0..K {
-                let v = ServerMsg::Verdict {
-                    round: 7,
-                    accepted: 2,
-                    next: Next::Commit {
-                        token: 5,
-                        done: false,
-                    },
-                };
-                bytes += proto::encode(&v).unwrap().len();
-            }
+            bytes += verdict_bytes();
             black_box((bytes, bits, sol))
         })
     });

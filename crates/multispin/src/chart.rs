@@ -8,6 +8,44 @@ use std::path::Path;
 /// One chart series: label, points, whether to draw markers.
 pub type Series<'a> = (&'a str, &'a [(f64, f64)], bool);
 
+/// A chart with f64 axes, as the body functions below draw on it.
+type Chart<'a> = ChartContext<
+    'a,
+    SVGBackend<'a>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// The frame every chart shares: a white `size` canvas at `path`, the caption and labelled axes over `x` × `y`,
+/// then `body`'s series, the legend box, and the file written; a drawing error names the file.
+fn draw_chart(
+    path: &Path,
+    size: (u32, u32),
+    (title, x_label, y_label): (&str, &str, &str),
+    (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
+    body: impl FnOnce(&mut Chart<'_>) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Failure> {
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        let root = SVGBackend::new(path, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x, y)?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+        body(&mut chart)?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
+}
+
 /// A line chart (points drawn for `markers` series) as SVG.
 pub fn svg_lines(
     path: &Path,
@@ -16,29 +54,21 @@ pub fn svg_lines(
     y_label: &str,
     series: &[Series<'_>],
 ) -> Result<(), Failure> {
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let all = series.iter().flat_map(|s| s.1.iter());
-        let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
-        for &(x, y) in all {
-            x0 = x0.min(x);
-            x1 = x1.max(x);
-            y1 = y1.max(y);
-        }
-        if !x0.is_finite() {
-            (x0, x1) = (0.0, 1.0);
-        }
-        if x1 <= x0 {
-            x1 = x0 + 1.0;
-        }
-        let root = SVGBackend::new(path, (720, 450)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, 0f64..(y1 * 1.1).max(1e-12))?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+    let all = series.iter().flat_map(|s| s.1.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    for &(x, y) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let ranges = (x0..x1, 0f64..(y1 * 1.1).max(1e-12));
+    draw_chart(path, (720, 450), (title, x_label, y_label), ranges, |chart| {
         for (i, (label, pts, markers)) in series.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             chart
@@ -49,9 +79,8 @@ pub fn svg_lines(
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
             }
         }
-        legend_and_save(&mut chart, &root)
-    };
-    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
+        Ok(())
+    })
 }
 
 /// A predicted-against-measured scatter: one labelled point per entry, with the diagonal y = x on which a perfect
@@ -63,55 +92,33 @@ pub fn svg_scatter_labelled(
     y_label: &str,
     points: &[(String, f64, f64)],
 ) -> Result<(), Failure> {
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let top = points
-            .iter()
-            .flat_map(|(_, x, y)| [*x, *y])
-            .filter(|v| v.is_finite())
-            .fold(0f64, f64::max)
-            * 1.12;
-        let top = if top > 0.0 { top } else { 1.0 };
-        let root = SVGBackend::new(path, (720, 560)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..top, 0f64..top)?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
-        chart
-            .draw_series(LineSeries::new([(0.0, 0.0), (top, top)], BLACK.mix(0.4)))?
-            .label("prediction = measurement")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4)));
-        for (i, (name, x, y)) in points.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart.draw_series([Circle::new((*x, *y), 4, color.filled())])?;
-            chart.draw_series([Text::new(
-                name.clone(),
-                (*x, *y),
-                ("sans-serif", 13).into_font().color(&color),
-            )])?;
-        }
-        legend_and_save(&mut chart, &root)
-    };
-    draw().map_err(|e| Failure::Runtime(anyhow::anyhow!("drawing {}: {e}", path.display())))
-}
-
-/// The legend box of a chart with f64 axes, then the file written.
-fn legend_and_save<'a>(
-    chart: &mut ChartContext<
-        'a,
-        SVGBackend<'a>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
-    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    let top = points
+        .iter()
+        .flat_map(|(_, x, y)| [*x, *y])
+        .filter(|v| v.is_finite())
+        .fold(0f64, f64::max)
+        * 1.12;
+    let top = if top > 0.0 { top } else { 1.0 };
+    draw_chart(
+        path,
+        (720, 560),
+        (title, x_label, y_label),
+        (0f64..top, 0f64..top),
+        |chart| {
+            chart
+                .draw_series(LineSeries::new([(0.0, 0.0), (top, top)], BLACK.mix(0.4)))?
+                .label("prediction = measurement")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.4)));
+            for (i, (name, x, y)) in points.iter().enumerate() {
+                let color = Palette99::pick(i).to_rgba();
+                chart.draw_series([Circle::new((*x, *y), 4, color.filled())])?;
+                chart.draw_series([Text::new(
+                    name.clone(),
+                    (*x, *y),
+                    ("sans-serif", 13).into_font().color(&color),
+                )])?;
+            }
+            Ok(())
+        },
+    )
 }
