@@ -24,6 +24,44 @@ pub(crate) mod check {
     use super::{MAX_DEVICES, MAX_DRAFT_LEN_LIMIT, SAA_SAMPLES_LIMIT};
     use crate::OptimizeError;
 
+    /// The size limit of planning by sample-average approximation ([`super::MAX_PLANNING_WORK`]), for paper B's
+    /// proactive planning and the unified planner (`planner` names it): devices² × (max_draft_len + 1) per sample,
+    /// times the samples. The error names `devices` when K alone is too large (even one sample would exceed the
+    /// limit; `note` is appended there), else `saa_samples`.
+    pub(crate) fn planning_work(
+        planner: &str,
+        devices: usize,
+        max_draft_len: u32,
+        saa_samples: u32,
+        note: &str,
+    ) -> Result<(), OptimizeError> {
+        let limit = super::MAX_PLANNING_WORK;
+        let k = devices as u128;
+        let per_sample = k * k * (u128::from(max_draft_len) + 1);
+        let work = per_sample * u128::from(saa_samples);
+        if per_sample > limit {
+            return Err(OptimizeError::Invalid {
+                field: "devices".into(),
+                reason: format!(
+                    "{k} devices are more than {planner} accepts: devices² × (max_draft_len + 1) = {k}² × {} = \
+                     {per_sample} exceeds the planning limit of {limit} even with one SAA sample{note}",
+                    max_draft_len + 1
+                ),
+            });
+        }
+        if work > limit {
+            return Err(OptimizeError::Invalid {
+                field: "saa_samples".into(),
+                reason: format!(
+                    "devices² × (max_draft_len + 1) × saa_samples = {k}² × {} × {saa_samples} = {work} exceeds the \
+                     planning limit of {limit}",
+                    max_draft_len + 1
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// T_ver = T_fix + K·T_lin: both coefficients finite and ≥ 0 (their sum is checked with K by the caller).
     pub(crate) fn verify(fixed_s: f64, per_device_s: f64) -> Result<(), OptimizeError> {
         OptimizeError::non_negative("verify_fixed_s", fixed_s)?;
@@ -184,32 +222,13 @@ impl Scenario {
     /// the error names `devices` when K alone is too large (even one sample would exceed the limit), else
     /// `saa_samples`. Memory follows from it: an evaluator holds K·N_SAA samples and O(K) tables.
     pub fn check_planning_size(&self) -> Result<(), OptimizeError> {
-        let k = self.0.devices.len() as u128;
-        let per_sample = k * k * (u128::from(self.0.max_draft_len) + 1);
-        let work = per_sample * u128::from(self.0.saa_samples);
-        if per_sample > MAX_PLANNING_WORK {
-            return Err(OptimizeError::Invalid {
-                field: "devices".into(),
-                reason: format!(
-                    "{k} devices are more than proactive planning accepts: devices² × (max_draft_len + 1) = \
-                     {k}² × {} = {per_sample} exceeds the planning limit of {MAX_PLANNING_WORK} even with one \
-                     SAA sample (reactive correction takes up to {MAX_DEVICES} devices)",
-                    self.0.max_draft_len + 1
-                ),
-            });
-        }
-        if work > MAX_PLANNING_WORK {
-            return Err(OptimizeError::Invalid {
-                field: "saa_samples".into(),
-                reason: format!(
-                    "devices² × (max_draft_len + 1) × saa_samples = {k}² × {} × {} = {work} exceeds the \
-                     planning limit of {MAX_PLANNING_WORK}",
-                    self.0.max_draft_len + 1,
-                    self.0.saa_samples
-                ),
-            });
-        }
-        Ok(())
+        check::planning_work(
+            "proactive planning",
+            self.0.devices.len(),
+            self.0.max_draft_len,
+            self.0.saa_samples,
+            &format!(" (reactive correction takes up to {MAX_DEVICES} devices)"),
+        )
     }
 
     /// The file form of this scenario.

@@ -10,7 +10,6 @@
 use crate::OptimizeError;
 use crate::paper_a::bandwidth::equalised_root;
 use crate::paper_b::reactive::split_by_bisection;
-use crate::paper_b::scenario::MAX_PLANNING_WORK;
 use crate::paper_b::{Link, ModeScheme, Objective, Samples};
 use crate::round::{CorrectionPolicy, PayloadPolicy, Round, RoundPlan, Scheme};
 use rand::{RngExt, SeedableRng};
@@ -189,38 +188,6 @@ pub struct Evaluator {
     bucket: Vec<u32>,
 }
 
-/// Paper B's size limit of proactive planning ([`MAX_PLANNING_WORK`]) applied to a unified round before an
-/// evaluator allocates anything: its UL-delay table holds K² entries and every move scores up to K·(L_max + 1)
-/// outcomes' worth of tables for each of N_SAA samples. The error names `devices` when K alone is too large, else
-/// `saa_samples`, with the same wording as paper B's check.
-fn check_planning_size(round: &Round) -> Result<(), OptimizeError> {
-    let k = round.len() as u128;
-    let per_sample = k * k * (u128::from(round.max_draft_len) + 1);
-    if per_sample > MAX_PLANNING_WORK {
-        return Err(OptimizeError::Invalid {
-            field: "devices".into(),
-            reason: format!(
-                "{k} devices are more than unified planning accepts: devices² × (max_draft_len + 1) = {k}² × {} \
-                 = {per_sample} exceeds the planning limit of {MAX_PLANNING_WORK} even with one sample",
-                round.max_draft_len + 1
-            ),
-        });
-    }
-    let work = per_sample * u128::from(round.saa_samples);
-    if work > MAX_PLANNING_WORK {
-        return Err(OptimizeError::Invalid {
-            field: "saa_samples".into(),
-            reason: format!(
-                "devices² × (max_draft_len + 1) × saa_samples = {k}² × {} × {} = {work} exceeds the planning \
-                 limit of {MAX_PLANNING_WORK}",
-                round.max_draft_len + 1,
-                round.saa_samples
-            ),
-        });
-    }
-    Ok(())
-}
-
 impl Evaluator {
     /// Prepares the outcomes and tables for `round`.
     pub fn new(
@@ -229,7 +196,15 @@ impl Evaluator {
         policy: CorrectionPolicy,
     ) -> Result<Evaluator, OptimizeError> {
         let k_n = round.len();
-        check_planning_size(round)?;
+        // Paper B's size limit, before anything K² is allocated: the UL-delay table holds K² entries and a move
+        // scores up to K·(L_max + 1) outcome tables for each of N_SAA samples.
+        crate::paper_b::scenario::check::planning_work(
+            "unified planning",
+            k_n,
+            round.max_draft_len,
+            round.saa_samples,
+            "",
+        )?;
         let alpha: Vec<f64> = round.devices.iter().map(|d| d.acceptance).collect();
         let max_len = round.max_draft_len;
         let outcomes = match expectation {
