@@ -309,26 +309,22 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
     let ib = index_bits(vocab as usize);
     let q = u32::from(p.q_bits);
     let n = p.count as usize;
-    let r = BitReader::new(&p.bits);
-    let w = ib + q;
     let code_mask = (1u64 << q) - 1;
-    // One straight-line pass (no per-entry branch, no intermediate buffer): read each entry, split it into index and
-    // code, and track the order and the largest code; spin-core checks the indices.
-    let mut indices = vec![0u32; n];
-    let mut codes = vec![0f32; n];
-    let (mut ordered, mut prev, mut largest) = (true, u64::MAX, 0u64);
-    for (j, (index, code)) in indices.iter_mut().zip(codes.iter_mut()).enumerate() {
-        let e = r.field(j * w as usize, w);
-        let c = e & code_mask;
-        ordered &= c <= prev;
-        prev = c;
-        largest = largest.max(c);
-        *index = (e >> q) as u32;
-        // Codes are below 2^Q ≤ 2^24, so exact in f32, and they fit an i32, whose conversion vectorises (the u64 one
-        // does not: it was a third of this loop).
-        *code = c as i32 as f32;
-    }
-    let max = largest as f32;
+    // One pass over the bits, no per-entry branch and no zero-filled buffers: split every group of eight entries
+    // into indices and codes (the vectors are filled by `extend` into their exact capacity; the zero-filled
+    // `vec![0; n]` this replaced cost a calloc and a memset per distribution). spin-core checks the indices.
+    let mut indices = Vec::with_capacity(n);
+    let mut codes = Vec::with_capacity(n);
+    for_each_group(&p.bits, n, ib + q, |entries| {
+        indices.extend(entries.iter().map(|&e| (e >> q) as u32));
+        // Codes are below 2^Q ≤ 2^24, so exact in f32, and they fit an i32, whose conversion is one instruction (the
+        // u64 one is not).
+        codes.extend(entries.iter().map(|&e| (e & code_mask) as i32 as f32));
+    });
+    // The order and the largest code in branch-free passes over the codes (they vectorise; tracked inside the loop
+    // above they were a serial chain per entry).
+    let ordered = codes.windows(2).fold(true, |ok, w| ok & (w[0] >= w[1]));
+    let max = codes.iter().fold(0.0f32, |m, &c| if c > m { c } else { m });
     if max == 0.0 {
         return Err(NetError::invalid("dist.codes", "every code is zero"));
     }
@@ -384,33 +380,60 @@ impl BitWriter {
     }
 }
 
-/// MSB-first random-access reader: entry j of a packed distribution starts at bit j·w, so it is read with one
-/// unaligned big-endian 8-byte load, a shift and a mask (w ≤ 32 + 24 = 56 bits, plus at most 7 bits of offset, fits
-/// in 64); bytes past the end read as zero (the caller checked the length).
-struct BitReader<'a> {
-    data: &'a [u8],
-}
-
-impl<'a> BitReader<'a> {
-    fn new(data: &'a [u8]) -> Self {
-        BitReader { data }
+/// Calls `f` on the `n` entries of `width` ≤ 56 bits packed most significant bit first in `data` (which holds at
+/// least ⌈n·width/8⌉ bytes: the caller checked the length), in order, eight at a time (fewer at the end).
+///
+/// Eight entries fill exactly `width` bytes, so every group of eight starts on a byte boundary and entry j of a
+/// group sits at the same byte offset ⌊j·width/8⌋ and bit shift j·width mod 8 in every group: both are computed
+/// once, and each entry is one unaligned big-endian 8-byte load, a shift and a mask (at most 56 + 7 bits, so it
+/// fits in 64). The last groups, whose loads would run past the end, are read from a zero-padded copy. Handing
+/// the entries over by groups lets the caller's per-entry work run as straight-line loops over eight values. This
+/// replaced a reader that recomputed the offset and checked for the end at every entry (hand-written: the layout
+/// is the protocol's own, docs/protocol.md §"packed distribution").
+fn for_each_group(data: &[u8], n: usize, width: u32, mut f: impl FnMut(&[u64])) {
+    debug_assert!((1..=56).contains(&width));
+    let group = width as usize;
+    let at: [(usize, u32); 8] = std::array::from_fn(|j| (j * group / 8, (j * group % 8) as u32));
+    let drop = 64 - width;
+    let read = |bytes: &[u8], (byte, shift): (usize, u32)| {
+        let word = bytes
+            .get(byte..)
+            .and_then(|b| b.first_chunk::<8>())
+            .map_or(0, |w| u64::from_be_bytes(*w));
+        (word << shift) >> drop
+    };
+    // A group's loads end at byte ⌊7·width/8⌋ + 8 ≤ width + 7 of the group: these groups stay inside `data`.
+    let span = group + 7;
+    let fast = if data.len() >= span {
+        ((data.len() - span) / group + 1).min(n / 8)
+    } else {
+        0
+    };
+    let mut entries = [0u64; 8];
+    for g in 0..fast {
+        // In range: g < fast, so the group's span ends inside `data`, and every load ends inside the span.
+        let bytes = &data[g * group..g * group + span];
+        for (e, &(byte, shift)) in entries.iter_mut().zip(&at) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[byte..byte + 8]);
+            *e = (u64::from_be_bytes(word) << shift) >> drop;
+        }
+        f(&entries);
     }
-
-    /// The `width` ≤ 56 bits starting at bit `at`.
-    #[inline]
-    fn field(&self, at: usize, width: u32) -> u64 {
-        debug_assert!(width <= 56);
-        let byte = at / 8;
-        let word = match self.data.get(byte..byte + 8) {
-            Some(w) => u64::from_be_bytes(w.try_into().unwrap_or([0; 8])),
-            None => {
-                let mut w = [0u8; 8];
-                let tail = self.data.get(byte..).unwrap_or(&[]);
-                w[..tail.len()].copy_from_slice(tail);
-                u64::from_be_bytes(w)
-            }
-        };
-        (word << (at % 8)) >> (64 - width)
+    // The rest: fewer than width + 7 ≤ 63 bytes, whose loads end before byte 63 + 8 of the padded copy.
+    let mut tail = [0u8; 80];
+    let rest = data.get(fast * group..).unwrap_or(&[]);
+    let len = rest.len().min(tail.len());
+    tail[..len].copy_from_slice(&rest[..len]);
+    let mut j = 0;
+    while fast * 8 + j < n {
+        let m = (n - fast * 8 - j).min(8);
+        for (i, e) in entries[..m].iter_mut().enumerate() {
+            let bit = (j + i) * group;
+            *e = read(&tail, (bit / 8, (bit % 8) as u32));
+        }
+        f(&entries[..m]);
+        j += m;
     }
 }
 
