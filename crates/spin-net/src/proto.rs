@@ -321,10 +321,14 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
         // u64 one is not).
         codes.extend(entries.iter().map(|&e| (e & code_mask) as i32 as f32));
     });
-    // The order and the largest code in branch-free passes over the codes (they vectorise; tracked inside the loop
-    // above they were a serial chain per entry).
+    // The order in a branch-free pass over the codes (tracked inside the loop above it was a serial chain per
+    // entry); in order, the largest code is the first.
     let ordered = codes.windows(2).fold(true, |ok, w| ok & (w[0] >= w[1]));
-    let max = codes.iter().fold(0.0f32, |m, &c| if c > m { c } else { m });
+    let max = if ordered {
+        codes.first().copied().unwrap_or(0.0)
+    } else {
+        codes.iter().fold(0.0f32, |m, &c| if c > m { c } else { m })
+    };
     if max == 0.0 {
         return Err(NetError::invalid("dist.codes", "every code is zero"));
     }
@@ -518,6 +522,187 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("trailing")
+        );
+    }
+
+    /// The entries of a packed bit string read one bit at a time (the reference for `for_each_group`).
+    fn entries_bit_by_bit(data: &[u8], n: usize, width: u32) -> Vec<u64> {
+        let bit = |at: usize| u64::from(data.get(at / 8).map_or(0, |b| (b >> (7 - at % 8)) & 1));
+        (0..n)
+            .map(|j| (0..width as usize).fold(0u64, |e, i| (e << 1) | bit(j * width as usize + i)))
+            .collect()
+    }
+
+    #[test]
+    fn grouped_reads_equal_bit_by_bit_reads_at_every_width_and_length() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for width in 1..=56u32 {
+            // Lengths around every multiple of eight (full groups, partial tails, the slow tail path).
+            for n in (0..40).chain([63, 64, 65, 511, 512, 513]) {
+                let bytes = (n * width as usize).div_ceil(8);
+                let data: Vec<u8> = (0..bytes).map(|_| rng.random::<u8>()).collect();
+                let mut got = Vec::new();
+                for_each_group(&data, n, width, |g| {
+                    assert!(!g.is_empty() && g.len() <= 8);
+                    got.extend_from_slice(g);
+                });
+                assert_eq!(got, entries_bit_by_bit(&data, n, width), "width {width}, n {n}");
+            }
+        }
+    }
+
+    /// `unpack` as it was before the grouped reader (one field read per entry, order and maximum tracked in the
+    /// loop), kept as the reference for the fast path.
+    fn unpack_reference(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
+        if p.vocab != vocab {
+            return Err(NetError::invalid(
+                "dist.vocab",
+                format!("{} differs from the session's vocabulary {vocab}", p.vocab),
+            ));
+        }
+        if !(1..=24).contains(&p.q_bits) {
+            return Err(NetError::invalid(
+                "dist.q_bits",
+                format!("{} is outside [1, 24]", p.q_bits),
+            ));
+        }
+        if p.count == 0 || p.count > vocab {
+            return Err(NetError::invalid(
+                "dist.count",
+                format!("{} is outside [1, {vocab}]", p.count),
+            ));
+        }
+        let bits = packed_bits(vocab, p.q_bits, p.count);
+        if p.bits.len() as u64 != bits.div_ceil(8) {
+            return Err(NetError::invalid(
+                "dist.bits",
+                format!(
+                    "{} bytes for {} entries of {} bits",
+                    p.bits.len(),
+                    p.count,
+                    bits / u64::from(p.count)
+                ),
+            ));
+        }
+        let q = u32::from(p.q_bits);
+        let w = index_bits(vocab as usize) + q;
+        let entries = entries_bit_by_bit(&p.bits, p.count as usize, w);
+        let code_mask = (1u64 << q) - 1;
+        let (mut ordered, mut prev, mut largest) = (true, u64::MAX, 0u64);
+        let (mut indices, mut codes) = (Vec::new(), Vec::new());
+        for e in entries {
+            let c = e & code_mask;
+            ordered &= c <= prev;
+            prev = c;
+            largest = largest.max(c);
+            indices.push((e >> q) as u32);
+            codes.push(c as f32);
+        }
+        let max = largest as f32;
+        if max == 0.0 {
+            return Err(NetError::invalid("dist.codes", "every code is zero"));
+        }
+        let full = code_mask as f32;
+        if max != full {
+            return Err(NetError::invalid(
+                "dist.codes",
+                format!("the largest code is {max}, not 2^Q − 1 = {full}"),
+            ));
+        }
+        if !ordered {
+            let mut pairs: Vec<(u32, f32)> = indices.iter().copied().zip(codes.iter().copied()).collect();
+            pairs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            (indices, codes) = pairs.into_iter().unzip();
+        }
+        SparseDist::from_codes(vocab as usize, indices, codes, q).map_err(|e| {
+            let field = match &e {
+                spin_core::CoreError::InvalidAt { field: "indices", .. } => "dist.index",
+                _ => "dist",
+            };
+            NetError::invalid(field, e.to_string())
+        })
+    }
+
+    #[test]
+    fn unpack_equals_the_reference_on_valid_and_malformed_distributions() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let (mut accepted, mut refused) = (0, 0);
+        for case in 0..3000 {
+            let vocab = [2u32, 3, 17, 300, 512, 513, 4096, 151_665][case % 8];
+            let q_bits = rng.random_range(1..=24u8);
+            let count = rng.random_range(1..=vocab.min(600));
+            let ib = index_bits(vocab as usize);
+            let full = (1u64 << q_bits) - 1;
+            // Mostly distinct indices with codes largest first and the maximum at 2^Q − 1 (a quantiser's output),
+            // then one kind of damage: none, shuffled order, a duplicate index, an index ≥ V (when it fits in the
+            // index bits), a wrong maximum, all zero, or a byte cut off or added.
+            let mut idx: Vec<u64> = (0..u64::from(vocab)).collect();
+            for i in 0..count as usize {
+                let j = rng.random_range(i..idx.len());
+                idx.swap(i, j);
+            }
+            idx.truncate(count as usize);
+            let mut codes: Vec<u64> = (0..count).map(|_| rng.random_range(0..=full)).collect();
+            codes.sort_unstable_by(|a, b| b.cmp(a));
+            codes[0] = full;
+            let damage = rng.random_range(0..8);
+            match damage {
+                1 if count > 1 => {
+                    let (a, b) = (
+                        rng.random_range(0..count as usize),
+                        rng.random_range(0..count as usize),
+                    );
+                    codes.swap(a, b);
+                    idx.swap(a, (b + 1) % count as usize);
+                }
+                2 if count > 1 => idx[count as usize - 1] = idx[0],
+                3 if (1u64 << ib) > u64::from(vocab) => {
+                    idx[rng.random_range(0..count as usize)] = u64::from(vocab)
+                }
+                4 if full > 1 => codes[0] = full - 1,
+                5 => codes.iter_mut().for_each(|c| *c = 0),
+                _ => {}
+            }
+            let mut w = BitWriter::default();
+            for (&i, &c) in idx.iter().zip(&codes) {
+                w.put(i, ib);
+                w.put(c, u32::from(q_bits));
+            }
+            let mut p = PackedDist {
+                vocab,
+                q_bits,
+                count,
+                bits: w.finish(),
+            };
+            match damage {
+                6 => {
+                    p.bits.pop();
+                }
+                7 if case % 3 == 0 => p.bits.push(0),
+                _ => {}
+            }
+            let (got, want) = (unpack(&p, vocab), unpack_reference(&p, vocab));
+            match (&got, &want) {
+                (Ok(g), Ok(r)) => {
+                    assert_eq!(
+                        (g.indices(), g.values(), g.bits_on_air()),
+                        (r.indices(), r.values(), r.bits_on_air())
+                    );
+                    accepted += 1;
+                }
+                (Err(g), Err(r)) => {
+                    assert_eq!(g.to_string(), r.to_string(), "case {case}");
+                    refused += 1;
+                }
+                _ => panic!("case {case}: {got:?} vs {want:?}"),
+            }
+        }
+        // Both outcomes are exercised in quantity.
+        assert!(
+            accepted > 500 && refused > 500,
+            "{accepted} accepted, {refused} refused"
         );
     }
 }

@@ -150,7 +150,10 @@ impl<'a> Solver<'a> {
         self.cost_at = b;
         for ((c, &w), &t) in self.cost.iter_mut().zip(&self.hz_s).zip(&self.draft_s) {
             let slack = b - t;
-            *c = if slack > 0.0 { w / slack } else { f64::INFINITY };
+            // The quotient is formed either way and then selected, so the loop has no branch and vectorises (the
+            // same values as dividing only where the slack is positive).
+            let quotient = w / slack;
+            *c = if slack > 0.0 { quotient } else { f64::INFINITY };
         }
     }
 
@@ -348,8 +351,7 @@ impl<'a> Solver<'a> {
             }
             if options.len() > start {
                 let own = &mut options[start..];
-                // Cheapest first, ties in order of l (as the stable sort this replaced left them).
-                own.sort_unstable_by(|x, y| x.loss.total_cmp(&y.loss).then(x.l.cmp(&y.l)));
+                sort_by_loss(own);
                 let save = own.iter().map(|o| -o.dc).fold(0.0f64, f64::max);
                 flexible.push(Flex {
                     k,
@@ -561,6 +563,26 @@ fn break_ratio(items: &mut [(f64, f64)], mut room: f64) -> f64 {
             }
         }
         len = kept;
+    }
+}
+
+/// Sorts a device's options cheapest first, ties in order of l (the order the stable sort this replaced left
+/// them in, as they are pushed in order of l). Hand-written insertion sort: a device has at most L_max − L_min
+/// options, usually a handful, and the library sorts' set-up per call was most of their cost here (about a tenth
+/// of a K = 64 plan).
+fn sort_by_loss(options: &mut [Opt]) {
+    for i in 1..options.len() {
+        let mut j = i;
+        while j > 0
+            && options[j - 1]
+                .loss
+                .total_cmp(&options[j].loss)
+                .then(options[j - 1].l.cmp(&options[j].l))
+                .is_gt()
+        {
+            options.swap(j - 1, j);
+            j -= 1;
+        }
     }
 }
 
