@@ -270,10 +270,14 @@ impl<'a> Solver<'a> {
                 let dc = c_next - c;
                 let r = (e[i] - e[i - 1]) / dc;
                 // A NaN or non-positive efficiency is never taken at μ ≥ 0.
-                if r.is_nan() || r <= 0.0 {
+                let positive = r > 0.0; // false for NaN
+                if !positive {
                     break;
                 }
-                ratio = ratio.min(r);
+                // Both positive and not NaN here, so a plain comparison is `min` (without its NaN handling).
+                if r < ratio {
+                    ratio = r;
+                }
                 items.push((ratio, dc));
                 c = c_next;
             }
