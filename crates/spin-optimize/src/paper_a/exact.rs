@@ -216,13 +216,13 @@ impl<'a> Solver<'a> {
         for (slot, (e, cost)) in out.iter_mut().zip(rows) {
             let mut i = 0;
             let mut c = cost[0];
-            if !c.is_finite() {
+            if !finite(c) {
                 return None;
             }
             let mut v = e[0] - mu * c;
             while i + 1 < cost.len() {
                 let c_next = cost[i + 1];
-                if !c_next.is_finite() {
+                if !finite(c_next) {
                     break;
                 }
                 let v_next = e[i + 1] - mu * c_next;
@@ -256,7 +256,7 @@ impl<'a> Solver<'a> {
             .zip(self.cost.chunks_exact(self.n))
         {
             let mut c = cost[0];
-            if !c.is_finite() {
+            if !finite(c) {
                 feasible = false;
                 break;
             }
@@ -264,7 +264,7 @@ impl<'a> Solver<'a> {
             let mut ratio = f64::INFINITY;
             for i in 1..cost.len() {
                 let c_next = cost[i];
-                if !c_next.is_finite() {
+                if !finite(c_next) {
                     break;
                 }
                 let dc = c_next - c;
@@ -340,7 +340,7 @@ impl<'a> Solver<'a> {
             let v0 = e0 - mu * c0;
             let start = options.len();
             for (i, (&e, &c)) in erow.iter().zip(crow).enumerate() {
-                if !c.is_finite() {
+                if !finite(c) {
                     break;
                 }
                 let loss = (v0 - (e - mu * c)).max(0.0);
@@ -575,6 +575,14 @@ fn break_ratio(items: &mut [(f64, f64)], mut room: f64) -> f64 {
         }
         (len, lo, hi) = (kept, next_lo, next_hi);
     }
+}
+
+/// Whether a bandwidth c_k(l, b) from [`Solver::cost_at`] is finite. Those are positive quotients or +∞, never
+/// NaN or −∞, so one comparison with +∞ decides it (`f64::is_finite` masks and compares, and the scans call this at
+/// every step).
+#[inline]
+fn finite(c: f64) -> bool {
+    c < f64::INFINITY
 }
 
 /// Sorts a device's options cheapest first, ties in order of l (the order the stable sort this replaced left
