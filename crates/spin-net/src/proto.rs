@@ -309,26 +309,26 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
     let ib = index_bits(vocab as usize);
     let q = u32::from(p.q_bits);
     let n = p.count as usize;
-    let r = BitReader::new(&p.bits);
-    let w = ib + q;
     let code_mask = (1u64 << q) - 1;
-    // One straight-line pass (no per-entry branch, no intermediate buffer): read each entry, split it into index and
-    // code, and track the order and the largest code; spin-core checks the indices.
-    let mut indices = vec![0u32; n];
-    let mut codes = vec![0f32; n];
-    let (mut ordered, mut prev, mut largest) = (true, u64::MAX, 0u64);
-    for (j, (index, code)) in indices.iter_mut().zip(codes.iter_mut()).enumerate() {
-        let e = r.field(j * w as usize, w);
-        let c = e & code_mask;
-        ordered &= c <= prev;
-        prev = c;
-        largest = largest.max(c);
-        *index = (e >> q) as u32;
-        // Codes are below 2^Q ≤ 2^24, so exact in f32, and they fit an i32, whose conversion vectorises (the u64 one
-        // does not: it was a third of this loop).
-        *code = c as i32 as f32;
-    }
-    let max = largest as f32;
+    // One pass over the bits, no per-entry branch and no zero-filled buffers: split every group of eight entries
+    // into indices and codes (the vectors are filled by `extend` into their exact capacity; the zero-filled
+    // `vec![0; n]` this replaced cost a calloc and a memset per distribution). spin-core checks the indices.
+    let mut indices = Vec::with_capacity(n);
+    let mut codes = Vec::with_capacity(n);
+    for_each_group(&p.bits, n, ib + q, |entries| {
+        indices.extend(entries.iter().map(|&e| (e >> q) as u32));
+        // Codes are below 2^Q ≤ 2^24, so exact in f32, and they fit an i32, whose conversion is one instruction (the
+        // u64 one is not).
+        codes.extend(entries.iter().map(|&e| (e & code_mask) as i32 as f32));
+    });
+    // The order in a branch-free pass over the codes (tracked inside the loop above it was a serial chain per
+    // entry); in order, the largest code is the first.
+    let ordered = codes.windows(2).fold(true, |ok, w| ok & (w[0] >= w[1]));
+    let max = if ordered {
+        codes.first().copied().unwrap_or(0.0)
+    } else {
+        codes.iter().fold(0.0f32, |m, &c| if c > m { c } else { m })
+    };
     if max == 0.0 {
         return Err(NetError::invalid("dist.codes", "every code is zero"));
     }
@@ -384,33 +384,60 @@ impl BitWriter {
     }
 }
 
-/// MSB-first random-access reader: entry j of a packed distribution starts at bit j·w, so it is read with one
-/// unaligned big-endian 8-byte load, a shift and a mask (w ≤ 32 + 24 = 56 bits, plus at most 7 bits of offset, fits
-/// in 64); bytes past the end read as zero (the caller checked the length).
-struct BitReader<'a> {
-    data: &'a [u8],
-}
-
-impl<'a> BitReader<'a> {
-    fn new(data: &'a [u8]) -> Self {
-        BitReader { data }
+/// Calls `f` on the `n` entries of `width` ≤ 56 bits packed most significant bit first in `data` (which holds at
+/// least ⌈n·width/8⌉ bytes: the caller checked the length), in order, eight at a time (fewer at the end).
+///
+/// Eight entries fill exactly `width` bytes, so every group of eight starts on a byte boundary and entry j of a
+/// group sits at the same byte offset ⌊j·width/8⌋ and bit shift j·width mod 8 in every group: both are computed
+/// once, and each entry is one unaligned big-endian 8-byte load, a shift and a mask (at most 56 + 7 bits, so it
+/// fits in 64). The last groups, whose loads would run past the end, are read from a zero-padded copy. Handing
+/// the entries over by groups lets the caller's per-entry work run as straight-line loops over eight values. This
+/// replaced a reader that recomputed the offset and checked for the end at every entry (hand-written: the layout
+/// is the protocol's own, docs/protocol.md §"packed distribution").
+fn for_each_group(data: &[u8], n: usize, width: u32, mut f: impl FnMut(&[u64])) {
+    debug_assert!((1..=56).contains(&width));
+    let group = width as usize;
+    let at: [(usize, u32); 8] = std::array::from_fn(|j| (j * group / 8, (j * group % 8) as u32));
+    let drop = 64 - width;
+    let read = |bytes: &[u8], (byte, shift): (usize, u32)| {
+        let word = bytes
+            .get(byte..)
+            .and_then(|b| b.first_chunk::<8>())
+            .map_or(0, |w| u64::from_be_bytes(*w));
+        (word << shift) >> drop
+    };
+    // A group's loads end at byte ⌊7·width/8⌋ + 8 ≤ width + 7 of the group: these groups stay inside `data`.
+    let span = group + 7;
+    let fast = if data.len() >= span {
+        ((data.len() - span) / group + 1).min(n / 8)
+    } else {
+        0
+    };
+    let mut entries = [0u64; 8];
+    for g in 0..fast {
+        // In range: g < fast, so the group's span ends inside `data`, and every load ends inside the span.
+        let bytes = &data[g * group..g * group + span];
+        for (e, &(byte, shift)) in entries.iter_mut().zip(&at) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[byte..byte + 8]);
+            *e = (u64::from_be_bytes(word) << shift) >> drop;
+        }
+        f(&entries);
     }
-
-    /// The `width` ≤ 56 bits starting at bit `at`.
-    #[inline]
-    fn field(&self, at: usize, width: u32) -> u64 {
-        debug_assert!(width <= 56);
-        let byte = at / 8;
-        let word = match self.data.get(byte..byte + 8) {
-            Some(w) => u64::from_be_bytes(w.try_into().unwrap_or([0; 8])),
-            None => {
-                let mut w = [0u8; 8];
-                let tail = self.data.get(byte..).unwrap_or(&[]);
-                w[..tail.len()].copy_from_slice(tail);
-                u64::from_be_bytes(w)
-            }
-        };
-        (word << (at % 8)) >> (64 - width)
+    // The rest: fewer than width + 7 ≤ 63 bytes, whose loads end before byte 63 + 8 of the padded copy.
+    let mut tail = [0u8; 80];
+    let rest = data.get(fast * group..).unwrap_or(&[]);
+    let len = rest.len().min(tail.len());
+    tail[..len].copy_from_slice(&rest[..len]);
+    let mut j = 0;
+    while fast * 8 + j < n {
+        let m = (n - fast * 8 - j).min(8);
+        for (i, e) in entries[..m].iter_mut().enumerate() {
+            let bit = (j + i) * group;
+            *e = read(&tail, (bit / 8, (bit % 8) as u32));
+        }
+        f(&entries[..m]);
+        j += m;
     }
 }
 
@@ -495,6 +522,187 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("trailing")
+        );
+    }
+
+    /// The entries of a packed bit string read one bit at a time (the reference for `for_each_group`).
+    fn entries_bit_by_bit(data: &[u8], n: usize, width: u32) -> Vec<u64> {
+        let bit = |at: usize| u64::from(data.get(at / 8).map_or(0, |b| (b >> (7 - at % 8)) & 1));
+        (0..n)
+            .map(|j| (0..width as usize).fold(0u64, |e, i| (e << 1) | bit(j * width as usize + i)))
+            .collect()
+    }
+
+    #[test]
+    fn grouped_reads_equal_bit_by_bit_reads_at_every_width_and_length() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for width in 1..=56u32 {
+            // Lengths around every multiple of eight (full groups, partial tails, the slow tail path).
+            for n in (0..40).chain([63, 64, 65, 511, 512, 513]) {
+                let bytes = (n * width as usize).div_ceil(8);
+                let data: Vec<u8> = (0..bytes).map(|_| rng.random::<u8>()).collect();
+                let mut got = Vec::new();
+                for_each_group(&data, n, width, |g| {
+                    assert!(!g.is_empty() && g.len() <= 8);
+                    got.extend_from_slice(g);
+                });
+                assert_eq!(got, entries_bit_by_bit(&data, n, width), "width {width}, n {n}");
+            }
+        }
+    }
+
+    /// `unpack` as it was before the grouped reader (one field read per entry, order and maximum tracked in the
+    /// loop), kept as the reference for the fast path.
+    fn unpack_reference(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
+        if p.vocab != vocab {
+            return Err(NetError::invalid(
+                "dist.vocab",
+                format!("{} differs from the session's vocabulary {vocab}", p.vocab),
+            ));
+        }
+        if !(1..=24).contains(&p.q_bits) {
+            return Err(NetError::invalid(
+                "dist.q_bits",
+                format!("{} is outside [1, 24]", p.q_bits),
+            ));
+        }
+        if p.count == 0 || p.count > vocab {
+            return Err(NetError::invalid(
+                "dist.count",
+                format!("{} is outside [1, {vocab}]", p.count),
+            ));
+        }
+        let bits = packed_bits(vocab, p.q_bits, p.count);
+        if p.bits.len() as u64 != bits.div_ceil(8) {
+            return Err(NetError::invalid(
+                "dist.bits",
+                format!(
+                    "{} bytes for {} entries of {} bits",
+                    p.bits.len(),
+                    p.count,
+                    bits / u64::from(p.count)
+                ),
+            ));
+        }
+        let q = u32::from(p.q_bits);
+        let w = index_bits(vocab as usize) + q;
+        let entries = entries_bit_by_bit(&p.bits, p.count as usize, w);
+        let code_mask = (1u64 << q) - 1;
+        let (mut ordered, mut prev, mut largest) = (true, u64::MAX, 0u64);
+        let (mut indices, mut codes) = (Vec::new(), Vec::new());
+        for e in entries {
+            let c = e & code_mask;
+            ordered &= c <= prev;
+            prev = c;
+            largest = largest.max(c);
+            indices.push((e >> q) as u32);
+            codes.push(c as f32);
+        }
+        let max = largest as f32;
+        if max == 0.0 {
+            return Err(NetError::invalid("dist.codes", "every code is zero"));
+        }
+        let full = code_mask as f32;
+        if max != full {
+            return Err(NetError::invalid(
+                "dist.codes",
+                format!("the largest code is {max}, not 2^Q − 1 = {full}"),
+            ));
+        }
+        if !ordered {
+            let mut pairs: Vec<(u32, f32)> = indices.iter().copied().zip(codes.iter().copied()).collect();
+            pairs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            (indices, codes) = pairs.into_iter().unzip();
+        }
+        SparseDist::from_codes(vocab as usize, indices, codes, q).map_err(|e| {
+            let field = match &e {
+                spin_core::CoreError::InvalidAt { field: "indices", .. } => "dist.index",
+                _ => "dist",
+            };
+            NetError::invalid(field, e.to_string())
+        })
+    }
+
+    #[test]
+    fn unpack_equals_the_reference_on_valid_and_malformed_distributions() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let (mut accepted, mut refused) = (0, 0);
+        for case in 0..3000 {
+            let vocab = [2u32, 3, 17, 300, 512, 513, 4096, 151_665][case % 8];
+            let q_bits = rng.random_range(1..=24u8);
+            let count = rng.random_range(1..=vocab.min(600));
+            let ib = index_bits(vocab as usize);
+            let full = (1u64 << q_bits) - 1;
+            // Mostly distinct indices with codes largest first and the maximum at 2^Q − 1 (a quantiser's output),
+            // then one kind of damage: none, shuffled order, a duplicate index, an index ≥ V (when it fits in the
+            // index bits), a wrong maximum, all zero, or a byte cut off or added.
+            let mut idx: Vec<u64> = (0..u64::from(vocab)).collect();
+            for i in 0..count as usize {
+                let j = rng.random_range(i..idx.len());
+                idx.swap(i, j);
+            }
+            idx.truncate(count as usize);
+            let mut codes: Vec<u64> = (0..count).map(|_| rng.random_range(0..=full)).collect();
+            codes.sort_unstable_by(|a, b| b.cmp(a));
+            codes[0] = full;
+            let damage = rng.random_range(0..8);
+            match damage {
+                1 if count > 1 => {
+                    let (a, b) = (
+                        rng.random_range(0..count as usize),
+                        rng.random_range(0..count as usize),
+                    );
+                    codes.swap(a, b);
+                    idx.swap(a, (b + 1) % count as usize);
+                }
+                2 if count > 1 => idx[count as usize - 1] = idx[0],
+                3 if (1u64 << ib) > u64::from(vocab) => {
+                    idx[rng.random_range(0..count as usize)] = u64::from(vocab)
+                }
+                4 if full > 1 => codes[0] = full - 1,
+                5 => codes.iter_mut().for_each(|c| *c = 0),
+                _ => {}
+            }
+            let mut w = BitWriter::default();
+            for (&i, &c) in idx.iter().zip(&codes) {
+                w.put(i, ib);
+                w.put(c, u32::from(q_bits));
+            }
+            let mut p = PackedDist {
+                vocab,
+                q_bits,
+                count,
+                bits: w.finish(),
+            };
+            match damage {
+                6 => {
+                    p.bits.pop();
+                }
+                7 if case % 3 == 0 => p.bits.push(0),
+                _ => {}
+            }
+            let (got, want) = (unpack(&p, vocab), unpack_reference(&p, vocab));
+            match (&got, &want) {
+                (Ok(g), Ok(r)) => {
+                    assert_eq!(
+                        (g.indices(), g.values(), g.bits_on_air()),
+                        (r.indices(), r.values(), r.bits_on_air())
+                    );
+                    accepted += 1;
+                }
+                (Err(g), Err(r)) => {
+                    assert_eq!(g.to_string(), r.to_string(), "case {case}");
+                    refused += 1;
+                }
+                _ => panic!("case {case}: {got:?} vs {want:?}"),
+            }
+        }
+        // Both outcomes are exercised in quantity.
+        assert!(
+            accepted > 500 && refused > 500,
+            "{accepted} accepted, {refused} refused"
         );
     }
 }

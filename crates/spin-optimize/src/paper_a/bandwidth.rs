@@ -120,7 +120,7 @@ pub fn fit_to_budget(shares: &mut [f64], budget: f64) {
 /// the scaling), and by [`equalised_slack`]'s Newton steps; the one with the smaller residual is kept. One call
 /// per scenario, so clarity beats speed here. Brent needs f(u_lo) > 0: the device with the largest T_k^S has
 /// δ = 0, so f(u) ≥ ω/u − 1 > 0 at u = ω/2.
-fn lemma1_slack(s: &Scenario) -> (f64, f64) {
+pub(crate) fn lemma1_slack(s: &Scenario) -> (f64, f64) {
     let terms: Vec<(f64, f64)> = s
         .devices
         .iter()

@@ -14,8 +14,8 @@
 //! instead. If the queue of intervals empties, the plan is proven optimal; if the budget runs out first, the plan
 //! is the best found and the largest bound of the intervals left caps the optimum ([`Optimality::Bounded`]).
 
-use super::bandwidth::{equalised_slack_counted, lemma3_bandwidth};
-use super::homogeneous::homo;
+use super::bandwidth::{equalised_slack_counted, lemma1_slack, lemma3_bandwidth};
+use super::homogeneous::best_common_length;
 use super::scenario::{Optimality, Plan, Scenario};
 use crate::OptimizeError;
 use std::collections::BinaryHeap;
@@ -150,7 +150,10 @@ impl<'a> Solver<'a> {
         self.cost_at = b;
         for ((c, &w), &t) in self.cost.iter_mut().zip(&self.hz_s).zip(&self.draft_s) {
             let slack = b - t;
-            *c = if slack > 0.0 { w / slack } else { f64::INFINITY };
+            // The quotient is formed either way and then selected, so the loop has no branch and vectorises (the
+            // same values as dividing only where the slack is positive).
+            let quotient = w / slack;
+            *c = if slack > 0.0 { quotient } else { f64::INFINITY };
         }
     }
 
@@ -205,26 +208,30 @@ impl<'a> Solver<'a> {
     fn lagrangian(&mut self, b: f64, mu: f64, out: &mut [u32]) -> Option<(f64, f64)> {
         self.cost_at(b);
         let (mut sum_v, mut sum_c) = (0.0, 0.0);
-        // `out` holds one slot per device.
-        for (k, slot) in out.iter_mut().enumerate() {
-            let mut l = self.s.min_draft_len;
-            let mut c = self.c(k, l);
-            if !c.is_finite() {
+        // `out` holds one slot per device; each device's row of E and c is scanned by position i = l − l_min.
+        let rows = self
+            .tokens
+            .chunks_exact(self.n)
+            .zip(self.cost.chunks_exact(self.n));
+        for (slot, (e, cost)) in out.iter_mut().zip(rows) {
+            let mut i = 0;
+            let mut c = cost[0];
+            if !finite(c) {
                 return None;
             }
-            let mut v = self.e(k, l) - mu * c;
-            while l < self.s.max_draft_len {
-                let c_next = self.c(k, l + 1);
-                if !c_next.is_finite() {
+            let mut v = e[0] - mu * c;
+            while i + 1 < cost.len() {
+                let c_next = cost[i + 1];
+                if !finite(c_next) {
                     break;
                 }
-                let v_next = self.e(k, l + 1) - mu * c_next;
+                let v_next = e[i + 1] - mu * c_next;
                 if v_next <= v {
                     break;
                 }
-                (l, c, v) = (l + 1, c_next, v_next);
+                (i, c, v) = (i + 1, c_next, v_next);
             }
-            *slot = l;
+            *slot = self.s.min_draft_len + i as u32;
             sum_v += v;
             sum_c += c;
         }
@@ -243,29 +250,36 @@ impl<'a> Solver<'a> {
         items.clear();
         let mut base = 0.0;
         let mut feasible = true;
-        for k in 0..self.s.len() {
-            let mut l = self.s.min_draft_len;
-            let mut c = self.c(k, l);
-            if !c.is_finite() {
+        for (e, cost) in self
+            .tokens
+            .chunks_exact(self.n)
+            .zip(self.cost.chunks_exact(self.n))
+        {
+            let mut c = cost[0];
+            if !finite(c) {
                 feasible = false;
                 break;
             }
             base += c;
             let mut ratio = f64::INFINITY;
-            while l < self.s.max_draft_len {
-                let c_next = self.c(k, l + 1);
-                if !c_next.is_finite() {
+            for i in 1..cost.len() {
+                let c_next = cost[i];
+                if !finite(c_next) {
                     break;
                 }
                 let dc = c_next - c;
-                let r = (self.e(k, l + 1) - self.e(k, l)) / dc;
+                let r = (e[i] - e[i - 1]) / dc;
                 // A NaN or non-positive efficiency is never taken at μ ≥ 0.
-                if r.is_nan() || r <= 0.0 {
+                let positive = r > 0.0; // false for NaN
+                if !positive {
                     break;
                 }
-                ratio = ratio.min(r);
+                // Both positive and not NaN here, so a plain comparison is `min` (without its NaN handling).
+                if r < ratio {
+                    ratio = r;
+                }
                 items.push((ratio, dc));
-                (l, c) = (l + 1, c_next);
+                c = c_next;
             }
         }
         let price = if !feasible || base > budget {
@@ -316,21 +330,24 @@ impl<'a> Solver<'a> {
         let mut flexible = std::mem::take(&mut self.flexible);
         options.clear();
         flexible.clear();
-        for (k, &l0) in argmax.iter().enumerate() {
-            let (e0, c0) = (self.e(k, l0), self.c(k, l0));
+        let rows = self
+            .tokens
+            .chunks_exact(self.n)
+            .zip(self.cost.chunks_exact(self.n));
+        for (k, (&l0, (erow, crow))) in argmax.iter().zip(rows).enumerate() {
+            let i0 = (l0 - self.s.min_draft_len) as usize;
+            let (e0, c0) = (erow[i0], crow[i0]);
             let v0 = e0 - mu * c0;
             let start = options.len();
-            for l in self.s.draft_range() {
-                let c = self.c(k, l);
-                if !c.is_finite() {
+            for (i, (&e, &c)) in erow.iter().zip(crow).enumerate() {
+                if !finite(c) {
                     break;
                 }
-                let e = self.e(k, l);
                 let loss = (v0 - (e - mu * c)).max(0.0);
-                if l != l0 && loss < room {
+                if i != i0 && loss < room {
                     options.push(Opt {
                         loss,
-                        l,
+                        l: self.s.min_draft_len + i as u32,
                         de: e - e0,
                         dc: c - c0,
                     });
@@ -338,20 +355,19 @@ impl<'a> Solver<'a> {
             }
             if options.len() > start {
                 let own = &mut options[start..];
-                own.sort_by(|x, y| x.loss.total_cmp(&y.loss));
+                sort_by_loss(own);
                 let save = own.iter().map(|o| -o.dc).fold(0.0f64, f64::max);
                 flexible.push(Flex {
                     k,
+                    first: own[0].loss,
                     options: start..options.len(),
                     save,
                 });
             }
         }
-        flexible.sort_by(|x, y| {
-            options[x.options.start]
-                .loss
-                .total_cmp(&options[y.options.start].loss)
-        });
+        // By cheapest option, ties in order of k (as the stable sort this replaced left them; the unstable one with
+        // the tie-break is the same order, without the stable sort's set-up per call).
+        flexible.sort_unstable_by(|x, y| x.first.total_cmp(&y.first).then(x.k.cmp(&y.k)));
         // save_after[i]: the most bandwidth devices i.. can still give back.
         let mut save_after = std::mem::take(&mut self.save_after);
         save_after.clear();
@@ -388,24 +404,26 @@ impl<'a> Solver<'a> {
     fn penalised_max(&mut self, b: f64, mu: f64, w: f64) -> Option<f64> {
         self.cost_at(b);
         let mut sum = 0.0;
-        for k in 0..self.s.len() {
-            let value = |l: u32| {
-                let i = k * self.n + (l - self.s.min_draft_len) as usize;
-                let slack = b - self.draft_s[i];
+        let n = self.n;
+        let rows = self
+            .tokens
+            .chunks_exact(n)
+            .zip(self.cost.chunks_exact(n))
+            .zip(self.draft_s.chunks_exact(n));
+        for ((e, cost), draft) in rows {
+            let value = |i: usize| {
+                let slack = b - draft[i];
                 if slack > 0.0 {
-                    let c = self.cost[i];
-                    Some(self.e(k, l) - mu * (c + w * c / slack))
+                    let c = cost[i];
+                    Some(e[i] - mu * (c + w * c / slack))
                 } else {
                     None
                 }
             };
-            let mut l = self.s.min_draft_len;
-            let mut v = value(l)?;
-            while l < self.s.max_draft_len {
-                match value(l + 1) {
-                    Some(next) if next > v => {
-                        (l, v) = (l + 1, next);
-                    }
+            let mut v = value(0)?;
+            for i in 1..n {
+                match value(i) {
+                    Some(next) if next > v => v = next,
                     _ => break,
                 }
             }
@@ -503,6 +521,12 @@ impl<'a> Solver<'a> {
 /// comparisons mispredicted: about a third of a plan's time at K = 64), and no crate offers a weighted selection.
 fn break_ratio(items: &mut [(f64, f64)], mut room: f64) -> f64 {
     let mut len = items.len();
+    // The smallest and largest key of the steps left (for the first pass from a scan; later ones from the
+    // partition that keeps the break's bucket, which sees every kept key anyway).
+    let (mut lo, mut hi) = items.iter().fold((u64::MAX, 0u64), |(lo, hi), &(r, _)| {
+        let key = r.to_bits();
+        (lo.min(key), hi.max(key))
+    });
     loop {
         let slice = &mut items[..len];
         if slice.len() <= 16 {
@@ -517,16 +541,13 @@ fn break_ratio(items: &mut [(f64, f64)], mut room: f64) -> f64 {
             // Only rounding in `room` gets here: the least efficient step is the break item.
             return slice.last().map_or(0.0, |&(r, _)| r);
         }
-        let (lo, hi) = slice.iter().fold((u64::MAX, 0u64), |(lo, hi), &(r, _)| {
-            let key = r.to_bits();
-            (lo.min(key), hi.max(key))
-        });
         if lo == hi {
             // Every step left is equally efficient, so the break item has that efficiency.
             return f64::from_bits(lo);
         }
         let shift = (u64::BITS - (hi - lo).leading_zeros()).saturating_sub(8);
-        let bucket = |r: f64| ((r.to_bits() - lo) >> shift) as usize;
+        // Below 256 by the choice of `shift`; the mask only tells the compiler so (no bounds check per step).
+        let bucket = |r: f64| ((r.to_bits() - lo) >> shift) as usize & 255;
         let mut weight = [0.0f64; 256];
         for &(r, dc) in slice.iter() {
             weight[bucket(r)] += dc;
@@ -542,13 +563,45 @@ fn break_ratio(items: &mut [(f64, f64)], mut room: f64) -> f64 {
         }
         // The break lies in bucket j (the lowest key and the highest fall in different buckets, so it is smaller).
         let mut kept = 0;
+        let (mut next_lo, mut next_hi) = (u64::MAX, 0u64);
         for i in 0..slice.len() {
+            let key = slice[i].0.to_bits();
             if bucket(slice[i].0) == j {
+                next_lo = next_lo.min(key);
+                next_hi = next_hi.max(key);
                 slice.swap(kept, i);
                 kept += 1;
             }
         }
-        len = kept;
+        (len, lo, hi) = (kept, next_lo, next_hi);
+    }
+}
+
+/// Whether a bandwidth c_k(l, b) from [`Solver::cost_at`] is finite. Those are positive quotients or +∞, never
+/// NaN or −∞, so one comparison with +∞ decides it (`f64::is_finite` masks and compares, and the scans call this at
+/// every step).
+#[inline]
+fn finite(c: f64) -> bool {
+    c < f64::INFINITY
+}
+
+/// Sorts a device's options cheapest first, ties in order of l (the order the stable sort this replaced left
+/// them in, as they are pushed in order of l). Hand-written insertion sort: a device has at most L_max − L_min
+/// options, usually a handful, and the library sorts' set-up per call was most of their cost here (about a tenth
+/// of a K = 64 plan).
+fn sort_by_loss(options: &mut [Opt]) {
+    for i in 1..options.len() {
+        let mut j = i;
+        while j > 0
+            && options[j - 1]
+                .loss
+                .total_cmp(&options[j].loss)
+                .then(options[j - 1].l.cmp(&options[j].l))
+                .is_gt()
+        {
+            options.swap(j - 1, j);
+            j -= 1;
+        }
     }
 }
 
@@ -561,6 +614,8 @@ struct Opt {
 
 struct Flex {
     k: usize,
+    /// The loss of its cheapest option.
+    first: f64,
     /// Its options, cheapest first, in the knapsack's option buffer.
     options: std::ops::Range<usize>,
     /// Largest bandwidth reduction among the options.
@@ -657,10 +712,13 @@ pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactS
     // Incumbents: the best common length (Homo), a few rounds of exact per-device Lagrangian argmax at the
     // incumbent's (φ, μ), with μ = η / Σ_k a_k L_k / (φ − L_k T_k)² from the stationarity of the Lagrangian in φ,
     // then ±1 moves.
-    let homo_plan = homo(s)?;
+    // Homo's common length (as `homo` picks it, from the solver's own E_k table: the plan and its Lemma 1 shares
+    // are not needed, only the lengths).
+    let (max_b, y) = lemma1_slack(s);
+    let homo_len = best_common_length(s, max_b + y, |l| (0..k).map(|i| solver.e(i, l)).sum());
     // Homo scans every length of every device twice and solves Lemma 1 twice (Newton and Brent, ≤ 200 passes each).
     solver.charge(2 * solver.scan + 400 * k as u64);
-    solver.offer(&homo_plan.draft_lengths);
+    solver.offer(&vec![homo_len; k]);
     let mut scratch = vec![0u32; k];
     for _ in 0..8 {
         if !solver.charge(2 * solver.scan) {

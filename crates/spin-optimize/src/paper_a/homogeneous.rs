@@ -54,16 +54,23 @@ pub fn optimal_uniform_length(alpha: f64, verify_s: f64, per_token_s: f64, l_min
 /// range, with Lemma 1 bandwidth. With heterogeneous α_k the numerator is Σ_k E[N_k | L]; φ = L·ϑ.
 pub fn homo(s: &Scenario) -> Result<Plan, OptimizeError> {
     let (theta, bandwidth) = lemma1_bandwidth(s)?;
+    let l = best_common_length(s, theta, |l| s.devices.iter().map(|d| d.expected_tokens(l)).sum());
+    Plan::evaluated(s, vec![l; s.len()], bandwidth)
+}
+
+/// Homo's common length: the first L of the allowed range with the largest Σ_k E[N_k | L] / (Lϑ + T_ver), where
+/// `tokens(L)` is Σ_k E[N_k | L] (the exact planner passes its own table, summed in the same order, so both pick
+/// the same L bit for bit) and ϑ = `theta` is Lemma 1's per-token latency.
+pub(crate) fn best_common_length(s: &Scenario, theta: f64, tokens: impl Fn(u32) -> f64) -> u32 {
     let verify = s.verify_s();
     let mut best = (f64::NEG_INFINITY, s.min_draft_len);
     for l in s.draft_range() {
-        let tokens: f64 = s.devices.iter().map(|d| d.expected_tokens(l)).sum();
-        let tau = tokens / (f64::from(l) * theta + verify);
+        let tau = tokens(l) / (f64::from(l) * theta + verify);
         if tau > best.0 {
             best = (tau, l);
         }
     }
-    Plan::evaluated(s, vec![best.1; s.len()], bandwidth)
+    best.1
 }
 
 #[cfg(test)]
