@@ -902,4 +902,43 @@ mod tests {
         assert!(bad(vec![0, 4], vec![3.0, 1.0], 2).starts_with("indices[1]"));
         assert!(bad(vec![2, 2], vec![3.0, 1.0], 2).contains("appears twice"));
     }
+
+    #[test]
+    fn repeated_indices_are_named_at_their_first_repeat() {
+        use rand::{RngExt, SeedableRng};
+        use rand_chacha::ChaCha8Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        // Vocabularies on both sides of a 64-bit word, so repeats fall in the same word and in different ones.
+        for round in 0..600 {
+            let vocab = [3usize, 64, 65, 700, 17, 4096, 1][round % 7];
+            let n = rng.random_range(1..=vocab.min(40));
+            let mut ids: Vec<u32> = (0..vocab as u32).collect();
+            for j in 0..n {
+                let pick = rng.random_range(j..vocab);
+                ids.swap(j, pick);
+            }
+            ids.truncate(n);
+            let repeat = n > 1 && rng.random_bool(0.5);
+            if repeat {
+                let (from, to) = (rng.random_range(0..n), rng.random_range(0..n));
+                if from != to {
+                    ids[to] = ids[from];
+                }
+            }
+            // The first entry (in order) whose id appeared before: what the error must name.
+            let first_repeat = (0..n).find(|&j| ids[..j].contains(&ids[j]));
+            let codes = vec![1.0f32; n];
+            match (SparseDist::from_codes(vocab, ids.clone(), codes, 4), first_repeat) {
+                (Ok(_), None) => {}
+                (Err(e), Some(j)) => {
+                    assert_eq!(
+                        e.to_string(),
+                        format!("indices[{j}]: {} appears twice", ids[j]),
+                        "{ids:?}"
+                    )
+                }
+                (r, want) => panic!("{ids:?}: got {r:?}, want a repeat at {want:?}"),
+            }
+        }
+    }
 }
