@@ -361,18 +361,23 @@ impl HeadLanes {
     pub fn extend(&mut self, k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize) {
         let (hv, kvd, rep) = (n_heads.div_ceil(8), n_kv_heads * head_dim, n_heads / n_kv_heads);
         self.per = head_dim * hv;
+        // Per lane vector, where each lane's kv head starts in a cache row (`None` past the last head).
+        let starts: Vec<[Option<usize>; 8]> = (0..hv)
+            .map(|vi| {
+                std::array::from_fn(|l| (8 * vi + l < n_heads).then_some((8 * vi + l) / rep * head_dim))
+            })
+            .collect();
         for (src, dst) in [(k, &mut self.k), (v, &mut self.v)] {
             for row in src.chunks_exact(kvd) {
-                for vi in 0..hv {
-                    for c in 0..head_dim {
-                        dst.push(std::array::from_fn(|l| {
-                            let h = 8 * vi + l;
-                            if h < n_heads {
-                                row[(h / rep) * head_dim + c]
-                            } else {
-                                0.0
+                let base = dst.len();
+                dst.resize(base + self.per, [0.0; 8]);
+                for (out, starts) in dst[base..].chunks_exact_mut(head_dim).zip(&starts) {
+                    for (l, s) in starts.iter().enumerate() {
+                        if let Some(s) = *s {
+                            for (o, &x) in out.iter_mut().zip(&row[s..s + head_dim]) {
+                                o[l] = x;
                             }
-                        }));
+                        }
                     }
                 }
             }

@@ -12,7 +12,7 @@
 //! core) takes the candle route. Tests compare both to 1e-5.
 
 use super::cache::LayerKv;
-use super::weights::{transpose_cat_host, with_values};
+use super::weights::{transpose_cat_panels, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
 use crate::kernels::{Attention, AttnScratch, HeadLanes, OneQuery, Past, SwiGluRows, fmadd, has_fma};
@@ -25,7 +25,11 @@ pub(crate) const HOST_MAX_WEIGHTS: usize = 1 << 22;
 /// multi-threaded products.
 pub const HOST_MAX_TOKENS: usize = 16;
 
-/// A layer's weights as host vectors, the same (in, out) matrices as [`Fused`].
+/// Columns per panel of a host matrix: four AVX2 vectors, the product's widest block (see [`matmul`]).
+const PANEL: usize = 32;
+
+/// A layer's weights as host vectors, the same (in, out) matrices as [`Fused`], each cut into column panels of
+/// [`PANEL`] columns stored one after the other (`transpose_cat_panels`).
 #[derive(Debug)]
 struct HostLayer {
     attn_norm: Vec<f32>,
@@ -48,12 +52,16 @@ pub(crate) struct HostWeights {
     embed: Vec<f32>,
     layers: Vec<HostLayer>,
     norm: Vec<f32>,
-    /// (dim, vocab).
+    /// (dim, vocab), in panels.
     head_t: Vec<f32>,
 }
 
 fn host(t: &Tensor) -> Result<Vec<f32>> {
     with_values(t, <[f32]>::to_vec)
+}
+
+fn panels(ws: &[&Tensor]) -> Result<Vec<f32>> {
+    transpose_cat_panels(ws, PANEL)
 }
 
 impl HostWeights {
@@ -84,19 +92,19 @@ impl HostWeights {
             };
             layers.push(HostLayer {
                 attn_norm: host(&layer.attn_norm)?,
-                qkv: transpose_cat_host(&[l[0].weight(), l[1].weight(), l[2].weight()])?,
+                qkv: panels(&[l[0].weight(), l[1].weight(), l[2].weight()])?,
                 qkv_bias,
-                o: transpose_cat_host(&[l[3].weight()])?,
+                o: panels(&[l[3].weight()])?,
                 ffn_norm: host(&layer.ffn_norm)?,
-                gate_up: transpose_cat_host(&[l[4].weight(), l[5].weight()])?,
-                down: transpose_cat_host(&[l[6].weight()])?,
+                gate_up: panels(&[l[4].weight(), l[5].weight()])?,
+                down: panels(&[l[6].weight()])?,
             });
         }
         Ok(Some(HostWeights {
             embed: host(&model.embed)?,
             layers,
             norm: host(&model.norm)?,
-            head_t: transpose_cat_host(&[head.weight()])?,
+            head_t: panels(&[head.weight()])?,
         }))
     }
 }
@@ -250,7 +258,8 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
     }
 }
 
-/// y (T, out) = x (T, in) · w (in, out), or y += x · w with `accumulate`; `in` is w.len() / out.
+/// y (T, out) = x (T, in) · w (in, out), or y += x · w with `accumulate`; `in` is w.len() / out, and w is stored
+/// in column panels of [`PANEL`] columns (see [`HostLayer`]).
 fn matmul(arch: pulp::Arch, x: &[f32], w: &[f32], out: usize, y: &mut Vec<f32>, accumulate: bool) {
     let inp = w.len() / out;
     let rows = x.len() / inp;
@@ -285,30 +294,76 @@ impl pulp::WithSimd for MatMul<'_> {
 }
 
 impl MatMul<'_> {
-    /// Per row of x and block of four vectors of output columns (32 on AVX2), eight accumulators held in vector
-    /// registers over the whole input width (each step reads one row segment of w and adds to them: no load or
-    /// store of y in the inner loop); then single vectors and single columns for the rest. The accumulators are
-    /// pulp vectors, not `[f32; N]` arrays: LLVM kept such arrays on the stack, so every multiply-add loaded
-    /// and stored its accumulator (measured: the product ran at about a quarter of the arithmetic rate).
+    /// Per row of x and panel of w: a full panel of four vectors (AVX2) walks its contiguous rows with eight
+    /// accumulators held in vector registers over the whole input width (no load or store of y inside); other
+    /// panels go by blocks of four vectors, single vectors and single columns. The accumulators are pulp vectors,
+    /// not `[f32; N]` arrays: LLVM kept such arrays on the stack, so every multiply-add loaded and stored its
+    /// accumulator (measured: the product ran at about a quarter of the arithmetic rate). Every route applies the
+    /// same operations in the same order to a column, so a row's bits do not depend on the route or on the other
+    /// rows.
     #[inline(always)]
     fn run<S: pulp::Simd, const F: bool>(self, simd: S) {
         let (inp, out) = (self.inp, self.out);
         let lanes = S::F32_LANES;
         for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
-            let mut o0 = 0;
-            while o0 + 4 * lanes <= out {
-                vector_columns::<S, 4, F>(simd, x, self.w, out, o0, &mut y[o0..o0 + 4 * lanes]);
-                o0 += 4 * lanes;
-            }
-            while o0 + lanes <= out {
-                vector_columns::<S, 1, F>(simd, x, self.w, out, o0, &mut y[o0..o0 + lanes]);
-                o0 += lanes;
-            }
-            while o0 < out {
-                columns::<1, F>(x, self.w, out, o0, &mut y[o0..o0 + 1]);
-                o0 += 1;
+            for (j, w) in self.w.chunks(PANEL * inp).enumerate() {
+                let pw = w.len() / inp;
+                let y = &mut y[j * PANEL..][..pw];
+                if pw == 4 * lanes {
+                    panel_columns::<S, 4, F>(simd, x, w, y);
+                    continue;
+                }
+                let mut o0 = 0;
+                while o0 + 4 * lanes <= pw {
+                    vector_columns::<S, 4, F>(simd, x, w, pw, o0, &mut y[o0..o0 + 4 * lanes]);
+                    o0 += 4 * lanes;
+                }
+                while o0 + lanes <= pw {
+                    vector_columns::<S, 1, F>(simd, x, w, pw, o0, &mut y[o0..o0 + lanes]);
+                    o0 += lanes;
+                }
+                while o0 < pw {
+                    columns::<1, F>(x, w, pw, o0, &mut y[o0..o0 + 1]);
+                    o0 += 1;
+                }
             }
         }
+    }
+}
+
+/// [`vector_columns`] for a whole panel of exactly K vectors a row: the same arithmetic in the same order, with the
+/// panel read as rows of K vectors (no offsets, no bounds checks inside the loop).
+#[inline(always)]
+fn panel_columns<S: pulp::Simd, const K: usize, const F: bool>(simd: S, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
+        if F {
+            simd.mul_add_e_f32s(a, b, c)
+        } else {
+            simd.add_f32s(simd.mul_f32s(a, b), c)
+        }
+    };
+    let zero = simd.splat_f32s(0.0);
+    let mut even = [zero; K];
+    let mut odd = [zero; K];
+    let (rows, _) = bytemuck::cast_slice::<f32, S::f32s>(w).as_chunks::<K>();
+    let (row_pairs, last_row) = rows.as_chunks::<2>();
+    let (pairs, last) = x.as_chunks::<2>();
+    for (&[a, b], [r0, r1]) in pairs.iter().zip(row_pairs) {
+        let (a, b) = (simd.splat_f32s(a), simd.splat_f32s(b));
+        for k in 0..K {
+            even[k] = fma(a, r0[k], even[k]);
+            odd[k] = fma(b, r1[k], odd[k]);
+        }
+    }
+    if let (Some(&a), Some(r)) = (last.first(), last_row.first()) {
+        let a = simd.splat_f32s(a);
+        for (e, &r) in even.iter_mut().zip(r) {
+            *e = fma(a, r, *e);
+        }
+    }
+    let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(y);
+    for ((d, e), o) in dst.iter_mut().zip(even).zip(odd) {
+        *d = simd.add_f32s(*d, simd.add_f32s(e, o));
     }
 }
 
