@@ -452,7 +452,32 @@ impl OneQuery<'_> {
         s.s.clear();
         s.s.resize(n * hv, [0.0; 8]);
         let qt = &s.qt[..per];
-        for (kp, sp) in self.kv.k.chunks_exact(per).zip(s.s.chunks_exact_mut(hv)) {
+        let eight = hd == 8 && hv == 1 && m == 1;
+        if eight {
+            // Eight heads of eight channels in one vector each (stories260K's shape): the same chains with the
+            // channel loop unrolled and the query kept in registers.
+            let q = vectors::<S>(qt);
+            let q: [S::f32s; 8] = std::array::from_fn(|c| q[c]);
+            let (keys, _) = self.kv.k.as_chunks::<8>();
+            for (kp, sv) in keys.iter().zip(s.s.iter_mut()) {
+                let k = vectors::<S>(kp);
+                let (mut even, mut odd) = (zero, zero);
+                for p in 0..4 {
+                    even = fma(k[2 * p], q[2 * p], even);
+                    odd = fma(k[2 * p + 1], q[2 * p + 1], odd);
+                }
+                let sv: &mut [S::f32s] = bytemuck::cast_slice_mut(std::slice::from_mut(sv));
+                sv[0] = simd.add_f32s(even, odd);
+            }
+        }
+        let general = if eight { 0 } else { n };
+        for (kp, sp) in self
+            .kv
+            .k
+            .chunks_exact(per)
+            .zip(s.s.chunks_exact_mut(hv))
+            .take(general)
+        {
             for ((kv, qv), sv) in kp.chunks_exact(hd).zip(qt.chunks_exact(hd)).zip(sp) {
                 let (kv, qv) = (vectors::<S>(kv), vectors::<S>(qv));
                 let sv: &mut [S::f32s] = bytemuck::cast_slice_mut(std::slice::from_mut(sv));
@@ -830,6 +855,8 @@ mod tests {
         check_one_query(12, 4, 12, 7, 4);
         check_one_query(6, 3, 16, 21, 3);
         check_one_query(8, 1, 8, 2, 9);
+        // Two lane vectors of four-channel heads (as many lanes per position as stories260K's shape).
+        check_one_query(16, 4, 4, 5, 3);
     }
 
     /// Runs T queries through the block kernel (one pass, as verification does) and each query j alone through
@@ -859,6 +886,28 @@ mod tests {
             scale,
         }
         .run_serial(&mut many, &mut AttnScratch::default());
+        // The same pass without fused multiply-adds (what an instruction set without them runs).
+        let att = Attention {
+            qkv: &rows,
+            past: &[Past {
+                k: &pk,
+                len: past,
+                v: &pv,
+            }],
+            visible: &visible,
+            queries: t,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale,
+        };
+        let rep = nh / nkv;
+        let mut blocks = vec![0f32; nh * t * hd];
+        for (g, out) in blocks.chunks_exact_mut(rep * t * hd).enumerate() {
+            att.block::<false>(0, g, out, &mut Scratch::default());
+        }
+        let mut many_plain = vec![0f32; t * d];
+        att.interleave(&blocks, &mut many_plain);
         let mut lanes = HeadLanes::default();
         lanes.extend(&pk, &pv, nh, nkv, hd);
         let mut scratch = AttnScratch::default();
@@ -875,13 +924,24 @@ mod tests {
                 scale,
             }
             .run(&mut one, &mut scratch);
-            let want = &many[j * d..][..d];
-            for (c, (a, b)) in one.iter().zip(want).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "{nh} heads over {nkv}, head_dim {hd}, past {past}, query {j}, float {c}: {a} vs {b}"
-                );
+            let mut one_plain = vec![0f32; d];
+            OneQuery {
+                q: &row[..d],
+                kv: &lanes,
+                n_heads: nh,
+                head_dim: hd,
+                scale,
+            }
+            .block::<pulp::Scalar, false>(pulp::Scalar, &mut one_plain, &mut Scratch::default());
+            for (route, got, want) in [("dispatched", &one, &many), ("unfused", &one_plain, &many_plain)] {
+                let want = &want[j * d..][..d];
+                for (c, (a, b)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{route}: {nh} heads over {nkv}, head_dim {hd}, past {past}, query {j}, float {c}: {a} vs {b}"
+                    );
+                }
             }
         }
         // Truncating forgets positions as the cache does: the last query again over a re-extended copy.
