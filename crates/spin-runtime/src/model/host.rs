@@ -294,7 +294,7 @@ impl pulp::WithSimd for MatMul<'_> {
 }
 
 impl MatMul<'_> {
-    /// Per row of x and panel of w: a full panel of four vectors (AVX2) walks its contiguous rows with eight
+    /// Per panel of w and row of x: a full panel of four vectors (AVX2) walks its contiguous rows with eight
     /// accumulators held in vector registers over the whole input width (no load or store of y inside); other
     /// panels go by blocks of four vectors, single vectors and single columns. The accumulators are pulp vectors,
     /// not `[f32; N]` arrays: LLVM kept such arrays on the stack, so every multiply-add loaded and stored its
@@ -305,9 +305,11 @@ impl MatMul<'_> {
     fn run<S: pulp::Simd, const F: bool>(self, simd: S) {
         let (inp, out) = (self.inp, self.out);
         let lanes = S::F32_LANES;
-        for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
-            for (j, w) in self.w.chunks(PANEL * inp).enumerate() {
-                let pw = w.len() / inp;
+        // Panels outside, rows inside: a panel (a few kB) is read from memory once per pass and then serves every
+        // row from the L1 cache, so a pass over several positions does not stream the weights once per position.
+        for (j, w) in self.w.chunks(PANEL * inp).enumerate() {
+            let pw = w.len() / inp;
+            for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
                 let y = &mut y[j * PANEL..][..pw];
                 if pw == 4 * lanes {
                     panel_columns::<S, 4, F>(simd, x, w, y);
