@@ -332,6 +332,254 @@ impl Attention<'_> {
     }
 }
 
+/// One sequence's cached keys and values laid out for a single query over all heads at once: per position, per
+/// vector v of eight query heads and per channel c, lane l holds channel c of the key (value) head that query head
+/// 8v + l reads (grouped-query heads repeat their kv head). Kept next to the position-major cache and extended from
+/// it, so that a one-token step fills all eight lanes with real heads (the block kernel above has one lane per
+/// query row of one kv head: for one query, rep of eight lanes).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeadLanes {
+    k: Vec<Lanes>,
+    v: Vec<Lanes>,
+    /// Lane vectors per position: head_dim · ⌈n_heads/8⌉ (0 while empty).
+    per: usize,
+}
+
+impl HeadLanes {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.k.len().checked_div(self.per).unwrap_or(0)
+    }
+
+    /// Forgets every position from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.k.truncate(len * self.per);
+        self.v.truncate(len * self.per);
+    }
+
+    /// Appends positions from position-major key and value rows (n_kv_heads · head_dim floats a position).
+    pub fn extend(&mut self, k: &[f32], v: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize) {
+        let (hv, kvd, rep) = (n_heads.div_ceil(8), n_kv_heads * head_dim, n_heads / n_kv_heads);
+        self.per = head_dim * hv;
+        // Per lane vector, where each lane's kv head starts in a cache row (`None` past the last head).
+        let starts: Vec<[Option<usize>; 8]> = (0..hv)
+            .map(|vi| {
+                std::array::from_fn(|l| (8 * vi + l < n_heads).then_some((8 * vi + l) / rep * head_dim))
+            })
+            .collect();
+        for (src, dst) in [(k, &mut self.k), (v, &mut self.v)] {
+            for row in src.chunks_exact(kvd) {
+                let base = dst.len();
+                dst.resize(base + self.per, [0.0; 8]);
+                for (out, starts) in dst[base..].chunks_exact_mut(head_dim).zip(&starts) {
+                    for (l, s) in starts.iter().enumerate() {
+                        if let Some(s) = *s {
+                            for (o, &x) in out.iter_mut().zip(&row[s..s + head_dim]) {
+                                o[l] = x;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Attention of one new query of one sequence over every head at once, reading keys and values from
+/// [`HeadLanes`] (which already holds the new position): lanes are query heads, so a position's scores over all
+/// heads are head_dim multiply-adds of whole vectors, one exponential vector and head_dim multiply-adds for the
+/// values.
+///
+/// Per head, every operation is the one [`Attention`]'s block kernel applies to that head's row, in the same order:
+/// the scaled query, the score as even and odd channel chains added at the end, the running maximum, e^(s − m)
+/// summed position by position, the value sums position by position and the final multiplication by 1/sum. A
+/// query computed alone (a decoding step) therefore gives the same bits as the same query computed among others
+/// (verification of several positions), which keeps plain and speculative greedy decoding identical (tested).
+pub(crate) struct OneQuery<'a> {
+    /// The query heads after RoPE, n_heads · head_dim floats.
+    pub q: &'a [f32],
+    pub kv: &'a HeadLanes,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    /// 1/√head_dim.
+    pub scale: f32,
+}
+
+impl OneQuery<'_> {
+    /// The attention output (n_heads, head_dim) into `y`, with the caller's buffers.
+    pub fn run(&self, y: &mut Vec<f32>, s: &mut AttnScratch) {
+        y.clear();
+        y.resize(self.n_heads * self.head_dim, 0.0);
+        let arch = s.arch;
+        arch.dispatch(OneQueryTask {
+            att: self,
+            out: y,
+            scratch: &mut s.scratch,
+        });
+    }
+
+    /// The kernel in vectors of `S` (a lane vector of eight heads is 8 / S::F32_LANES of them), with fused
+    /// multiply-adds exactly when `F` (the block kernel's choice for the instruction set `pulp` picked). Written
+    /// with `pulp`'s vector types rather than lane arrays: left to LLVM, the constant-length array loops of the
+    /// value sums were unrolled into scalar code.
+    #[inline(always)]
+    fn block<S: pulp::Simd, const F: bool>(&self, simd: S, out: &mut [f32], s: &mut Scratch) {
+        let (nh, hd) = (self.n_heads, self.head_dim);
+        let hv = nh.div_ceil(8);
+        let per = hd * hv;
+        let n = self.kv.len();
+        let lanes = S::F32_LANES;
+        let m = 8 / lanes;
+        if per == 0 || n == 0 || m * lanes != 8 {
+            return;
+        }
+        let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
+            if F {
+                simd.mul_add_f32s(a, b, c)
+            } else {
+                simd.add_f32s(simd.mul_f32s(a, b), c)
+            }
+        };
+        let zero = simd.splat_f32s(0.0);
+        s.qt.clear();
+        s.qt.resize(per, [0.0; 8]);
+        for (h, q) in self.q.chunks_exact(hd).take(nh).enumerate() {
+            for (c, &x) in q.iter().enumerate() {
+                s.qt[(h / 8) * hd + c][h % 8] = x * self.scale;
+            }
+        }
+        // Scores, as `scores` computes them for one key: even and odd channels in two chains, added at the end.
+        s.s.clear();
+        s.s.resize(n * hv, [0.0; 8]);
+        let qt = &s.qt[..per];
+        let eight = hd == 8 && hv == 1 && m == 1;
+        if eight {
+            // Eight heads of eight channels in one vector each (stories260K's shape): the same chains with the
+            // channel loop unrolled and the query kept in registers.
+            let q = vectors::<S>(qt);
+            let q: [S::f32s; 8] = std::array::from_fn(|c| q[c]);
+            let (keys, _) = self.kv.k.as_chunks::<8>();
+            for (kp, sv) in keys.iter().zip(s.s.iter_mut()) {
+                let k = vectors::<S>(kp);
+                let (mut even, mut odd) = (zero, zero);
+                for p in 0..4 {
+                    even = fma(k[2 * p], q[2 * p], even);
+                    odd = fma(k[2 * p + 1], q[2 * p + 1], odd);
+                }
+                let sv: &mut [S::f32s] = bytemuck::cast_slice_mut(std::slice::from_mut(sv));
+                sv[0] = simd.add_f32s(even, odd);
+            }
+        }
+        let general = if eight { 0 } else { n };
+        for (kp, sp) in self
+            .kv
+            .k
+            .chunks_exact(per)
+            .zip(s.s.chunks_exact_mut(hv))
+            .take(general)
+        {
+            for ((kv, qv), sv) in kp.chunks_exact(hd).zip(qt.chunks_exact(hd)).zip(sp) {
+                let (kv, qv) = (vectors::<S>(kv), vectors::<S>(qv));
+                let sv: &mut [S::f32s] = bytemuck::cast_slice_mut(std::slice::from_mut(sv));
+                for (j, o) in sv.iter_mut().enumerate() {
+                    let (mut even, mut odd) = (zero, zero);
+                    for (k2, q2) in kv.chunks_exact(2 * m).zip(qv.chunks_exact(2 * m)) {
+                        even = fma(k2[j], q2[j], even);
+                        odd = fma(k2[m + j], q2[m + j], odd);
+                    }
+                    *o = simd.add_f32s(even, odd);
+                }
+            }
+        }
+        // Per lane vector: maximum, exponentials and their sum, the weighted values, then 1/sum.
+        for v in 0..hv {
+            let mut mx = [f32::NEG_INFINITY; 8];
+            for sp in s.s.chunks_exact(hv) {
+                let x = sp[v];
+                for l in 0..8 {
+                    mx[l] = if x[l] > mx[l] { x[l] } else { mx[l] };
+                }
+            }
+            let mut z = [0f32; 8];
+            for sp in s.s.chunks_exact_mut(hv) {
+                let x = &mut sp[v];
+                for l in 0..8 {
+                    x[l] = exp_with::<F>(x[l] - mx[l]);
+                    z[l] += x[l];
+                }
+            }
+            let inv = z.map(|z| 1.0 / z);
+            for d0 in (0..hd).step_by(8) {
+                let width = (hd - d0).min(8);
+                for j in 0..m {
+                    let mut acc = [zero; 8];
+                    let rows = self.kv.v.chunks_exact(per).zip(s.s.chunks_exact(hv));
+                    if width == 8 {
+                        for (vp, sp) in rows {
+                            let w = vectors::<S>(std::slice::from_ref(&sp[v]))[j];
+                            let x = vectors::<S>(&vp[v * hd + d0..][..8]);
+                            for (dd, a) in acc.iter_mut().enumerate() {
+                                *a = fma(x[dd * m + j], w, *a);
+                            }
+                        }
+                    } else {
+                        for (vp, sp) in rows {
+                            let w = vectors::<S>(std::slice::from_ref(&sp[v]))[j];
+                            let x = vectors::<S>(&vp[v * hd + d0..][..width]);
+                            for (dd, a) in acc.iter_mut().enumerate().take(width) {
+                                *a = fma(x[dd * m + j], w, *a);
+                            }
+                        }
+                    }
+                    for (dd, a) in acc.iter().enumerate().take(width) {
+                        let a: &[f32] = bytemuck::cast_slice(std::slice::from_ref(a));
+                        for (l, &a) in a.iter().enumerate() {
+                            let lane = j * lanes + l;
+                            let h = 8 * v + lane;
+                            if h < nh {
+                                out[h * hd + d0 + dd] = a * inv[lane];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lane vectors as vectors of the instruction set `S` (8 / S::F32_LANES per lane vector).
+#[inline(always)]
+fn vectors<S: pulp::Simd>(x: &[Lanes]) -> &[S::f32s] {
+    bytemuck::cast_slice(x)
+}
+
+/// [`OneQuery`] compiled for the instruction set `pulp` picks, as [`Block`].
+struct OneQueryTask<'a, 'b, 'c> {
+    att: &'a OneQuery<'b>,
+    out: &'c mut [f32],
+    scratch: &'c mut Scratch,
+}
+
+impl pulp::WithSimd for OneQueryTask<'_, '_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        // An instruction set whose vectors do not divide a lane vector of eight runs in scalars, keeping the block
+        // kernel's choice of fused multiply-adds for it.
+        match (8 % S::F32_LANES == 0, has_fma::<S>()) {
+            (true, true) => self.att.block::<S, true>(simd, self.out, self.scratch),
+            (true, false) => self.att.block::<S, false>(simd, self.out, self.scratch),
+            (false, true) => self
+                .att
+                .block::<pulp::Scalar, true>(pulp::Scalar, self.out, self.scratch),
+            (false, false) => self
+                .att
+                .block::<pulp::Scalar, false>(pulp::Scalar, self.out, self.scratch),
+        }
+    }
+}
+
 /// acc[dd][l] += Σ_p values[p][offset + dd] · s[p·rv + v][l] over the positions of `values` (rows of `stride`
 /// floats) for dd < width: the weighted sum of `width` value channels for the eight rows of lane vector v. The
 /// accumulators travel by value so that they stay in registers.
@@ -595,6 +843,124 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn one_query_gives_the_block_kernels_bits_for_every_row() {
+        // stories260K's shape (8 heads over 4 kv heads of 8 channels); half-empty lane vectors (4 heads); two
+        // lane vectors and a last group of four value channels (12 heads of 12); 16 channels (two value groups);
+        // multi-query attention (one kv head).
+        check_one_query(8, 4, 8, 13, 5);
+        check_one_query(4, 2, 8, 0, 6);
+        check_one_query(12, 4, 12, 7, 4);
+        check_one_query(6, 3, 16, 21, 3);
+        check_one_query(8, 1, 8, 2, 9);
+        // Two lane vectors of four-channel heads (as many lanes per position as stories260K's shape).
+        check_one_query(16, 4, 4, 5, 3);
+    }
+
+    /// Runs T queries through the block kernel (one pass, as verification does) and each query j alone through
+    /// [`OneQuery`] over the cache plus new keys 0..=j (as decoding does), and compares every float's bits.
+    fn check_one_query(nh: usize, nkv: usize, hd: usize, past: usize, t: usize) {
+        let val = |i: usize, salt: usize| (((i * 37 + salt * 11) % 101) as f32 - 50.0) / 23.0;
+        let (d, kvd) = (nh * hd, nkv * hd);
+        let w = d + 2 * kvd;
+        let rows: Vec<f32> = (0..t * w).map(|i| val(i, 2)).collect();
+        let pk: Vec<f32> = (0..past * kvd).map(|i| val(i, 3)).collect();
+        let pv: Vec<f32> = (0..past * kvd).map(|i| val(i, 7)).collect();
+        let visible: Vec<usize> = (0..t).map(|j| past + j + 1).collect();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut many = Vec::new();
+        Attention {
+            qkv: &rows,
+            past: &[Past {
+                k: &pk,
+                len: past,
+                v: &pv,
+            }],
+            visible: &visible,
+            queries: t,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale,
+        }
+        .run_serial(&mut many, &mut AttnScratch::default());
+        // The same pass without fused multiply-adds (what an instruction set without them runs).
+        let att = Attention {
+            qkv: &rows,
+            past: &[Past {
+                k: &pk,
+                len: past,
+                v: &pv,
+            }],
+            visible: &visible,
+            queries: t,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale,
+        };
+        let rep = nh / nkv;
+        let mut blocks = vec![0f32; nh * t * hd];
+        for (g, out) in blocks.chunks_exact_mut(rep * t * hd).enumerate() {
+            att.block::<false>(0, g, out, &mut Scratch::default());
+        }
+        let mut many_plain = vec![0f32; t * d];
+        att.interleave(&blocks, &mut many_plain);
+        let mut lanes = HeadLanes::default();
+        lanes.extend(&pk, &pv, nh, nkv, hd);
+        let mut scratch = AttnScratch::default();
+        let mut one = Vec::new();
+        for j in 0..t {
+            let row = &rows[j * w..][..w];
+            lanes.extend(&row[d..d + kvd], &row[d + kvd..], nh, nkv, hd);
+            assert_eq!(lanes.len(), past + j + 1);
+            OneQuery {
+                q: &row[..d],
+                kv: &lanes,
+                n_heads: nh,
+                head_dim: hd,
+                scale,
+            }
+            .run(&mut one, &mut scratch);
+            let mut one_plain = vec![0f32; d];
+            OneQuery {
+                q: &row[..d],
+                kv: &lanes,
+                n_heads: nh,
+                head_dim: hd,
+                scale,
+            }
+            .block::<pulp::Scalar, false>(pulp::Scalar, &mut one_plain, &mut Scratch::default());
+            for (route, got, want) in [("dispatched", &one, &many), ("unfused", &one_plain, &many_plain)] {
+                let want = &want[j * d..][..d];
+                for (c, (a, b)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{route}: {nh} heads over {nkv}, head_dim {hd}, past {past}, query {j}, float {c}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+        // Truncating forgets positions as the cache does: the last query again over a re-extended copy.
+        lanes.truncate(past);
+        assert_eq!(lanes.len(), past);
+        let new: Vec<&[f32]> = rows.chunks_exact(w).collect();
+        for row in &new {
+            lanes.extend(&row[d..d + kvd], &row[d + kvd..], nh, nkv, hd);
+        }
+        let last = one.clone();
+        OneQuery {
+            q: &new[t - 1][..d],
+            kv: &lanes,
+            n_heads: nh,
+            head_dim: hd,
+            scale,
+        }
+        .run(&mut one, &mut scratch);
+        assert_eq!(one, last);
     }
 
     #[test]

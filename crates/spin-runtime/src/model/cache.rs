@@ -79,6 +79,7 @@ impl KvCache {
                 }
             }
         }
+        self.host.truncate(len);
         self.len = len;
         Ok(())
     }

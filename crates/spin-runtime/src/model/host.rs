@@ -12,10 +12,10 @@
 //! core) takes the candle route. Tests compare both to 1e-5.
 
 use super::cache::LayerKv;
-use super::weights::{transpose_cat_host, with_values};
+use super::weights::{transpose_cat_panels, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
-use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows, fmadd, has_fma};
+use crate::kernels::{Attention, AttnScratch, HeadLanes, OneQuery, Past, SwiGluRows, fmadd, has_fma};
 use candle_core::Tensor;
 
 /// Models with more weights than this keep only the candle route: their products are worth every core.
@@ -25,7 +25,11 @@ pub(crate) const HOST_MAX_WEIGHTS: usize = 1 << 22;
 /// multi-threaded products.
 pub const HOST_MAX_TOKENS: usize = 16;
 
-/// A layer's weights as host vectors, the same (in, out) matrices as [`Fused`].
+/// Columns per panel of a host matrix: four AVX2 vectors, the product's widest block (see [`matmul`]).
+const PANEL: usize = 32;
+
+/// A layer's weights as host vectors, the same (in, out) matrices as [`Fused`], each cut into column panels of
+/// [`PANEL`] columns stored one after the other (`transpose_cat_panels`).
 #[derive(Debug)]
 struct HostLayer {
     attn_norm: Vec<f32>,
@@ -48,12 +52,16 @@ pub(crate) struct HostWeights {
     embed: Vec<f32>,
     layers: Vec<HostLayer>,
     norm: Vec<f32>,
-    /// (dim, vocab).
+    /// (dim, vocab), in panels.
     head_t: Vec<f32>,
 }
 
 fn host(t: &Tensor) -> Result<Vec<f32>> {
     with_values(t, <[f32]>::to_vec)
+}
+
+fn panels(ws: &[&Tensor]) -> Result<Vec<f32>> {
+    transpose_cat_panels(ws, PANEL)
 }
 
 impl HostWeights {
@@ -84,19 +92,19 @@ impl HostWeights {
             };
             layers.push(HostLayer {
                 attn_norm: host(&layer.attn_norm)?,
-                qkv: transpose_cat_host(&[l[0].weight(), l[1].weight(), l[2].weight()])?,
+                qkv: panels(&[l[0].weight(), l[1].weight(), l[2].weight()])?,
                 qkv_bias,
-                o: transpose_cat_host(&[l[3].weight()])?,
+                o: panels(&[l[3].weight()])?,
                 ffn_norm: host(&layer.ffn_norm)?,
-                gate_up: transpose_cat_host(&[l[4].weight(), l[5].weight()])?,
-                down: transpose_cat_host(&[l[6].weight()])?,
+                gate_up: panels(&[l[4].weight(), l[5].weight()])?,
+                down: panels(&[l[6].weight()])?,
             });
         }
         Ok(Some(HostWeights {
             embed: host(&model.embed)?,
             layers,
             norm: host(&model.norm)?,
-            head_t: transpose_cat_host(&[head.weight()])?,
+            head_t: panels(&[head.weight()])?,
         }))
     }
 }
@@ -122,6 +130,18 @@ pub(crate) struct HostBuffers {
     /// Keys visible to each query.
     visible: Vec<usize>,
     attn: AttnScratch,
+    /// Per layer, the cache's keys and values again in the layout of one-token steps ([`HeadLanes`]), extended
+    /// from the cache when such a step needs them and cut when the cache is truncated.
+    lanes: Vec<HeadLanes>,
+}
+
+impl HostBuffers {
+    /// Forgets the one-token layout's positions from `len` on (the cache was truncated to `len`).
+    pub(super) fn truncate(&mut self, len: usize) {
+        for l in &mut self.lanes {
+            l.truncate(len);
+        }
+    }
 }
 
 impl Model {
@@ -172,20 +192,42 @@ impl Model {
             let LayerKv::Host { k, v } = &mut cache.layers[li] else {
                 return;
             };
-            Attention {
-                qkv: &buf.qkv,
-                past: &[Past { k, len: past, v }],
-                visible: &buf.visible,
-                queries: t,
-                n_heads: nh,
-                n_kv_heads: nkv,
-                head_dim: hd,
-                scale: 1.0 / (hd as f32).sqrt(),
-            }
-            .run_serial(&mut buf.att, &mut buf.attn);
-            for row in buf.qkv.chunks_exact(w) {
-                k.extend_from_slice(&row[d..d + kvd]);
-                v.extend_from_slice(&row[d + kvd..]);
+            if t == 1 {
+                // One query: append the new key and value, bring this layer's head-lane copy up to date, and
+                // attend over it with every lane a head (same bits per head as the block kernel, see `OneQuery`).
+                k.extend_from_slice(&buf.qkv[d..d + kvd]);
+                v.extend_from_slice(&buf.qkv[d + kvd..w]);
+                if buf.lanes.len() <= li {
+                    buf.lanes.resize_with(li + 1, HeadLanes::default);
+                }
+                let lanes = &mut buf.lanes[li];
+                let done = lanes.len().min(past + 1);
+                lanes.truncate(done);
+                lanes.extend(&k[done * kvd..], &v[done * kvd..], nh, nkv, hd);
+                OneQuery {
+                    q: &buf.qkv[..d],
+                    kv: lanes,
+                    n_heads: nh,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                }
+                .run(&mut buf.att, &mut buf.attn);
+            } else {
+                Attention {
+                    qkv: &buf.qkv,
+                    past: &[Past { k, len: past, v }],
+                    visible: &buf.visible,
+                    queries: t,
+                    n_heads: nh,
+                    n_kv_heads: nkv,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                }
+                .run_serial(&mut buf.att, &mut buf.attn);
+                for row in buf.qkv.chunks_exact(w) {
+                    k.extend_from_slice(&row[d..d + kvd]);
+                    v.extend_from_slice(&row[d + kvd..]);
+                }
             }
             matmul(arch, &buf.att, &layer.o, d, &mut buf.x, true);
             rms_norm(&buf.x, &layer.ffn_norm, eps, &mut buf.xb);
@@ -216,7 +258,8 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
     }
 }
 
-/// y (T, out) = x (T, in) · w (in, out), or y += x · w with `accumulate`; `in` is w.len() / out.
+/// y (T, out) = x (T, in) · w (in, out), or y += x · w with `accumulate`; `in` is w.len() / out, and w is stored
+/// in column panels of [`PANEL`] columns (see [`HostLayer`]).
 fn matmul(arch: pulp::Arch, x: &[f32], w: &[f32], out: usize, y: &mut Vec<f32>, accumulate: bool) {
     let inp = w.len() / out;
     let rows = x.len() / inp;
@@ -251,48 +294,49 @@ impl pulp::WithSimd for MatMul<'_> {
 }
 
 impl MatMul<'_> {
-    /// Per row of x and block of four vectors of output columns (32 on AVX2), eight accumulators held in vector
-    /// registers over the whole input width (each step reads one row segment of w and adds to them: no load or
-    /// store of y in the inner loop); then single vectors and single columns for the rest. The accumulators are
-    /// pulp vectors, not `[f32; N]` arrays: LLVM kept such arrays on the stack, so every multiply-add loaded
-    /// and stored its accumulator (measured: the product ran at about a quarter of the arithmetic rate).
+    /// Per panel of w and row of x: a full panel of four vectors (AVX2) walks its contiguous rows with eight
+    /// accumulators held in vector registers over the whole input width (no load or store of y inside); other
+    /// panels go by blocks of four vectors, single vectors and single columns. The accumulators are pulp vectors,
+    /// not `[f32; N]` arrays: LLVM kept such arrays on the stack, so every multiply-add loaded and stored its
+    /// accumulator (measured: the product ran at about a quarter of the arithmetic rate). Every route applies the
+    /// same operations in the same order to a column, so a row's bits do not depend on the route or on the other
+    /// rows.
     #[inline(always)]
     fn run<S: pulp::Simd, const F: bool>(self, simd: S) {
         let (inp, out) = (self.inp, self.out);
         let lanes = S::F32_LANES;
-        for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
-            let mut o0 = 0;
-            while o0 + 4 * lanes <= out {
-                vector_columns::<S, 4, F>(simd, x, self.w, out, o0, &mut y[o0..o0 + 4 * lanes]);
-                o0 += 4 * lanes;
-            }
-            while o0 + lanes <= out {
-                vector_columns::<S, 1, F>(simd, x, self.w, out, o0, &mut y[o0..o0 + lanes]);
-                o0 += lanes;
-            }
-            while o0 < out {
-                columns::<1, F>(x, self.w, out, o0, &mut y[o0..o0 + 1]);
-                o0 += 1;
+        // Panels outside, rows inside: a panel (a few kB) is read from memory once per pass and then serves every
+        // row from the L1 cache, so a pass over several positions does not stream the weights once per position.
+        for (j, w) in self.w.chunks(PANEL * inp).enumerate() {
+            let pw = w.len() / inp;
+            for (x, y) in self.x.chunks_exact(inp).zip(self.y.chunks_exact_mut(out)) {
+                let y = &mut y[j * PANEL..][..pw];
+                if pw == 4 * lanes {
+                    panel_columns::<S, 4, F>(simd, x, w, y);
+                    continue;
+                }
+                let mut o0 = 0;
+                while o0 + 4 * lanes <= pw {
+                    vector_columns::<S, 4, F>(simd, x, w, pw, o0, &mut y[o0..o0 + 4 * lanes]);
+                    o0 += 4 * lanes;
+                }
+                while o0 + lanes <= pw {
+                    vector_columns::<S, 1, F>(simd, x, w, pw, o0, &mut y[o0..o0 + lanes]);
+                    o0 += lanes;
+                }
+                while o0 < pw {
+                    columns::<1, F>(x, w, pw, o0, &mut y[o0..o0 + 1]);
+                    o0 += 1;
+                }
             }
         }
     }
 }
 
-/// y[c] += Σ_i x[i] · w[i·out + o0 + c] for the K·lanes columns from o0, in K vectors. The same arithmetic, in
-/// the same order, as [`columns`] (two input rows per step into two sets of accumulators, `y += even + odd`), so
-/// every route through the host product gives the same bits.
+/// [`vector_columns`] for a whole panel of exactly K vectors a row: the same arithmetic in the same order, with the
+/// panel read as rows of K vectors (no offsets, no bounds checks inside the loop).
 #[inline(always)]
-fn vector_columns<S: pulp::Simd, const K: usize, const F: bool>(
-    simd: S,
-    x: &[f32],
-    w: &[f32],
-    out: usize,
-    o0: usize,
-    y: &mut [f32],
-) {
-    let lanes = S::F32_LANES;
-    let load =
-        |at: usize| -> S::f32s { bytemuck::pod_read_unaligned(bytemuck::cast_slice(&w[at..at + lanes])) };
+fn panel_columns<S: pulp::Simd, const K: usize, const F: bool>(simd: S, x: &[f32], w: &[f32], y: &mut [f32]) {
     let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
         if F {
             simd.mul_add_e_f32s(a, b, c)
@@ -303,27 +347,79 @@ fn vector_columns<S: pulp::Simd, const K: usize, const F: bool>(
     let zero = simd.splat_f32s(0.0);
     let mut even = [zero; K];
     let mut odd = [zero; K];
-    let pairs = x.len() / 2;
-    for i in 0..pairs {
-        let (a, b) = (simd.splat_f32s(x[2 * i]), simd.splat_f32s(x[2 * i + 1]));
-        let (r0, r1) = (2 * i * out + o0, (2 * i + 1) * out + o0);
+    let (rows, _) = bytemuck::cast_slice::<f32, S::f32s>(w).as_chunks::<K>();
+    let (row_pairs, last_row) = rows.as_chunks::<2>();
+    let (pairs, last) = x.as_chunks::<2>();
+    for (&[a, b], [r0, r1]) in pairs.iter().zip(row_pairs) {
+        let (a, b) = (simd.splat_f32s(a), simd.splat_f32s(b));
         for k in 0..K {
-            even[k] = fma(a, load(r0 + k * lanes), even[k]);
-            odd[k] = fma(b, load(r1 + k * lanes), odd[k]);
+            even[k] = fma(a, r0[k], even[k]);
+            odd[k] = fma(b, r1[k], odd[k]);
         }
     }
-    if x.len() % 2 == 1 {
-        let i = x.len() - 1;
-        let a = simd.splat_f32s(x[i]);
-        for (k, e) in even.iter_mut().enumerate() {
-            *e = fma(a, load(i * out + o0 + k * lanes), *e);
+    if let (Some(&a), Some(r)) = (last.first(), last_row.first()) {
+        let a = simd.splat_f32s(a);
+        for (e, &r) in even.iter_mut().zip(r) {
+            *e = fma(a, r, *e);
         }
     }
-    for k in 0..K {
-        let dst = &mut y[k * lanes..(k + 1) * lanes];
-        let cur: S::f32s = bytemuck::pod_read_unaligned(bytemuck::cast_slice(dst));
-        let sum = simd.add_f32s(cur, simd.add_f32s(even[k], odd[k]));
-        dst.copy_from_slice(bytemuck::cast_slice(std::slice::from_ref(&sum)));
+    let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(y);
+    for ((d, e), o) in dst.iter_mut().zip(even).zip(odd) {
+        *d = simd.add_f32s(*d, simd.add_f32s(e, o));
+    }
+}
+
+/// y[c] += Σ_i x[i] · w[i·out + o0 + c] for the K·lanes columns from o0, in K vectors. The same arithmetic, in
+/// the same order, as [`columns`] (two input rows per step into two sets of accumulators, `y += even + odd`), so
+/// every route through the host product gives the same bits. The rows of w are walked as pairs of whole rows and
+/// each step's segments are cut once as vectors of known count: indexing `w` by computed offsets left about six
+/// bounds checks per vector load in the loop (measured: five times the instructions of the multiply-adds).
+#[inline(always)]
+fn vector_columns<S: pulp::Simd, const K: usize, const F: bool>(
+    simd: S,
+    x: &[f32],
+    w: &[f32],
+    out: usize,
+    o0: usize,
+    y: &mut [f32],
+) {
+    let width = K * S::F32_LANES;
+    let segment = |row: &[f32]| -> [S::f32s; K] {
+        let v: &[S::f32s] = bytemuck::cast_slice(&row[o0..o0 + width]);
+        std::array::from_fn(|k| v[k])
+    };
+    let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
+        if F {
+            simd.mul_add_e_f32s(a, b, c)
+        } else {
+            simd.add_f32s(simd.mul_f32s(a, b), c)
+        }
+    };
+    let zero = simd.splat_f32s(0.0);
+    let mut even = [zero; K];
+    let mut odd = [zero; K];
+    let (pairs, last) = x.as_chunks::<2>();
+    let mut rows = w.chunks_exact(out);
+    for &[a, b] in pairs {
+        let (Some(r0), Some(r1)) = (rows.next(), rows.next()) else {
+            break;
+        };
+        let (a, b) = (simd.splat_f32s(a), simd.splat_f32s(b));
+        let (r0, r1) = (segment(r0), segment(r1));
+        for k in 0..K {
+            even[k] = fma(a, r0[k], even[k]);
+            odd[k] = fma(b, r1[k], odd[k]);
+        }
+    }
+    if let (Some(&a), Some(r)) = (last.first(), rows.next()) {
+        let (a, r) = (simd.splat_f32s(a), segment(r));
+        for (e, r) in even.iter_mut().zip(r) {
+            *e = fma(a, r, *e);
+        }
+    }
+    let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(&mut y[..width]);
+    for ((d, e), o) in dst.iter_mut().zip(even).zip(odd) {
+        *d = simd.add_f32s(*d, simd.add_f32s(e, o));
     }
 }
 

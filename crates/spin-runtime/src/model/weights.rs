@@ -166,6 +166,14 @@ pub(super) fn transpose_cat(ws: &[&Tensor]) -> Result<Tensor> {
 
 /// [`transpose_cat`] into a host vector, read straight from the tensors' storage (the only copy made).
 pub(super) fn transpose_cat_host(ws: &[&Tensor]) -> Result<Vec<f32>> {
+    transpose_cat_panels(ws, usize::MAX)
+}
+
+/// The (in, Σ out) matrix of [`transpose_cat_host`] cut into column panels of `panel` columns (the last one
+/// narrower), each stored whole, one after the other: panel j holds rows 0..in of columns panel·j .. panel·j + w,
+/// row-major with w floats a row. With `panel` ≥ Σ out this is [`transpose_cat_host`]'s layout; narrower panels
+/// let a product walk each panel as one sequential stream (the host path's products, `host.rs`).
+pub(super) fn transpose_cat_panels(ws: &[&Tensor], panel: usize) -> Result<Vec<f32>> {
     let inp = ws[0].dim(1)?;
     let mut rows = Vec::with_capacity(ws.len());
     for w in ws {
@@ -200,9 +208,22 @@ pub(super) fn transpose_cat_host(ws: &[&Tensor]) -> Result<Vec<f32>> {
         srcs.push(src);
     }
     let total: usize = rows.iter().sum();
-    // Transposed in 8 × 8 blocks held in registers: eight source rows are read contiguously and eight result
-    // rows written contiguously, with the bounds checked once per block row instead of once per value. The ragged
-    // edges (fewer than eight rows or columns left) go value by value.
+    // Channel c of (stacked) output column g goes to base[g] + c·width[g]: its panel's start, then row c of
+    // that panel (computed once per column).
+    let panel = panel.clamp(1, total.max(1));
+    let place: Vec<(usize, usize)> = (0..total)
+        .map(|g| {
+            let start = g / panel * panel;
+            (start * inp + g - start, panel.min(total - start))
+        })
+        .collect();
+    let at = |c: usize, g: usize| {
+        let (base, width) = place[g];
+        base + c * width
+    };
+    // Transposed in 8 × 8 blocks held in registers: eight source rows are read contiguously and written as
+    // columns, with the source bounds checked once per block row. The ragged edges (fewer than eight rows or
+    // columns left) go value by value.
     const B: usize = 8;
     let mut out = vec![0f32; inp * total];
     let mut first = 0;
@@ -216,16 +237,25 @@ pub(super) fn transpose_cat_host(ws: &[&Tensor]) -> Result<Vec<f32>> {
                     for (k, row) in block.iter_mut().enumerate() {
                         row.copy_from_slice(&src[(i0 + k) * inp + c0..][..B]);
                     }
+                    // The eight columns are consecutive in memory unless a panel ends between them.
+                    let g = first + i0;
+                    let together = place[g + B - 1].0 == place[g].0 + B - 1;
                     for c in 0..B {
-                        let dst = &mut out[(c0 + c) * total + first + i0..][..B];
-                        for (k, d) in dst.iter_mut().enumerate() {
-                            *d = block[k][c];
+                        if together {
+                            let dst = &mut out[at(c0 + c, g)..][..B];
+                            for (d, row) in dst.iter_mut().zip(&block) {
+                                *d = row[c];
+                            }
+                        } else {
+                            for (k, row) in block.iter().enumerate() {
+                                out[at(c0 + c, g + k)] = row[c];
+                            }
                         }
                     }
                 } else {
                     for i in i0..i1 {
                         for c in c0..c1 {
-                            out[c * total + first + i] = src[i * inp + c];
+                            out[at(c, first + i)] = src[i * inp + c];
                         }
                     }
                 }
@@ -416,6 +446,22 @@ mod tests {
                 .flatten_all()?
                 .to_vec1::<f32>()?;
             assert_eq!(got, want, "rows {rows}, in {inp}");
+            // Panels of 8 columns (and a narrower last one): each panel is the same columns of `want`.
+            let total = got.len() / inp;
+            let panels = transpose_cat_panels(&[&a, &b, &wide], 8)?;
+            let mut start = 0;
+            for c0 in (0..total).step_by(8) {
+                let w = (total - c0).min(8);
+                for c in 0..inp {
+                    assert_eq!(
+                        panels[start + c * w..][..w],
+                        want[c * total + c0..][..w],
+                        "rows {rows}, in {inp}, panel at {c0}, row {c}"
+                    );
+                }
+                start += w * inp;
+            }
+            assert_eq!(start, panels.len());
         }
         Ok(())
     }
