@@ -13,12 +13,13 @@
 //! The reactive problem needs the rejected set sorted by UL delay. At a fixed share b, τ^ul falls with the gain,
 //! so one order of all devices by gain (descending) sorts every rejected set: no sorting per sample.
 
-use super::reactive::{Link, ModeScheme, split_by_bisection};
+use super::reactive::{Link, ModeScheme};
 use super::scenario::Scenario;
 use crate::OptimizeError;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What the proactive search maximises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -141,8 +142,62 @@ pub struct State {
     tokens_total: u64,
     /// T_comm per sample.
     comm_s: Vec<f64>,
+    /// |R| per sample: the number of rejected devices.
+    rejected: Vec<u32>,
+    /// Σ_s T_comm, summed in sample order (the latency sum of the rate objective).
+    comm_total: f64,
     /// The objective value at `gamma`.
     pub value: f64,
+}
+
+/// Reusable buffers of [`Evaluator::try_moves_with`] and [`Evaluator::apply_moves`], and what the last try
+/// computed, so that applying the move just tried does not compute it again.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch {
+    /// γ by position in `order` of the point being evaluated.
+    caps: Vec<u16>,
+    /// The rejected set of one sample: positions, descending.
+    set: Vec<u32>,
+    /// Running sums of 1/g over `set` (from the weakest device), as the reactive split needs them.
+    sums: Vec<f64>,
+    /// Per sample: whether it flips under the move being tried.
+    mark: Vec<bool>,
+    /// The last try: its start point, changes, flipped samples (ascending) with their new T_comm and |R|, and
+    /// its totals and value.
+    from: Vec<u32>,
+    changes: Vec<(usize, u32)>,
+    flipped: Vec<u32>,
+    fresh: Vec<f64>,
+    fresh_rejected: Vec<u32>,
+    tokens_total: u64,
+    comm_total: f64,
+    value: f64,
+    valid: bool,
+}
+
+/// The relative margin by which an upper bound must fall below a threshold before a search skips the move, and
+/// by which the cheap comparisons of the reactive split must be decided before they are trusted: far above the
+/// rounding of either side (a few ulps), so a skip or a shortcut never differs from the exact computation.
+pub const BOUND_MARGIN: f64 = 1e-9;
+
+/// Marks an entry of the lazy UL-delay table as not computed yet (a NaN pattern no delay takes: the delay of a
+/// positive finite gain is a positive number or +∞).
+const UNSET: u64 = u64::MAX;
+
+/// τ^ul by (m − 1)·K + position, filled when first asked (see [`UL_TABLE_MAX_DEVICES`]). Atomic cells so that an
+/// evaluator stays `Sync` for parallel callers; a race only computes the same value twice.
+#[derive(Debug, Default)]
+struct UlTable(Vec<AtomicU64>);
+
+impl Clone for UlTable {
+    fn clone(&self) -> Self {
+        UlTable(
+            self.0
+                .iter()
+                .map(|c| AtomicU64::new(c.load(Ordering::Relaxed)))
+                .collect(),
+        )
+    }
 }
 
 /// Evaluates draft-length vectors of one scenario on one set of samples under one mode policy.
@@ -158,6 +213,8 @@ pub struct Evaluator {
     draft_token_s: Vec<f64>,
     /// Devices by channel gain, strongest first (= UL delay ascending at any share b).
     order: Vec<usize>,
+    /// The position of each device in `order`.
+    position: Vec<usize>,
     /// g by position in `order`.
     gain: Vec<f64>,
     /// 1/g by position in `order`.
@@ -171,14 +228,15 @@ pub struct Evaluator {
     by_f: Vec<u32>,
     /// Per device (k·(γ_max + 3) + f): the first i in `by_f`'s row k with F ≥ f, for f ∈ 0..=γ_max + 2.
     f_start: Vec<u32>,
-    /// τ^ul by (m − 1)·K + position when K ≤ [`UL_TABLE_MAX_DEVICES`] (at most 2 MiB), else empty and computed
-    /// when asked: the same function of the same inputs either way, so the same bits.
-    ul_table: Vec<f64>,
+    /// τ^ul by (m − 1)·K + position when K ≤ [`UL_TABLE_MAX_DEVICES`], else empty and computed when asked: the
+    /// same function of the same inputs either way, so the same bits.
+    ul_table: UlTable,
 }
 
-/// Up to this many devices an evaluator tabulates every UL delay τ^ul(B/m, g_k) (K² values, 2 MiB at 512): the
-/// optimal split asks for O(log m) of them per sample and evaluation, and a table lookup is much cheaper than the
-/// logarithm of the Shannon rate. Above it they are computed when asked, so memory stays linear in K.
+/// Up to this many devices an evaluator keeps every UL delay τ^ul(B/m, g_k) it computes (K² cells, 2 MiB at 512):
+/// the optimal split asks for at most two of them per sample and evaluation, and a lookup is much cheaper than the
+/// logarithm of the Shannon rate. The cells are filled when first asked, since a search asks for few of the K².
+/// Above it they are computed when asked, so memory stays linear in K.
 pub const UL_TABLE_MAX_DEVICES: usize = 512;
 
 impl Evaluator {
@@ -221,6 +279,10 @@ impl Evaluator {
         let gains: Vec<f64> = scenario.devices.iter().map(|d| d.channel_gain).collect();
         let mut order: Vec<usize> = (0..k_n).collect();
         order.sort_by(|&i, &j| gains[j].total_cmp(&gains[i]).then(i.cmp(&j)));
+        let mut position = vec![0; k_n];
+        for (pos, &k) in order.iter().enumerate() {
+            position[k] = pos;
+        }
         let gain: Vec<f64> = order.iter().map(|&k| gains[k]).collect();
         let inverse_gain = gain.iter().map(|g| 1.0 / g).collect();
         let n = samples.count;
@@ -232,14 +294,16 @@ impl Evaluator {
         }
         let cap = scenario.max_draft_len as usize + 1;
         let mut token_sum = vec![0u64; k_n * cap];
-        let mut by_f = Vec::with_capacity(k_n * n);
+        let mut by_f = vec![0u32; k_n * n];
         let mut f_start = vec![0u32; k_n * (cap + 2)];
+        let mut count = vec![0u32; cap + 2];
+        let mut next = vec![0u32; cap + 2];
         for k in 0..k_n {
-            let f_of = |s: usize| samples.first_rejection[k * n + s] as usize;
+            let fs = &samples.first_rejection[k * n..(k + 1) * n];
             // Counting sort by F (stable in s).
-            let mut count = vec![0u32; cap + 2];
-            for s in 0..n {
-                count[f_of(s)] += 1;
+            count.fill(0);
+            for &f in fs {
+                count[usize::from(f)] += 1;
             }
             let starts = &mut f_start[k * (cap + 2)..(k + 1) * (cap + 2)];
             let mut acc = 0u32;
@@ -247,13 +311,11 @@ impl Evaluator {
                 starts[f] = acc;
                 acc += c;
             }
-            let mut next = starts.to_vec();
-            let row = by_f.len();
-            by_f.resize(row + n, 0);
-            for s in 0..n {
-                let f = f_of(s);
-                by_f[row + next[f] as usize] = s as u32;
-                next[f] += 1;
+            next.copy_from_slice(starts);
+            let row = &mut by_f[k * n..(k + 1) * n];
+            for (s, &f) in fs.iter().enumerate() {
+                row[next[usize::from(f)] as usize] = s as u32;
+                next[usize::from(f)] += 1;
             }
             for g in 0..cap {
                 token_sum[k * cap + g] = count
@@ -263,14 +325,11 @@ impl Evaluator {
                     .sum();
             }
         }
-        let mut ul_table = Vec::new();
-        if k_n <= UL_TABLE_MAX_DEVICES {
-            ul_table.reserve_exact(k_n * k_n);
-            for m in 1..=k_n {
-                let b = link.share_hz(m);
-                ul_table.extend(gain.iter().map(|&g| link.ul_delay_s(b, g)));
-            }
-        }
+        let ul_table = if k_n <= UL_TABLE_MAX_DEVICES {
+            UlTable((0..k_n * k_n).map(|_| AtomicU64::new(UNSET)).collect())
+        } else {
+            UlTable::default()
+        };
         Ok(Evaluator {
             link,
             policy,
@@ -281,6 +340,7 @@ impl Evaluator {
             alpha: scenario.devices.iter().map(|d| d.acceptance).collect(),
             draft_token_s: scenario.devices.iter().map(|d| d.draft_token_s).collect(),
             order,
+            position,
             gain,
             inverse_gain,
             by_sample,
@@ -335,60 +395,88 @@ impl Evaluator {
             .fold(0.0, f64::max)
     }
 
-    /// T_comm of sample `s` under `gamma`, and the number of rejected devices corrected in UL mode.
-    fn comm(&self, s: usize, gamma: &[u32], rejected: &mut Vec<usize>) -> (f64, usize) {
-        let n = self.samples.count;
-        let k_n = self.order.len();
-        rejected.clear();
-        let row = &self.by_sample[s * k_n..(s + 1) * k_n];
-        for (pos, (&k, &f)) in self.order.iter().zip(row).enumerate() {
-            if u32::from(f) <= gamma[k] {
-                rejected.push(pos);
+    /// τ^ul of the device at position `p` in `order` when `m` devices share the band (see `ul_table`).
+    fn ul(&self, m: usize, p: usize) -> f64 {
+        let compute = || self.link.ul_delay_s(self.link.share_hz(m), self.gain[p]);
+        match self.ul_table.0.get((m - 1) * self.order.len() + p) {
+            Some(cell) => {
+                let bits = cell.load(Ordering::Relaxed);
+                if bits != UNSET {
+                    return f64::from_bits(bits);
+                }
+                let v = compute();
+                cell.store(v.to_bits(), Ordering::Relaxed);
+                v
             }
+            None => compute(),
         }
-        let m = rejected.len();
+    }
+
+    /// γ by position in `order`, into `caps`.
+    fn caps(&self, gamma: &[u32], caps: &mut Vec<u16>) {
+        caps.clear();
+        // γ ≤ γ_max ≤ MAX_DRAFT_LEN_LIMIT fits 16 bits, as F does.
+        caps.extend(self.order.iter().map(|&k| gamma[k] as u16));
+    }
+
+    /// The rejected set of sample `s` at `caps` (positions descending) and the running sums of 1/g over it from
+    /// the weakest device, into `set` and `sums`. One branch-free pass from the weakest position to the strongest:
+    /// every slot is written and the count only advances on a rejection; adding 0.0 leaves a sum unchanged, so the
+    /// sums are bit for bit those of the rejected devices alone, added from the weakest.
+    fn scan(&self, s: usize, caps: &[u16], set: &mut Vec<u32>, sums: &mut Vec<f64>) {
+        let k_n = self.order.len();
+        set.resize(k_n, 0);
+        sums.resize(k_n, 0.0);
+        let row = &self.by_sample[s * k_n..(s + 1) * k_n];
+        let (mut m, mut acc) = (0usize, 0.0f64);
+        for pos in (0..k_n).rev() {
+            let hit = row[pos] <= caps[pos];
+            acc += if hit { self.inverse_gain[pos] } else { 0.0 };
+            set[m] = pos as u32;
+            sums[m] = acc;
+            m += usize::from(hit);
+        }
+        set.truncate(m);
+        sums.truncate(m);
+    }
+
+    /// T_comm of sample `s` at `caps`, the number of rejected devices corrected in UL mode, and |R|.
+    fn comm(&self, s: usize, caps: &[u16], set: &mut Vec<u32>, sums: &mut Vec<f64>) -> (f64, usize, usize) {
+        self.scan(s, caps, set, sums);
+        let (c, ul) = self.comm_of_set(s, set, sums);
+        (c, ul, set.len())
+    }
+
+    /// T_comm of sample `s` with rejected set `set` (positions descending) and `sums` (running sums of 1/g from
+    /// the weakest), and the number of UL devices.
+    fn comm_of_set(&self, s: usize, set: &[u32], sums: &[f64]) -> (f64, usize) {
+        let m = set.len();
         if m == 0 {
             return (0.0, 0);
         }
         let b = self.link.share_hz(m);
-        // τ^ul of the device at a position in `order` when m devices share the band (see `ul_table`).
-        let k_n = self.order.len();
-        let table = (!self.ul_table.is_empty()).then(|| &self.ul_table[(m - 1) * k_n..m * k_n]);
-        let row = |p: usize| match table {
-            Some(t) => t[p],
-            None => self.link.ul_delay_s(b, self.gain[p]),
-        };
+        // The i-th rejected position in UL-delay order (ascending position).
+        let at = |i: usize| set[m - 1 - i] as usize;
         match self.policy {
             ModeScheme::Optimal | ModeScheme::BruteForce => {
-                // Suffix sums of 1/g over the rejected set in UL-delay order (on the stack for small sets).
-                let mut suffix = [0.0f64; 64];
-                let mut heap;
-                let buf: &mut [f64] = if m < 64 {
-                    &mut suffix[..=m]
-                } else {
-                    heap = vec![0.0; m + 1];
-                    &mut heap
-                };
-                buf[m] = 0.0;
-                for i in (0..m).rev() {
-                    buf[i] = buf[i + 1] + self.inverse_gain[rejected[i]];
-                }
-                let (n_ul, delay) =
-                    split_by_bisection(m, |i| row(rejected[i]), |n_dl| self.link.dl_delay_s(b, buf[n_dl]));
+                // Σ 1/g over the rejected devices from the i-th in UL order on (0 for i = m).
+                let sum_from = |i: usize| if i < m { sums[m - 1 - i] } else { 0.0 };
+                let (n_ul, delay) = self.split(m, b, at, sum_from);
                 (delay, n_ul)
             }
-            ModeScheme::AllUl => (row(rejected[m - 1]), m),
+            ModeScheme::AllUl => (self.ul(m, at(m - 1)), m),
             ModeScheme::AllDl => {
-                let inv: f64 = rejected.iter().map(|&p| self.inverse_gain[p]).sum();
+                let inv: f64 = (0..m).map(|i| self.inverse_gain[at(i)]).sum();
                 (self.link.dl_delay_s(b, inv), 0)
             }
             ModeScheme::Random => {
+                let n = self.samples.count;
                 let mut ul_max = 0.0f64;
                 let mut inv = 0.0;
                 let mut n_ul = 0;
-                for &p in rejected.iter() {
+                for p in (0..m).map(at) {
                     if self.samples.ul_coin[self.order[p] * n + s] {
-                        ul_max = ul_max.max(row(p));
+                        ul_max = ul_max.max(self.ul(m, p));
                         n_ul += 1;
                     } else {
                         inv += self.inverse_gain[p];
@@ -396,6 +484,61 @@ impl Evaluator {
                 }
                 (ul_max.max(self.link.dl_delay_s(b, inv)), n_ul)
             }
+        }
+    }
+
+    /// [`split_by_bisection`](super::reactive::split_by_bisection) with ul(i) = τ^ul of the i-th device, dl(n) = τ^dl of Σ 1/g = `sum_from(n)`, the
+    /// same decisions and result bit for bit, with fewer logarithms: τ^ul(n) ≥ τ^dl(n) iff the UL SNR of the n-th
+    /// device is at most the Lemma-1 DL SNR of the suffix (both delays are D/(b log₂(1 + SNR)) at the same b), and
+    /// the SNRs need no logarithm. A comparison decided by less than [`BOUND_MARGIN`] (or with an SNR outside the
+    /// normal range) falls back to the delays themselves, as [`split_by_bisection`](super::reactive::split_by_bisection) computes them.
+    fn split(
+        &self,
+        m: usize,
+        b: f64,
+        at: impl Fn(usize) -> usize,
+        sum_from: impl Fn(usize) -> f64,
+    ) -> (usize, f64) {
+        let link = &self.link;
+        let tau_ul = |n: usize| if n == 0 { 0.0 } else { self.ul(m, at(n - 1)) };
+        let dl = |n: usize| link.dl_delay_s(b, sum_from(n));
+        let normal = |x: f64| (1e-280..=1e280).contains(&x);
+        let (mut lo, mut hi) = (0usize, m);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let snr_ul = spin_channel::snr(
+                link.ul_power_w,
+                self.gain[at(mid - 1)],
+                link.noise_psd_server_w_per_hz,
+                b,
+            );
+            let snr_dl = spin_channel::paper_b::lemma1_dl_snr(
+                link.dl_power_w,
+                link.noise_psd_device_w_per_hz,
+                b,
+                sum_from(mid),
+            );
+            let ratio = snr_ul / snr_dl;
+            let ul_slower = if normal(snr_ul) && normal(snr_dl) && ratio < 1.0 - BOUND_MARGIN {
+                true
+            } else if normal(snr_ul) && normal(snr_dl) && ratio > 1.0 + BOUND_MARGIN {
+                false
+            } else {
+                tau_ul(mid) >= dl(mid)
+            };
+            if ul_slower {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        // As in `split_by_bisection`: the best is lo (cost τ^dl) or hi (cost τ^ul).
+        let cost_lo = dl(lo).max(tau_ul(lo));
+        let cost_hi = tau_ul(hi).max(dl(hi));
+        if cost_hi <= cost_lo {
+            (hi, cost_hi)
+        } else {
+            (lo, cost_lo)
         }
     }
 
@@ -410,6 +553,11 @@ impl Evaluator {
 
     /// Full evaluation of `gamma` (length K, entries ≤ γ_max), keeping per-sample totals for [`Self::try_moves`].
     pub fn state(&self, gamma: &[u32]) -> State {
+        self.state_with(gamma, &mut Scratch::default())
+    }
+
+    /// [`Self::state`] with reusable buffers.
+    pub fn state_with(&self, gamma: &[u32], scratch: &mut Scratch) -> State {
         self.check(gamma);
         let n = self.samples.count;
         let mut tokens = vec![0u32; n];
@@ -418,8 +566,14 @@ impl Evaluator {
                 *t += self.tokens(k, s, g);
             }
         }
-        let mut rejected = Vec::with_capacity(self.devices());
-        let comm_s: Vec<f64> = (0..n).map(|s| self.comm(s, gamma, &mut rejected).0).collect();
+        self.caps(gamma, &mut scratch.caps);
+        let mut comm_s = Vec::with_capacity(n);
+        let mut rejected = Vec::with_capacity(n);
+        for s in 0..n {
+            let (c, _, m) = self.comm(s, &scratch.caps, &mut scratch.set, &mut scratch.sums);
+            comm_s.push(c);
+            rejected.push(m as u32);
+        }
         let value = self.reduce(
             self.draft_s(gamma),
             tokens.iter().copied(),
@@ -429,7 +583,9 @@ impl Evaluator {
             gamma: gamma.to_vec(),
             tokens_total: tokens.iter().map(|&t| u64::from(t)).sum(),
             tokens,
+            comm_total: comm_s.iter().fold(0.0, |acc, c| acc + c),
             comm_s,
+            rejected,
             value,
         }
     }
@@ -466,80 +622,203 @@ impl Evaluator {
         }
     }
 
-    /// The objective after changing the draft lengths of `state` by `changes` = [(device, new γ)], without a full
-    /// evaluation: only samples where a changed device switches between rejected and accepted recompute T_comm.
-    /// Bit-for-bit equal to [`Self::value`] at the changed point.
+    /// The objective after changing the draft lengths of `state` by `changes` = [(device, new γ)] (distinct
+    /// devices), without a full evaluation: only samples where a changed device switches between rejected and
+    /// accepted recompute T_comm. Bit-for-bit equal to [`Self::value`] at the changed point.
     pub fn try_moves(&self, state: &State, changes: &[(usize, u32)]) -> f64 {
-        let mut gamma = state.gamma.clone();
+        self.try_moves_with(state, changes, &mut Scratch::default())
+    }
+
+    /// The samples where a device of `changes` switches between rejected and accepted, ascending, into
+    /// `scratch.flipped` (from the samples sorted by F: device k switches on min(g, old) < F ≤ max(g, old)).
+    fn mark_flipped(&self, state: &State, changes: &[(usize, u32)], scratch: &mut Scratch) {
+        let n = self.samples.count;
+        let stride = self.max_draft_len as usize + 3;
+        scratch.flipped.clear();
+        scratch.mark.resize(n, false);
+        // One F value of one device lists its samples ascending (the sort by F is stable in s); more need a sort.
+        let mut sorted = changes.len() <= 1;
+        for &(k, g) in changes {
+            let old = state.gamma[k];
+            let (lo, hi) = (g.min(old) as usize, g.max(old) as usize);
+            sorted &= hi - lo <= 1;
+            let (from, to) = (
+                self.f_start[k * stride + lo + 1] as usize,
+                self.f_start[k * stride + hi + 1] as usize,
+            );
+            for &s in &self.by_f[k * n + from..k * n + to] {
+                if !scratch.mark[s as usize] {
+                    scratch.mark[s as usize] = true;
+                    scratch.flipped.push(s);
+                }
+            }
+        }
+        if !sorted {
+            scratch.flipped.sort_unstable();
+        }
+        for &s in &scratch.flipped {
+            scratch.mark[s as usize] = false;
+        }
+    }
+
+    /// [`Self::try_moves`] with reusable buffers; remembers what it computed in `scratch` for
+    /// [`Self::apply_moves`] of the same move from the same state.
+    ///
+    /// The token total comes from per-device sums (integers, so exact in any order), T_comm is recomputed only on
+    /// the flipped samples, and the latency is summed over all samples in sample order as the full evaluation does,
+    /// so the result has the same bits as a full evaluation.
+    pub fn try_moves_with(&self, state: &State, changes: &[(usize, u32)], scratch: &mut Scratch) -> f64 {
+        let cap = self.max_draft_len as usize + 1;
+        let mut gamma = std::mem::take(&mut scratch.from);
+        gamma.clear();
+        gamma.extend_from_slice(&state.gamma);
         for &(k, g) in changes {
             gamma[k] = g;
         }
         self.check(&gamma);
-        let distinct = changes.len() == 1 || (changes.len() == 2 && changes[0].0 != changes[1].0);
-        if self.objective == Objective::Rate && distinct {
-            return self.try_few_moves(state, &gamma, changes);
+        self.mark_flipped(state, changes, scratch);
+        self.caps(&gamma, &mut scratch.caps);
+        scratch.fresh.clear();
+        scratch.fresh_rejected.clear();
+        for &s in &scratch.flipped {
+            let (c, _, m) = self.comm(s as usize, &scratch.caps, &mut scratch.set, &mut scratch.sums);
+            scratch.fresh.push(c);
+            scratch.fresh_rejected.push(m as u32);
         }
-        let n = self.samples.count;
-        let mut rejected = Vec::with_capacity(self.devices());
-        let tokens = (0..n).map(|s| {
-            let mut t = state.tokens[s];
-            for &(k, g) in changes {
-                t = t + self.tokens(k, s, g) - self.tokens(k, s, state.gamma[k]);
-            }
-            t
-        });
-        let comm = (0..n).map(|s| {
-            let flips = changes.iter().any(|&(k, g)| {
-                let f = u32::from(self.samples.first_rejection[k * n + s]);
-                (f <= g) != (f <= state.gamma[k])
-            });
-            if flips {
-                self.comm(s, &gamma, &mut rejected).0
+        let mut tok = state.tokens_total;
+        for &(k, g) in changes {
+            let old = state.gamma[k] as usize;
+            tok = tok + self.token_sum[k * cap + g as usize] - self.token_sum[k * cap + old];
+        }
+        // Per-sample T_comm at the new point: fresh on flipped samples, else the state's.
+        let mut lat = 0.0;
+        let mut next = 0;
+        let flipped = &scratch.flipped;
+        let fresh = &scratch.fresh;
+        let comm_at = |s: usize, next: &mut usize| {
+            if *next < flipped.len() && flipped[*next] as usize == s {
+                *next += 1;
+                fresh[*next - 1]
             } else {
                 state.comm_s[s]
             }
-        });
-        self.reduce(self.draft_s(&gamma), tokens, comm)
+        };
+        let draft_s = self.draft_s(&gamma);
+        let value = match self.objective {
+            Objective::Rate => {
+                for s in 0..state.comm_s.len() {
+                    lat += comm_at(s, &mut next);
+                }
+                let nf = self.samples.count as f64;
+                (tok as f64 / nf) / (draft_s + self.verify_s + lat / nf)
+            }
+            Objective::MeanRatio => {
+                let mut comm = Vec::with_capacity(state.comm_s.len());
+                for s in 0..state.comm_s.len() {
+                    comm.push(comm_at(s, &mut next));
+                }
+                lat = comm.iter().fold(0.0, |acc, c| acc + c);
+                let tokens = (0..comm.len()).map(|s| {
+                    let mut t = state.tokens[s];
+                    for &(k, g) in changes {
+                        t = t + self.tokens(k, s, g) - self.tokens(k, s, state.gamma[k]);
+                    }
+                    t
+                });
+                self.reduce(draft_s, tokens, comm.into_iter())
+            }
+        };
+        scratch.from = gamma;
+        for &(k, _) in changes {
+            scratch.from[k] = state.gamma[k];
+        }
+        scratch.changes.clear();
+        scratch.changes.extend_from_slice(changes);
+        scratch.tokens_total = tok;
+        scratch.comm_total = lat;
+        scratch.value = value;
+        scratch.valid = true;
+        value
     }
 
-    /// [`Self::try_moves`] for one or two devices under the rate objective: the token total from per-device sums
-    /// (integers, so exact in any order), T_comm recomputed only on the samples where a changed device switches
-    /// between rejected and accepted (found from the samples sorted by F), and the latency summed over all samples
-    /// in sample order as [`Self::reduce`] does, so the result has the same bits.
-    fn try_few_moves(&self, state: &State, gamma: &[u32], changes: &[(usize, u32)]) -> f64 {
+    /// Moves `state` by `changes` in place: the state [`Self::state`] gives at the new point, bit for bit, with
+    /// only the flipped samples recomputed (none when the last [`Self::try_moves_with`] on `scratch` tried this
+    /// move from this state).
+    pub fn apply_moves(&self, state: &mut State, changes: &[(usize, u32)], scratch: &mut Scratch) {
+        let reuse = scratch.valid && scratch.changes == changes && scratch.from == state.gamma;
+        if !reuse {
+            self.try_moves_with(state, changes, scratch);
+        }
         let n = self.samples.count;
+        for &(k, g) in changes {
+            let old = state.gamma[k];
+            let fs = &self.samples.first_rejection[k * n..(k + 1) * n];
+            for (t, &f) in state.tokens.iter_mut().zip(fs) {
+                let f = u32::from(f);
+                *t = *t + f.min(g + 1) - f.min(old + 1);
+            }
+            state.gamma[k] = g;
+        }
+        for (i, &s) in scratch.flipped.iter().enumerate() {
+            state.comm_s[s as usize] = scratch.fresh[i];
+            state.rejected[s as usize] = scratch.fresh_rejected[i];
+        }
+        state.tokens_total = scratch.tokens_total;
+        state.comm_total = scratch.comm_total;
+        state.value = scratch.value;
+        scratch.valid = false;
+    }
+
+    /// An upper bound on the rate objective after `changes` (distinct devices) from `state`, at O(1) cost per
+    /// device that gains rejections and O(flipped samples) per device that loses them; `None` under the
+    /// mean-ratio objective.
+    ///
+    /// Tokens and drafting time are exact. T_comm never falls when devices join a sample's rejected set (fewer
+    /// hertz each, one more device to serve: every policy's delay rises), so only a device that leaves lowers it:
+    /// with |R| = m, T_comm(R ∖ {k}) ≥ T_comm(R)·(m − 1)/m under the optimal rule and all-UL whenever k's own UL
+    /// delay at B/m is below T_comm(R) (k in UL beside R ∖ {k}'s assignment is feasible for R, and every delay of
+    /// the form D/(b log₂(1 + c/b)) grows by at most m/(m − 1) when the share falls from B/(m − 1) to B/m, as
+    /// b log(1 + c/b) is concave and 0 at b = 0); otherwise it is bounded by 0. With two or more leaving devices
+    /// the flipped samples of all of them are bounded by 0.
+    pub fn upper_bound(&self, state: &State, changes: &[(usize, u32)]) -> Option<f64> {
+        if self.objective != Objective::Rate {
+            return None;
+        }
         let cap = self.max_draft_len as usize + 1;
+        let stride = cap + 2;
+        let n = self.samples.count;
         let mut tok = state.tokens_total;
-        let mut flipped: Vec<u32> = Vec::new();
+        let mut draft_s = 0.0f64;
+        let leaving = changes.iter().filter(|&&(k, g)| g < state.gamma[k]).count();
+        let scaled = leaving == 1 && matches!(self.policy, ModeScheme::Optimal | ModeScheme::AllUl);
+        let mut floor = state.comm_total;
         for &(k, g) in changes {
             let old = state.gamma[k];
             tok = tok + self.token_sum[k * cap + g as usize] - self.token_sum[k * cap + old as usize];
-            // The device switches on samples with min(g, old) < F ≤ max(g, old).
-            let (lo, hi) = (g.min(old) as usize, g.max(old) as usize);
-            let starts = &self.f_start[k * (cap + 2)..(k + 1) * (cap + 2)];
-            let (from, to) = (starts[lo + 1] as usize, starts[hi + 1] as usize);
-            flipped.extend_from_slice(&self.by_f[k * n + from..k * n + to]);
+            if g < old {
+                let pos = self.position[k];
+                let from = self.f_start[k * stride + g as usize + 1] as usize;
+                let to = self.f_start[k * stride + old as usize + 1] as usize;
+                for &s in &self.by_f[k * n + from..k * n + to] {
+                    let (c, m) = (state.comm_s[s as usize], state.rejected[s as usize] as usize);
+                    let keep = if scaled && m > 1 && self.ul(m, pos) < c {
+                        c * (m - 1) as f64 / m as f64
+                    } else {
+                        0.0
+                    };
+                    floor -= c - keep;
+                }
+            }
         }
-        flipped.sort_unstable();
-        flipped.dedup();
-        let mut rejected = Vec::with_capacity(self.devices());
-        let fresh: Vec<f64> = flipped
-            .iter()
-            .map(|&s| self.comm(s as usize, gamma, &mut rejected).0)
-            .collect();
-        let mut lat = 0.0;
-        let mut next = 0;
-        for (s, &old) in state.comm_s.iter().enumerate() {
-            let c = if next < flipped.len() && flipped[next] as usize == s {
-                next += 1;
-                fresh[next - 1]
-            } else {
-                old
-            };
-            lat += c;
+        // Drafting time at the new point (the changed devices at their new lengths).
+        for (k, (&g, t)) in state.gamma.iter().zip(&self.draft_token_s).enumerate() {
+            let g = changes.iter().find(|c| c.0 == k).map_or(g, |c| c.1);
+            draft_s = draft_s.max(f64::from(g) * t);
         }
+        // The floor is a difference of sums: take off far more than its rounding before trusting it.
+        let floor = (floor - 1e-12 * state.comm_total).max(0.0);
         let nf = n as f64;
-        (tok as f64 / nf) / (self.draft_s(gamma) + self.verify_s + lat / nf)
+        Some((tok as f64 / nf) / (draft_s + self.verify_s + floor / nf))
     }
 
     /// Both objectives and the mode statistics of `gamma`.
@@ -548,13 +827,14 @@ impl Evaluator {
         let n = self.samples.count;
         let k_n = self.devices();
         let base = self.draft_s(gamma) + self.verify_s;
-        let mut rejected = Vec::with_capacity(k_n);
+        let mut sc = Scratch::default();
+        self.caps(gamma, &mut sc.caps);
         let (mut tok, mut lat, mut comm_sum, mut ratio) = (0u64, 0.0, 0.0, 0.0);
         let (mut n_rej, mut n_ul) = (0usize, 0usize);
         for s in 0..n {
             let t: u32 = (0..k_n).map(|k| self.tokens(k, s, gamma[k])).sum();
-            let (c, ul) = self.comm(s, gamma, &mut rejected);
-            n_rej += rejected.len();
+            let (c, ul, m) = self.comm(s, &sc.caps, &mut sc.set, &mut sc.sums);
+            n_rej += m;
             n_ul += ul;
             tok += u64::from(t);
             lat += base + c;
@@ -655,6 +935,7 @@ pub fn exact_value(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::paper_b::reactive::split_by_bisection;
     use crate::paper_b::scenario::tests::example;
     use rand::{RngExt, SeedableRng};
 
@@ -731,9 +1012,9 @@ mod tests {
         let sc = Scenario::new(spec).unwrap();
         for policy in [ModeScheme::Optimal, ModeScheme::AllUl, ModeScheme::Random] {
             let tabled = Evaluator::new(&sc, policy, Objective::Rate).unwrap();
-            assert!(!tabled.ul_table.is_empty());
+            assert!(!tabled.ul_table.0.is_empty());
             let mut computed = tabled.clone();
-            computed.ul_table.clear();
+            computed.ul_table.0.clear();
             for _ in 0..20 {
                 let gamma: Vec<u32> = (0..12).map(|_| rng.random_range(0..=sc.max_draft_len)).collect();
                 assert_eq!(tabled.value(&gamma).to_bits(), computed.value(&gamma).to_bits());
@@ -772,8 +1053,177 @@ mod tests {
                     }
                     assert_eq!(
                         ev.try_moves(&state, &changes).to_bits(),
-                        ev.value(&moved).to_bits()
+                        ev.value(&moved).to_bits(),
+                        "{policy:?} {objective:?} {changes:?} {gamma:?}"
                     );
+                }
+            }
+        }
+    }
+
+    /// T_comm as the evaluator computed it before the shortcuts: a scan of all devices in gain order, the
+    /// running sums of 1/g built from the weakest, and [`split_by_bisection`] on the UL delays themselves.
+    fn reference_comm(ev: &Evaluator, s: usize, gamma: &[u32]) -> f64 {
+        let k_n = ev.devices();
+        let rejected: Vec<usize> = (0..k_n)
+            .filter(|&pos| u32::from(ev.by_sample[s * k_n + pos]) <= gamma[ev.order[pos]])
+            .collect();
+        let m = rejected.len();
+        if m == 0 {
+            return 0.0;
+        }
+        let b = ev.link.share_hz(m);
+        let ul = |p: usize| ev.link.ul_delay_s(b, ev.gain[p]);
+        match ev.policy {
+            ModeScheme::Optimal | ModeScheme::BruteForce => {
+                let mut buf = vec![0.0; m + 1];
+                for i in (0..m).rev() {
+                    buf[i] = buf[i + 1] + ev.inverse_gain[rejected[i]];
+                }
+                split_by_bisection(m, |i| ul(rejected[i]), |n_dl| ev.link.dl_delay_s(b, buf[n_dl])).1
+            }
+            ModeScheme::AllUl => ul(rejected[m - 1]),
+            ModeScheme::AllDl => {
+                let inv: f64 = rejected.iter().map(|&p| ev.inverse_gain[p]).sum();
+                ev.link.dl_delay_s(b, inv)
+            }
+            ModeScheme::Random => {
+                let n = ev.samples.count;
+                let (mut ul_max, mut inv) = (0.0f64, 0.0);
+                for &p in &rejected {
+                    if ev.samples.ul_coin[ev.order[p] * n + s] {
+                        ul_max = ul_max.max(ul(p));
+                    } else {
+                        inv += ev.inverse_gain[p];
+                    }
+                }
+                ul_max.max(ev.link.dl_delay_s(b, inv))
+            }
+        }
+    }
+
+    /// A scenario with gains and powers spread over many decades, so that the UL and DL SNRs of the reactive
+    /// split come close (the shortcut's fallback) and far apart.
+    fn spread(rng: &mut ChaCha8Rng, k: usize) -> Scenario {
+        let mut spec = example(k);
+        spec.max_draft_len = rng.random_range(1..=8);
+        spec.saa_samples = rng.random_range(20..=120);
+        spec.seed = rng.random();
+        spec.dl_power_w = 10f64.powf(rng.random_range(-3.0..1.0));
+        spec.ul_power_w = 10f64.powf(rng.random_range(-3.0..0.0));
+        for d in &mut spec.devices {
+            d.acceptance = rng.random_range(0.2..0.97);
+            d.channel_gain = 10f64.powf(rng.random_range(-15.0..-9.0));
+        }
+        Scenario::new(spec).unwrap()
+    }
+
+    #[test]
+    fn comm_equals_the_reference_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(31);
+        let mut fallbacks = 0;
+        for case in 0..24 {
+            let k = [1, 2, 5, 17, 40, 64][case % 6];
+            let sc = spread(&mut rng, k);
+            for policy in [
+                ModeScheme::Optimal,
+                ModeScheme::AllUl,
+                ModeScheme::AllDl,
+                ModeScheme::Random,
+            ] {
+                let ev = Evaluator::new(&sc, policy, Objective::Rate).unwrap();
+                let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=sc.max_draft_len)).collect();
+                let state = ev.state(&gamma);
+                for s in 0..ev.samples.count {
+                    let want = reference_comm(&ev, s, &gamma);
+                    assert_eq!(
+                        state.comm_s[s].to_bits(),
+                        want.to_bits(),
+                        "case {case} {policy:?} s={s}"
+                    );
+                }
+            }
+        }
+        // Ties between the SNRs (the fallback) on purpose: two devices, every sample rejected, the DL SNR of
+        // the weaker device alone equal to the UL SNR of the stronger.
+        for _ in 0..50 {
+            let mut spec = example(2);
+            spec.max_draft_len = 1;
+            spec.saa_samples = 50;
+            spec.seed = rng.random();
+            let (g0, g1) = (
+                10f64.powf(rng.random_range(-13.0..-11.0)),
+                10f64.powf(rng.random_range(-14.0..-13.0)),
+            );
+            spec.devices[0].channel_gain = g0;
+            spec.devices[1].channel_gain = g1;
+            spec.devices[0].acceptance = 0.3;
+            spec.devices[1].acceptance = 0.3;
+            // snr_ul(g0) = P_ul g0/(N0s b), snr_dl({1}) = P_dl g1/(N0d b): equal when P_dl = P_ul g0 N0d/(N0s g1).
+            spec.dl_power_w =
+                spec.ul_power_w * g0 * spec.noise_psd_device_w_per_hz / (spec.noise_psd_server_w_per_hz * g1);
+            let sc = Scenario::new(spec).unwrap();
+            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+            let state = ev.state(&[1, 1]);
+            for s in 0..ev.samples.count {
+                assert_eq!(
+                    state.comm_s[s].to_bits(),
+                    reference_comm(&ev, s, &[1, 1]).to_bits()
+                );
+                fallbacks += usize::from(state.rejected[s] == 2);
+            }
+        }
+        assert!(fallbacks > 0, "no sample had both devices rejected");
+    }
+
+    #[test]
+    fn applied_moves_equal_full_evaluation_and_bounds_hold() {
+        let mut rng = ChaCha8Rng::seed_from_u64(32);
+        for case in 0..12 {
+            let k = [3, 9, 30][case % 3];
+            let sc = spread(&mut rng, k);
+            let g_max = sc.max_draft_len;
+            for policy in [
+                ModeScheme::Optimal,
+                ModeScheme::AllUl,
+                ModeScheme::AllDl,
+                ModeScheme::Random,
+            ] {
+                for objective in [Objective::Rate, Objective::MeanRatio] {
+                    let ev = Evaluator::new(&sc, policy, objective).unwrap();
+                    let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=g_max)).collect();
+                    let mut state = ev.state(&gamma);
+                    let mut scratch = Scratch::default();
+                    for step in 0..30 {
+                        // One, two (distinct) or all devices, by ±1 or a jump.
+                        let mut changes: Vec<(usize, u32)> = Vec::new();
+                        let count = [1, 2, k][step % 3].min(k);
+                        for d in rand::seq::index::sample(&mut rng, k, count) {
+                            changes.push((d, rng.random_range(0..=g_max)));
+                        }
+                        let mut moved = state.gamma.clone();
+                        for &(d, g) in &changes {
+                            moved[d] = g;
+                        }
+                        let full = ev.state(&moved);
+                        let v = ev.try_moves_with(&state, &changes, &mut scratch);
+                        assert_eq!(
+                            v.to_bits(),
+                            full.value.to_bits(),
+                            "case {case} {policy:?} {objective:?}"
+                        );
+                        if let Some(bound) = ev.upper_bound(&state, &changes) {
+                            assert!(bound >= v * (1.0 - 1e-12), "bound {bound} below {v} ({policy:?})");
+                        } else {
+                            assert_eq!(objective, Objective::MeanRatio);
+                        }
+                        // Every other step applies without the try just made (a stale or fresh scratch).
+                        if step % 2 == 1 {
+                            ev.try_moves_with(&state, &[(0, state.gamma[0])], &mut scratch);
+                        }
+                        ev.apply_moves(&mut state, &changes, &mut scratch);
+                        assert_eq!(state, full, "case {case} step {step} {policy:?} {objective:?}");
+                    }
                 }
             }
         }
