@@ -17,7 +17,7 @@ use super::saa::{BOUND_MARGIN, Evaluator, Scratch, State};
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The largest number of draft-length vectors the exhaustive scheme visits.
 pub const EXHAUSTIVE_LIMIT: u128 = 200_000;
@@ -137,19 +137,28 @@ pub fn comp_only_lengths(
     verify_s: f64,
     max_draft_len: u32,
 ) -> Vec<u32> {
+    // Every deadline once, in the order of first appearance: a repeated deadline gives the same lengths and value,
+    // which never beat the first (devices often share a drafting speed).
     let mut deadlines = vec![0.0];
+    let mut seen: HashSet<u64> = HashSet::from([0.0f64.to_bits()]);
     for &t in draft_token_s {
-        deadlines.extend((1..=max_draft_len).map(|g| f64::from(g) * t));
+        for g in 1..=max_draft_len {
+            let d = f64::from(g) * t;
+            if seen.insert(d.to_bits()) {
+                deadlines.push(d);
+            }
+        }
     }
     let lengths_at = |deadline: f64| -> Vec<u32> {
         draft_token_s
             .iter()
             .map(|&t| {
-                let g = (deadline / t * (1.0 + 1e-12)).floor();
-                if g >= f64::from(max_draft_len) {
+                // x ≥ 0, so ⌊x⌋ ≥ γ_max iff x ≥ γ_max, and below it ⌊x⌋ is the truncation `as` takes.
+                let x = deadline / t * (1.0 + 1e-12);
+                if x >= f64::from(max_draft_len) {
                     max_draft_len
                 } else {
-                    g.max(0.0) as u32
+                    x as u32
                 }
             })
             .collect()
@@ -549,7 +558,9 @@ pub fn best(ev: &Evaluator) -> Plan {
     let mut planner = Planner::new(ev);
     let g = planner.greedy();
     let u = planner.uniform();
-    planner.best_from(g, u, comp_only(ev))
+    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
+    let c = to_plan(planner.start_state(&gamma));
+    planner.best_from(g, u, c)
 }
 
 /// [`best`] for a caller that has already computed the [`greedy`], [`uniform`] and [`comp_only`] plans on `ev`

@@ -81,12 +81,10 @@ impl Samples {
             for k in 0..k_n {
                 // Inverse transform: P(F > j) = α^j, so F = 1 + ⌊ln(1 − u) / ln α⌋ with 1 − u ∈ (0, 1].
                 let u: f64 = rng.random();
-                let j = ((1.0 - u).ln() / log_alpha[k]).floor();
-                let f = if j.is_finite() && j < f64::from(cap) {
-                    1 + j as u32
-                } else {
-                    cap
-                };
+                // q ≥ 0 (ln(1 − u) ≤ 0, ln α < 0), so ⌊q⌋ < cap iff q < cap, and then ⌊q⌋ is the truncation `as`
+                // takes (no call to floor; NaN and ∞ fail the test and give cap, as before).
+                let q = (1.0 - u).ln() / log_alpha[k];
+                let f = if q < f64::from(cap) { 1 + q as u32 } else { cap };
                 first_rejection[k * count + s] = f.min(cap) as u16;
                 ul_coin[k * count + s] = rng.random_bool(0.5);
             }
@@ -146,6 +144,8 @@ pub struct State {
     rejected: Vec<u32>,
     /// Σ_s T_comm, summed in sample order (the latency sum of the rate objective).
     comm_total: f64,
+    /// max_k γ_k T_k^dft and a device attaining it.
+    draft: (f64, usize),
     /// The objective value at `gamma`.
     pub value: f64,
 }
@@ -395,6 +395,18 @@ impl Evaluator {
             .fold(0.0, f64::max)
     }
 
+    /// [`Self::draft_s`] and the first device attaining it (0 when every γ is 0).
+    fn draft_argmax(&self, gamma: &[u32]) -> (f64, usize) {
+        gamma
+            .iter()
+            .zip(&self.draft_token_s)
+            .enumerate()
+            .fold((0.0, 0), |(d, at), (k, (&g, t))| {
+                let x = f64::from(g) * t;
+                if x > d { (x, k) } else { (d, at) }
+            })
+    }
+
     /// τ^ul of the device at position `p` in `order` when `m` devices share the band (see `ul_table`).
     fn ul(&self, m: usize, p: usize) -> f64 {
         let compute = || self.link.ul_delay_s(self.link.share_hz(m), self.gain[p]);
@@ -429,11 +441,15 @@ impl Evaluator {
         sums.resize(k_n, 0.0);
         let row = &self.by_sample[s * k_n..(s + 1) * k_n];
         let (mut m, mut acc) = (0usize, 0.0f64);
-        for pos in (0..k_n).rev() {
-            let hit = row[pos] <= caps[pos];
-            acc += if hit { self.inverse_gain[pos] } else { 0.0 };
-            set[m] = pos as u32;
-            sums[m] = acc;
+        let lanes = row.iter().zip(&caps[..k_n]).zip(&self.inverse_gain[..k_n]);
+        for (pos, ((&f, &cap), &inv)) in lanes.enumerate().rev() {
+            let hit = f <= cap;
+            acc += if hit { inv } else { 0.0 };
+            // m ≤ K − 1 − pos < K: in bounds.
+            if let (Some(slot), Some(sum)) = (set.get_mut(m), sums.get_mut(m)) {
+                *slot = pos as u32;
+                *sum = acc;
+            }
             m += usize::from(hit);
         }
         set.truncate(m);
@@ -584,6 +600,7 @@ impl Evaluator {
             tokens_total: tokens.iter().map(|&t| u64::from(t)).sum(),
             tokens,
             comm_total: comm_s.iter().fold(0.0, |acc, c| acc + c),
+            draft: self.draft_argmax(gamma),
             comm_s,
             rejected,
             value,
@@ -765,6 +782,7 @@ impl Evaluator {
         }
         state.tokens_total = scratch.tokens_total;
         state.comm_total = scratch.comm_total;
+        state.draft = self.draft_argmax(&state.gamma);
         state.value = scratch.value;
         scratch.valid = false;
     }
@@ -810,10 +828,13 @@ impl Evaluator {
                 }
             }
         }
-        // Drafting time at the new point (the changed devices at their new lengths).
-        for (k, (&g, t)) in state.gamma.iter().zip(&self.draft_token_s).enumerate() {
-            let g = changes.iter().find(|c| c.0 == k).map_or(g, |c| c.1);
-            draft_s = draft_s.max(f64::from(g) * t);
+        // A lower bound on the drafting time at the new point (so an upper bound on the value): the changed devices
+        // at their new lengths, and the state's slowest device unless it changed.
+        for &(k, g) in changes {
+            draft_s = draft_s.max(f64::from(g) * self.draft_token_s[k]);
+        }
+        if !changes.iter().any(|c| c.0 == state.draft.1) {
+            draft_s = draft_s.max(state.draft.0);
         }
         // The floor is a difference of sums: take off far more than its rounding before trusting it.
         let floor = (floor - 1e-12 * state.comm_total).max(0.0);
