@@ -74,6 +74,12 @@ impl Samples {
         let k_n = alpha.len();
         let cap = max_draft_len + 1;
         let log_alpha: Vec<f64> = alpha.iter().map(|a| a.ln()).collect();
+        let by_log = |x: f64, la: f64| {
+            // q ≥ 0 (ln x ≤ 0, ln α < 0), so ⌊q⌋ < cap iff q < cap, and then ⌊q⌋ is the truncation `as` takes
+            // (NaN and ∞ fail the test and give cap).
+            let q = x.ln() / la;
+            if q < f64::from(cap) { 1 + q as u32 } else { cap }
+        };
         let mut first_rejection = vec![0u16; k_n * count];
         let mut ul_coin = vec![false; k_n * count];
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -81,10 +87,7 @@ impl Samples {
             for k in 0..k_n {
                 // Inverse transform: P(F > j) = α^j, so F = 1 + ⌊ln(1 − u) / ln α⌋ with 1 − u ∈ (0, 1].
                 let u: f64 = rng.random();
-                // q ≥ 0 (ln(1 − u) ≤ 0, ln α < 0), so ⌊q⌋ < cap iff q < cap, and then ⌊q⌋ is the truncation `as`
-                // takes (no call to floor; NaN and ∞ fail the test and give cap, as before).
-                let q = (1.0 - u).ln() / log_alpha[k];
-                let f = if q < f64::from(cap) { 1 + q as u32 } else { cap };
+                let f = by_log(1.0 - u, log_alpha[k]);
                 first_rejection[k * count + s] = f.min(cap) as u16;
                 ul_coin[k * count + s] = rng.random_bool(0.5);
             }
@@ -231,6 +234,12 @@ pub struct Evaluator {
     /// τ^ul by (m − 1)·K + position when K ≤ [`UL_TABLE_MAX_DEVICES`], else empty and computed when asked: the
     /// same function of the same inputs either way, so the same bits.
     ul_table: UlTable,
+    /// 1/P_dl.
+    inverse_dl_power: f64,
+    /// Whether the reactive split may compare SNRs instead of delays: powers and D within 10^±20, gains and noise
+    /// powers N0·b within 10^±60, shares within 10^±30, so that every SNR, delay and intermediate product is a
+    /// normal number far from overflow and rounds by a few ulps. Else every comparison uses the delays.
+    snr_shortcut: bool,
 }
 
 /// Up to this many devices an evaluator keeps every UL delay τ^ul(B/m, g_k) it computes (K² cells, 2 MiB at 512):
@@ -330,7 +339,20 @@ impl Evaluator {
         } else {
             UlTable::default()
         };
+        let within = |x: f64, decades: f64| x >= 10f64.powf(-decades) && x <= 10f64.powf(decades);
+        let shares = [link.bandwidth_hz, link.share_hz(k_n.max(1))];
+        let snr_shortcut = [link.ul_power_w, link.dl_power_w, link.distribution_bits]
+            .iter()
+            .all(|&x| within(x, 20.0))
+            && gain.iter().all(|&g| within(g, 60.0))
+            && shares.iter().all(|&b| {
+                within(b, 30.0)
+                    && within(link.noise_psd_server_w_per_hz * b, 60.0)
+                    && within(link.noise_psd_device_w_per_hz * b, 60.0)
+            });
         Ok(Evaluator {
+            inverse_dl_power: 1.0 / link.dl_power_w,
+            snr_shortcut,
             link,
             policy,
             objective,
@@ -432,25 +454,32 @@ impl Evaluator {
     }
 
     /// The rejected set of sample `s` at `caps` (positions descending) and the running sums of 1/g over it from
-    /// the weakest device, into `set` and `sums`. One branch-free pass from the weakest position to the strongest:
-    /// every slot is written and the count only advances on a rejection; adding 0.0 leaves a sum unchanged, so the
-    /// sums are bit for bit those of the rejected devices alone, added from the weakest.
+    /// the weakest device, into `set` and `sums`: the additions of the suffix sums the reactive split needs, in the
+    /// same order, so the same bits.
     fn scan(&self, s: usize, caps: &[u16], set: &mut Vec<u32>, sums: &mut Vec<f64>) {
         let k_n = self.order.len();
         set.resize(k_n, 0);
         sums.resize(k_n, 0.0);
         let row = &self.by_sample[s * k_n..(s + 1) * k_n];
         let (mut m, mut acc) = (0usize, 0.0f64);
-        let lanes = row.iter().zip(&caps[..k_n]).zip(&self.inverse_gain[..k_n]);
-        for (pos, ((&f, &cap), &inv)) in lanes.enumerate().rev() {
-            let hit = f <= cap;
-            acc += if hit { inv } else { 0.0 };
-            // m ≤ K − 1 − pos < K: in bounds.
-            if let (Some(slot), Some(sum)) = (set.get_mut(m), sums.get_mut(m)) {
-                *slot = pos as u32;
-                *sum = acc;
+        // 64 positions at a time: a mask of the rejected ones, then only those, from the weakest.
+        let mut end = k_n;
+        while end > 0 {
+            let start = end.saturating_sub(64);
+            let mut mask = 0u64;
+            for (i, (&f, &cap)) in row[start..end].iter().zip(&caps[start..end]).enumerate() {
+                mask |= u64::from(f <= cap) << i;
             }
-            m += usize::from(hit);
+            while mask != 0 {
+                let i = 63 - mask.leading_zeros() as usize;
+                mask ^= 1 << i;
+                let pos = start + i;
+                acc += self.inverse_gain[pos];
+                set[m] = pos as u32;
+                sums[m] = acc;
+                m += 1;
+            }
+            end = start;
         }
         set.truncate(m);
         sums.truncate(m);
@@ -503,11 +532,12 @@ impl Evaluator {
         }
     }
 
-    /// [`split_by_bisection`](super::reactive::split_by_bisection) with ul(i) = τ^ul of the i-th device, dl(n) = τ^dl of Σ 1/g = `sum_from(n)`, the
-    /// same decisions and result bit for bit, with fewer logarithms: τ^ul(n) ≥ τ^dl(n) iff the UL SNR of the n-th
-    /// device is at most the Lemma-1 DL SNR of the suffix (both delays are D/(b log₂(1 + SNR)) at the same b), and
-    /// the SNRs need no logarithm. A comparison decided by less than [`BOUND_MARGIN`] (or with an SNR outside the
-    /// normal range) falls back to the delays themselves, as [`split_by_bisection`](super::reactive::split_by_bisection) computes them.
+    /// [`split_by_bisection`](super::reactive::split_by_bisection) with ul(i) = τ^ul of the i-th device and
+    /// dl(n) = τ^dl of Σ 1/g = `sum_from(n)`: the same decisions and result bit for bit, with two logarithms
+    /// instead of one per step. τ^ul(n) ≥ τ^dl(n) iff the UL SNR of the n-th device is at most the Lemma-1 DL SNR
+    /// of the suffix (both delays are D/(b log₂(1 + SNR)) at the same b), and the SNRs need no logarithm. A
+    /// comparison decided by less than [`BOUND_MARGIN`], or any comparison outside the ranges of `snr_shortcut`,
+    /// uses the delays themselves, as the bisection does.
     fn split(
         &self,
         m: usize,
@@ -518,26 +548,17 @@ impl Evaluator {
         let link = &self.link;
         let tau_ul = |n: usize| if n == 0 { 0.0 } else { self.ul(m, at(n - 1)) };
         let dl = |n: usize| link.dl_delay_s(b, sum_from(n));
-        let normal = |x: f64| (1e-280..=1e280).contains(&x);
+        // SNR_ul = P_ul g / (N0_ser b), SNR_dl = P_dl / (N0_dev b S): their ratio by products, no division.
+        let ul_per_gain = link.ul_power_w / (link.noise_psd_server_w_per_hz * b);
+        let dl_noise = link.noise_psd_device_w_per_hz * b;
         let (mut lo, mut hi) = (0usize, m);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            let snr_ul = spin_channel::snr(
-                link.ul_power_w,
-                self.gain[at(mid - 1)],
-                link.noise_psd_server_w_per_hz,
-                b,
-            );
-            let snr_dl = spin_channel::paper_b::lemma1_dl_snr(
-                link.dl_power_w,
-                link.noise_psd_device_w_per_hz,
-                b,
-                sum_from(mid),
-            );
-            let ratio = snr_ul / snr_dl;
-            let ul_slower = if normal(snr_ul) && normal(snr_dl) && ratio < 1.0 - BOUND_MARGIN {
+            let sum = sum_from(mid);
+            let ratio = self.gain[at(mid - 1)] * ul_per_gain * (dl_noise * sum) * self.inverse_dl_power;
+            let ul_slower = if self.snr_shortcut && ratio < 1.0 - BOUND_MARGIN {
                 true
-            } else if normal(snr_ul) && normal(snr_dl) && ratio > 1.0 + BOUND_MARGIN {
+            } else if self.snr_shortcut && ratio > 1.0 + BOUND_MARGIN {
                 false
             } else {
                 tau_ul(mid) >= dl(mid)
@@ -981,6 +1002,57 @@ mod tests {
             assert!((p1 - (1.0 - a)).abs() < 0.01, "α={a}: P(F=1) {p1}");
         }
         assert_eq!(samples, Samples::draw(&alpha, 40_000, 20, 5));
+    }
+
+    #[test]
+    fn draws_without_floor_calls_equal_the_floor_of_every_draw() {
+        // The draw as written before: ⌊q⌋ by a call to floor.
+        let reference = |alpha: &[f64], count: usize, max_draft_len: u32, seed: u64| {
+            let cap = max_draft_len + 1;
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut f = vec![0u16; alpha.len() * count];
+            for s in 0..count {
+                for (k, a) in alpha.iter().enumerate() {
+                    let u: f64 = rng.random();
+                    let j = ((1.0 - u).ln() / a.ln()).floor();
+                    let v = if j.is_finite() && j < f64::from(cap) {
+                        1 + j as u32
+                    } else {
+                        cap
+                    };
+                    f[k * count + s] = v.min(cap) as u16;
+                    let _: bool = rng.random_bool(0.5);
+                }
+            }
+            f
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(6);
+        let extremes = [
+            1e-300,
+            1e-9,
+            0.001,
+            0.5,
+            0.999,
+            1.0 - 1e-12,
+            1.0 - f64::EPSILON / 2.0,
+        ];
+        for case in 0..40 {
+            let k = rng.random_range(1..6);
+            let mut alpha: Vec<f64> = (0..k).map(|_| rng.random_range(0.01..0.999)).collect();
+            alpha[0] = extremes[case % extremes.len()];
+            let g_max = [1, 3, 8, 20, 200, 999][case % 6];
+            for count in [1, 50, 400] {
+                let seed = rng.random();
+                let got = Samples::draw(&alpha, count, g_max, seed);
+                assert_eq!(
+                    got.first_rejection,
+                    reference(&alpha, count, g_max, seed),
+                    "α {alpha:?} γ_max {g_max}"
+                );
+            }
+        }
+        let samples = Samples::draw(&[0.5; 3], 20_000, 8, 1);
+        assert_eq!(samples.first_rejection, reference(&[0.5; 3], 20_000, 8, 1));
     }
 
     #[test]
