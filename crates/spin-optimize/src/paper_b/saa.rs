@@ -1217,7 +1217,13 @@ mod tests {
         let mut fallbacks = 0;
         for case in 0..24 {
             let k = [1, 2, 5, 17, 40, 64][case % 6];
-            let sc = spread(&mut rng, k);
+            let mut sc = spread(&mut rng, k);
+            if case % 4 == 3 {
+                // A gain outside the SNR shortcut's range: every comparison of the split on the delays.
+                let mut spec = sc.spec().clone();
+                spec.devices[0].channel_gain = 1e-70;
+                sc = Scenario::new(spec).unwrap();
+            }
             for policy in [
                 ModeScheme::Optimal,
                 ModeScheme::AllUl,
@@ -1225,6 +1231,7 @@ mod tests {
                 ModeScheme::Random,
             ] {
                 let ev = Evaluator::new(&sc, policy, Objective::Rate).unwrap();
+                assert_eq!(ev.snr_shortcut, case % 4 != 3);
                 let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=sc.max_draft_len)).collect();
                 let state = ev.state(&gamma);
                 for s in 0..ev.samples.count {
