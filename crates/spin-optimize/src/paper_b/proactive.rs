@@ -13,7 +13,7 @@
 //!   Never below greedy or uniform on the same samples.
 //! - `exhaustive`: every vector of {0..γ_max}^K (tiny K only).
 
-use super::saa::{BOUND_MARGIN, Evaluator, Scratch, State};
+use super::saa::{BOUND_MARGIN, Evaluator, Objective, Scratch, State};
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
@@ -457,12 +457,22 @@ impl<'a> Planner<'a> {
                 consider(*v, *source, &[], &mut best);
             }
             if best.is_none() && k_n <= PAIR_MOVES_MAX_DEVICES {
+                // The bound of a pair only needs the drop of its leaving device j: once per j, not per pair.
+                let rate = ev.objective() == Objective::Rate;
+                let drops: Vec<f64> = (0..k_n)
+                    .map(|j| match state.gamma[j] {
+                        gj if rate && gj > 0 => ev.leave_drop(&state, j, gj - 1, true),
+                        _ => 0.0,
+                    })
+                    .collect();
                 for i in 0..k_n {
-                    for j in 0..k_n {
+                    for (j, &drop) in drops.iter().enumerate() {
                         let (gi, gj) = (state.gamma[i], state.gamma[j]);
                         if i != j && gi < g_max && gj > 0 {
                             let m = [(i, gi + 1), (j, gj - 1)];
-                            if self.ruled_out(&state, &m, threshold) {
+                            if rate
+                                && ev.bound_after_drop(&state, &m, drop) < threshold * (1.0 - BOUND_MARGIN)
+                            {
                                 continue;
                             }
                             let v = ev.try_moves_with(&state, &m, &mut self.work);

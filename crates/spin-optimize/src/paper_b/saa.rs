@@ -183,6 +183,29 @@ pub struct Scratch {
 /// rounding of either side (a few ulps), so a skip or a shortcut never differs from the exact computation.
 pub const BOUND_MARGIN: f64 = 1e-9;
 
+/// Bit i set iff f\[i\] ≤ cap\[i\] (at most 64 entries, every one below 2^15: F ≤ γ_max + 1 ≤ 1001).
+///
+/// Four 16-bit lanes per step (SWAR): with the lanes' top bits H set in cap, (cap | H) − f keeps lane i's top
+/// bit iff f\[i\] ≤ cap\[i\] and never borrows across lanes; one multiplication gathers the four top bits. Hand
+/// written because this comparison is the inner loop of every T_comm the searches compute.
+fn rejection_mask(f: &[u16], cap: &[u16]) -> u64 {
+    const HIGH: u64 = 0x8000_8000_8000_8000;
+    // Lane bits at 0, 16, 32, 48 → 48, 49, 50, 51 (the other partial products land below 48 or above 63).
+    const GATHER: u64 = (1 << 48) | (1 << 33) | (1 << 18) | (1 << 3);
+    let pack = |x: &[u16]| x.iter().rev().fold(0u64, |acc, &v| (acc << 16) | u64::from(v));
+    let mut mask = 0u64;
+    let (f4, f_rest) = f.split_at(f.len() / 4 * 4);
+    let (c4, c_rest) = cap.split_at(f4.len());
+    for (i, (a, b)) in f4.chunks_exact(4).zip(c4.chunks_exact(4)).enumerate() {
+        let top = ((pack(b) | HIGH) - pack(a)) & HIGH;
+        mask |= ((top >> 15).wrapping_mul(GATHER) >> 48) << (4 * i);
+    }
+    for (i, (&a, &b)) in f_rest.iter().zip(c_rest).enumerate() {
+        mask |= u64::from(a <= b) << (f4.len() + i);
+    }
+    mask
+}
+
 /// Marks an entry of the lazy UL-delay table as not computed yet (a NaN pattern no delay takes: the delay of a
 /// positive finite gain is a positive number or +∞).
 const UNSET: u64 = u64::MAX;
@@ -466,10 +489,7 @@ impl Evaluator {
         let mut end = k_n;
         while end > 0 {
             let start = end.saturating_sub(64);
-            let mut mask = 0u64;
-            for (i, (&f, &cap)) in row[start..end].iter().zip(&caps[start..end]).enumerate() {
-                mask |= u64::from(f <= cap) << i;
-            }
+            let mut mask = rejection_mask(&row[start..end], &caps[start..end]);
             while mask != 0 {
                 let i = 63 - mask.leading_zeros() as usize;
                 mask ^= 1 << i;
@@ -551,27 +571,37 @@ impl Evaluator {
         // SNR_ul = P_ul g / (N0_ser b), SNR_dl = P_dl / (N0_dev b S): their ratio by products, no division.
         let ul_per_gain = link.ul_power_w / (link.noise_psd_server_w_per_hz * b);
         let dl_noise = link.noise_psd_device_w_per_hz * b;
+        // Whether τ^ul < τ^dl at lo and τ^ul ≥ τ^dl at hi hold for the computed delays: at the start (τ^ul(0) = 0,
+        // τ^dl(m) = 0) and after a step the SNRs decided by more than the margin, so that the max below is known
+        // without computing the other delay.
         let (mut lo, mut hi) = (0usize, m);
+        let (mut lo_sure, mut hi_sure) = (true, true);
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
             let sum = sum_from(mid);
             let ratio = self.gain[at(mid - 1)] * ul_per_gain * (dl_noise * sum) * self.inverse_dl_power;
-            let ul_slower = if self.snr_shortcut && ratio < 1.0 - BOUND_MARGIN {
-                true
+            let (ul_slower, sure) = if self.snr_shortcut && ratio < 1.0 - BOUND_MARGIN {
+                (true, true)
             } else if self.snr_shortcut && ratio > 1.0 + BOUND_MARGIN {
-                false
+                (false, true)
             } else {
-                tau_ul(mid) >= dl(mid)
+                (tau_ul(mid) >= dl(mid), false)
             };
             if ul_slower {
                 hi = mid;
+                hi_sure = sure;
             } else {
                 lo = mid;
+                lo_sure = sure;
             }
         }
         // As in `split_by_bisection`: the best is lo (cost τ^dl) or hi (cost τ^ul).
-        let cost_lo = dl(lo).max(tau_ul(lo));
-        let cost_hi = tau_ul(hi).max(dl(hi));
+        let cost_lo = if lo_sure { dl(lo) } else { dl(lo).max(tau_ul(lo)) };
+        let cost_hi = if hi_sure {
+            tau_ul(hi)
+        } else {
+            tau_ul(hi).max(dl(hi))
+        };
         if cost_hi <= cost_lo {
             (hi, cost_hi)
         } else {
@@ -823,34 +853,51 @@ impl Evaluator {
         if self.objective != Objective::Rate {
             return None;
         }
-        let cap = self.max_draft_len as usize + 1;
-        let stride = cap + 2;
+        let alone = changes.iter().filter(|&&(k, g)| g < state.gamma[k]).count() == 1;
+        let drop = changes
+            .iter()
+            .filter(|&&(k, g)| g < state.gamma[k])
+            .map(|&(k, g)| self.leave_drop(state, k, g, alone))
+            .sum();
+        Some(self.bound_after_drop(state, changes, drop))
+    }
+
+    /// How much Σ_s T_comm can fall at most on the samples where device `k` leaves the rejected set when its γ
+    /// falls to `g`: Σ (T_comm − the floor of [`Self::upper_bound`]), with the (m − 1)/m floor only when `alone`
+    /// (the only device that leaves).
+    pub fn leave_drop(&self, state: &State, k: usize, g: u32, alone: bool) -> f64 {
+        let stride = self.max_draft_len as usize + 3;
         let n = self.samples.count;
+        let old = state.gamma[k];
+        let scaled = alone && matches!(self.policy, ModeScheme::Optimal | ModeScheme::AllUl);
+        let pos = self.position[k];
+        let from = self.f_start[k * stride + g as usize + 1] as usize;
+        let to = self.f_start[k * stride + old as usize + 1] as usize;
+        let mut drop = 0.0;
+        for &s in &self.by_f[k * n + from..k * n + to] {
+            let (c, m) = (state.comm_s[s as usize], state.rejected[s as usize] as usize);
+            let keep = if scaled && m > 1 && self.ul(m, pos) < c {
+                c * (m - 1) as f64 / m as f64
+            } else {
+                0.0
+            };
+            drop += c - keep;
+        }
+        drop
+    }
+
+    /// The bound of [`Self::upper_bound`] (rate objective) when Σ_s T_comm falls by at most `drop` (from
+    /// [`Self::leave_drop`] of the leaving devices).
+    pub fn bound_after_drop(&self, state: &State, changes: &[(usize, u32)], drop: f64) -> f64 {
+        let cap = self.max_draft_len as usize + 1;
         let mut tok = state.tokens_total;
-        let mut draft_s = 0.0f64;
-        let leaving = changes.iter().filter(|&&(k, g)| g < state.gamma[k]).count();
-        let scaled = leaving == 1 && matches!(self.policy, ModeScheme::Optimal | ModeScheme::AllUl);
-        let mut floor = state.comm_total;
         for &(k, g) in changes {
             let old = state.gamma[k];
             tok = tok + self.token_sum[k * cap + g as usize] - self.token_sum[k * cap + old as usize];
-            if g < old {
-                let pos = self.position[k];
-                let from = self.f_start[k * stride + g as usize + 1] as usize;
-                let to = self.f_start[k * stride + old as usize + 1] as usize;
-                for &s in &self.by_f[k * n + from..k * n + to] {
-                    let (c, m) = (state.comm_s[s as usize], state.rejected[s as usize] as usize);
-                    let keep = if scaled && m > 1 && self.ul(m, pos) < c {
-                        c * (m - 1) as f64 / m as f64
-                    } else {
-                        0.0
-                    };
-                    floor -= c - keep;
-                }
-            }
         }
         // A lower bound on the drafting time at the new point (so an upper bound on the value): the changed devices
         // at their new lengths, and the state's slowest device unless it changed.
+        let mut draft_s = 0.0f64;
         for &(k, g) in changes {
             draft_s = draft_s.max(f64::from(g) * self.draft_token_s[k]);
         }
@@ -858,9 +905,9 @@ impl Evaluator {
             draft_s = draft_s.max(state.draft.0);
         }
         // The floor is a difference of sums: take off far more than its rounding before trusting it.
-        let floor = (floor - 1e-12 * state.comm_total).max(0.0);
-        let nf = n as f64;
-        Some((tok as f64 / nf) / (draft_s + self.verify_s + floor / nf))
+        let floor = (state.comm_total - drop - 1e-12 * state.comm_total).max(0.0);
+        let nf = self.samples.count as f64;
+        (tok as f64 / nf) / (draft_s + self.verify_s + floor / nf)
     }
 
     /// Both objectives and the mode statistics of `gamma`.
@@ -1209,6 +1256,20 @@ mod tests {
             d.channel_gain = 10f64.powf(rng.random_range(-15.0..-9.0));
         }
         Scenario::new(spec).unwrap()
+    }
+
+    #[test]
+    fn rejection_masks_equal_the_comparisons() {
+        let mut rng = ChaCha8Rng::seed_from_u64(33);
+        for len in 0..=64 {
+            for _ in 0..20 {
+                let top = [2u16, 10, 1001][rng.random_range(0..3)];
+                let f: Vec<u16> = (0..len).map(|_| rng.random_range(1..=top)).collect();
+                let cap: Vec<u16> = (0..len).map(|_| rng.random_range(0..=top - 1)).collect();
+                let want = (0..len).fold(0u64, |m, i| m | (u64::from(f[i] <= cap[i]) << i));
+                assert_eq!(rejection_mask(&f, &cap), want, "{f:?} {cap:?}");
+            }
+        }
     }
 
     #[test]
