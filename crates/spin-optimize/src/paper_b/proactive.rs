@@ -266,38 +266,68 @@ type Candidate = (f64, Source, [(usize, u32); 2], usize);
 struct Planner<'a> {
     ev: &'a Evaluator,
     uniform: Vec<Option<State>>,
+    /// Whether `uniform` keeps the states (γ_max + 1 of them, N samples each).
+    keep_uniform: bool,
     work: Scratch,
     kept: Scratch,
     shift: [Scratch; 2],
     changes: Vec<(usize, u32)>,
     /// Points on the paths of finished local searches that ended at a local optimum: the steps left to that end.
     converged: HashMap<Vec<u32>, usize>,
+    /// Draft lengths held in `converged` (at most [`PATH_MEMORY_LIMIT`]).
+    remembered: usize,
 }
+
+/// The most samples (N per common draft length, γ_max + 1 lengths) whose common-length states a planner keeps:
+/// 2^20, about 16 MiB of per-sample totals. Above it they are evaluated again when asked, which only costs time.
+const UNIFORM_MEMORY_LIMIT: usize = 1 << 20;
+
+/// The most draft lengths (K per point) the paths of `best`'s local searches keep for the shortcut that stops a
+/// search on an earlier path: 2^22 (16 MiB). A path that would exceed it is not kept, which only costs time.
+const PATH_MEMORY_LIMIT: usize = 1 << 22;
 
 impl<'a> Planner<'a> {
     fn new(ev: &'a Evaluator) -> Self {
         Planner {
             ev,
             uniform: vec![None; ev.max_draft_len() as usize + 1],
+            keep_uniform: (ev.max_draft_len() as usize + 1).saturating_mul(ev.samples().count())
+                <= UNIFORM_MEMORY_LIMIT,
             work: Scratch::default(),
             kept: Scratch::default(),
             shift: [Scratch::default(), Scratch::default()],
             changes: Vec::with_capacity(ev.devices()),
             converged: HashMap::new(),
+            remembered: 0,
         }
     }
 
-    /// The full state at γ = (g, …, g), evaluated once.
-    fn uniform_state(&mut self, g: u32) -> &State {
-        let (ev, work) = (self.ev, &mut self.work);
-        self.uniform[g as usize].get_or_insert_with(|| ev.state_with(&vec![g; ev.devices()], work))
+    /// The full state at γ = (g, …, g): evaluated once when the planner keeps them (see
+    /// [`UNIFORM_MEMORY_LIMIT`]), else each time.
+    fn uniform_state(&mut self, g: u32) -> State {
+        if let Some(s) = &self.uniform[g as usize] {
+            return s.clone();
+        }
+        let s = self.ev.state_with(&vec![g; self.ev.devices()], &mut self.work);
+        if self.keep_uniform {
+            self.uniform[g as usize] = Some(s.clone());
+        }
+        s
+    }
+
+    /// The value at γ = (g, …, g) (see [`Self::uniform_state`]).
+    fn uniform_value(&mut self, g: u32) -> f64 {
+        match &self.uniform[g as usize] {
+            Some(s) => s.value,
+            None => self.uniform_state(g).value,
+        }
     }
 
     /// The full state at `gamma` (from the common-length states when they hold it).
     fn start_state(&mut self, gamma: &[u32]) -> State {
         match gamma.first() {
             Some(&g) if gamma.iter().all(|&x| x == g) && self.uniform[g as usize].is_some() => {
-                self.uniform_state(g).clone()
+                self.uniform_state(g)
             }
             _ => self.ev.state_with(gamma, &mut self.work),
         }
@@ -316,11 +346,16 @@ impl<'a> Planner<'a> {
         let k_n = ev.devices();
         let g_max = ev.max_draft_len();
         // Phase 1: synchronized all-ones updates, i.e. the common lengths 0, 1, … while they improve.
-        let mut g = 0;
-        while g < g_max && self.uniform_state(g + 1).value > self.uniform_state(g).value {
-            g += 1;
+        let (mut g, mut value) = (0, self.uniform_value(0));
+        while g < g_max {
+            let next = self.uniform_value(g + 1);
+            if next > value {
+                (g, value) = (g + 1, next);
+            } else {
+                break;
+            }
         }
-        let mut state = self.uniform_state(g).clone();
+        let mut state = self.uniform_state(g);
         // Phase 2: coordinate greedy refinement (increases only), the first largest improvement each step.
         loop {
             let mut best: Option<(f64, usize)> = None;
@@ -352,10 +387,10 @@ impl<'a> Planner<'a> {
     fn uniform(&mut self) -> Plan {
         let mut best: Option<State> = None;
         for g in 0..=self.ev.max_draft_len() {
-            let s = self.uniform_state(g);
             // As a fold that keeps the earlier state unless the later one is better.
+            let s = self.uniform_state(g);
             if !best.as_ref().is_some_and(|b| b.value >= s.value) {
-                best = Some(s.clone());
+                best = Some(s);
             }
         }
         best.map(to_plan).unwrap_or(Plan {
@@ -413,7 +448,7 @@ impl<'a> Planner<'a> {
                 shifts[i] = Some(match common {
                     Some(g) => {
                         let to = if up { g + 1 } else { g - 1 };
-                        (self.uniform_state(to).value, Source::Uniform(to))
+                        (self.uniform_value(to), Source::Uniform(to))
                     }
                     None => {
                         let changes = std::mem::take(&mut self.changes);
@@ -494,15 +529,22 @@ impl<'a> Planner<'a> {
                     ev.apply_moves(&mut state, &changes, &mut self.shift[i]);
                     self.changes = changes;
                 }
-                Some((_, Source::Uniform(g), _, _)) => state = self.uniform_state(g).clone(),
+                Some((_, Source::Uniform(g), _, _)) => state = self.uniform_state(g),
                 None => {
                     converged = true;
                     break;
                 }
             }
-            path.push(state.gamma.clone());
+            // Remember the path while it stays small; past the limit start again from here (a suffix of the path
+            // still gives every kept point its steps to the end).
+            if path.len() * k_n < PATH_MEMORY_LIMIT {
+                path.push(state.gamma.clone());
+            } else {
+                path.clear();
+            }
         }
-        if converged {
+        if converged && !path.is_empty() && self.remembered + path.len() * k_n <= PATH_MEMORY_LIMIT {
+            self.remembered += path.len() * k_n;
             let last = path.len() - 1;
             for (i, p) in path.into_iter().enumerate() {
                 self.converged.entry(p).or_insert(last - i);
@@ -560,6 +602,18 @@ fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
     planner
         .local_search(first, max_steps)
         .expect("a fresh planner has no earlier paths")
+}
+
+/// [`best`] by a planner that keeps no common-length states (as one above [`UNIFORM_MEMORY_LIMIT`]).
+#[cfg(test)]
+fn best_without_kept_states(ev: &Evaluator) -> Plan {
+    let mut planner = Planner::new(ev);
+    planner.keep_uniform = false;
+    let g = planner.greedy();
+    let u = planner.uniform();
+    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
+    let c = to_plan(planner.start_state(&gamma));
+    planner.best_from(g, u, c)
 }
 
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
@@ -800,11 +854,9 @@ mod tests {
                 );
                 assert_eq!(uniform(&ev), reference::uniform(&ev));
                 let cap = local_search_step_cap(&ev);
-                assert_eq!(
-                    best(&ev),
-                    reference::best(&ev, cap),
-                    "case {case} {policy:?} {objective:?}"
-                );
+                let want = reference::best(&ev, cap);
+                assert_eq!(best(&ev), want, "case {case} {policy:?} {objective:?}");
+                assert_eq!(best_without_kept_states(&ev), want);
             }
         }
     }
