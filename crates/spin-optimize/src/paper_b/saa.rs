@@ -453,20 +453,28 @@ impl Evaluator {
     }
 
     /// τ^ul of the device at position `p` in `order` when `m` devices share the band (see `ul_table`).
+    #[inline]
     fn ul(&self, m: usize, p: usize) -> f64 {
-        let compute = || self.link.ul_delay_s(self.link.share_hz(m), self.gain[p]);
         match self.ul_table.0.get((m - 1) * self.order.len() + p) {
-            Some(cell) => {
-                let bits = cell.load(Ordering::Relaxed);
-                if bits != UNSET {
-                    return f64::from_bits(bits);
-                }
-                let v = compute();
-                cell.store(v.to_bits(), Ordering::Relaxed);
-                v
-            }
-            None => compute(),
+            Some(cell) => match cell.load(Ordering::Relaxed) {
+                UNSET => self.ul_fill(m, p),
+                bits => f64::from_bits(bits),
+            },
+            None => self.ul_delay(m, p),
         }
+    }
+
+    /// [`Self::ul`] the first time a table cell is asked for.
+    #[cold]
+    fn ul_fill(&self, m: usize, p: usize) -> f64 {
+        let v = self.ul_delay(m, p);
+        self.ul_table.0[(m - 1) * self.order.len() + p].store(v.to_bits(), Ordering::Relaxed);
+        v
+    }
+
+    /// τ^ul(B/m, g) of the device at position `p`.
+    fn ul_delay(&self, m: usize, p: usize) -> f64 {
+        self.link.ul_delay_s(self.link.share_hz(m), self.gain[p])
     }
 
     /// γ by position in `order`, into `caps`.
