@@ -585,10 +585,12 @@ impl Evaluator {
         let mut end = k_n;
         while end > 0 {
             let start = end.saturating_sub(64);
-            let mut mask = rejection_mask(&row[start..end], &caps[start..end]);
-            while mask != 0 {
-                let i = 63 - mask.leading_zeros() as usize;
-                mask ^= 1 << i;
+            // Bit 63 − i of `reversed` for position start + i: the lowest set bit is the weakest rejected
+            // device left, and clearing it (mask & (mask − 1)) does not wait on a bit count.
+            let mut reversed = rejection_mask(&row[start..end], &caps[start..end]).reverse_bits();
+            while reversed != 0 {
+                let i = 63 - reversed.trailing_zeros() as usize;
+                reversed &= reversed - 1;
                 let pos = start + i;
                 acc += self.inverse_gain[pos];
                 set[m] = pos as u32;
