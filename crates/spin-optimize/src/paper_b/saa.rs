@@ -693,7 +693,19 @@ impl Evaluator {
                 lo_sure = sure;
             }
         }
-        // As in `split_by_bisection`: the best is lo (cost τ^dl) or hi (cost τ^ul).
+        // As in `split_by_bisection`: the best is lo (cost τ^dl) or hi (cost τ^ul). When both costs are those
+        // delays, the SNRs of hi's UL device and lo's DL suffix decide which is smaller as in the steps above, and
+        // hi's cost is a table lookup: no logarithm for τ^dl(lo) when hi wins.
+        if self.snr_shortcut && lo_sure && hi_sure {
+            let ratio =
+                self.gain[at(hi - 1)] * ul_per_gain * (dl_noise * sum_from(lo)) * self.inverse_dl_power;
+            if ratio > 1.0 + BOUND_MARGIN {
+                return (hi, tau_ul(hi));
+            }
+            if ratio < 1.0 - BOUND_MARGIN {
+                return (lo, dl(lo));
+            }
+        }
         let cost_lo = if lo_sure { dl(lo) } else { dl(lo).max(tau_ul(lo)) };
         let cost_hi = if hi_sure {
             tau_ul(hi)
@@ -1442,8 +1454,9 @@ mod tests {
             }
         }
         // Ties between the SNRs (the fallback) on purpose: two devices, every sample rejected, the DL SNR of
-        // the weaker device alone equal to the UL SNR of the stronger.
-        for _ in 0..50 {
+        // the weaker device alone (even cases: a step of the bisection) or of both (odd: the final choice between
+        // lo = 0 and hi = 1) equal to the UL SNR of the stronger.
+        for case in 0..100 {
             let mut spec = example(2);
             spec.max_draft_len = 1;
             spec.saa_samples = 50;
@@ -1456,9 +1469,15 @@ mod tests {
             spec.devices[1].channel_gain = g1;
             spec.devices[0].acceptance = 0.3;
             spec.devices[1].acceptance = 0.3;
-            // snr_ul(g0) = P_ul g0/(N0s b), snr_dl({1}) = P_dl g1/(N0d b): equal when P_dl = P_ul g0 N0d/(N0s g1).
-            spec.dl_power_w =
-                spec.ul_power_w * g0 * spec.noise_psd_device_w_per_hz / (spec.noise_psd_server_w_per_hz * g1);
+            // snr_ul(g0) = P_ul g0/(N0s b) and snr_dl(S) = P_dl/(N0d b Σ_S 1/g) are equal when
+            // P_dl = P_ul g0 N0d Σ_S 1/g / N0s.
+            let inverse_sum = if case % 2 == 0 {
+                1.0 / g1
+            } else {
+                1.0 / g0 + 1.0 / g1
+            };
+            spec.dl_power_w = spec.ul_power_w * g0 * spec.noise_psd_device_w_per_hz * inverse_sum
+                / spec.noise_psd_server_w_per_hz;
             let sc = Scenario::new(spec).unwrap();
             let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
             let state = ev.state(&[1, 1]);
