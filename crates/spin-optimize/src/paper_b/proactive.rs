@@ -139,9 +139,15 @@ pub fn comp_only_lengths(
 ) -> Vec<u32> {
     // Every deadline once, in the order of first appearance: a repeated deadline gives the same lengths and value,
     // which never beat the first (devices often share a drafting speed).
+    // A repeated drafting speed repeats all its deadlines, so each speed is visited once (in order of first
+    // appearance too): the same deadlines in the same order, with fewer set lookups.
     let mut deadlines = vec![0.0];
     let mut seen: HashSet<u64> = HashSet::from([0.0f64.to_bits()]);
+    let mut speeds: HashSet<u64> = HashSet::new();
     for &t in draft_token_s {
+        if !speeds.insert(t.to_bits()) {
+            continue;
+        }
         for g in 1..=max_draft_len {
             let d = f64::from(g) * t;
             if seen.insert(d.to_bits()) {
