@@ -929,10 +929,17 @@ mod tests {
     #[test]
     fn comp_only_is_exact_for_its_own_objective() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        for _ in 0..20 {
-            let k = rng.random_range(1..=3);
+        for case in 0..30 {
+            let k = rng.random_range(1..=4);
             let alpha: Vec<f64> = (0..k).map(|_| rng.random_range(0.3..0.97)).collect();
-            let t: Vec<f64> = (0..k).map(|_| rng.random_range(0.01..0.03)).collect();
+            // Every other case draws the speeds from two values: devices that share a speed.
+            let pool = [rng.random_range(0.01..0.03), rng.random_range(0.01..0.03)];
+            let t: Vec<f64> = (0..k)
+                .map(|_| match case % 2 {
+                    0 => rng.random_range(0.01..0.03),
+                    _ => pool[rng.random_range(0..2)],
+                })
+                .collect();
             let t_ver = rng.random_range(0.02..0.2);
             let score = |g: &[u32]| {
                 let d = g
