@@ -738,9 +738,14 @@ impl Evaluator {
         self.check(gamma);
         let n = self.samples.count;
         let mut tokens = vec![0u32; n];
-        for (k, &g) in gamma.iter().enumerate() {
-            for (s, t) in tokens.iter_mut().enumerate() {
-                *t += self.tokens(k, s, g);
+        // Device by device over its row of F (contiguous, so the additions run as vector instructions; no rows
+        // when N = 0).
+        for (&g, fs) in gamma
+            .iter()
+            .zip(self.samples.first_rejection.chunks_exact(n.max(1)))
+        {
+            for (t, &f) in tokens.iter_mut().zip(fs) {
+                *t += u32::from(f).min(g + 1);
             }
         }
         self.caps(gamma, &mut scratch.caps);
