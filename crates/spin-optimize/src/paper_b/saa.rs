@@ -991,7 +991,7 @@ impl Evaluator {
         let mut drop = 0.0;
         for &s in &self.by_f[k * n + from..k * n + to] {
             let (c, m) = (state.comm_s[s as usize], state.rejected[s as usize] as usize);
-            let keep = if scaled && m > 1 && self.ul(m, pos) < c {
+            let keep = if scaled && m > 1 && self.ul_below(m, pos, c) {
                 c * (m - 1) as f64 / m as f64
             } else {
                 0.0
@@ -999,6 +999,31 @@ impl Evaluator {
             drop += c - keep;
         }
         drop
+    }
+
+    /// Whether `self.ul(m, pos) < c`, without the logarithm (or a table cell) when bounds on log₂(1 + SNR) from
+    /// its binary exponent e and mantissa 1 + f decide it by far: f ≤ log₂(1 + f) ≤ f + 0.0862 on [0, 1), so
+    /// D/(b (e + f)) ≥ τ^ul ≥ D/(b (e + f + 0.0862)). Within the ranges of `snr_shortcut` and for SNR ≥ 10⁻³ every
+    /// quantity is a normal number a few ulps from its exact value, far inside the 10⁻⁶ margin; otherwise, or
+    /// when c is within the margin of the bounds, the delay itself decides.
+    fn ul_below(&self, m: usize, pos: usize, c: f64) -> bool {
+        const MARGIN: f64 = 1e-6;
+        let link = &self.link;
+        let b = link.share_hz(m);
+        let snr = link.ul_power_w * self.gain[pos] / (link.noise_psd_server_w_per_hz * b);
+        if self.snr_shortcut && snr >= 1e-3 {
+            let bits = (1.0 + snr).to_bits();
+            let e = ((bits >> 52) & 0x7ff) as f64 - 1023.0;
+            let f = f64::from_bits((bits & ((1 << 52) - 1)) | 1f64.to_bits()) - 1.0;
+            let per = link.distribution_bits / b;
+            if per / (e + f) * (1.0 + MARGIN) < c {
+                return true;
+            }
+            if per / (e + f + 0.0862) > c * (1.0 + MARGIN) {
+                return false;
+            }
+        }
+        self.ul(m, pos) < c
     }
 
     /// The bound of [`Self::upper_bound`] (rate objective) when Σ_s T_comm falls by at most `drop` (from
@@ -1495,6 +1520,28 @@ mod tests {
             }
         }
         assert!(fallbacks > 0, "no sample had both devices rejected");
+    }
+
+    #[test]
+    fn ul_below_decides_as_the_delay_does() {
+        let mut rng = ChaCha8Rng::seed_from_u64(71);
+        let mut decided = [0usize; 2];
+        for case in 0..40 {
+            let k = [2, 9, 40][case % 3];
+            let sc = spread(&mut rng, k);
+            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+            for _ in 0..200 {
+                let (m, pos) = (rng.random_range(1..=k), rng.random_range(0..k));
+                let ul = ev.ul_delay(m, pos);
+                let rel = [0.0, 1e-15, 1e-9, 1e-6, 1e-4, 0.01, 0.1, 0.5, 2.0][rng.random_range(0..9)];
+                for c in [ul * (1.0 + rel), ul * (1.0 - rel), ul.next_up(), ul.next_down()] {
+                    let want = ul < c;
+                    assert_eq!(ev.ul_below(m, pos, c), want, "m {m} pos {pos} ul {ul} c {c}");
+                    decided[usize::from(want)] += 1;
+                }
+            }
+        }
+        assert!(decided[0] > 1000 && decided[1] > 1000, "{decided:?}");
     }
 
     #[test]
