@@ -1009,17 +1009,18 @@ impl Evaluator {
     fn ul_below(&self, m: usize, pos: usize, c: f64) -> bool {
         const MARGIN: f64 = 1e-6;
         let link = &self.link;
-        let b = link.share_hz(m);
-        let snr = link.ul_power_w * self.gain[pos] / (link.noise_psd_server_w_per_hz * b);
+        // 1/b = m/B; the comparisons below are multiplied out (no division by log₂).
+        let per_hz = m as f64 / link.bandwidth_hz;
+        let snr = link.ul_power_w * self.gain[pos] * per_hz / link.noise_psd_server_w_per_hz;
         if self.snr_shortcut && snr >= 1e-3 {
             let bits = (1.0 + snr).to_bits();
             let e = ((bits >> 52) & 0x7ff) as f64 - 1023.0;
             let f = f64::from_bits((bits & ((1 << 52) - 1)) | 1f64.to_bits()) - 1.0;
-            let per = link.distribution_bits / b;
-            if per / (e + f) * (1.0 + MARGIN) < c {
+            let per = link.distribution_bits * per_hz;
+            if per * (1.0 + MARGIN) < c * (e + f) {
                 return true;
             }
-            if per / (e + f + 0.0862) > c * (1.0 + MARGIN) {
+            if per > c * (1.0 + MARGIN) * (e + f + 0.0862) {
                 return false;
             }
         }
