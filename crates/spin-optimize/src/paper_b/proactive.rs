@@ -13,10 +13,11 @@
 //!   Never below greedy or uniform on the same samples.
 //! - `exhaustive`: every vector of {0..γ_max}^K (tiny K only).
 
-use super::saa::{Evaluator, State};
+use super::saa::{BOUND_MARGIN, Evaluator, Objective, Scratch, State};
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
+use std::collections::{HashMap, HashSet};
 
 /// The largest number of draft-length vectors the exhaustive scheme visits.
 pub const EXHAUSTIVE_LIMIT: u128 = 200_000;
@@ -118,55 +119,12 @@ fn to_plan(state: State) -> Plan {
 
 /// Paper B's greedy: all-ones updates from γ = 0, then single-coordinate increases, best first.
 pub fn greedy(ev: &Evaluator) -> Plan {
-    let k_n = ev.devices();
-    let g_max = ev.max_draft_len();
-    let mut state = ev.state(&vec![0; k_n]);
-    // Phase 1: synchronized all-ones updates.
-    while state.gamma.iter().all(|&g| g < g_max) {
-        let next: Vec<u32> = state.gamma.iter().map(|g| g + 1).collect();
-        let cand = ev.state(&next);
-        if cand.value > state.value {
-            state = cand;
-        } else {
-            break;
-        }
-    }
-    // Phase 2: coordinate greedy refinement (increases only).
-    loop {
-        let mut best: Option<(f64, usize)> = None;
-        for k in 0..k_n {
-            if state.gamma[k] < g_max {
-                let v = ev.try_moves(&state, &[(k, state.gamma[k] + 1)]);
-                if v > best.map_or(state.value, |b| b.0) {
-                    best = Some((v, k));
-                }
-            }
-        }
-        match best {
-            Some((_, k)) => {
-                let mut next = state.gamma.clone();
-                next[k] += 1;
-                state = ev.state(&next);
-            }
-            None => return to_plan(state),
-        }
-    }
+    Planner::new(ev).greedy()
 }
 
 /// The optimal common draft length γ ∈ {0..γ_max}.
 pub fn uniform(ev: &Evaluator) -> Plan {
-    let k_n = ev.devices();
-    (0..=ev.max_draft_len())
-        .map(|g| ev.state(&vec![g; k_n]))
-        .fold(None::<State>, |best, s| match best {
-            Some(b) if b.value >= s.value => Some(b),
-            _ => Some(s),
-        })
-        .map(to_plan)
-        .unwrap_or(Plan {
-            draft_lengths: vec![0; k_n],
-            value: 0.0,
-        })
+    Planner::new(ev).uniform()
 }
 
 /// The draft lengths a computation-only controller picks: maximise Σ_k E[N_k | γ_k] / (max_k γ_k T_k + T_ver).
@@ -179,23 +137,44 @@ pub fn comp_only_lengths(
     verify_s: f64,
     max_draft_len: u32,
 ) -> Vec<u32> {
+    // Every deadline once, in the order of first appearance: a repeated deadline gives the same lengths and value,
+    // which never beat the first (devices often share a drafting speed).
+    // A repeated drafting speed repeats all its deadlines, so each speed is visited once (in order of first
+    // appearance too): the same deadlines in the same order, with fewer set lookups.
     let mut deadlines = vec![0.0];
+    let mut seen: HashSet<u64> = HashSet::from([0.0f64.to_bits()]);
+    let mut speeds: HashSet<u64> = HashSet::new();
     for &t in draft_token_s {
-        deadlines.extend((1..=max_draft_len).map(|g| f64::from(g) * t));
+        if !speeds.insert(t.to_bits()) {
+            continue;
+        }
+        for g in 1..=max_draft_len {
+            let d = f64::from(g) * t;
+            if seen.insert(d.to_bits()) {
+                deadlines.push(d);
+            }
+        }
     }
     let lengths_at = |deadline: f64| -> Vec<u32> {
         draft_token_s
             .iter()
             .map(|&t| {
-                let g = (deadline / t * (1.0 + 1e-12)).floor();
-                if g >= f64::from(max_draft_len) {
+                // x ≥ 0, so ⌊x⌋ ≥ γ_max iff x ≥ γ_max, and below it ⌊x⌋ is the truncation `as` takes.
+                let x = deadline / t * (1.0 + 1e-12);
+                if x >= f64::from(max_draft_len) {
                     max_draft_len
                 } else {
-                    g.max(0.0) as u32
+                    x as u32
                 }
             })
             .collect()
     };
+    // E[N_k | γ] for every device and length, computed once instead of once per deadline (the same values).
+    let levels = max_draft_len as usize + 1;
+    let expected: Vec<f64> = alpha
+        .iter()
+        .flat_map(|&a| (0..=max_draft_len).map(move |g| expected_accepted(a, g)))
+        .collect();
     let mut best = (f64::NEG_INFINITY, vec![0; alpha.len()]);
     for d in deadlines {
         let gamma = lengths_at(d);
@@ -206,8 +185,8 @@ pub fn comp_only_lengths(
             .fold(0.0, f64::max);
         let tokens: f64 = gamma
             .iter()
-            .zip(alpha)
-            .map(|(&g, &a)| expected_accepted(a, g))
+            .enumerate()
+            .map(|(k, &g)| expected[k * levels + g as usize])
             .sum();
         let v = tokens / (draft + verify_s);
         if v > best.0 {
@@ -265,112 +244,400 @@ pub fn local_search_step_cap(ev: &Evaluator) -> usize {
         .saturating_mul(ev.max_draft_len() as usize + 1)
 }
 
-/// Best-improvement local search from `start`: ±1 single moves and ±1 common shifts; pair moves when those stall.
-/// Stops at a local optimum or after `max_steps` improving steps, whichever comes first.
-fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
-    let k_n = ev.devices();
-    let g_max = ev.max_draft_len();
-    let mut state = ev.state(start);
-    let mut changes: Vec<(usize, u32)> = Vec::with_capacity(k_n);
-    for _ in 0..max_steps {
-        let mut best: Option<(f64, Vec<(usize, u32)>)> = None;
-        let consider = |v: f64, moves: &[(usize, u32)], best: &mut Option<(f64, Vec<(usize, u32)>)>| {
-            if v > best.as_ref().map_or(state.value, |b| b.0) {
-                *best = Some((v, moves.to_vec()));
+/// Where the value of a candidate move was computed, so that applying the winner reuses that work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The planner's `kept` buffers (a single or pair move).
+    Kept,
+    /// The buffers of shift `0` (up) or `1` (down).
+    Shift(usize),
+    /// The common draft length `g`, evaluated in full by [`Planner::uniform_state`].
+    Uniform(u32),
+}
+
+/// A scored move: its value, where it was scored, and its one or two changes (the first `usize` in use; a shift's
+/// changes are rebuilt from the state).
+type Candidate = (f64, Source, [(usize, u32); 2], usize);
+
+/// One planning call's shared work: the full states of the common draft lengths (greedy's first phase, `uniform`
+/// and the common shifts of the local search from a common point all visit them) and reusable buffers. Every
+/// value it returns is the one a full evaluation gives, bit for bit; the shortcuts only skip work:
+/// - a move is scored only when [`Evaluator::upper_bound`] does not rule it out against the best value already
+///   known (the state's, or a better candidate's), by more than [`BOUND_MARGIN`]: a skipped move could never have
+///   been chosen, as the searches keep the first candidate with the largest value;
+/// - the chosen move is applied from the buffers that scored it ([`Evaluator::apply_moves`]) instead of a full
+///   evaluation of the new point;
+/// - a local search that reaches a point on the path of an earlier one that ended at a local optimum, with at
+///   least as many steps left, stops there: it would retrace that path to the same end point, already kept.
+struct Planner<'a> {
+    ev: &'a Evaluator,
+    uniform: Vec<Option<State>>,
+    /// Whether `uniform` keeps the states (γ_max + 1 of them, N samples each).
+    keep_uniform: bool,
+    work: Scratch,
+    kept: Scratch,
+    shift: [Scratch; 2],
+    changes: Vec<(usize, u32)>,
+    /// Points on the paths of finished local searches that ended at a local optimum: the steps left to that end.
+    converged: HashMap<Vec<u32>, usize>,
+    /// Draft lengths held in `converged` (at most [`PATH_MEMORY_LIMIT`]).
+    remembered: usize,
+}
+
+/// The most samples (N per common draft length, γ_max + 1 lengths) whose common-length states a planner keeps:
+/// 2^20, about 16 MiB of per-sample totals. Above it they are evaluated again when asked, which only costs time.
+const UNIFORM_MEMORY_LIMIT: usize = 1 << 20;
+
+/// The most draft lengths (K per point) the paths of `best`'s local searches keep for the shortcut that stops a
+/// search on an earlier path: 2^22 (16 MiB). A path that would exceed it is not kept, which only costs time.
+const PATH_MEMORY_LIMIT: usize = 1 << 22;
+
+impl<'a> Planner<'a> {
+    fn new(ev: &'a Evaluator) -> Self {
+        Planner {
+            ev,
+            uniform: vec![None; ev.max_draft_len() as usize + 1],
+            keep_uniform: (ev.max_draft_len() as usize + 1).saturating_mul(ev.samples().count())
+                <= UNIFORM_MEMORY_LIMIT,
+            work: Scratch::default(),
+            kept: Scratch::default(),
+            shift: [Scratch::default(), Scratch::default()],
+            changes: Vec::with_capacity(ev.devices()),
+            converged: HashMap::new(),
+            remembered: 0,
+        }
+    }
+
+    /// The full state at γ = (g, …, g): evaluated once when the planner keeps them (see
+    /// [`UNIFORM_MEMORY_LIMIT`]), else each time.
+    fn uniform_state(&mut self, g: u32) -> State {
+        if let Some(s) = &self.uniform[g as usize] {
+            return s.clone();
+        }
+        let s = self.ev.state_with(&vec![g; self.ev.devices()], &mut self.work);
+        if self.keep_uniform {
+            self.uniform[g as usize] = Some(s.clone());
+        }
+        s
+    }
+
+    /// The value at γ = (g, …, g) (see [`Self::uniform_state`]).
+    fn uniform_value(&mut self, g: u32) -> f64 {
+        match &self.uniform[g as usize] {
+            Some(s) => s.value,
+            None => self.uniform_state(g).value,
+        }
+    }
+
+    /// The full state at `gamma` (from the common-length states when they hold it).
+    fn start_state(&mut self, gamma: &[u32]) -> State {
+        match gamma.first() {
+            Some(&g) if gamma.iter().all(|&x| x == g) && self.uniform[g as usize].is_some() => {
+                self.uniform_state(g)
             }
-        };
-        for k in 0..k_n {
-            let g = state.gamma[k];
-            if g < g_max {
-                consider(ev.try_moves(&state, &[(k, g + 1)]), &[(k, g + 1)], &mut best);
-            }
-            if g > 0 {
-                consider(ev.try_moves(&state, &[(k, g - 1)]), &[(k, g - 1)], &mut best);
+            _ => self.ev.state_with(gamma, &mut self.work),
+        }
+    }
+
+    /// Whether a move scored at most `bound` can be skipped against the best value `threshold` known so far.
+    fn ruled_out(&self, state: &State, changes: &[(usize, u32)], threshold: f64) -> bool {
+        self.ev
+            .upper_bound(state, changes)
+            .is_some_and(|bound| bound < threshold * (1.0 - BOUND_MARGIN))
+    }
+
+    /// Paper B's greedy (see [`greedy`]).
+    fn greedy(&mut self) -> Plan {
+        let ev = self.ev;
+        let k_n = ev.devices();
+        let g_max = ev.max_draft_len();
+        // Phase 1: synchronized all-ones updates, i.e. the common lengths 0, 1, … while they improve.
+        let (mut g, mut value) = (0, self.uniform_value(0));
+        while g < g_max {
+            let next = self.uniform_value(g + 1);
+            if next > value {
+                (g, value) = (g + 1, next);
+            } else {
+                break;
             }
         }
-        for up in [true, false] {
-            changes.clear();
-            for (k, &g) in state.gamma.iter().enumerate() {
-                let to = if up {
-                    (g + 1).min(g_max)
-                } else {
-                    g.saturating_sub(1)
-                };
-                if to != g {
-                    changes.push((k, to));
-                }
-            }
-            if !changes.is_empty() {
-                consider(ev.try_moves(&state, &changes), &changes, &mut best);
-            }
-        }
-        if best.is_none() && k_n <= PAIR_MOVES_MAX_DEVICES {
-            for i in 0..k_n {
-                for j in 0..k_n {
-                    let (gi, gj) = (state.gamma[i], state.gamma[j]);
-                    if i != j && gi < g_max && gj > 0 {
-                        let m = [(i, gi + 1), (j, gj - 1)];
-                        consider(ev.try_moves(&state, &m), &m, &mut best);
+        let mut state = self.uniform_state(g);
+        // Phase 2: coordinate greedy refinement (increases only), the first largest improvement each step.
+        loop {
+            let mut best: Option<(f64, usize)> = None;
+            for k in 0..k_n {
+                if state.gamma[k] < g_max {
+                    let m = [(k, state.gamma[k] + 1)];
+                    let threshold = best.map_or(state.value, |b| b.0);
+                    if self.ruled_out(&state, &m, threshold) {
+                        continue;
+                    }
+                    let v = ev.try_moves_with(&state, &m, &mut self.work);
+                    if v > threshold {
+                        best = Some((v, k));
+                        std::mem::swap(&mut self.work, &mut self.kept);
                     }
                 }
             }
-        }
-        match best {
-            Some((_, moves)) => {
-                let mut next = state.gamma.clone();
-                for (k, g) in moves {
-                    next[k] = g;
+            match best {
+                Some((_, k)) => {
+                    let m = [(k, state.gamma[k] + 1)];
+                    ev.apply_moves(&mut state, &m, &mut self.kept);
                 }
-                state = ev.state(&next);
+                None => return to_plan(state),
             }
-            None => return state,
         }
     }
-    state
+
+    /// The optimal common draft length (see [`uniform`]): the first best of γ = 0, 1, …, γ_max.
+    fn uniform(&mut self) -> Plan {
+        let mut best: Option<State> = None;
+        for g in 0..=self.ev.max_draft_len() {
+            // As a fold that keeps the earlier state unless the later one is better.
+            let s = self.uniform_state(g);
+            if !best.as_ref().is_some_and(|b| b.value >= s.value) {
+                best = Some(s);
+            }
+        }
+        best.map(to_plan).unwrap_or(Plan {
+            draft_lengths: vec![0; self.ev.devices()],
+            value: 0.0,
+        })
+    }
+
+    /// The common shift of `state` by one up (`up`) or down, capped at 0 and γ_max, into `self.changes`.
+    fn shift_changes(&mut self, state: &State, up: bool) {
+        let g_max = self.ev.max_draft_len();
+        self.changes.clear();
+        for (k, &g) in state.gamma.iter().enumerate() {
+            let to = if up {
+                (g + 1).min(g_max)
+            } else {
+                g.saturating_sub(1)
+            };
+            if to != g {
+                self.changes.push((k, to));
+            }
+        }
+    }
+
+    /// Best-improvement local search from `start`: ±1 single moves and ±1 common shifts; pair moves when those
+    /// stall. Stops at a local optimum or after `max_steps` improving steps, whichever comes first. `None` when it
+    /// reached the path of an earlier search that ends at a point already returned.
+    fn local_search(&mut self, mut state: State, max_steps: usize) -> Option<State> {
+        let ev = self.ev;
+        let k_n = ev.devices();
+        let g_max = ev.max_draft_len();
+        let mut path = vec![state.gamma.clone()];
+        let mut converged = false;
+        for step in 0..max_steps {
+            if self
+                .converged
+                .get(&state.gamma)
+                .is_some_and(|&left| left <= max_steps - step)
+            {
+                return None;
+            }
+            // The common shifts first (scored in full, or read from the common-length states): their values
+            // raise the threshold the single moves must beat. They are still considered after the singles.
+            let common = state
+                .gamma
+                .iter()
+                .all(|&g| g == state.gamma[0])
+                .then_some(state.gamma[0]);
+            let mut shifts: [Option<(f64, Source)>; 2] = [None, None];
+            for (i, up) in [true, false].into_iter().enumerate() {
+                self.shift_changes(&state, up);
+                if self.changes.is_empty() {
+                    continue;
+                }
+                shifts[i] = Some(match common {
+                    Some(g) => {
+                        let to = if up { g + 1 } else { g - 1 };
+                        (self.uniform_value(to), Source::Uniform(to))
+                    }
+                    None => {
+                        let changes = std::mem::take(&mut self.changes);
+                        let v = ev.try_moves_with(&state, &changes, &mut self.shift[i]);
+                        self.changes = changes;
+                        (v, Source::Shift(i))
+                    }
+                });
+            }
+            let mut threshold = shifts.iter().flatten().fold(state.value, |t, &(v, _)| t.max(v));
+            // The winner so far, in the order the candidates are considered: singles, then shifts up and down.
+            let mut best: Option<Candidate> = None;
+            let consider = |v: f64, source: Source, m: &[(usize, u32)], best: &mut Option<_>| {
+                if v > best.as_ref().map_or(state.value, |b: &Candidate| b.0) {
+                    let mut moves = [(0, 0); 2];
+                    moves[..m.len()].copy_from_slice(m);
+                    *best = Some((v, source, moves, m.len()));
+                    true
+                } else {
+                    false
+                }
+            };
+            for k in 0..k_n {
+                let g = state.gamma[k];
+                for to in [(g < g_max).then(|| g + 1), g.checked_sub(1)]
+                    .into_iter()
+                    .flatten()
+                {
+                    let m = [(k, to)];
+                    if self.ruled_out(&state, &m, threshold) {
+                        continue;
+                    }
+                    let v = ev.try_moves_with(&state, &m, &mut self.work);
+                    threshold = threshold.max(v);
+                    if consider(v, Source::Kept, &m, &mut best) {
+                        std::mem::swap(&mut self.work, &mut self.kept);
+                    }
+                }
+            }
+            for (v, source) in shifts.iter().flatten() {
+                consider(*v, *source, &[], &mut best);
+            }
+            if best.is_none() && k_n <= PAIR_MOVES_MAX_DEVICES {
+                // The bound of a pair only needs the drop of its leaving device j: once per j, not per pair.
+                let rate = ev.objective() == Objective::Rate;
+                let drops: Vec<f64> = (0..k_n)
+                    .map(|j| match state.gamma[j] {
+                        gj if rate && gj > 0 => ev.leave_drop(&state, j, gj - 1, true),
+                        _ => 0.0,
+                    })
+                    .collect();
+                for i in 0..k_n {
+                    for (j, &drop) in drops.iter().enumerate() {
+                        let (gi, gj) = (state.gamma[i], state.gamma[j]);
+                        if i != j && gi < g_max && gj > 0 {
+                            let m = [(i, gi + 1), (j, gj - 1)];
+                            if rate
+                                && ev.bound_after_drop(&state, &m, drop) < threshold * (1.0 - BOUND_MARGIN)
+                            {
+                                continue;
+                            }
+                            let v = ev.try_moves_with(&state, &m, &mut self.work);
+                            threshold = threshold.max(v);
+                            if consider(v, Source::Kept, &m, &mut best) {
+                                std::mem::swap(&mut self.work, &mut self.kept);
+                            }
+                        }
+                    }
+                }
+            }
+            match best {
+                Some((_, Source::Kept, moves, len)) => {
+                    ev.apply_moves(&mut state, &moves[..len], &mut self.kept)
+                }
+                Some((_, Source::Shift(i), _, _)) => {
+                    self.shift_changes(&state, i == 0);
+                    let changes = std::mem::take(&mut self.changes);
+                    ev.apply_moves(&mut state, &changes, &mut self.shift[i]);
+                    self.changes = changes;
+                }
+                Some((_, Source::Uniform(g), _, _)) => state = self.uniform_state(g),
+                None => {
+                    converged = true;
+                    break;
+                }
+            }
+            // Remember the path while it stays small; past the limit start again from here (a suffix of the path
+            // still gives every kept point its steps to the end).
+            if path.len() * k_n < PATH_MEMORY_LIMIT {
+                path.push(state.gamma.clone());
+            } else {
+                path.clear();
+            }
+        }
+        if converged && !path.is_empty() && self.remembered + path.len() * k_n <= PATH_MEMORY_LIMIT {
+            self.remembered += path.len() * k_n;
+            let last = path.len() - 1;
+            for (i, p) in path.into_iter().enumerate() {
+                self.converged.entry(p).or_insert(last - i);
+            }
+        }
+        Some(state)
+    }
+
+    /// [`best_from`] on this planner's evaluator.
+    fn best_from(&mut self, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
+        let ev = self.ev;
+        let k_n = ev.devices();
+        let starts = [
+            greedy,
+            uniform,
+            comp_only,
+            Plan {
+                draft_lengths: vec![0; k_n],
+                value: 0.0,
+            },
+        ];
+        let mut winner: Option<State> = None;
+        let mut keep = |s: State| {
+            if winner.as_ref().is_none_or(|w| s.value > w.value) {
+                winner = Some(s);
+            }
+        };
+        let cap = local_search_step_cap(ev);
+        for (i, start) in starts.iter().enumerate() {
+            // The search is deterministic: a start equal to an earlier one ends where that one did.
+            if starts[..i].iter().any(|s| s.draft_lengths == start.draft_lengths) {
+                continue;
+            }
+            let first = self.start_state(&start.draft_lengths);
+            keep(first.clone());
+            if let Some(end) = self.local_search(first, cap) {
+                keep(end);
+            }
+        }
+        if let Ok(plan) = exhaustive(ev, BEST_EXHAUSTIVE_LIMIT) {
+            keep(ev.state(&plan.draft_lengths));
+        }
+        winner.map(to_plan).unwrap_or(Plan {
+            draft_lengths: vec![0; k_n],
+            value: 0.0,
+        })
+    }
+}
+
+/// Best-improvement local search from `start` (see [`Planner::local_search`]), on its own.
+#[cfg(test)]
+fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
+    let mut planner = Planner::new(ev);
+    let first = planner.start_state(start);
+    planner
+        .local_search(first, max_steps)
+        .expect("a fresh planner has no earlier paths")
+}
+
+/// [`best`] by a planner that keeps no common-length states (as one above [`UNIFORM_MEMORY_LIMIT`]).
+#[cfg(test)]
+fn best_without_kept_states(ev: &Evaluator) -> Plan {
+    let mut planner = Planner::new(ev);
+    planner.keep_uniform = false;
+    let g = planner.greedy();
+    let u = planner.uniform();
+    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
+    let c = to_plan(planner.start_state(&gamma));
+    planner.best_from(g, u, c)
 }
 
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
 /// best of all visited end points, so never below [`greedy`] or [`uniform`] on the same samples.
 pub fn best(ev: &Evaluator) -> Plan {
-    best_from(ev, greedy(ev), uniform(ev), comp_only(ev))
+    let mut planner = Planner::new(ev);
+    let g = planner.greedy();
+    let u = planner.uniform();
+    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
+    let c = to_plan(planner.start_state(&gamma));
+    planner.best_from(g, u, c)
 }
 
 /// [`best`] for a caller that has already computed the [`greedy`], [`uniform`] and [`comp_only`] plans on `ev`
 /// (a figure that reports them too): the same search from the same starts, without computing them again. Plans
 /// from another evaluator only change the starting points.
 pub fn best_from(ev: &Evaluator, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
-    let k_n = ev.devices();
-    let starts = [
-        greedy,
-        uniform,
-        comp_only,
-        Plan {
-            draft_lengths: vec![0; k_n],
-            value: 0.0,
-        },
-    ];
-    let mut winner: Option<State> = None;
-    let mut keep = |s: State| {
-        if winner.as_ref().is_none_or(|w| s.value > w.value) {
-            winner = Some(s);
-        }
-    };
-    let cap = local_search_step_cap(ev);
-    for (i, start) in starts.iter().enumerate() {
-        // The search is deterministic: a start equal to an earlier one ends where that one did.
-        if starts[..i].iter().any(|s| s.draft_lengths == start.draft_lengths) {
-            continue;
-        }
-        keep(ev.state(&start.draft_lengths));
-        keep(local_search(ev, &start.draft_lengths, cap));
-    }
-    if let Ok(plan) = exhaustive(ev, BEST_EXHAUSTIVE_LIMIT) {
-        keep(ev.state(&plan.draft_lengths));
-    }
-    winner.map(to_plan).unwrap_or(Plan {
-        draft_lengths: vec![0; k_n],
-        value: 0.0,
-    })
+    Planner::new(ev).best_from(greedy, uniform, comp_only)
 }
 
 #[cfg(test)]
@@ -419,6 +686,183 @@ mod tests {
                 }
                 // Small spaces are searched exhaustively inside `best`.
                 assert_eq!(b.value, e.value);
+            }
+        }
+    }
+
+    /// The searches as written before the shortcuts (every candidate scored, every step a full evaluation, every
+    /// start walked to its end): the planner must return the same plans, bit for bit.
+    mod reference {
+        use super::super::*;
+
+        pub fn greedy(ev: &Evaluator) -> Plan {
+            let k_n = ev.devices();
+            let g_max = ev.max_draft_len();
+            let mut state = ev.state(&vec![0; k_n]);
+            while state.gamma.iter().all(|&g| g < g_max) {
+                let next: Vec<u32> = state.gamma.iter().map(|g| g + 1).collect();
+                let cand = ev.state(&next);
+                if cand.value > state.value {
+                    state = cand;
+                } else {
+                    break;
+                }
+            }
+            loop {
+                let mut best: Option<(f64, usize)> = None;
+                for k in 0..k_n {
+                    if state.gamma[k] < g_max {
+                        let v = ev.try_moves(&state, &[(k, state.gamma[k] + 1)]);
+                        if v > best.map_or(state.value, |b| b.0) {
+                            best = Some((v, k));
+                        }
+                    }
+                }
+                match best {
+                    Some((_, k)) => {
+                        let mut next = state.gamma.clone();
+                        next[k] += 1;
+                        state = ev.state(&next);
+                    }
+                    None => return to_plan(state),
+                }
+            }
+        }
+
+        pub fn uniform(ev: &Evaluator) -> Plan {
+            let k_n = ev.devices();
+            (0..=ev.max_draft_len())
+                .map(|g| ev.state(&vec![g; k_n]))
+                .fold(None::<State>, |best, s| match best {
+                    Some(b) if b.value >= s.value => Some(b),
+                    _ => Some(s),
+                })
+                .map(to_plan)
+                .unwrap()
+        }
+
+        fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
+            let k_n = ev.devices();
+            let g_max = ev.max_draft_len();
+            let mut state = ev.state(start);
+            for _ in 0..max_steps {
+                let mut best: Option<(f64, Vec<(usize, u32)>)> = None;
+                let consider =
+                    |v: f64, moves: &[(usize, u32)], best: &mut Option<(f64, Vec<(usize, u32)>)>| {
+                        if v > best.as_ref().map_or(state.value, |b| b.0) {
+                            *best = Some((v, moves.to_vec()));
+                        }
+                    };
+                for k in 0..k_n {
+                    let g = state.gamma[k];
+                    if g < g_max {
+                        consider(ev.try_moves(&state, &[(k, g + 1)]), &[(k, g + 1)], &mut best);
+                    }
+                    if g > 0 {
+                        consider(ev.try_moves(&state, &[(k, g - 1)]), &[(k, g - 1)], &mut best);
+                    }
+                }
+                for up in [true, false] {
+                    let changes: Vec<(usize, u32)> = state
+                        .gamma
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &g)| {
+                            (
+                                k,
+                                if up {
+                                    (g + 1).min(g_max)
+                                } else {
+                                    g.saturating_sub(1)
+                                },
+                            )
+                        })
+                        .filter(|&(k, to)| to != state.gamma[k])
+                        .collect();
+                    if !changes.is_empty() {
+                        consider(ev.try_moves(&state, &changes), &changes, &mut best);
+                    }
+                }
+                if best.is_none() && k_n <= PAIR_MOVES_MAX_DEVICES {
+                    for i in 0..k_n {
+                        for j in 0..k_n {
+                            let (gi, gj) = (state.gamma[i], state.gamma[j]);
+                            if i != j && gi < g_max && gj > 0 {
+                                let m = [(i, gi + 1), (j, gj - 1)];
+                                consider(ev.try_moves(&state, &m), &m, &mut best);
+                            }
+                        }
+                    }
+                }
+                match best {
+                    Some((_, moves)) => {
+                        let mut next = state.gamma.clone();
+                        for (k, g) in moves {
+                            next[k] = g;
+                        }
+                        state = ev.state(&next);
+                    }
+                    None => return state,
+                }
+            }
+            state
+        }
+
+        pub fn best(ev: &Evaluator, cap: usize) -> Plan {
+            let k_n = ev.devices();
+            let starts = [
+                greedy(ev),
+                uniform(ev),
+                comp_only(ev),
+                Plan {
+                    draft_lengths: vec![0; k_n],
+                    value: 0.0,
+                },
+            ];
+            let mut winner: Option<State> = None;
+            let mut keep = |s: State| {
+                if winner.as_ref().is_none_or(|w| s.value > w.value) {
+                    winner = Some(s);
+                }
+            };
+            for (i, start) in starts.iter().enumerate() {
+                if starts[..i].iter().any(|s| s.draft_lengths == start.draft_lengths) {
+                    continue;
+                }
+                keep(ev.state(&start.draft_lengths));
+                keep(local_search(ev, &start.draft_lengths, cap));
+            }
+            if let Ok(plan) = exhaustive(ev, BEST_EXHAUSTIVE_LIMIT) {
+                keep(ev.state(&plan.draft_lengths));
+            }
+            to_plan(winner.unwrap())
+        }
+    }
+
+    #[test]
+    fn searches_equal_the_reference_bit_for_bit() {
+        let mut rng = ChaCha8Rng::seed_from_u64(79);
+        for case in 0..10 {
+            let k = [4, 9, 16, 33, 64][case % 5];
+            let g_max = rng.random_range(2..=8);
+            let sc = random_scenario(&mut rng, k, g_max, 40);
+            for (policy, objective) in [
+                (ModeScheme::Optimal, Objective::Rate),
+                (ModeScheme::AllUl, Objective::Rate),
+                (ModeScheme::Random, Objective::Rate),
+                (ModeScheme::Optimal, Objective::MeanRatio),
+            ] {
+                let ev = Evaluator::new(&sc, policy, objective).unwrap();
+                assert_eq!(
+                    greedy(&ev),
+                    reference::greedy(&ev),
+                    "case {case} {policy:?} {objective:?}"
+                );
+                assert_eq!(uniform(&ev), reference::uniform(&ev));
+                let cap = local_search_step_cap(&ev);
+                let want = reference::best(&ev, cap);
+                assert_eq!(best(&ev), want, "case {case} {policy:?} {objective:?}");
+                assert_eq!(best_without_kept_states(&ev), want);
             }
         }
     }
@@ -485,10 +929,17 @@ mod tests {
     #[test]
     fn comp_only_is_exact_for_its_own_objective() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
-        for _ in 0..20 {
-            let k = rng.random_range(1..=3);
+        for case in 0..30 {
+            let k = rng.random_range(1..=4);
             let alpha: Vec<f64> = (0..k).map(|_| rng.random_range(0.3..0.97)).collect();
-            let t: Vec<f64> = (0..k).map(|_| rng.random_range(0.01..0.03)).collect();
+            // Every other case draws the speeds from two values: devices that share a speed.
+            let pool = [rng.random_range(0.01..0.03), rng.random_range(0.01..0.03)];
+            let t: Vec<f64> = (0..k)
+                .map(|_| match case % 2 {
+                    0 => rng.random_range(0.01..0.03),
+                    _ => pool[rng.random_range(0..2)],
+                })
+                .collect();
             let t_ver = rng.random_range(0.02..0.2);
             let score = |g: &[u32]| {
                 let d = g
