@@ -208,7 +208,10 @@ fn protocol(c: &mut Criterion) {
     for scheme in [
         "fixed",
         "uni-bw",
+        "homo",
+        "paper-alg1",
         "exact",
+        "uniform",
         "greedy",
         "comp-only",
         "best",
