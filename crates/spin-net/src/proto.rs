@@ -273,9 +273,9 @@ pub fn pack(s: &SparseDist) -> Result<PackedDist, NetError> {
     })
 }
 
-/// Unpacks and validates a packed distribution against the session's vocabulary; the result carries the same
-/// distribution and the same bits on the air as what was packed.
-pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
+/// The checks of a packed distribution's header against the session's vocabulary: vocabulary, value width, entry
+/// count, and the byte length those imply.
+fn check_header(p: &PackedDist, vocab: u32) -> Result<(), NetError> {
     if p.vocab != vocab {
         return Err(NetError::invalid(
             "dist.vocab",
@@ -306,6 +306,13 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// Unpacks and validates a packed distribution against the session's vocabulary; the result carries the same
+/// distribution and the same bits on the air as what was packed.
+pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
+    check_header(p, vocab)?;
     let ib = index_bits(vocab as usize);
     let q = u32::from(p.q_bits);
     let n = p.count as usize;
@@ -555,36 +562,7 @@ mod tests {
     /// `unpack` as it was before the grouped reader (one field read per entry, order and maximum tracked in the
     /// loop), kept as the reference for the fast path.
     fn unpack_reference(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
-        if p.vocab != vocab {
-            return Err(NetError::invalid(
-                "dist.vocab",
-                format!("{} differs from the session's vocabulary {vocab}", p.vocab),
-            ));
-        }
-        if !(1..=24).contains(&p.q_bits) {
-            return Err(NetError::invalid(
-                "dist.q_bits",
-                format!("{} is outside [1, 24]", p.q_bits),
-            ));
-        }
-        if p.count == 0 || p.count > vocab {
-            return Err(NetError::invalid(
-                "dist.count",
-                format!("{} is outside [1, {vocab}]", p.count),
-            ));
-        }
-        let bits = packed_bits(vocab, p.q_bits, p.count);
-        if p.bits.len() as u64 != bits.div_ceil(8) {
-            return Err(NetError::invalid(
-                "dist.bits",
-                format!(
-                    "{} bytes for {} entries of {} bits",
-                    p.bits.len(),
-                    p.count,
-                    bits / u64::from(p.count)
-                ),
-            ));
-        }
+        check_header(p, vocab)?;
         let q = u32::from(p.q_bits);
         let w = index_bits(vocab as usize) + q;
         let entries = entries_bit_by_bit(&p.bits, p.count as usize, w);

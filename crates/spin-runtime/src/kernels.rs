@@ -115,6 +115,29 @@ pub(crate) fn exp_with<const F: bool>(x: f32) -> f32 {
 /// Eight lanes: the rows of a block are processed eight at a time, one row per lane.
 type Lanes = [f32; 8];
 
+/// The unnormalised softmax of lane vector `v` of every position (`scores` holds `stride` lane vectors per
+/// position): per lane the maximum over positions, then each score replaced by exp(score − maximum); returns the
+/// per-lane sums. One function for the block kernel and `OneQuery`, so both do these operations in this order.
+#[inline(always)]
+fn lane_softmax<const F: bool>(scores: &mut [Lanes], stride: usize, v: usize) -> Lanes {
+    let mut m = [f32::NEG_INFINITY; 8];
+    for sp in scores.chunks_exact(stride) {
+        let x = sp[v];
+        for l in 0..8 {
+            m[l] = if x[l] > m[l] { x[l] } else { m[l] };
+        }
+    }
+    let mut z = [0f32; 8];
+    for sp in scores.chunks_exact_mut(stride) {
+        let x = &mut sp[v];
+        for l in 0..8 {
+            x[l] = exp_with::<F>(x[l] - m[l]);
+            z[l] += x[l];
+        }
+    }
+    z
+}
+
 /// Buffers of [`Attention::run_serial`], kept by its caller between calls.
 #[derive(Debug, Clone)]
 pub(crate) struct AttnScratch {
@@ -285,21 +308,7 @@ impl Attention<'_> {
         // Per row vector: lane-wise maximum, then exponentials and their sums, each kept in registers.
         s.sum.clear();
         for v in 0..rv {
-            let mut m = [f32::NEG_INFINITY; 8];
-            for sp in s.s.chunks_exact(rv) {
-                let x = sp[v];
-                for l in 0..8 {
-                    m[l] = if x[l] > m[l] { x[l] } else { m[l] };
-                }
-            }
-            let mut z = [0f32; 8];
-            for sp in s.s.chunks_exact_mut(rv) {
-                let x = &mut sp[v];
-                for l in 0..8 {
-                    x[l] = exp_with::<F>(x[l] - m[l]);
-                    z[l] += x[l];
-                }
-            }
+            let z = lane_softmax::<F>(&mut s.s, rv, v);
             s.sum.push(z);
         }
         // exp clamps −∞ to e⁻⁸⁷; masked keys get exactly zero weight (the sums differ by under 2⁻¹²⁵).
@@ -493,21 +502,7 @@ impl OneQuery<'_> {
         }
         // Per lane vector: maximum, exponentials and their sum, the weighted values, then 1/sum.
         for v in 0..hv {
-            let mut mx = [f32::NEG_INFINITY; 8];
-            for sp in s.s.chunks_exact(hv) {
-                let x = sp[v];
-                for l in 0..8 {
-                    mx[l] = if x[l] > mx[l] { x[l] } else { mx[l] };
-                }
-            }
-            let mut z = [0f32; 8];
-            for sp in s.s.chunks_exact_mut(hv) {
-                let x = &mut sp[v];
-                for l in 0..8 {
-                    x[l] = exp_with::<F>(x[l] - mx[l]);
-                    z[l] += x[l];
-                }
-            }
+            let z = lane_softmax::<F>(&mut s.s, hv, v);
             let inv = z.map(|z| 1.0 / z);
             for d0 in (0..hd).step_by(8) {
                 let width = (hd - d0).min(8);

@@ -333,17 +333,22 @@ impl MatMul<'_> {
     }
 }
 
+/// a·b + c on vectors: fused where the instruction set has FMA (`F`), a multiply and an add otherwise; the one
+/// definition both column kernels use, so they round alike.
+#[inline(always)]
+fn fma_lanes<S: pulp::Simd, const F: bool>(simd: S, a: S::f32s, b: S::f32s, c: S::f32s) -> S::f32s {
+    if F {
+        simd.mul_add_e_f32s(a, b, c)
+    } else {
+        simd.add_f32s(simd.mul_f32s(a, b), c)
+    }
+}
+
 /// [`vector_columns`] for a whole panel of exactly K vectors a row: the same arithmetic in the same order, with the
 /// panel read as rows of K vectors (no offsets, no bounds checks inside the loop).
 #[inline(always)]
 fn panel_columns<S: pulp::Simd, const K: usize, const F: bool>(simd: S, x: &[f32], w: &[f32], y: &mut [f32]) {
-    let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
-        if F {
-            simd.mul_add_e_f32s(a, b, c)
-        } else {
-            simd.add_f32s(simd.mul_f32s(a, b), c)
-        }
-    };
+    let fma = |a, b, c| fma_lanes::<S, F>(simd, a, b, c);
     let zero = simd.splat_f32s(0.0);
     let mut even = [zero; K];
     let mut odd = [zero; K];
@@ -388,13 +393,7 @@ fn vector_columns<S: pulp::Simd, const K: usize, const F: bool>(
         let v: &[S::f32s] = bytemuck::cast_slice(&row[o0..o0 + width]);
         std::array::from_fn(|k| v[k])
     };
-    let fma = |a: S::f32s, b: S::f32s, c: S::f32s| {
-        if F {
-            simd.mul_add_e_f32s(a, b, c)
-        } else {
-            simd.add_f32s(simd.mul_f32s(a, b), c)
-        }
-    };
+    let fma = |a, b, c| fma_lanes::<S, F>(simd, a, b, c);
     let zero = simd.splat_f32s(0.0);
     let mut even = [zero; K];
     let mut odd = [zero; K];
