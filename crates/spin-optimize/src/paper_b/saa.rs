@@ -1169,6 +1169,14 @@ mod tests {
     use crate::paper_b::scenario::tests::example;
     use rand::{RngExt, SeedableRng};
 
+    /// Every mode policy an SAA evaluator accepts.
+    const SAA_POLICIES: [ModeScheme; 4] = [
+        ModeScheme::Optimal,
+        ModeScheme::AllUl,
+        ModeScheme::AllDl,
+        ModeScheme::Random,
+    ];
+
     #[test]
     fn first_rejection_is_geometric() {
         let alpha = [0.3, 0.8, 0.95];
@@ -1346,12 +1354,7 @@ mod tests {
     fn incremental_moves_equal_full_evaluation() {
         let sc = Scenario::new(example(12)).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(4);
-        for policy in [
-            ModeScheme::Optimal,
-            ModeScheme::AllUl,
-            ModeScheme::AllDl,
-            ModeScheme::Random,
-        ] {
+        for policy in SAA_POLICIES {
             for objective in [Objective::Rate, Objective::MeanRatio] {
                 let ev = Evaluator::new(&sc, policy, objective).unwrap();
                 let gamma: Vec<u32> = (0..12).map(|_| rng.random_range(0..=20)).collect();
@@ -1464,12 +1467,7 @@ mod tests {
                 spec.devices[0].channel_gain = 1e-70;
                 sc = Scenario::new(spec).unwrap();
             }
-            for policy in [
-                ModeScheme::Optimal,
-                ModeScheme::AllUl,
-                ModeScheme::AllDl,
-                ModeScheme::Random,
-            ] {
+            for policy in SAA_POLICIES {
                 let ev = Evaluator::new(&sc, policy, Objective::Rate).unwrap();
                 assert_eq!(ev.snr_shortcut, case % 4 != 3);
                 let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=sc.max_draft_len)).collect();
@@ -1552,12 +1550,7 @@ mod tests {
             let k = [3, 9, 30][case % 3];
             let sc = spread(&mut rng, k);
             let g_max = sc.max_draft_len;
-            for policy in [
-                ModeScheme::Optimal,
-                ModeScheme::AllUl,
-                ModeScheme::AllDl,
-                ModeScheme::Random,
-            ] {
+            for policy in SAA_POLICIES {
                 for objective in [Objective::Rate, Objective::MeanRatio] {
                     let ev = Evaluator::new(&sc, policy, objective).unwrap();
                     let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=g_max)).collect();
