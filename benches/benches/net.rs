@@ -99,14 +99,16 @@ fn protocol(c: &mut Criterion) {
                 let DeviceMsg::Draft { tokens, dists, .. } = proto::decode::<DeviceMsg>(body).unwrap() else {
                     unreachable!()
                 };
+                let mut device_bits = 0u64;
                 for (d, &t) in dists.iter().zip(&tokens) {
                     let d = proto::unpack(d, V as u32).unwrap();
                     // The server's check that each drafted token has mass in its own distribution.
                     assert!(spin_net::server::has_mass(&d, t));
-                    bits += d.bits_on_air();
+                    device_bits += d.bits_on_air();
                 }
+                bits += device_bits;
                 let r = link.spectral_efficiency(gains[k]).unwrap();
-                black_box(air_time_s(bits as f64, 1e5, r));
+                black_box(air_time_s(device_bits as f64, 1e5, r));
             }
             let rejected = &gains[..16];
             let sol = reactive::solve(
@@ -164,9 +166,10 @@ fn protocol(c: &mut Criterion) {
                 };
                 // The server's checks of a pair draft.
                 assert!(tokens.iter().all(|&t| t < V as u32) && probs.iter().all(|&p| p > 0.0 && p <= 1.0));
-                bits += tokens.len() as u64 * (9 + 32);
+                let device_bits = tokens.len() as u64 * (9 + 32);
+                bits += device_bits;
                 let r = link.spectral_efficiency(gains[k]).unwrap();
-                black_box(air_time_s(bits as f64, 1e5, r));
+                black_box(air_time_s(device_bits as f64, 1e5, r));
             }
             let sol = reactive::solve(
                 &link.paper_b_link(12_800.0),
