@@ -336,10 +336,23 @@ pub fn unpack(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
     } else {
         codes.iter().fold(0.0f32, |m, &c| if c > m { c } else { m })
     };
+    finish_unpack(vocab, q, indices, codes, max, ordered)
+}
+
+/// The checks and the result of an unpack once the entries are read: the largest code `max` must be 2^Q − 1, entries
+/// not `ordered` largest first are put in that order, and spin-core builds (and checks again) the distribution.
+fn finish_unpack(
+    vocab: u32,
+    q: u32,
+    mut indices: Vec<u32>,
+    mut codes: Vec<f32>,
+    max: f32,
+    ordered: bool,
+) -> Result<SparseDist, NetError> {
     if max == 0.0 {
         return Err(NetError::invalid("dist.codes", "every code is zero"));
     }
-    let full = code_mask as f32;
+    let full = ((1u64 << q) - 1) as f32;
     if max != full {
         return Err(NetError::invalid(
             "dist.codes",
@@ -559,8 +572,8 @@ mod tests {
         }
     }
 
-    /// `unpack` as it was before the grouped reader (one field read per entry, order and maximum tracked in the
-    /// loop), kept as the reference for the fast path.
+    /// `unpack`'s reading as it was before the grouped reader (one field read per entry, order and maximum tracked in
+    /// the loop), with the same checks after it: the reference for the fast path.
     fn unpack_reference(p: &PackedDist, vocab: u32) -> Result<SparseDist, NetError> {
         check_header(p, vocab)?;
         let q = u32::from(p.q_bits);
@@ -577,29 +590,7 @@ mod tests {
             indices.push((e >> q) as u32);
             codes.push(c as f32);
         }
-        let max = largest as f32;
-        if max == 0.0 {
-            return Err(NetError::invalid("dist.codes", "every code is zero"));
-        }
-        let full = code_mask as f32;
-        if max != full {
-            return Err(NetError::invalid(
-                "dist.codes",
-                format!("the largest code is {max}, not 2^Q − 1 = {full}"),
-            ));
-        }
-        if !ordered {
-            let mut pairs: Vec<(u32, f32)> = indices.iter().copied().zip(codes.iter().copied()).collect();
-            pairs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            (indices, codes) = pairs.into_iter().unzip();
-        }
-        SparseDist::from_codes(vocab as usize, indices, codes, q).map_err(|e| {
-            let field = match &e {
-                spin_core::CoreError::InvalidAt { field: "indices", .. } => "dist.index",
-                _ => "dist",
-            };
-            NetError::invalid(field, e.to_string())
-        })
+        finish_unpack(vocab, q, indices, codes, largest as f32, ordered)
     }
 
     #[test]
