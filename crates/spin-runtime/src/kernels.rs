@@ -865,23 +865,6 @@ mod tests {
         let pv: Vec<f32> = (0..past * kvd).map(|i| val(i, 7)).collect();
         let visible: Vec<usize> = (0..t).map(|j| past + j + 1).collect();
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut many = Vec::new();
-        Attention {
-            qkv: &rows,
-            past: &[Past {
-                k: &pk,
-                len: past,
-                v: &pv,
-            }],
-            visible: &visible,
-            queries: t,
-            n_heads: nh,
-            n_kv_heads: nkv,
-            head_dim: hd,
-            scale,
-        }
-        .run_serial(&mut many, &mut AttnScratch::default());
-        // The same pass without fused multiply-adds (what an instruction set without them runs).
         let att = Attention {
             qkv: &rows,
             past: &[Past {
@@ -896,6 +879,9 @@ mod tests {
             head_dim: hd,
             scale,
         };
+        let mut many = Vec::new();
+        att.run_serial(&mut many, &mut AttnScratch::default());
+        // The same pass without fused multiply-adds (what an instruction set without them runs).
         let rep = nh / nkv;
         let mut blocks = vec![0f32; nh * t * hd];
         for (g, out) in blocks.chunks_exact_mut(rep * t * hd).enumerate() {
@@ -911,23 +897,16 @@ mod tests {
             let row = &rows[j * w..][..w];
             lanes.extend(&row[d..d + kvd], &row[d + kvd..], nh, nkv, hd);
             assert_eq!(lanes.len(), past + j + 1);
-            OneQuery {
+            let query = OneQuery {
                 q: &row[..d],
                 kv: &lanes,
                 n_heads: nh,
                 head_dim: hd,
                 scale,
-            }
-            .run(&mut one, &mut scratch);
+            };
+            query.run(&mut one, &mut scratch);
             let mut one_plain = vec![0f32; d];
-            OneQuery {
-                q: &row[..d],
-                kv: &lanes,
-                n_heads: nh,
-                head_dim: hd,
-                scale,
-            }
-            .block::<pulp::Scalar, false>(pulp::Scalar, &mut one_plain, &mut Scratch::default());
+            query.block::<pulp::Scalar, false>(pulp::Scalar, &mut one_plain, &mut Scratch::default());
             for (route, got, want) in [("dispatched", &one, &many), ("unfused", &one_plain, &many_plain)] {
                 let want = &want[j * d..][..d];
                 for (c, (a, b)) in got.iter().zip(want).enumerate() {
