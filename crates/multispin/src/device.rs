@@ -29,6 +29,9 @@ pub struct DeviceArgs {
     /// Distance to the server in metres (default: the server's seeded drop).
     #[arg(long)]
     pub distance_m: Option<f64>,
+    /// Seconds a device whose connection was cut keeps reconnecting to resume its session (0: it does not).
+    #[arg(long, default_value_t = 30.0)]
+    pub reconnect_s: f64,
 }
 
 /// Runs `multispin device`: prints the generated text on stdout.
@@ -57,6 +60,12 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         identity(&drafter, &tok),
     );
     cfg.distance_m = args.distance_m;
+    cfg.reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s).map_err(|_| {
+        Failure::Input(format!(
+            "reconnect_s: {} is not a number of seconds ≥ 0",
+            args.reconnect_s
+        ))
+    })?;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {
         Ok(r) => {

@@ -1,7 +1,7 @@
 //! `multispin serve`: the edge server as its own process; devices (`multispin device`) connect over TCP.
 
 use crate::failure::Failure;
-use crate::simulate::{Embedded, RESUME_GRACE, ServerArgs, identity, load, load_tokenizer, scheme_table};
+use crate::simulate::{Embedded, ServerArgs, identity, load, load_tokenizer, scheme_table, seconds};
 use anyhow::Context;
 use clap::Args;
 use spin_net::blocking::serve_blocking;
@@ -26,6 +26,24 @@ pub struct ServeArgs {
     /// Write the per-round trace (JSON lines) here.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Seconds a disconnected device has to resume; then its session is released and cannot be resumed.
+    #[arg(long, default_value_t = 10.0)]
+    pub resume_window_s: f64,
+    /// Seconds a new connection has to send its Hello before it is closed.
+    #[arg(long, default_value_t = 5.0)]
+    pub handshake_timeout_s: f64,
+    /// Open connections at most (one more is answered Full).
+    #[arg(long, default_value_t = 2048)]
+    pub max_connections: usize,
+    /// Open connections at most from one IP address.
+    #[arg(long, default_value_t = 64)]
+    pub max_connections_per_addr: usize,
+    /// Sessions at most that have not drafted yet (a flood of Hellos fills this, not the device slots).
+    #[arg(long, default_value_t = 256)]
+    pub max_pending: usize,
+    /// Of those, at most this many from one IP address.
+    #[arg(long, default_value_t = 32)]
+    pub max_pending_per_addr: usize,
 }
 
 /// Runs `multispin serve`.
@@ -47,7 +65,14 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let mut cfg = args.server.config(identity(&target, &tok))?;
     cfg.min_devices = args.devices;
     cfg.stop_when_done = !args.keep_serving;
-    cfg.resume_grace = RESUME_GRACE;
+    cfg.resume_window = seconds("resume_window_s", args.resume_window_s)?;
+    cfg.handshake_timeout = seconds("handshake_timeout_s", args.handshake_timeout_s)?;
+    cfg.max_connections = args.max_connections;
+    cfg.max_connections_per_addr = args.max_connections_per_addr;
+    cfg.max_pending = args.max_pending;
+    // `--devices N` started from one host must get in before any of them drafts.
+    cfg.max_pending_per_addr = args.max_pending_per_addr;
+    cfg.validate().map_err(Failure::input)?;
     let mut trace = match &args.trace {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
@@ -61,6 +86,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         target,
         cfg,
         |addr| eprintln!("listening on {addr}"),
+        |notice| eprintln!("{notice}"),
         |t| {
             if let Some(w) = trace.as_mut() {
                 // Flushed per round: ctrl-c never leaves a cut line.

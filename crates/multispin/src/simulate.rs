@@ -110,6 +110,10 @@ pub struct ServerArgs {
     /// A draft arriving later than this (seconds after the plan, on the run's clock) is dropped for the round.
     #[arg(long, default_value_t = 10.0)]
     pub round_deadline: f64,
+    /// Wall-clock seconds a device may take to answer in a round, on either clock; one silent past it is dropped for
+    /// the round (`silent` in the trace) so that it cannot stall the others.
+    #[arg(long, default_value_t = 30.0)]
+    pub wall_deadline_s: f64,
     /// Prior α₀ of the online acceptance estimate.
     #[arg(long, default_value_t = 0.7)]
     pub alpha_prior: f64,
@@ -141,6 +145,7 @@ impl ServerArgs {
         cfg.v_eff = self.v_eff;
         cfg.q_bits = self.q_bits;
         cfg.round_deadline_s = self.round_deadline;
+        cfg.wall_deadline = seconds("wall_deadline_s", self.wall_deadline_s)?;
         cfg.alpha_prior = self.alpha_prior;
         cfg.saa_samples = self.saa_samples;
         cfg.clock = match self.clock {
@@ -587,8 +592,13 @@ fn device_table(summary: &Summary, texts: &[String]) -> String {
     s.trim_end().to_owned()
 }
 
-/// How long `serve` waits for devices to resume after they all left.
-pub const RESUME_GRACE: Duration = Duration::from_secs(10);
+/// `s` seconds as a duration, or an input error naming `field` (NaN, infinite, zero or negative).
+pub fn seconds(field: &str, s: f64) -> Result<Duration, Failure> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| Failure::Input(format!("{field}: {s} is not a number of seconds > 0")))
+}
 
 #[cfg(test)]
 mod tests {

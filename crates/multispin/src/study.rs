@@ -43,7 +43,7 @@ pub fn check(summary: &Summary, rounds: &[RoundTrace]) -> PredictionCheck {
         rounds
             .iter()
             .flat_map(|r| &r.devices)
-            .filter(|d| d.gamma > 0 && d.mode != "dropped" && d.mode != "lost")
+            .filter(|d| d.gamma > 0 && !matches!(d.mode, "dropped" | "silent" | "lost"))
     };
     // Per device: accepted tokens and rejections, whose ratio is the i.i.d. maximum-likelihood α̂_k.
     let n = kept().map(|d| d.device + 1).max().unwrap_or(0);

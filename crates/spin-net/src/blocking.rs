@@ -48,18 +48,20 @@ pub fn simulate_blocking(
     ))
 }
 
-/// Binds `addr`, reports the bound address to `on_listening`, and serves until done or ctrl-c.
+/// Binds `addr`, reports the bound address to `on_listening`, and serves until done or ctrl-c; the server's operator
+/// notices (whom it waits for) go to `on_notice`.
 pub fn serve_blocking(
     addr: &str,
     target: Arc<Model>,
     cfg: ServerConfig,
     on_listening: impl FnOnce(SocketAddr),
+    on_notice: impl FnMut(&str) + Send + 'static,
     on_round: impl FnMut(&RoundTrace),
 ) -> Result<Summary> {
     let rt = runtime()?;
     let shutdown = ctrl_c(&rt);
     rt.block_on(async move {
-        let server = Server::bind(addr, target, cfg).await?;
+        let server = Server::bind(addr, target, cfg).await?.with_notices(on_notice);
         on_listening(server.local_addr()?);
         server.run(shutdown, on_round).await
     })

@@ -3,7 +3,7 @@
 //! resume its session after a disconnect and continues from the text the server committed.
 
 use crate::error::{NetError, Result};
-use crate::proto::{self, DeviceMsg, Identity, MAGIC, Next, PROTOCOL_VERSION, ServerMsg};
+use crate::proto::{self, DeviceMsg, ErrorCode, Identity, MAGIC, Next, PROTOCOL_VERSION, Resume, ServerMsg};
 use crate::wire::{Conn, framed, recv, send};
 use spin_runtime::Model;
 use spin_runtime::drafter::{DistForm, Drafter, device_rng};
@@ -29,6 +29,9 @@ pub struct DeviceConfig {
     pub delay: Option<Duration>,
     /// Test hook: drop the connection right after sending the draft of this round, then resume.
     pub disconnect_at_round: Option<u64>,
+    /// How long a device whose connection was cut keeps trying to resume (reconnects back off from 50 ms, doubling
+    /// to 2 s); zero: it does not resume.
+    pub reconnect_for: Duration,
 }
 
 impl DeviceConfig {
@@ -42,6 +45,7 @@ impl DeviceConfig {
             max_frame_bytes: proto::MAX_FRAME_BYTES,
             delay: None,
             disconnect_at_round: None,
+            reconnect_for: Duration::from_secs(30),
         }
     }
 }
@@ -73,12 +77,13 @@ impl DeviceReport {
 struct Joined {
     conn: Conn,
     session: u64,
+    secret: [u8; proto::SECRET_BYTES],
     device: u32,
     drafter: Drafter<Arc<Model>>,
     max_new: usize,
 }
 
-async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<u64>) -> Result<Joined> {
+async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) -> Result<Joined> {
     let stream = TcpStream::connect(&cfg.addr).await?;
     let mut conn = framed(stream, cfg.max_frame_bytes);
     send(
@@ -97,6 +102,7 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<u64>) -> Re
     let ServerMsg::Welcome {
         version,
         session,
+        secret,
         device,
         identity,
         committed,
@@ -151,6 +157,7 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<u64>) -> Re
     Ok(Joined {
         conn,
         session,
+        secret,
         device,
         drafter,
         max_new: params.max_new_tokens as usize,
@@ -196,14 +203,18 @@ pub async fn run_device_with_ready(
     let mut resumes = 0u32;
     let mut disconnect_at = cfg.disconnect_at_round;
     loop {
-        let (msg, _) = match recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes).await {
-            Ok(m) => m,
-            Err(NetError::Closed) => {
-                return Err(NetError::Shutdown("the server closed the connection".into()));
+        let msg = match recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes).await {
+            Ok((m, _)) => m,
+            // A cut connection (reset, closed without `Shutdown`, a frame cut short) is not the end of the run:
+            // reconnect and resume with the session's id and secret.
+            Err(e) if e.is_cut() => {
+                j = rejoin(&model, &cfg, j, e).await?;
+                resumes += 1;
+                continue;
             }
             Err(e) => return Err(e),
         };
-        match msg {
+        let answered = match msg {
             ServerMsg::Plan {
                 round,
                 draft_len,
@@ -224,7 +235,7 @@ pub async fn run_device_with_ready(
                 } else {
                     Vec::new()
                 };
-                send(
+                let sent = send(
                     &mut j.conn,
                     &DeviceMsg::Draft {
                         round,
@@ -234,17 +245,18 @@ pub async fn run_device_with_ready(
                         draft_s,
                     },
                 )
-                .await?;
+                .await;
                 rounds += 1;
-                if disconnect_at == Some(round) {
+                if sent.is_ok() && disconnect_at == Some(round) {
                     disconnect_at = None;
-                    // Vanish mid-round, then come back with the session id.
-                    let session = j.session;
+                    // Vanish mid-round, then come back with the session id and secret.
+                    let (session, secret) = (j.session, j.secret);
                     drop(j);
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    j = join(&model, &cfg, Some(session)).await?;
+                    j = join(&model, &cfg, Some(Resume { session, secret })).await?;
                     resumes += 1;
                 }
+                sent.map(|_| ())
             }
             ServerMsg::Verdict {
                 round,
@@ -264,6 +276,7 @@ pub async fn run_device_with_ready(
                             resumes,
                         });
                     }
+                    Ok(())
                 }
                 Next::SendQ => {
                     let form = j.drafter.form();
@@ -279,18 +292,81 @@ pub async fn run_device_with_ready(
                             q: proto::pack(&q)?,
                         },
                     )
-                    .await?;
+                    .await
+                    .map(|_| ())
                 }
                 Next::Residual { p } => {
                     let p = proto::unpack(&p, j.drafter.vocab() as u32)?;
                     let token = j.drafter.correct_downlink(accepted as usize, &p)?;
-                    send(&mut j.conn, &DeviceMsg::Corrected { round, token }).await?;
+                    send(&mut j.conn, &DeviceMsg::Corrected { round, token })
+                        .await
+                        .map(|_| ())
                 }
             },
-            ServerMsg::Dropped { .. } => j.drafter.discard()?,
+            ServerMsg::Dropped { .. } => {
+                j.drafter.discard()?;
+                Ok(())
+            }
             ServerMsg::Shutdown { reason } => return Err(NetError::Shutdown(reason)),
             ServerMsg::Error { code, message } => return Err(NetError::Refused { code, message }),
             ServerMsg::Welcome { .. } => return Err(NetError::Protocol("Welcome sent twice".into())),
+        };
+        match answered {
+            Ok(()) => {}
+            Err(e) if e.is_cut() => {
+                j = rejoin(&model, &cfg, j, e).await?;
+                resumes += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The wait before reconnect attempt `n` (from 0): 50 ms doubling to 2 s.
+pub fn reconnect_backoff(n: u32) -> Duration {
+    Duration::from_millis(50u64 << n.min(6)).min(Duration::from_secs(2))
+}
+
+/// Reconnects after `cut` and resumes `j`'s session, backing off between attempts for up to
+/// `cfg.reconnect_for`. A resume the server answers `Busy` (it has not seen the old connection close yet) or a
+/// connection that fails again is retried; any other refusal ends the device. The rebuilt drafter continues from
+/// the text the server committed (a round in flight when the connection was cut commits nothing).
+async fn rejoin(model: &Arc<Model>, cfg: &DeviceConfig, j: Joined, cut: NetError) -> Result<Joined> {
+    let resume = Resume {
+        session: j.session,
+        secret: j.secret,
+    };
+    // The old connection is closed first, so that the server sees it go.
+    drop(j);
+    let give_up = Instant::now() + cfg.reconnect_for;
+    let mut last = cut;
+    let mut attempt = 0u32;
+    loop {
+        let wait = reconnect_backoff(attempt);
+        if Instant::now() + wait > give_up {
+            return Err(NetError::Lost(format!(
+                "cut and not resumed within {} s (last: {last})",
+                cfg.reconnect_for.as_secs_f64()
+            )));
+        }
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+        match join(model, cfg, Some(resume)).await {
+            Ok(joined) => {
+                tracing::info!("device: resumed session after {attempt} attempt(s)");
+                return Ok(joined);
+            }
+            Err(NetError::Refused {
+                code: ErrorCode::Busy,
+                message,
+            }) => {
+                last = NetError::Refused {
+                    code: ErrorCode::Busy,
+                    message,
+                };
+            }
+            Err(e) if e.is_cut() => last = e,
+            Err(e) => return Err(e),
         }
     }
 }

@@ -42,6 +42,12 @@ pub enum NetError {
     /// `Hello.resume` names no resumable session.
     #[error("session: {0} is not a session waiting to resume")]
     UnknownSession(u64),
+    /// `Hello.resume` names a session whose device is still connected.
+    #[error("session: {0} is connected; a resume is accepted once its connection is gone")]
+    Busy(u64),
+    /// The server admits no more devices, connections or new sessions (which limit, in the message).
+    #[error("full: {0}")]
+    Full(String),
     /// A message arrived where the protocol does not allow it.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -59,6 +65,9 @@ pub enum NetError {
     /// The connection closed.
     #[error("connection: closed by the peer")]
     Closed,
+    /// A device's connection was cut and its session could not be resumed in time.
+    #[error("connection: {0}")]
+    Lost(String),
     /// An argument or received field is out of its domain.
     #[error("{field}: {reason}")]
     Invalid {
@@ -97,8 +106,22 @@ impl NetError {
             NetError::Version { .. } => ErrorCode::Version,
             NetError::Mismatch { .. } => ErrorCode::Mismatch,
             NetError::UnknownSession(_) => ErrorCode::UnknownSession,
+            NetError::Busy(_) => ErrorCode::Busy,
+            NetError::Full(_) => ErrorCode::Full,
             NetError::Decode(_) | NetError::Invalid { .. } => ErrorCode::Malformed,
             _ => ErrorCode::Protocol,
+        }
+    }
+}
+
+impl NetError {
+    /// Whether this is the connection failing under the session (reset, cut, closed without `Shutdown`, a frame
+    /// cut in the middle) rather than a refusal or the end of the run: a device then reconnects and resumes.
+    pub fn is_cut(&self) -> bool {
+        match self {
+            NetError::Io(_) | NetError::Closed => true,
+            NetError::Decode(m) => m.contains("truncated"),
+            _ => false,
         }
     }
 }

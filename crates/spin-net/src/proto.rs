@@ -7,7 +7,9 @@ use spin_core::SparseDist;
 use spin_core::dist::index_bits;
 
 /// The protocol version; a peer speaking another version is refused at the handshake.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
+/// Bytes of a session's resume secret (128 bits from the operating system's CSPRNG).
+pub const SECRET_BYTES: usize = 16;
 /// The first four bytes of every `Hello`, so that a stray client is told apart from a wrong version.
 pub const MAGIC: [u8; 4] = *b"MSPN";
 /// The default largest frame body in bytes (a γ = 32 paper-A draft at V = 151,665, V_eff = 1024, Q = 16 needs
@@ -81,6 +83,35 @@ mod serde_bytes_compat {
     }
 }
 
+/// What a device that lost its connection quotes to take its session back: the id and the secret of its `Welcome`.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    /// The session id.
+    pub session: u64,
+    /// The session's resume secret.
+    pub secret: [u8; SECRET_BYTES],
+}
+
+/// The secret is never printed (a log line must not hand a session to whoever reads it).
+impl std::fmt::Debug for Resume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resume")
+            .field("session", &self.session)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Whether two secrets are equal, in time independent of where they differ (no early exit: every byte is folded in,
+/// and the fold passes through `black_box` so that the compiler cannot turn it back into a short-circuit compare).
+pub fn secrets_equal(a: &[u8; SECRET_BYTES], b: &[u8; SECRET_BYTES]) -> bool {
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0u8, |acc, (x, y)| std::hint::black_box(acc | (x ^ y)));
+    std::hint::black_box(diff) == 0
+}
+
 /// Messages from a device to the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DeviceMsg {
@@ -92,8 +123,8 @@ pub enum DeviceMsg {
         version: u16,
         /// The draft model's identity.
         identity: Identity,
-        /// A session id from an earlier `Welcome` to resume, or none.
-        resume: Option<u64>,
+        /// The session id and secret of an earlier `Welcome` to resume, or none.
+        resume: Option<Resume>,
         /// The prompt's token ids (ignored on resume).
         prompt: Vec<u32>,
         /// Distance to the server in metres, when the device knows it (else the server's drop draws one).
@@ -156,8 +187,10 @@ pub enum ServerMsg {
     Welcome {
         /// [`PROTOCOL_VERSION`].
         version: u16,
-        /// The session id (quote it in `Hello.resume` to reconnect).
+        /// The session id (quote it with `secret` in `Hello.resume` to reconnect).
         session: u64,
+        /// The session's resume secret (from the OS CSPRNG; only this device and the server know it).
+        secret: [u8; SECRET_BYTES],
         /// The device's index in the run.
         device: u32,
         /// The target model's identity.
@@ -220,12 +253,15 @@ pub enum ErrorCode {
     Version,
     /// The vocabulary or tokenizer does not match the target's.
     Mismatch,
-    /// `Hello.resume` names no live session, or the session is already connected.
+    /// `Hello.resume` names no resumable session, or its secret is wrong (the two are not told apart).
     UnknownSession,
     /// A message that is not valid at this point of the session.
     Protocol,
-    /// The server is full.
+    /// The server is full (devices, connections or sessions that have not drafted yet, docs/system.md).
     Full,
+    /// `Hello.resume` names a session whose device is still connected (id and secret were right); retry once the
+    /// old connection is gone.
+    Busy,
 }
 
 /// Encodes a message body (postcard).

@@ -12,9 +12,10 @@ use crate::controller::{
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};
 use crate::proto::{
-    self, DeviceMsg, ErrorCode, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, ServerMsg, SessionParams,
+    self, DeviceMsg, ErrorCode, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, SECRET_BYTES, ServerMsg,
+    SessionParams,
 };
-use crate::wire::{frame_error, framed};
+use crate::wire::{frame_bytes, frame_error, framed};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use rand::{RngExt, SeedableRng};
@@ -27,9 +28,9 @@ use spin_optimize::round::Family;
 use spin_runtime::Model;
 use spin_runtime::speculative::sampling;
 use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -94,8 +95,21 @@ pub struct ServerConfig {
     pub link: LinkConfig,
     /// A draft that arrives later than this after the plan (on the run's clock) is dropped for the round.
     pub round_deadline_s: f64,
-    /// Wall-clock limit on waiting for any one message (a hung or vanished peer), on either clock.
-    pub wait_limit: Duration,
+    /// Wall-clock limit on waiting for a device's answer in a round (its draft, its correction), on either clock:
+    /// a device silent past it is dropped for the round (`silent` in the trace) and the others go on.
+    pub wall_deadline: Duration,
+    /// A connection that has not sent a complete `Hello` within this is closed (slow or idle peers).
+    pub handshake_timeout: Duration,
+    /// Open connections at most (handshakes included); one more is answered `Full` and closed.
+    pub max_connections: usize,
+    /// Open connections at most from one IP address.
+    pub max_connections_per_addr: usize,
+    /// Sessions at most that have not drafted yet (connected or waiting to resume); a new one beyond is `Full`.
+    pub max_pending: usize,
+    /// Of those, at most this many opened from one IP address.
+    pub max_pending_per_addr: usize,
+    /// While fewer than `min_devices` joined, a notice says whom the server waits for this often.
+    pub notice_every: Duration,
     /// Rounds start once this many devices joined.
     pub min_devices: usize,
     /// Devices admitted at most.
@@ -104,8 +118,9 @@ pub struct ServerConfig {
     pub max_rounds: Option<u64>,
     /// Stop once every device has finished (else wait for new devices until shut down).
     pub stop_when_done: bool,
-    /// How long a finished run waits for disconnected devices to resume.
-    pub resume_grace: Duration,
+    /// How long a disconnected session waits for its device to resume; at its end the session is released (its
+    /// memory freed, a resume refused) and a run whose other devices finished ends.
+    pub resume_window: Duration,
     /// The target model's identity.
     pub identity: Identity,
     /// Largest frame body.
@@ -142,12 +157,18 @@ impl ServerConfig {
             },
             link: LinkConfig::paper_b(),
             round_deadline_s: 10.0,
-            wait_limit: Duration::from_secs(30),
+            wall_deadline: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            max_connections: 2048,
+            max_connections_per_addr: 64,
+            max_pending: 256,
+            max_pending_per_addr: 32,
+            notice_every: Duration::from_secs(5),
             min_devices: 1,
             max_devices: 1024,
             max_rounds: None,
             stop_when_done: true,
-            resume_grace: Duration::from_secs(5),
+            resume_window: Duration::from_secs(10),
             identity,
             max_frame_bytes: proto::MAX_FRAME_BYTES,
             alpha_prior: 0.7,
@@ -187,6 +208,25 @@ impl ServerConfig {
                 "round_deadline_s",
                 format!("{} is not a number > 0", self.round_deadline_s),
             ));
+        }
+        for (field, d) in [
+            ("wall_deadline", self.wall_deadline),
+            ("handshake_timeout", self.handshake_timeout),
+            ("notice_every", self.notice_every),
+        ] {
+            if d.is_zero() {
+                return Err(NetError::invalid(field, "must be longer than 0 s"));
+            }
+        }
+        for (field, n) in [
+            ("max_connections", self.max_connections),
+            ("max_connections_per_addr", self.max_connections_per_addr),
+            ("max_pending", self.max_pending),
+            ("max_pending_per_addr", self.max_pending_per_addr),
+        ] {
+            if n == 0 {
+                return Err(NetError::invalid(field, "must be at least 1"));
+            }
         }
         if !(self.alpha_prior > 0.0 && self.alpha_prior < 1.0) {
             return Err(NetError::invalid(
@@ -263,7 +303,8 @@ pub struct DeviceTrace {
     pub accepted: u32,
     /// Tokens committed this round.
     pub emitted: u32,
-    /// `server` (corrected or bonus at the server), `ul`, `dl`, `dropped` (late), `lost` (disconnected).
+    /// `server` (corrected or bonus at the server), `ul`, `dl`, `dropped` (late), `silent` (no answer within the wall
+    /// deadline on the virtual clock), `lost` (disconnected).
     pub mode: &'static str,
     /// Payload bits put on the uplink air.
     pub bits_up: u64,
@@ -381,6 +422,8 @@ enum Event {
 #[derive(Clone)]
 struct ConnHandle {
     id: u64,
+    /// The peer's address (admission limits are per IP address).
+    addr: IpAddr,
     tx: mpsc::UnboundedSender<Outgoing>,
 }
 
@@ -415,7 +458,17 @@ fn push(tx: &mpsc::UnboundedSender<Outgoing>, msg: &ServerMsg) -> u64 {
 
 struct Session {
     id: u64,
+    /// The resume secret handed out in `Welcome` (compared in constant time).
+    secret: [u8; SECRET_BYTES],
+    /// The address the session was opened from (its pending-session quota).
+    addr: IpAddr,
     conn: Option<ConnHandle>,
+    /// When its connection went (the resume window runs from here).
+    left_at: Option<Instant>,
+    /// Whether one of its drafts was accepted (before that it counts against the pending-session limits).
+    drafted: bool,
+    /// Ended without finishing: `Bye`, or the resume window passed. Its memory is released; it cannot resume.
+    ended: bool,
     mean_gain: f64,
     draft_token_s: f64,
     measured_draft: Option<f64>,
@@ -424,11 +477,24 @@ struct Session {
     dropped: u64,
 }
 
+/// A fresh session id and resume secret from the operating system's CSPRNG (never from the run's seed: ids must
+/// not be predictable, and a run's reproducibility must not depend on them).
+fn fresh_credentials() -> Result<(u64, [u8; SECRET_BYTES])> {
+    let os = |e: getrandom::Error| NetError::Io(std::io::Error::other(format!("the OS random source: {e}")));
+    let mut secret = [0u8; SECRET_BYTES];
+    getrandom::fill(&mut secret).map_err(os)?;
+    Ok((getrandom::u64().map_err(os)?, secret))
+}
+
+/// A callback for the server's operator notices (e.g. whom it is waiting for).
+pub type Notice = Box<dyn FnMut(&str) + Send>;
+
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
     model: Arc<Model>,
     cfg: ServerConfig,
+    notice: Option<Notice>,
 }
 
 impl Server {
@@ -446,7 +512,19 @@ impl Server {
             ));
         }
         let listener = TcpListener::bind(addr).await?;
-        Ok(Server { listener, model, cfg })
+        Ok(Server {
+            listener,
+            model,
+            cfg,
+            notice: None,
+        })
+    }
+
+    /// Sends the server's operator notices (whom it waits for before the first round, every
+    /// `ServerConfig::notice_every`) to `f` instead of the `tracing` log.
+    pub fn with_notices(mut self, f: impl FnMut(&str) + Send + 'static) -> Self {
+        self.notice = Some(Box::new(f));
+        self
     }
 
     /// The bound address.
@@ -462,32 +540,15 @@ impl Server {
         on_round: impl FnMut(&RoundTrace),
     ) -> Result<Summary> {
         let (ev_tx, ev_rx) = mpsc::unbounded_channel();
-        let max_frame = self.cfg.max_frame_bytes;
         let listener = self.listener;
-        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
-        let acceptor = tokio::spawn(async move {
-            let mut next_id = 0u64;
-            let mut conns = tokio::task::JoinSet::new();
-            loop {
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((stream, _)) = accepted else { break };
-                        next_id += 1;
-                        conns.spawn(connection(stream, next_id, ev_tx.clone(), max_frame));
-                        // Reap finished connections so the set does not grow with every peer ever seen.
-                        while conns.try_join_next().is_some() {}
-                    }
-                    _ = &mut stop_rx => break,
-                }
-            }
-            // Let every connection write what the engine queued (final verdicts, `Shutdown`) before the process may
-            // exit; a peer that does not close within the grace period is cut.
-            drop(ev_tx);
-            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                while conns.join_next().await.is_some() {}
-            })
-            .await;
-        });
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let limits = ConnLimits {
+            max_frame: self.cfg.max_frame_bytes,
+            handshake_timeout: self.cfg.handshake_timeout,
+            max_connections: self.cfg.max_connections,
+            max_per_addr: self.cfg.max_connections_per_addr,
+        };
+        let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, stop_rx));
         let params = sampling(self.cfg.temperature)?;
         let verifier = Verifier::new(
             self.model.clone(),
@@ -501,7 +562,6 @@ impl Server {
         let vocab = self.model.config().vocab_size as u32;
         let v_eff = self.cfg.v_eff.min(vocab);
         let mut engine = Engine {
-            session_rng: ChaCha8Rng::seed_from_u64(self.cfg.seed ^ 0x7365_7373),
             verifier,
             sessions: Vec::new(),
             by_id: BTreeMap::new(),
@@ -518,6 +578,8 @@ impl Server {
             traces_tokens: 0,
             sums: [0.0; 4],
             predicted: Vec::new(),
+            notice: self.notice,
+            expired: 0,
         };
         let result = engine.run(on_round).await;
         // Closing the engine's side ends every connection's writer once its queue is flushed.
@@ -528,13 +590,149 @@ impl Server {
     }
 }
 
-/// One connection: decode frames into events; refuse and close on anything malformed.
+/// The listener's settings for each connection.
+#[derive(Debug, Clone, Copy)]
+struct ConnLimits {
+    max_frame: usize,
+    handshake_timeout: Duration,
+    max_connections: usize,
+    max_per_addr: usize,
+}
+
+/// Open connections, in all and per address (shared by the acceptor and the connection tasks).
+#[derive(Default)]
+struct OpenConns {
+    total: usize,
+    per_addr: HashMap<IpAddr, usize>,
+}
+
+/// One admitted connection: counted while it lives, uncounted when dropped.
+struct ConnSlot {
+    open: Arc<Mutex<OpenConns>>,
+    addr: IpAddr,
+}
+
+impl ConnSlot {
+    /// A slot for a connection from `addr`, or None (with the limit that was hit) when one is full.
+    fn take(
+        open: &Arc<Mutex<OpenConns>>,
+        addr: IpAddr,
+        l: &ConnLimits,
+    ) -> std::result::Result<ConnSlot, String> {
+        let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
+        if o.total >= l.max_connections {
+            return Err(format!("{} open connections (the server's limit)", o.total));
+        }
+        let n = o.per_addr.get(&addr).copied().unwrap_or(0);
+        if n >= l.max_per_addr {
+            return Err(format!(
+                "{n} open connections from {addr} (the per-address limit)"
+            ));
+        }
+        o.total += 1;
+        *o.per_addr.entry(addr).or_insert(0) += 1;
+        Ok(ConnSlot {
+            open: open.clone(),
+            addr,
+        })
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut o = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        o.total = o.total.saturating_sub(1);
+        if let Some(n) = o.per_addr.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                o.per_addr.remove(&self.addr);
+            }
+        }
+    }
+}
+
+/// The wait after the `n`-th accept error in a row: 5 ms doubling to 1 s (a full descriptor table frees up when a
+/// connection closes; retrying at once would spin).
+pub fn accept_backoff(n: u32) -> Duration {
+    Duration::from_millis(5u64 << n.min(8)).min(Duration::from_secs(1))
+}
+
+/// Whether an accept error is the system running short (descriptors, memory, buffers) or one connection failing
+/// before it was accepted; either way the listener goes on after a back-off. Only the kind is logged differently.
+fn accept_error_kind(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(23 | 24) => "file descriptors exhausted (ENFILE/EMFILE)",
+        Some(12 | 105) => "memory or buffers exhausted (ENOMEM/ENOBUFS)",
+        Some(103) => "connection aborted before accept (ECONNABORTED)",
+        _ => "accept failed",
+    }
+}
+
+/// Accepts connections until `stop`; an accept error never ends it (logged, then retried after a back-off).
+async fn accept_loop(
+    listener: TcpListener,
+    ev_tx: mpsc::UnboundedSender<Event>,
+    limits: ConnLimits,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut next_id = 0u64;
+    let mut conns = tokio::task::JoinSet::new();
+    let open = Arc::new(Mutex::new(OpenConns::default()));
+    let mut errors = 0u32;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    errors = 0;
+                    match ConnSlot::take(&open, peer.ip(), &limits) {
+                        Ok(slot) => {
+                            next_id += 1;
+                            conns.spawn(connection(stream, peer.ip(), next_id, ev_tx.clone(), limits, slot));
+                        }
+                        Err(why) => {
+                            // One non-blocking write of the refusal, then close: a flood costs no task.
+                            let e = NetError::Full(why);
+                            if let Ok(body) = proto::encode(&ServerMsg::Error { code: e.code(), message: e.to_string() }) {
+                                let _ = stream.try_write(&frame_bytes(&body));
+                            }
+                        }
+                    }
+                    // Reap finished connections so the set does not grow with every peer ever seen.
+                    while conns.try_join_next().is_some() {}
+                }
+                Err(e) => {
+                    let wait = accept_backoff(errors);
+                    tracing::warn!("listener: {} ({e}); retrying in {} ms", accept_error_kind(&e), wait.as_millis());
+                    errors = errors.saturating_add(1);
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = &mut stop => break,
+                    }
+                }
+            },
+            _ = &mut stop => break,
+        }
+    }
+    // Let every connection write what the engine queued (final verdicts, `Shutdown`) before the process may
+    // exit; a peer that does not close within the grace period is cut.
+    drop(ev_tx);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// One connection: decode frames into events; refuse and close on anything malformed, on a handshake that does not
+/// complete within the timeout, and after `Bye`.
 async fn connection(
     stream: tokio::net::TcpStream,
+    addr: IpAddr,
     conn_id: u64,
     events: mpsc::UnboundedSender<Event>,
-    max_frame: usize,
+    limits: ConnLimits,
+    slot: ConnSlot,
 ) {
+    let max_frame = limits.max_frame;
     let (mut sink, mut frames) = framed(stream, max_frame).split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer = tokio::spawn(async move {
@@ -555,8 +753,26 @@ async fn connection(
         );
     };
     let mut session: Option<u64> = None;
+    let handshake_by = Instant::now() + limits.handshake_timeout;
     loop {
-        let body = match frames.next().await {
+        let next = match session {
+            // The whole first frame must arrive in time: a peer trickling bytes is cut like an idle one.
+            None => match tokio::time::timeout_at(handshake_by.into(), frames.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    refuse(
+                        &tx,
+                        &NetError::Protocol(format!(
+                            "handshake: no Hello within {} s",
+                            limits.handshake_timeout.as_secs_f64()
+                        )),
+                    );
+                    break;
+                }
+            },
+            Some(_) => frames.next().await,
+        };
+        let body = match next {
             None => break,
             Some(Err(e)) => {
                 refuse(&tx, &frame_error(e, max_frame));
@@ -576,6 +792,7 @@ async fn connection(
                 let (rtx, rrx) = oneshot::channel();
                 let conn = ConnHandle {
                     id: conn_id,
+                    addr,
                     tx: tx.clone(),
                 };
                 if events
@@ -606,6 +823,7 @@ async fn connection(
                 break;
             }
             (Some(s), msg) => {
+                let bye = matches!(msg, DeviceMsg::Bye);
                 let bytes = body.len();
                 if events
                     .send(Event::Msg {
@@ -615,7 +833,9 @@ async fn connection(
                         bytes,
                     })
                     .is_err()
+                    || bye
                 {
+                    // After `Bye` nothing more is read: the session is over and the connection closes.
                     break;
                 }
             }
@@ -626,6 +846,7 @@ async fn connection(
     }
     drop(tx);
     let _ = writer.await;
+    drop(slot);
 }
 
 struct Engine {
@@ -642,11 +863,13 @@ struct Engine {
     vocab: u32,
     v_eff: u32,
     max_seq_len: usize,
-    session_rng: ChaCha8Rng,
     traces_tokens: u64,
     /// Σ draft+up, Σ draft, Σ verify, Σ correction.
     sums: [f64; 4],
     predicted: Vec<f64>,
+    notice: Option<Notice>,
+    /// Sessions released at the end of their resume window without finishing.
+    expired: usize,
 }
 
 /// A received draft.
@@ -673,11 +896,110 @@ impl Engine {
                 None => std::future::pending().await,
             }
         };
+        // A closed event channel (the listener gone) disables its branch instead of answering None at once: the
+        // engine then waits for its deadline or the shutdown, it never spins.
         tokio::select! {
-            ev = self.events.recv() => ev,
+            Some(ev) = self.events.recv() => Some(ev),
             _ = self.shutdown.wait_for(|s| *s) => { self.stopping = true; None }
             _ = sleep => None,
         }
+    }
+
+    /// Detaches device `k`'s connection (gone, refused or silent); its resume window starts now.
+    fn detach(&mut self, k: usize) -> Option<ConnHandle> {
+        let c = self.sessions[k].conn.take();
+        if c.is_some() {
+            self.sessions[k].left_at = Some(Instant::now());
+        }
+        c
+    }
+
+    /// Ends device `k`'s session before it finished (`Bye`, or its resume window passed): its cache is released and
+    /// its id forgotten, so it can never be resumed; the run no longer waits for it.
+    fn end_session(&mut self, k: usize) -> Result<()> {
+        let s = &mut self.sessions[k];
+        if s.ended {
+            return Ok(());
+        }
+        s.ended = true;
+        s.conn = None;
+        self.by_id.remove(&s.id);
+        self.verifier.release(k)?;
+        Ok(())
+    }
+
+    /// Ends every disconnected, unfinished session whose resume window has passed; returns when the next one will.
+    fn expire(&mut self) -> Result<Option<Instant>> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for k in 0..self.sessions.len() {
+            let s = &self.sessions[k];
+            if s.ended || s.done || s.conn.is_some() {
+                continue;
+            }
+            let Some(left) = s.left_at else { continue };
+            let end = left + self.cfg.resume_window;
+            if end <= now {
+                self.end_session(k)?;
+                self.expired += 1;
+            } else {
+                next = Some(next.map_or(end, |n| n.min(end)));
+            }
+        }
+        Ok(next)
+    }
+
+    /// Sessions that still count (not ended).
+    fn live(&self) -> usize {
+        self.sessions.iter().filter(|s| !s.ended).count()
+    }
+
+    /// Sessions that have not drafted yet, in all and from `addr`.
+    fn pending(&self, addr: IpAddr) -> (usize, usize) {
+        self.sessions
+            .iter()
+            .filter(|s| !s.ended && !s.done && !s.drafted)
+            .fold((0, 0), |(all, here), s| {
+                (all + 1, here + usize::from(s.addr == addr))
+            })
+    }
+
+    /// An operator notice: to the callback when one was given, else to the log.
+    fn notify(&mut self, text: &str) {
+        match self.notice.as_mut() {
+            Some(f) => f(text),
+            None => tracing::info!("{text}"),
+        }
+    }
+
+    /// Whom the server waits for before its first round.
+    fn waiting_notice(&self) -> String {
+        let joined: Vec<String> = self
+            .sessions
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.ended)
+            .map(|(k, s)| {
+                let state = if s.conn.is_some() {
+                    "connected"
+                } else {
+                    "disconnected"
+                };
+                format!("device {k} from {} ({state})", s.addr)
+            })
+            .collect();
+        let have = joined.len();
+        let want = self.cfg.min_devices;
+        format!(
+            "waiting for {} more device{} before the first round: {have} of {want} joined{}",
+            want - have.min(want),
+            if want - have.min(want) == 1 { "" } else { "s" },
+            if joined.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", joined.join(", "))
+            }
+        )
     }
 
     fn conn_id(&self, k: usize) -> Option<u64> {
@@ -695,7 +1017,7 @@ impl Engine {
 
     /// Refuses device `k`'s current connection (protocol violation) and detaches it; the session may resume.
     fn refuse(&mut self, k: usize, e: &NetError) {
-        if let Some(c) = self.sessions[k].conn.take() {
+        if let Some(c) = self.detach(k) {
             push(
                 &c.tx,
                 &ServerMsg::Error {
@@ -722,6 +1044,7 @@ impl Engine {
         Ok(ServerMsg::Welcome {
             version: PROTOCOL_VERSION,
             session: s.id,
+            secret: s.secret,
             device: k as u32,
             identity: self.cfg.identity,
             committed: self.verifier.tokens(k)?.to_vec(),
@@ -731,6 +1054,7 @@ impl Engine {
     }
 
     fn on_hello(&mut self, conn: ConnHandle, hello: DeviceMsg) -> Result<u64> {
+        self.expire()?;
         let DeviceMsg::Hello {
             magic,
             version,
@@ -775,29 +1099,44 @@ impl Engine {
                 ),
             });
         }
-        let k = if let Some(id) = resume {
-            let k = *self.by_id.get(&id).ok_or(NetError::UnknownSession(id))?;
-            if let Some(old) = self.sessions[k].conn.take() {
-                // The device knows best: its old connection is dead even if its close was not seen yet.
-                push(
-                    &old.tx,
-                    &ServerMsg::Error {
-                        code: ErrorCode::Protocol,
-                        message: "session: superseded by a resumed connection".into(),
-                    },
-                );
+        let k = if let Some(r) = resume {
+            // An unknown id and a wrong secret get the same answer (no oracle for valid ids); the secret is compared
+            // in constant time. Only the session's own device, which knows the secret, learns that it is connected.
+            let k = self
+                .by_id
+                .get(&r.session)
+                .copied()
+                .filter(|&k| proto::secrets_equal(&self.sessions[k].secret, &r.secret))
+                .ok_or(NetError::UnknownSession(r.session))?;
+            if self.sessions[k].conn.is_some() {
+                // Never superseded: the owner keeps its connection; a device whose old connection is half-open
+                // retries once the server has seen it close (or the wall deadline detached it).
+                return Err(NetError::Busy(r.session));
             }
             // A resumed device waits for the next round; anything pending from the round it left is dropped.
             if self.verifier.is_pending(k)? {
                 self.verifier.abandon(k)?;
             }
             self.sessions[k].conn = Some(conn);
+            self.sessions[k].left_at = None;
             k
         } else {
-            if self.sessions.len() >= self.cfg.max_devices {
-                return Err(NetError::Protocol(format!(
-                    "the server is full ({} devices)",
+            if self.live() >= self.cfg.max_devices {
+                return Err(NetError::Full(format!(
+                    "{} devices (the server's limit)",
                     self.cfg.max_devices
+                )));
+            }
+            let (pending, here) = self.pending(conn.addr);
+            if pending >= self.cfg.max_pending {
+                return Err(NetError::Full(format!(
+                    "{pending} sessions have not drafted yet (the server's limit)"
+                )));
+            }
+            if here >= self.cfg.max_pending_per_addr {
+                return Err(NetError::Full(format!(
+                    "{here} sessions from {} have not drafted yet (the per-address limit)",
+                    conn.addr
                 )));
             }
             if prompt.is_empty() {
@@ -838,14 +1177,20 @@ impl Engine {
                 }
                 Compute::Measured => 0.0,
             };
-            let mut id = self.session_rng.random::<u64>();
+            let (mut id, secret) = fresh_credentials()?;
             while id == 0 || self.by_id.contains_key(&id) {
-                id = self.session_rng.random::<u64>();
+                id = fresh_credentials()?.0;
             }
             self.by_id.insert(id, k);
+            let addr = conn.addr;
             self.sessions.push(Session {
                 id,
+                secret,
+                addr,
                 conn: Some(conn),
+                left_at: None,
+                drafted: false,
+                ended: false,
                 mean_gain,
                 draft_token_s,
                 measured_draft: None,
@@ -872,7 +1217,7 @@ impl Engine {
                 if let Some(&k) = self.by_id.get(&session)
                     && self.sessions[k].conn.as_ref().is_some_and(|c| c.id == conn_id)
                 {
-                    self.sessions[k].conn = None;
+                    self.detach(k);
                 }
                 None
             }
@@ -887,7 +1232,14 @@ impl Engine {
                     return None;
                 }
                 if matches!(msg, DeviceMsg::Bye) {
-                    self.sessions[k].conn = None;
+                    // `Bye` ends the session, finished or not (docs/protocol.md): its connection task has stopped
+                    // reading and closes once its queue is written.
+                    if !self.sessions[k].done {
+                        self.verifier.abandon(k).ok();
+                        self.end_session(k).ok();
+                    } else {
+                        self.detach(k);
+                    }
                     return None;
                 }
                 Some((k, msg, bytes))
@@ -896,17 +1248,27 @@ impl Engine {
     }
 
     fn all_done(&self) -> bool {
-        self.sessions.iter().all(|s| s.done)
+        self.sessions.iter().all(|s| s.done || s.ended)
     }
 
     async fn run(&mut self, mut on_round: impl FnMut(&RoundTrace)) -> Result<Summary> {
-        // Admission: rounds start once enough devices joined.
-        while self.sessions.len() < self.cfg.min_devices {
-            match self.next_event(None).await {
+        // Admission: rounds start once enough devices joined; meanwhile a notice says whom the server waits for.
+        let mut notice_at = Instant::now() + self.cfg.notice_every;
+        while self.live() < self.cfg.min_devices && !self.stopping {
+            let expiry = self.expire()?;
+            let until = expiry.map_or(notice_at, |e| e.min(notice_at));
+            match self.next_event(Some(until)).await {
                 Some(ev) => {
                     self.triage(ev);
                 }
-                None => break,
+                None if self.stopping => break,
+                None => {
+                    if Instant::now() >= notice_at {
+                        let text = self.waiting_notice();
+                        self.notify(&text);
+                        notice_at = Instant::now() + self.cfg.notice_every;
+                    }
+                }
             }
         }
         let mut round = 0u64;
@@ -920,26 +1282,30 @@ impl Engine {
             if self.cfg.max_rounds.is_some_and(|m| round >= m) {
                 break "round limit".to_string();
             }
+            let expiry = self.expire()?;
             let active: Vec<usize> = (0..self.sessions.len())
-                .filter(|&k| !self.sessions[k].done && self.sessions[k].conn.is_some())
+                .filter(|&k| {
+                    let s = &self.sessions[k];
+                    !s.done && !s.ended && s.conn.is_some()
+                })
                 .collect();
             if active.is_empty() {
-                if self.all_done() && self.cfg.stop_when_done && self.sessions.len() >= self.cfg.min_devices {
-                    break "all devices finished".to_string();
+                // No round runs without a device that can progress.
+                if self.all_done() && self.cfg.stop_when_done && !self.sessions.is_empty() {
+                    break if self.expired > 0 {
+                        "devices left without resuming".to_string()
+                    } else {
+                        "all devices finished".to_string()
+                    };
                 }
-                // Wait for a resume or a new device (bounded when only disconnected devices remain).
-                let until = if self.sessions.iter().any(|s| !s.done) {
-                    Some(Instant::now() + self.cfg.resume_grace)
-                } else {
-                    None
-                };
-                match self.next_event(until).await {
+                // Wait for a resume or a new device (until the next resume window ends, when one runs).
+                match self.next_event(expiry).await {
                     Some(ev) => {
                         self.triage(ev);
                         continue;
                     }
                     None if self.stopping => break "shutdown".to_string(),
-                    None => break "devices left without resuming".to_string(),
+                    None => continue,
                 }
             }
             let trace = self.round(round, &active).await?;
@@ -954,7 +1320,7 @@ impl Engine {
             "the run ended"
         };
         for k in 0..self.sessions.len() {
-            if let Some(c) = self.sessions[k].conn.take() {
+            if let Some(c) = self.detach(k) {
                 push(
                     &c.tx,
                     &ServerMsg::Shutdown {
@@ -1122,9 +1488,9 @@ impl Engine {
         // Collect the drafts.
         let wall_deadline = match self.cfg.clock {
             Clock::Real => {
-                wall0 + Duration::from_secs_f64(self.cfg.round_deadline_s).min(self.cfg.wait_limit)
+                wall0 + Duration::from_secs_f64(self.cfg.round_deadline_s).min(self.cfg.wall_deadline)
             }
-            Clock::Virtual => wall0 + self.cfg.wait_limit,
+            Clock::Virtual => wall0 + self.cfg.wall_deadline,
         };
         let mut got: BTreeMap<usize, Got> = BTreeMap::new();
         let mut waiting: Vec<usize> = active.to_vec();
@@ -1156,6 +1522,7 @@ impl Engine {
                     match self.check_draft(gamma, with_dists, tokens, probs, dists, draft_s, bytes) {
                         Ok(g) => {
                             got.insert(k, g);
+                            self.sessions[k].drafted = true;
                             waiting.remove(p);
                         }
                         Err(e) => {
@@ -1221,11 +1588,15 @@ impl Engine {
             draft_max = draft_max.max(draft_s);
             kept.push(k);
         }
-        // Devices that timed out (real clock) or vanished are dropped for this round too.
+        // Devices still connected but silent past the wall deadline are dropped for this round (`silent`; on the
+        // real clock the deadline is the round deadline, so they are late: `dropped`).
         for &k in active {
             if !got.contains_key(&k) && self.sessions[k].conn.is_some() && self.conn_id(k) == plan_conn[&k] {
                 let t = traces.get_mut(&k).expect("trace");
-                t.mode = "dropped";
+                t.mode = match self.cfg.clock {
+                    Clock::Virtual => "silent",
+                    Clock::Real => "dropped",
+                };
                 self.sessions[k].dropped += 1;
                 t.wire_down_bytes += self.send(k, ServerMsg::Dropped { round });
             }
@@ -1432,6 +1803,8 @@ impl Engine {
         let sol = reactive::solve(&link, &g, self.cfg.modes, &mut rng)?;
         let share = link.share_hz(rejected.len());
         let mut waiting: BTreeMap<usize, (usize, bool)> = BTreeMap::new();
+        // The p each DL device was sent: its correction must be a token with mass in it.
+        let mut sent_p: BTreeMap<usize, SparseDist> = BTreeMap::new();
         for (i, &(k, pos)) in rejected.iter().enumerate() {
             let ul = sol.modes[i] == reactive::Mode::Uplink;
             let t = traces.get_mut(&k).expect("trace");
@@ -1460,6 +1833,7 @@ impl Engine {
                     g[i],
                 );
                 let packed = proto::pack(&p)?;
+                sent_p.insert(k, p);
                 t.wire_down_bytes += self.send(
                     k,
                     ServerMsg::Verdict {
@@ -1473,7 +1847,7 @@ impl Engine {
         }
         let ids: BTreeMap<usize, Option<u64>> = waiting.keys().map(|&k| (k, self.conn_id(k))).collect();
         let mut replies: BTreeMap<usize, (usize, bool, DeviceMsg, usize)> = BTreeMap::new();
-        let deadline = Instant::now() + self.cfg.wait_limit;
+        let deadline = Instant::now() + self.cfg.wall_deadline;
         while !waiting.is_empty() {
             let gone: Vec<usize> = waiting
                 .keys()
@@ -1523,10 +1897,17 @@ impl Engine {
                 })(),
                 (false, DeviceMsg::Corrected { round: r, token }) if r == round => {
                     traces.get_mut(&k).expect("trace").wire_up_bytes += bytes as u64;
-                    self.verifier
-                        .resolve_token(k, token)
-                        .map(|_| token)
-                        .map_err(NetError::from)
+                    if sent_p.get(&k).is_some_and(|p| has_mass(p, token)) {
+                        self.verifier
+                            .resolve_token(k, token)
+                            .map(|_| token)
+                            .map_err(NetError::from)
+                    } else {
+                        // norm(max(0, p − q)) is zero wherever p is: exact sampling never draws such a token.
+                        Err(NetError::Protocol(format!(
+                            "corrected.token: {token} has no mass in the p sent for round {round}"
+                        )))
+                    }
                 }
                 (_, other) => Err(NetError::Protocol(format!(
                     "unexpected {} during corrections",

@@ -46,6 +46,11 @@ pub async fn simulate(
     }
     cfg.min_devices = devices.len();
     cfg.max_devices = cfg.max_devices.max(devices.len());
+    // Every device connects from 127.0.0.1 and none drafts before the last joined: the admission limits admit them.
+    cfg.max_pending = cfg.max_pending.max(devices.len());
+    cfg.max_pending_per_addr = cfg.max_pending_per_addr.max(devices.len());
+    cfg.max_connections = cfg.max_connections.max(devices.len() + 16);
+    cfg.max_connections_per_addr = cfg.max_connections_per_addr.max(devices.len() + 16);
     let max_frame = cfg.max_frame_bytes;
     let server = Server::bind("127.0.0.1:0", target, cfg).await?;
     let addr = server.local_addr()?.to_string();

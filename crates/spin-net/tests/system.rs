@@ -300,7 +300,7 @@ async fn raw_hello(addr: &str, hello: &DeviceMsg) -> ServerMsg {
         .0
 }
 
-fn hello(vocab: u32, version: u16, resume: Option<u64>) -> DeviceMsg {
+fn hello(vocab: u32, version: u16, resume: Option<proto::Resume>) -> DeviceMsg {
     DeviceMsg::Hello {
         magic: MAGIC,
         version,
@@ -350,7 +350,7 @@ fn hostile_peers_are_refused_while_four_devices_generate_their_text() {
     let mut cfg = config("best", &target);
     cfg.min_devices = 4;
     cfg.max_devices = 64;
-    cfg.resume_grace = Duration::from_millis(300);
+    cfg.resume_window = Duration::from_millis(300);
     let (_tx, rx) = watch::channel(false);
     let (summary, reports, refusals) = rt.block_on(async {
         let server = Server::bind("127.0.0.1:0", target.clone(), cfg).await.unwrap();
@@ -371,7 +371,14 @@ fn hostile_peers_are_refused_while_four_devices_generate_their_text() {
             (hello(25, PROTOCOL_VERSION, None), ErrorCode::Mismatch),
             (hello(24, PROTOCOL_VERSION + 1, None), ErrorCode::Version),
             (
-                hello(24, PROTOCOL_VERSION, Some(12345)),
+                hello(
+                    24,
+                    PROTOCOL_VERSION,
+                    Some(proto::Resume {
+                        session: 12345,
+                        secret: [0; 16],
+                    }),
+                ),
                 ErrorCode::UnknownSession,
             ),
         ] {

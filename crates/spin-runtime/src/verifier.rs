@@ -528,6 +528,17 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         Ok(())
     }
 
+    /// Frees `device`'s key-value cache (its session ended before it finished: the device left, or never came back
+    /// within the resume window). Its committed tokens stay readable; any pending correction is dropped, and a later
+    /// round for it would re-run its context from scratch (a server does not plan one).
+    pub fn release(&mut self, device: usize) -> Result<()> {
+        let cache = self.model.new_cache();
+        let slot = self.slot_mut(device)?;
+        slot.pending = None;
+        slot.cache = cache;
+        Ok(())
+    }
+
     fn commit(&mut self, device: usize, accepted: &[u32], token: u32) -> Result<()> {
         let (max_new, eos) = (self.cfg.max_new_tokens, self.cfg.eos);
         let slot = self.slot_mut(device)?;

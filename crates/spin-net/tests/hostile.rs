@@ -1,0 +1,592 @@
+//! The edge server against hostile and broken clients over loopback (issue 22's cases): sessions only their device
+//! can resume, ids that no seed predicts, admission limits answered `Full`, handshake timeouts, a silent device
+//! that cannot stall the others, a device that resumes through a cut connection, and the protocol's semantics
+//! (DL corrections outside p, `Bye` before done, the size of an oversized prefix). Every wait is bounded.
+
+use spin_net::controller::Scheme;
+use spin_net::device::{DeviceConfig, run_device};
+use spin_net::proto::{
+    self, DeviceMsg, ErrorCode, Identity, MAGIC, Next, PROTOCOL_VERSION, Resume, ServerMsg,
+};
+use spin_net::server::{RoundTrace, Server, ServerConfig, Summary};
+use spin_net::wire::{Conn, framed, recv, send};
+use spin_runtime::Model;
+use spin_runtime::model;
+use spin_runtime::speculative::{generate_plain, sampling};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
+use tokio::time::timeout;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn tiny(seed: u64, n_layers: usize) -> Arc<Model> {
+    let device = spin_runtime::select_device().unwrap();
+    Arc::new(model::tiny_random_model(seed, 0.3, n_layers, &device).unwrap())
+}
+
+fn identity(m: &Model) -> Identity {
+    Identity {
+        vocab: m.config().vocab_size as u32,
+        tokenizer: 7,
+        model: 0,
+    }
+}
+
+/// `f`, failing the test past the time limit (the timer is made inside the runtime).
+async fn bounded<F: std::future::Future>(f: F) -> Result<F::Output, tokio::time::error::Elapsed> {
+    timeout(LIMIT, f).await
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn config(scheme: &str, target: &Model) -> ServerConfig {
+    let mut cfg = ServerConfig::new(Scheme::parse_per_round(scheme).unwrap(), identity(target));
+    cfg.max_new_tokens = 12;
+    cfg.max_draft_len = 4;
+    cfg.saa_samples = 16;
+    cfg
+}
+
+fn hello(vocab: u32, resume: Option<Resume>) -> DeviceMsg {
+    DeviceMsg::Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        identity: Identity {
+            vocab,
+            tokenizer: 7,
+            model: 0,
+        },
+        resume,
+        prompt: vec![1, 2],
+        distance_m: None,
+    }
+}
+
+/// A connection from a chosen loopback source address (127.0.0.x: per-address limits are per IP).
+async fn connect_from(source: [u8; 4], addr: &str) -> std::io::Result<TcpStream> {
+    let s = TcpSocket::new_v4()?;
+    s.bind(SocketAddr::from((source, 0)))?;
+    s.connect(addr.parse().unwrap()).await
+}
+
+async fn raw(addr: &str, source: [u8; 4]) -> Conn {
+    framed(connect_from(source, addr).await.unwrap(), proto::MAX_FRAME_BYTES)
+}
+
+async fn next(conn: &mut Conn) -> ServerMsg {
+    timeout(
+        Duration::from_secs(20),
+        recv::<ServerMsg>(conn, proto::MAX_FRAME_BYTES),
+    )
+    .await
+    .expect("the server answered in time")
+    .expect("a message")
+    .0
+}
+
+/// Hello and the Welcome's (session, secret).
+async fn join(
+    conn: &mut Conn,
+    vocab: u32,
+    resume: Option<Resume>,
+) -> std::result::Result<Resume, (ErrorCode, String)> {
+    send(conn, &hello(vocab, resume)).await.unwrap();
+    match next(conn).await {
+        ServerMsg::Welcome { session, secret, .. } => Ok(Resume { session, secret }),
+        ServerMsg::Error { code, message } => Err((code, message)),
+        other => panic!("expected Welcome or Error, got {other:?}"),
+    }
+}
+
+/// Whether the server closes `conn` within `within` (after any messages, which are returned).
+async fn closed_within(conn: &mut Conn, within: Duration) -> Option<Vec<ServerMsg>> {
+    let mut seen = Vec::new();
+    let r = timeout(within, async {
+        loop {
+            match recv::<ServerMsg>(conn, proto::MAX_FRAME_BYTES).await {
+                Ok((m, _)) => seen.push(m),
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+    r.ok().map(|_| seen)
+}
+
+type Serving = tokio::task::JoinHandle<spin_net::Result<Summary>>;
+
+async fn start(
+    cfg: ServerConfig,
+    target: &Arc<Model>,
+    traces: Arc<Mutex<Vec<RoundTrace>>>,
+) -> (String, Serving, watch::Sender<bool>) {
+    let (tx, rx) = watch::channel(false);
+    let server = Server::bind("127.0.0.1:0", target.clone(), cfg).await.unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let serving = tokio::spawn(server.run(rx, move |t| traces.lock().unwrap().push(t.clone())));
+    (addr, serving, tx)
+}
+
+/// Case 1: a second `Hello{resume}` can neither take nor read a live session: a wrong secret is `UnknownSession`,
+/// the right one while the owner is connected is `Busy`, and the owner keeps its connection and its rounds.
+#[test]
+fn a_live_session_cannot_be_taken_over() {
+    let target = tiny(1, 2);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let mut cfg = config("best", &target);
+        cfg.min_devices = 2;
+        let (addr, serving, stop) = start(cfg, &target, Default::default()).await;
+        let mut owner = raw(&addr, [127, 0, 0, 1]).await;
+        let cred = join(&mut owner, vocab, None).await.unwrap();
+        assert_ne!(cred.secret, [0; 16]);
+        let mut wrong = cred;
+        wrong.secret[15] ^= 1;
+        let mut thief = raw(&addr, [127, 0, 0, 2]).await;
+        let (code, msg) = join(&mut thief, vocab, Some(wrong)).await.unwrap_err();
+        assert_eq!(code, ErrorCode::UnknownSession, "{msg}");
+        let mut thief = raw(&addr, [127, 0, 0, 2]).await;
+        let (code, msg) = join(&mut thief, vocab, Some(cred)).await.unwrap_err();
+        assert_eq!(code, ErrorCode::Busy, "{msg}");
+        // The owner is still in: a second device starts the rounds and the owner gets its plan.
+        let d = tokio::spawn(run_device(
+            target.clone(),
+            DeviceConfig::new(addr.clone(), vec![1, 3], identity(&target)),
+        ));
+        assert!(matches!(next(&mut owner).await, ServerMsg::Plan { round: 0, .. }));
+        let _ = stop.send(true);
+        let _ = d.await;
+        serving.await.unwrap().unwrap();
+    }))
+    .unwrap();
+}
+
+/// Case 2: ids and secrets come from the OS, not the seed: two servers with the same seed hand out different ones,
+/// while the same-seed runs' traces stay byte-identical (checked in tests/system.rs).
+#[test]
+fn session_ids_and_secrets_do_not_follow_the_seed() {
+    let target = tiny(1, 2);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    let creds: Vec<Resume> = rt.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let mut cfg = config("best", &target);
+            cfg.min_devices = 2;
+            let (addr, serving, stop) = start(cfg, &target, Default::default()).await;
+            let mut c = raw(&addr, [127, 0, 0, 1]).await;
+            out.push(join(&mut c, vocab, None).await.unwrap());
+            let _ = stop.send(true);
+            serving.await.unwrap().unwrap();
+        }
+        out
+    });
+    assert_ne!(creds[0].session, creds[1].session);
+    assert_ne!(creds[0].secret, creds[1].secret);
+}
+
+/// Case 4: admission. A flood of `Hello`+close from one address fills only that address's quota of sessions that
+/// have not drafted (then `Full`), a real device from another address still gets in and finishes; a full server
+/// answers `Full`; an idle or trickling connection is cut at the handshake timeout; one address's connections are
+/// capped; an abandoned session is released at the end of its resume window.
+#[test]
+fn admission_limits_hold_and_answer_full() {
+    let target = tiny(1, 2);
+    let drafter = tiny(2, 1);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let mut cfg = config("best", &target);
+        cfg.max_pending_per_addr = 8;
+        cfg.max_devices = 40;
+        cfg.handshake_timeout = Duration::from_millis(400);
+        cfg.resume_window = Duration::from_secs(3);
+        cfg.stop_when_done = false;
+        let (addr, serving, stop) = start(cfg, &target, Default::default()).await;
+        let mut refused = Vec::new();
+        let mut first = None;
+        for i in 0..30 {
+            let mut c = raw(&addr, [127, 0, 0, 2]).await;
+            match join(&mut c, vocab, None).await {
+                Ok(cred) => {
+                    first.get_or_insert(cred);
+                }
+                Err((code, msg)) => refused.push((i, code, msg)),
+            }
+        }
+        assert_eq!(refused.len(), 22, "{refused:?}");
+        assert!(
+            refused
+                .iter()
+                .all(|(_, c, m)| *c == ErrorCode::Full && m.contains("per-address")),
+            "{refused:?}"
+        );
+        // A real device from 127.0.0.1 is admitted and generates.
+        let d = run_device(
+            drafter.clone(),
+            DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter)),
+        );
+        let rep = timeout(Duration::from_secs(40), d).await.unwrap().unwrap();
+        assert_eq!(rep.generated().len(), 12);
+        // The flood's sessions ended with their resume window: a resume with the right secret is refused.
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        let mut c = raw(&addr, [127, 0, 0, 2]).await;
+        let (code, _) = join(&mut c, vocab, first).await.unwrap_err();
+        assert_eq!(code, ErrorCode::UnknownSession);
+        // Idle and slowloris connections are cut at the handshake timeout.
+        let mut idle = connect_from([127, 0, 0, 3], &addr).await.unwrap();
+        let mut slow = connect_from([127, 0, 0, 3], &addr).await.unwrap();
+        let body = proto::encode(&hello(vocab, None)).unwrap();
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        let trickle = async {
+            for b in &frame {
+                if slow.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let mut rest = Vec::new();
+            let _ = timeout(Duration::from_secs(5), slow.read_to_end(&mut rest)).await;
+            rest
+        };
+        let mut idle_rest = Vec::new();
+        let (slow_rest, idle_read) = tokio::join!(
+            trickle,
+            timeout(Duration::from_secs(5), idle.read_to_end(&mut idle_rest))
+        );
+        assert!(idle_read.is_ok(), "the idle connection was closed");
+        for reply in [&idle_rest, &slow_rest] {
+            let len = u32::from_be_bytes(reply[..4].try_into().unwrap()) as usize;
+            match proto::decode::<ServerMsg>(&reply[4..4 + len]).unwrap() {
+                ServerMsg::Error { code, message } => {
+                    assert_eq!(code, ErrorCode::Protocol);
+                    assert!(message.contains("handshake"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let _ = stop.send(true);
+        serving.await.unwrap().unwrap();
+        // A full server (max_devices) answers Full, not Protocol.
+        let mut cfg = config("best", &target);
+        cfg.max_devices = 2;
+        cfg.min_devices = 2;
+        cfg.max_connections_per_addr = 4;
+        let (addr, serving, stop) = start(cfg, &target, Default::default()).await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut c = raw(&addr, [127, 0, 0, 1]).await;
+            join(&mut c, vocab, None).await.unwrap();
+            held.push(c);
+        }
+        let mut c = raw(&addr, [127, 0, 0, 5]).await;
+        let (code, msg) = join(&mut c, vocab, None).await.unwrap_err();
+        assert_eq!(code, ErrorCode::Full, "{msg}");
+        // Connections per address: the fifth from one address is refused at once.
+        let mut open = Vec::new();
+        for _ in 0..4 {
+            open.push(connect_from([127, 0, 0, 4], &addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut fifth = raw(&addr, [127, 0, 0, 4]).await;
+        match next(&mut fifth).await {
+            ServerMsg::Error { code, message } => {
+                assert_eq!(code, ErrorCode::Full);
+                assert!(message.contains("open connections"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(open);
+        let _ = stop.send(true);
+        serving.await.unwrap().unwrap();
+    }))
+    .unwrap();
+}
+
+/// Case 6: a device that takes its plan and never answers is dropped for the round at the wall deadline
+/// (`silent` in the trace) on the virtual clock, and the others finish their text.
+#[test]
+fn a_silent_device_cannot_stall_the_virtual_clock() {
+    let target = tiny(1, 2);
+    let drafter = tiny(2, 1);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    let traces: Arc<Mutex<Vec<RoundTrace>>> = Default::default();
+    let rep = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.min_devices = 2;
+            cfg.wall_deadline = Duration::from_millis(300);
+            let (addr, serving, stop) = start(cfg, &target, traces.clone()).await;
+            let mut silent = raw(&addr, [127, 0, 0, 1]).await;
+            join(&mut silent, vocab, None).await.unwrap();
+            let rep = run_device(
+                drafter.clone(),
+                DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter)),
+            )
+            .await
+            .unwrap();
+            let _ = stop.send(true);
+            serving.await.unwrap().unwrap();
+            drop(silent);
+            rep
+        }))
+        .unwrap();
+    let greedy = sampling(0.0).unwrap();
+    assert_eq!(
+        rep.generated(),
+        generate_plain(&target, &[1, 5, 9], &greedy, 12, None, 0)
+            .unwrap()
+            .as_slice()
+    );
+    let traces = traces.lock().unwrap();
+    assert!(!traces.is_empty());
+    assert!(
+        traces.iter().all(|t| t.devices[0].mode == "silent"),
+        "{:?}",
+        traces[0].devices[0]
+    );
+}
+
+/// A proxy that forwards to `server` and cuts its first connection once `cut_after` bytes went to the device; later
+/// connections pass through. Returns its address.
+async fn cutting_proxy(server: String, cut_after: usize) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut dev, _)) = l.accept().await {
+            let mut up = TcpStream::connect(&server).await.unwrap();
+            let limit = if first { Some(cut_after) } else { None };
+            first = false;
+            tokio::spawn(async move {
+                let (mut dr, mut dw) = dev.split();
+                let (mut ur, mut uw) = up.split();
+                let upstream = tokio::io::copy(&mut dr, &mut uw);
+                let downstream = async {
+                    let mut buf = [0u8; 256];
+                    let mut sent = 0usize;
+                    loop {
+                        let n = match ur.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if dw.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                        sent += n;
+                        if limit.is_some_and(|l| sent >= l) {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = upstream => {}
+                    _ = downstream => {}
+                }
+                // Both sockets drop here: the connection is cut in both directions.
+            });
+        }
+    });
+    addr
+}
+
+/// Case 7: a device whose TCP connection is cut mid-run reconnects, resumes with its id and secret, and ends with
+/// the text of the run without the fault.
+#[test]
+fn a_device_resumes_through_a_cut_connection_with_the_same_text() {
+    let target = tiny(1, 2);
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    let greedy = sampling(0.0).unwrap();
+    for scheme in ["exact", "best"] {
+        let rep = rt
+            .block_on(bounded(async {
+                let cfg = config(scheme, &target);
+                let (addr, serving, _stop) = start(cfg, &target, Default::default()).await;
+                let proxy = cutting_proxy(addr, 70).await;
+                let rep = run_device(
+                    drafter.clone(),
+                    DeviceConfig::new(proxy, vec![1, 5, 9], identity(&drafter)),
+                )
+                .await
+                .unwrap();
+                serving.await.unwrap().unwrap();
+                rep
+            }))
+            .unwrap();
+        assert!(rep.resumes >= 1, "{scheme}: the connection was cut");
+        let want = generate_plain(&target, &[1, 5, 9], &greedy, 12, None, 0).unwrap();
+        assert_eq!(rep.generated(), want.as_slice(), "{scheme}");
+    }
+}
+
+/// Case 8: in DL mode a `Corrected` token with no mass in the p the server sent is a `Protocol` error, never
+/// committed.
+#[test]
+fn a_dl_correction_outside_the_sent_p_is_refused() {
+    let target = tiny(1, 2);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    let traces: Arc<Mutex<Vec<RoundTrace>>> = Default::default();
+    let summary = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.modes = spin_optimize::paper_b::ModeScheme::AllDl;
+            // A small V_eff: most tokens have no entry in the p that goes down.
+            cfg.v_eff = 2;
+            cfg.resume_window = Duration::from_millis(300);
+            let (addr, serving, _stop) = start(cfg, &target, traces.clone()).await;
+            let mut c = raw(&addr, [127, 0, 0, 1]).await;
+            join(&mut c, vocab, None).await.unwrap();
+            let mut refusal = None;
+            for _ in 0..40 {
+                match next(&mut c).await {
+                    ServerMsg::Plan { round, draft_len, .. } => {
+                        let tokens: Vec<u32> = (0..draft_len.min(1))
+                            .map(|j| (round as u32 * 7 + j + 3) % vocab)
+                            .collect();
+                        let probs = vec![1.0; tokens.len()];
+                        send(
+                            &mut c,
+                            &DeviceMsg::Draft {
+                                round,
+                                tokens,
+                                probs,
+                                dists: vec![],
+                                draft_s: 0.0,
+                            },
+                        )
+                        .await
+                        .unwrap();
+                    }
+                    ServerMsg::Verdict {
+                        round,
+                        next: Next::Residual { p },
+                        ..
+                    } => {
+                        let p = proto::unpack(&p, vocab).unwrap();
+                        let outside = (0..vocab).find(|t| !spin_net::server::has_mass(&p, *t)).unwrap();
+                        send(
+                            &mut c,
+                            &DeviceMsg::Corrected {
+                                round,
+                                token: outside,
+                            },
+                        )
+                        .await
+                        .unwrap();
+                    }
+                    ServerMsg::Verdict { .. } | ServerMsg::Dropped { .. } => {}
+                    ServerMsg::Error { code, message } => {
+                        refusal = Some((code, message));
+                        break;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            let (code, message) = refusal.expect("the bad correction was refused");
+            assert_eq!(code, ErrorCode::Protocol);
+            assert!(
+                message.contains("corrected.token") && message.contains("no mass"),
+                "{message}"
+            );
+            drop(c);
+            serving.await.unwrap().unwrap()
+        }))
+        .unwrap();
+    // Nothing was committed for the refused round.
+    let traces = traces.lock().unwrap();
+    let last = traces.last().unwrap();
+    assert_eq!(last.devices[0].mode, "lost");
+    assert_eq!(last.devices[0].emitted, 0);
+    assert!(summary.tokens < 12);
+}
+
+/// Case 9: `Bye` before done ends the session and closes the connection (a resume is then refused); a length prefix
+/// of 0xFFFFFFFF is reported with its real size.
+#[test]
+fn bye_before_done_closes_and_an_oversized_prefix_is_reported_exactly() {
+    let target = tiny(1, 2);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let mut cfg = config("best", &target);
+        cfg.min_devices = 2;
+        let (addr, serving, stop) = start(cfg, &target, Default::default()).await;
+        let mut c = raw(&addr, [127, 0, 0, 1]).await;
+        let cred = join(&mut c, vocab, None).await.unwrap();
+        send(&mut c, &DeviceMsg::Bye).await.unwrap();
+        assert!(
+            closed_within(&mut c, Duration::from_secs(5)).await.is_some(),
+            "closed after Bye"
+        );
+        let mut again = raw(&addr, [127, 0, 0, 1]).await;
+        let (code, _) = join(&mut again, vocab, Some(cred)).await.unwrap_err();
+        assert_eq!(code, ErrorCode::UnknownSession);
+        let mut s = connect_from([127, 0, 0, 1], &addr).await.unwrap();
+        s.write_all(&[0xff; 4]).await.unwrap();
+        let mut reply = Vec::new();
+        let _ = timeout(Duration::from_secs(5), s.read_to_end(&mut reply)).await;
+        let len = u32::from_be_bytes(reply[..4].try_into().unwrap()) as usize;
+        match proto::decode::<ServerMsg>(&reply[4..4 + len]).unwrap() {
+            ServerMsg::Error { code, message } => {
+                assert_eq!(code, ErrorCode::TooLarge);
+                assert!(message.contains("4294967295 bytes"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = stop.send(true);
+        serving.await.unwrap().unwrap();
+    }))
+    .unwrap();
+}
+
+/// The server waiting for `--devices 2` with one joined says so, naming whom it has, periodically.
+#[test]
+fn a_server_short_of_devices_says_whom_it_waits_for() {
+    let target = tiny(1, 2);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    let notices: Arc<Mutex<Vec<String>>> = Default::default();
+    rt.block_on(bounded(async {
+        let mut cfg = config("best", &target);
+        cfg.min_devices = 2;
+        cfg.notice_every = Duration::from_millis(100);
+        let (tx, rx) = watch::channel(false);
+        let n = notices.clone();
+        let server = Server::bind("127.0.0.1:0", target.clone(), cfg)
+            .await
+            .unwrap()
+            .with_notices(move |t| n.lock().unwrap().push(t.to_string()));
+        let addr = server.local_addr().unwrap().to_string();
+        let serving = tokio::spawn(server.run(rx, |_| {}));
+        let mut c = raw(&addr, [127, 0, 0, 1]).await;
+        join(&mut c, vocab, None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        let _ = tx.send(true);
+        serving.await.unwrap().unwrap();
+    }))
+    .unwrap();
+    let notices = notices.lock().unwrap();
+    assert!(notices.len() >= 2, "{notices:?}");
+    let last = notices.last().unwrap();
+    assert!(
+        last.contains("waiting for 1 more device")
+            && last.contains("1 of 2")
+            && last.contains("device 0 from 127.0.0.1"),
+        "{last}"
+    );
+}
