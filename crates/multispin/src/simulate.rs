@@ -249,16 +249,22 @@ pub fn load_tokenizer(
 /// model's configuration.
 pub fn identity(model: &Model, tok: &Tokenizer) -> Identity {
     let vocab = model.config().vocab_size;
+    Identity {
+        vocab: vocab as u32,
+        tokenizer: tokenizer_fingerprint(tok, vocab),
+        model: fingerprint(format!("{:?}", model.config()).as_bytes()),
+    }
+}
+
+/// `Identity.tokenizer` (docs/protocol.md §"The tokenizer fingerprint", byte by byte): FNV-1a 64 over, for every id
+/// from 0 to `vocab` − 1, the UTF-8 text of decoding that id alone (special tokens skipped) and one zero byte.
+pub fn tokenizer_fingerprint(tok: &Tokenizer, vocab: usize) -> u64 {
     let mut text = Vec::new();
     for id in 0..vocab as u32 {
         text.extend_from_slice(tok.decode(&[id]).unwrap_or_default().as_bytes());
         text.push(0);
     }
-    Identity {
-        vocab: vocab as u32,
-        tokenizer: fingerprint(&text),
-        model: fingerprint(format!("{:?}", model.config()).as_bytes()),
-    }
+    fingerprint(&text)
 }
 
 /// Encodes a prompt (BOS prepended when the tokenizer has one; an empty prompt becomes token 0 or BOS).
@@ -604,6 +610,49 @@ pub fn seconds(field: &str, s: f64) -> Result<Duration, Failure> {
 mod tests {
     use super::*;
     use spin_optimize::round::Family;
+
+    /// The test vectors of docs/protocol.md §"The tokenizer fingerprint": the embedded tok512, and SmolLM2's GGUF
+    /// vocabulary when it is in the cache (a visible skip otherwise). tok512's is also rebuilt from the rule on its
+    /// pieces, byte by byte as the doc states it.
+    #[test]
+    fn tokenizer_fingerprints_match_the_documented_vectors() {
+        let tok = load_tokenizer(None, None, 512).unwrap();
+        // The rule on the pieces of models/tok512.bin (llama2.c: u32 max length, then per token f32 score, i32
+        // length, bytes): ids 0–2 give nothing, a byte piece `<0xHH>` its byte, any other piece its bytes less one
+        // leading space; each as lossy UTF-8, then a zero byte.
+        let file: &[u8] = include_bytes!("../../../models/tok512.bin");
+        let (mut at, mut text) = (4usize, Vec::new());
+        for id in 0..512u32 {
+            let len = i32::from_le_bytes(file[at + 4..at + 8].try_into().unwrap()) as usize;
+            let piece = &file[at + 8..at + 8 + len];
+            at += 8 + len;
+            let bytes: Vec<u8> = if id < 3 {
+                Vec::new()
+            } else if id < 259 && piece.starts_with(b"<0x") && piece.len() == 6 {
+                vec![(id - 3) as u8]
+            } else {
+                piece.strip_prefix(b" ").unwrap_or(piece).to_vec()
+            };
+            text.extend_from_slice(String::from_utf8_lossy(&bytes).as_bytes());
+            text.push(0);
+        }
+        assert_eq!(at, file.len());
+        assert_eq!(tokenizer_fingerprint(&tok, 512), fingerprint(&text));
+        assert_eq!(tokenizer_fingerprint(&tok, 512), 0xcf59_9ac0_126c_536c);
+        let cache = std::env::var_os("MULTISPIN_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/multispin")));
+        let gguf = cache.map(|c| c.join("SmolLM2-135M-Instruct.Q4_1.gguf"));
+        match gguf.filter(|p| p.exists()) {
+            Some(p) => {
+                let tok = load_tokenizer(None, Some(&p), 49152).unwrap();
+                assert_eq!(tokenizer_fingerprint(&tok, 49152), 0x580b_8496_a524_6cc9);
+            }
+            None => {
+                eprintln!("skipped: SmolLM2-135M-Instruct.Q4_1.gguf is not in the cache ($MULTISPIN_CACHE)")
+            }
+        }
+    }
 
     /// The `--scheme` help of `simulate` and `serve` is prose; it must name exactly the schemes a server plans with
     /// (`Scheme::PER_ROUND`, the one list), in that order, and no offline reference.
