@@ -6,6 +6,7 @@ use clap::Args;
 use spin_net::NetError;
 use spin_net::blocking::device_blocking;
 use spin_net::device::DeviceConfig;
+use spin_net::tls::ClientTls;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -29,6 +30,15 @@ pub struct DeviceArgs {
     /// Distance to the server in metres (default: the server's seeded drop).
     #[arg(long)]
     pub distance_m: Option<f64>,
+    /// Trust this CA certificate (PEM; for a `gen-cert` demo, the server's certificate itself) and speak TLS.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the host of --connect).
+    #[arg(long, requires = "tls_ca")]
+    pub server_name: Option<String>,
+    /// A file whose first line is this device's admission token.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
     /// Seconds a device whose connection was cut keeps reconnecting to resume its session (0: it does not).
     #[arg(long, default_value_t = 30.0)]
     pub reconnect_s: f64,
@@ -60,6 +70,29 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         identity(&drafter, &tok),
     );
     cfg.distance_m = args.distance_m;
+    if let Some(ca) = &args.tls_ca {
+        let host = args
+            .connect
+            .rsplit_once(':')
+            .map_or(args.connect.as_str(), |(h, _)| h);
+        let name = args
+            .server_name
+            .as_deref()
+            .unwrap_or(host.trim_start_matches('[').trim_end_matches(']'));
+        cfg.tls = Some(ClientTls::from_file(ca, name).map_err(Failure::input)?);
+    }
+    if let Some(t) = &args.token_file {
+        let text = std::fs::read_to_string(t)
+            .map_err(|e| Failure::Input(format!("token_file: {}: {e}", t.display())))?;
+        let token = text.lines().next().unwrap_or("").trim();
+        if token.is_empty() {
+            return Err(Failure::Input(format!(
+                "token_file: {} has an empty first line",
+                t.display()
+            )));
+        }
+        cfg.token = token.as_bytes().to_vec();
+    }
     cfg.reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s).map_err(|_| {
         Failure::Input(format!(
             "reconnect_s: {} is not a number of seconds ≥ 0",
@@ -69,12 +102,18 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {
         Ok(r) => {
+            if r.resumes > 0 {
+                eprintln!("resumed the session {} time(s) after a cut connection", r.resumes);
+            }
             println!("{}", tok.decode(&r.tokens).map_err(Failure::input)?);
             Ok(())
         }
-        Err(e @ (NetError::Mismatch { .. } | NetError::Refused { .. } | NetError::Version { .. })) => {
-            Err(Failure::input(e))
-        }
+        Err(
+            e @ (NetError::Mismatch { .. }
+            | NetError::Refused { .. }
+            | NetError::Version { .. }
+            | NetError::Invalid { .. }),
+        ) => Err(Failure::input(e)),
         Err(e) => Err(Failure::Runtime(e.into())),
     }
 }

@@ -7,6 +7,7 @@ mod chart;
 mod correct;
 mod device;
 mod failure;
+mod gen_cert;
 mod generate;
 mod make_scenario;
 mod measure;
@@ -52,6 +53,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run one edge device against a `multispin serve` server.
     Device(device::DeviceArgs),
+    /// Write a self-signed TLS certificate and key for a demo of `serve` and `device` over TLS.
+    GenCert(gen_cert::GenCertArgs),
 }
 
 /// The first line of an error message: libraries that capture a backtrace (candle does when `RUST_BACKTRACE` is
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Device(args) => device::run(&args),
+        Command::GenCert(args) => gen_cert::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,8 +5,10 @@ use crate::simulate::{Embedded, ServerArgs, identity, load, load_tokenizer, sche
 use anyhow::Context;
 use clap::Args;
 use spin_net::blocking::serve_blocking;
+use spin_net::tls::ServerTls;
 use std::io::Write;
-use std::path::PathBuf;
+use std::net::ToSocketAddrs;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Arguments of `multispin serve`.
@@ -44,6 +46,59 @@ pub struct ServeArgs {
     /// Of those, at most this many from one IP address.
     #[arg(long, default_value_t = 32)]
     pub max_pending_per_addr: usize,
+    /// TLS certificate chain (PEM, leaf first); with --tls-key, every connection is TLS (`multispin gen-cert`
+    /// writes a self-signed pair for a demo).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Admission tokens, one per line (blank lines and lines starting with # are skipped): a device must send one.
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+    /// Allow a non-loopback --listen without TLS or without tokens (anyone on the path can then read the text and
+    /// anyone who can connect is admitted).
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+/// The admission tokens of a `--tokens` file: one per line, blank lines and `#` comments skipped, each at least 16
+/// bytes (a short token is guessable).
+pub fn read_tokens(path: &Path) -> Result<Vec<Vec<u8>>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Input(format!("tokens: {}: {e}", path.display())))?;
+    let mut tokens = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if t.len() < 16 {
+            return Err(Failure::Input(format!(
+                "tokens: line {} of {} is {} bytes; a token needs at least 16",
+                i + 1,
+                path.display(),
+                t.len()
+            )));
+        }
+        tokens.push(t.as_bytes().to_vec());
+    }
+    if tokens.is_empty() {
+        return Err(Failure::Input(format!(
+            "tokens: {} holds no token",
+            path.display()
+        )));
+    }
+    Ok(tokens)
+}
+
+/// Whether every address `listen` resolves to is a loopback address.
+fn loopback_only(listen: &str) -> Result<bool, Failure> {
+    let addrs: Vec<std::net::SocketAddr> = listen
+        .to_socket_addrs()
+        .map_err(|e| Failure::Input(format!("listen: {listen}: {e}")))?
+        .collect();
+    Ok(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()))
 }
 
 /// Runs `multispin serve`.
@@ -72,6 +127,28 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     cfg.max_pending = args.max_pending;
     // `--devices N` started from one host must get in before any of them drafts.
     cfg.max_pending_per_addr = args.max_pending_per_addr;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        cfg.tls = Some(ServerTls::from_files(cert, key).map_err(Failure::input)?);
+    }
+    if let Some(t) = &args.tokens {
+        cfg.device_tokens = read_tokens(t)?;
+    }
+    if !args.insecure && !loopback_only(&args.listen)? {
+        let missing: Vec<&str> = [
+            (cfg.tls.is_none(), "--tls-cert/--tls-key"),
+            (cfg.device_tokens.is_empty(), "--tokens"),
+        ]
+        .into_iter()
+        .filter_map(|(m, f)| m.then_some(f))
+        .collect();
+        if !missing.is_empty() {
+            return Err(Failure::Input(format!(
+                "listen: {} is not a loopback address; give {} (or --insecure to serve it unprotected)",
+                args.listen,
+                missing.join(" and ")
+            )));
+        }
+    }
     cfg.validate().map_err(Failure::input)?;
     let mut trace = match &args.trace {
         Some(p) => Some(std::io::BufWriter::new(

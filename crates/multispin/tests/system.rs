@@ -229,3 +229,123 @@ fn bad_input_exits_with_status_2_naming_the_field() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// A proxy on 127.0.0.1 forwarding to `server` that cuts its first connection once `cut_after` bytes went to the
+/// client (later connections pass through); returns its address.
+fn cutting_proxy(server: String, cut_after: usize) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for (i, dev) in l.incoming().enumerate() {
+            let Ok(mut dev) = dev else { return };
+            let mut up = std::net::TcpStream::connect(&server).unwrap();
+            let (mut dev_r, mut up_w) = (dev.try_clone().unwrap(), up.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut dev_r, &mut up_w);
+                let _ = up_w.shutdown(std::net::Shutdown::Both);
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 256];
+                let mut sent = 0;
+                loop {
+                    let n = match up.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if dev.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    sent += n;
+                    if i == 0 && sent >= cut_after {
+                        break;
+                    }
+                }
+                let _ = dev.shutdown(std::net::Shutdown::Both);
+                let _ = up.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    addr
+}
+
+/// `multispin device` over TLS with an admission token, its connection cut mid-run by a proxy: it reconnects,
+/// resumes, and prints the text of the run without the fault (issue 22: it used to exit 1 with "server shut down").
+#[test]
+fn a_tls_device_whose_connection_is_cut_resumes_and_prints_the_generate_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let tls = dir.path().join("tls");
+    let out = bin().args(["gen-cert", "--out"]).arg(&tls).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tokens = dir.path().join("tokens.txt");
+    std::fs::write(&tokens, "# devices\nthe-device-token-0123456789\n").unwrap();
+    let mut server = bin()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-tokens",
+            "16",
+            "--scheme",
+            "greedy",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--tls-cert")
+        .arg(tls.join("cert.pem"))
+        .arg("--tls-key")
+        .arg(tls.join("key.pem"))
+        .arg("--tokens")
+        .arg(&tokens)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    // Past the TLS handshake (about 1 kB from the server) and into the rounds.
+    let proxy = cutting_proxy(addr, 1600);
+    let token = dir.path().join("token.txt");
+    std::fs::write(&token, "the-device-token-0123456789\n").unwrap();
+    let out = bin()
+        .args([
+            "device",
+            "--connect",
+            &proxy,
+            "--prompt",
+            PROMPTS[0],
+            "--server-name",
+            "localhost",
+        ])
+        .arg("--tls-ca")
+        .arg(tls.join("cert.pem"))
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("resumed the session"),
+        "the connection was cut: {stderr}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.trim_end_matches('\n'),
+        generate(&target, &draft, &tok, PROMPTS[0])
+    );
+    assert!(server.wait().unwrap().success());
+}

@@ -4,7 +4,8 @@
 
 use crate::error::{NetError, Result};
 use crate::proto::{self, DeviceMsg, ErrorCode, Identity, MAGIC, Next, PROTOCOL_VERSION, Resume, ServerMsg};
-use crate::wire::{Conn, framed, recv, send};
+use crate::tls::ClientTls;
+use crate::wire::{Conn, Stream, framed_stream, recv, send};
 use spin_runtime::Model;
 use spin_runtime::drafter::{DistForm, Drafter, device_rng};
 use spin_runtime::speculative::sampling;
@@ -29,6 +30,10 @@ pub struct DeviceConfig {
     pub delay: Option<Duration>,
     /// Test hook: drop the connection right after sending the draft of this round, then resume.
     pub disconnect_at_round: Option<u64>,
+    /// TLS to the server (None: plaintext).
+    pub tls: Option<ClientTls>,
+    /// The admission token sent in `Hello` (empty: none).
+    pub token: Vec<u8>,
     /// How long a device whose connection was cut keeps trying to resume (reconnects back off from 50 ms, doubling
     /// to 2 s); zero: it does not resume.
     pub reconnect_for: Duration,
@@ -46,6 +51,8 @@ impl DeviceConfig {
             delay: None,
             disconnect_at_round: None,
             reconnect_for: Duration::from_secs(30),
+            tls: None,
+            token: Vec::new(),
         }
     }
 }
@@ -85,7 +92,12 @@ struct Joined {
 
 async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) -> Result<Joined> {
     let stream = TcpStream::connect(&cfg.addr).await?;
-    let mut conn = framed(stream, cfg.max_frame_bytes);
+    let _ = stream.set_nodelay(true);
+    let stream: Box<dyn Stream> = match &cfg.tls {
+        None => Box::new(stream),
+        Some(tls) => Box::new(tls.connect(stream).await?),
+    };
+    let mut conn = framed_stream(stream, cfg.max_frame_bytes);
     send(
         &mut conn,
         &DeviceMsg::Hello {
@@ -95,6 +107,7 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) ->
             resume,
             prompt: cfg.prompt.clone(),
             distance_m: cfg.distance_m,
+            token: cfg.token.clone(),
         },
     )
     .await?;

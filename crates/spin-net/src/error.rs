@@ -45,6 +45,9 @@ pub enum NetError {
     /// `Hello.resume` names a session whose device is still connected.
     #[error("session: {0} is connected; a resume is accepted once its connection is gone")]
     Busy(u64),
+    /// The device's admission token is missing or wrong.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
     /// The server admits no more devices, connections or new sessions (which limit, in the message).
     #[error("full: {0}")]
     Full(String),
@@ -108,6 +111,7 @@ impl NetError {
             NetError::UnknownSession(_) => ErrorCode::UnknownSession,
             NetError::Busy(_) => ErrorCode::Busy,
             NetError::Full(_) => ErrorCode::Full,
+            NetError::Unauthorized(_) => ErrorCode::Unauthorized,
             NetError::Decode(_) | NetError::Invalid { .. } => ErrorCode::Malformed,
             _ => ErrorCode::Protocol,
         }

@@ -14,6 +14,7 @@ pub mod link;
 pub mod proto;
 pub mod server;
 pub mod sim;
+pub mod tls;
 pub mod wire;
 
 pub use error::{NetError, Result};

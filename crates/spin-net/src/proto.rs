@@ -112,6 +112,20 @@ pub fn secrets_equal(a: &[u8; SECRET_BYTES], b: &[u8; SECRET_BYTES]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// Whether `given` is one of `tokens`: every token is compared, each in time independent of where it differs (only
+/// the lengths are compared directly).
+pub fn token_admitted(tokens: &[Vec<u8>], given: &[u8]) -> bool {
+    tokens.iter().fold(false, |ok, t| {
+        let same = t.len() == given.len()
+            && std::hint::black_box(
+                t.iter()
+                    .zip(given)
+                    .fold(0u8, |acc, (x, y)| std::hint::black_box(acc | (x ^ y))),
+            ) == 0;
+        ok | same
+    })
+}
+
 /// Messages from a device to the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DeviceMsg {
@@ -129,6 +143,8 @@ pub enum DeviceMsg {
         prompt: Vec<u32>,
         /// Distance to the server in metres, when the device knows it (else the server's drop draws one).
         distance_m: Option<f64>,
+        /// The device's admission token (pre-shared; empty where the server admits any device).
+        token: Vec<u8>,
     },
     /// The round's draft.
     Draft {
@@ -262,6 +278,8 @@ pub enum ErrorCode {
     /// `Hello.resume` names a session whose device is still connected (id and secret were right); retry once the
     /// old connection is gone.
     Busy,
+    /// `Hello.token` is not one of the server's admission tokens.
+    Unauthorized,
 }
 
 /// Encodes a message body (postcard).

@@ -15,7 +15,8 @@ use crate::proto::{
     self, DeviceMsg, ErrorCode, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, SECRET_BYTES, ServerMsg,
     SessionParams,
 };
-use crate::wire::{frame_bytes, frame_error, framed};
+use crate::tls::ServerTls;
+use crate::wire::{Stream, frame_bytes, frame_error, framed_stream};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use rand::{RngExt, SeedableRng};
@@ -110,6 +111,10 @@ pub struct ServerConfig {
     pub max_pending_per_addr: usize,
     /// While fewer than `min_devices` joined, a notice says whom the server waits for this often.
     pub notice_every: Duration,
+    /// TLS on every connection (None: plaintext, for loopback and simulations).
+    pub tls: Option<ServerTls>,
+    /// The pre-shared admission tokens a `Hello` must carry one of (empty: any device is admitted).
+    pub device_tokens: Vec<Vec<u8>>,
     /// Rounds start once this many devices joined.
     pub min_devices: usize,
     /// Devices admitted at most.
@@ -164,6 +169,8 @@ impl ServerConfig {
             max_pending: 256,
             max_pending_per_addr: 32,
             notice_every: Duration::from_secs(5),
+            tls: None,
+            device_tokens: Vec::new(),
             min_devices: 1,
             max_devices: 1024,
             max_rounds: None,
@@ -547,6 +554,7 @@ impl Server {
             handshake_timeout: self.cfg.handshake_timeout,
             max_connections: self.cfg.max_connections,
             max_per_addr: self.cfg.max_connections_per_addr,
+            tls: self.cfg.tls.clone(),
         };
         let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, stop_rx));
         let params = sampling(self.cfg.temperature)?;
@@ -591,12 +599,13 @@ impl Server {
 }
 
 /// The listener's settings for each connection.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct ConnLimits {
     max_frame: usize,
     handshake_timeout: Duration,
     max_connections: usize,
     max_per_addr: usize,
+    tls: Option<ServerTls>,
 }
 
 /// Open connections, in all and per address (shared by the acceptor and the connection tasks).
@@ -687,12 +696,15 @@ async fn accept_loop(
                     match ConnSlot::take(&open, peer.ip(), &limits) {
                         Ok(slot) => {
                             next_id += 1;
-                            conns.spawn(connection(stream, peer.ip(), next_id, ev_tx.clone(), limits, slot));
+                            conns.spawn(connection(stream, peer.ip(), next_id, ev_tx.clone(), limits.clone(), slot));
                         }
                         Err(why) => {
-                            // One non-blocking write of the refusal, then close: a flood costs no task.
+                            // One non-blocking write of the refusal, then close: a flood costs no task. Over TLS
+                            // the connection is closed unanswered (an answer would need a handshake).
                             let e = NetError::Full(why);
-                            if let Ok(body) = proto::encode(&ServerMsg::Error { code: e.code(), message: e.to_string() }) {
+                            if limits.tls.is_none()
+                                && let Ok(body) = proto::encode(&ServerMsg::Error { code: e.code(), message: e.to_string() })
+                            {
                                 let _ = stream.try_write(&frame_bytes(&body));
                             }
                         }
@@ -733,7 +745,21 @@ async fn connection(
     slot: ConnSlot,
 ) {
     let max_frame = limits.max_frame;
-    let (mut sink, mut frames) = framed(stream, max_frame).split();
+    let handshake_by = Instant::now() + limits.handshake_timeout;
+    let _ = stream.set_nodelay(true);
+    let stream: Box<dyn Stream> = match &limits.tls {
+        None => Box::new(stream),
+        // The TLS handshake counts against the handshake timeout too.
+        Some(tls) => match tokio::time::timeout_at(handshake_by.into(), tls.accept(stream)).await {
+            Ok(Ok(s)) => Box::new(s),
+            Ok(Err(e)) => {
+                tracing::debug!("tls: handshake with {addr} failed: {e}");
+                return;
+            }
+            Err(_) => return,
+        },
+    };
+    let (mut sink, mut frames) = framed_stream(stream, max_frame).split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
     let writer = tokio::spawn(async move {
         while let Some(o) = rx.recv().await {
@@ -753,7 +779,6 @@ async fn connection(
         );
     };
     let mut session: Option<u64> = None;
-    let handshake_by = Instant::now() + limits.handshake_timeout;
     loop {
         let next = match session {
             // The whole first frame must arrive in time: a peer trickling bytes is cut like an idle one.
@@ -997,7 +1022,7 @@ impl Engine {
             if joined.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", joined.join(", "))
+                format!(": {}", joined.join(", "))
             }
         )
     }
@@ -1062,6 +1087,7 @@ impl Engine {
             resume,
             prompt,
             distance_m,
+            token,
         } = hello
         else {
             return Err(NetError::Protocol("expected Hello".into()));
@@ -1077,6 +1103,13 @@ impl Engine {
                 got: version.to_string(),
                 want: PROTOCOL_VERSION.to_string(),
             });
+        }
+        if !self.cfg.device_tokens.is_empty() && !proto::token_admitted(&self.cfg.device_tokens, &token) {
+            return Err(NetError::Unauthorized(if token.is_empty() {
+                "this server admits devices with a token (Hello.token is empty)".into()
+            } else {
+                "Hello.token is not one of this server's tokens".into()
+            }));
         }
         if identity.vocab != self.vocab {
             return Err(NetError::Mismatch {

@@ -69,6 +69,7 @@ fn hello(vocab: u32, resume: Option<Resume>) -> DeviceMsg {
         resume,
         prompt: vec![1, 2],
         distance_m: None,
+        token: vec![],
     }
 }
 
@@ -589,4 +590,63 @@ fn a_server_short_of_devices_says_whom_it_waits_for() {
             && last.contains("device 0 from 127.0.0.1"),
         "{last}"
     );
+}
+
+/// Case 3: TLS and admission tokens. A device over TLS with a token gets its text; without the token, or with a
+/// wrong one, it is refused `Unauthorized`; a plaintext client gets no session from a TLS server; a device that does
+/// not trust the server's certificate refuses it.
+#[test]
+fn tls_with_admission_tokens_serves_devices_and_refuses_the_rest() {
+    use spin_net::tls::{ClientTls, ServerTls, self_signed};
+    let target = tiny(1, 2);
+    let drafter = tiny(2, 1);
+    let vocab = identity(&target).vocab;
+    let (cert, key) = self_signed(&["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (other_cert, _) = self_signed(&["localhost".into()]).unwrap();
+    let rt = runtime();
+    let rep = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.tls = Some(ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap());
+            cfg.device_tokens = vec![b"device-token-0123456789".to_vec()];
+            cfg.handshake_timeout = Duration::from_millis(500);
+            let (addr, serving, _stop) = start(cfg, &target, Default::default()).await;
+            let device = |tls: ClientTls, token: &[u8]| {
+                let mut dc = DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter));
+                dc.tls = Some(tls);
+                dc.token = token.to_vec();
+                dc.reconnect_for = Duration::ZERO;
+                run_device(drafter.clone(), dc)
+            };
+            let trusted = ClientTls::from_pem(cert.as_bytes(), "localhost").unwrap();
+            for bad in [&b""[..], b"device-token-0123456788"] {
+                match device(trusted.clone(), bad).await {
+                    Err(spin_net::NetError::Refused { code, message }) => {
+                        assert_eq!(code, ErrorCode::Unauthorized, "{message}")
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            let untrusted = ClientTls::from_pem(other_cert.as_bytes(), "localhost").unwrap();
+            assert!(device(untrusted, b"device-token-0123456789").await.is_err());
+            let wrong_name = ClientTls::from_pem(cert.as_bytes(), "example.org").unwrap();
+            assert!(device(wrong_name, b"device-token-0123456789").await.is_err());
+            // Plaintext to the TLS port: no Welcome, the connection is closed.
+            let mut plain = raw(&addr, [127, 0, 0, 1]).await;
+            send(&mut plain, &hello(vocab, None)).await.unwrap();
+            let seen = closed_within(&mut plain, Duration::from_secs(5))
+                .await
+                .expect("closed");
+            assert!(
+                seen.iter().all(|m| !matches!(m, ServerMsg::Welcome { .. })),
+                "{seen:?}"
+            );
+            let rep = device(trusted, b"device-token-0123456789").await.unwrap();
+            serving.await.unwrap().unwrap();
+            rep
+        }))
+        .unwrap();
+    let greedy = sampling(0.0).unwrap();
+    let want = generate_plain(&target, &[1, 5, 9], &greedy, 12, None, 0).unwrap();
+    assert_eq!(rep.generated(), want.as_slice());
 }

@@ -312,6 +312,7 @@ fn hello(vocab: u32, version: u16, resume: Option<proto::Resume>) -> DeviceMsg {
         resume,
         prompt: vec![1, 2],
         distance_m: None,
+        token: vec![],
     }
 }
 
