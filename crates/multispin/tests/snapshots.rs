@@ -21,6 +21,7 @@ const COMMANDS: &[&[&str]] = &[
     &["simulate"],
     &["serve"],
     &["device"],
+    &["gen-cert"],
 ];
 
 fn run(args: &[&str]) -> String {
