@@ -43,7 +43,7 @@ pub fn check(summary: &Summary, rounds: &[RoundTrace]) -> PredictionCheck {
         rounds
             .iter()
             .flat_map(|r| &r.devices)
-            .filter(|d| d.gamma > 0 && !matches!(d.mode, "dropped" | "silent" | "lost"))
+            .filter(|d| d.gamma > 0 && d.mode.verified())
     };
     // Per device: accepted tokens and rejections, whose ratio is the i.i.d. maximum-likelihood α̂_k.
     let n = kept().map(|d| d.device + 1).max().unwrap_or(0);
@@ -179,14 +179,14 @@ pub fn csv(checks: &[PredictionCheck]) -> String {
 mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
-    use spin_net::server::{Clock, DeviceTrace};
+    use spin_net::server::{Clock, DeviceTrace, Outcome, UplinkPayload};
 
-    fn device(k: usize, gamma: u32, accepted: u32, mode: &'static str) -> DeviceTrace {
+    fn device(k: usize, gamma: u32, accepted: u32, mode: Outcome) -> DeviceTrace {
         DeviceTrace {
             device: k,
             gamma,
             bandwidth_hz: 1.0,
-            payload: "pairs",
+            payload: UplinkPayload::Pairs,
             accepted,
             emitted: accepted + 1,
             mode,
@@ -247,9 +247,9 @@ mod tests {
             let mut b = Vec::new();
             for (k, alpha) in [0.3f64, 0.8].into_iter().enumerate() {
                 let n = (0..gamma).take_while(|_| rng.random::<f64>() < alpha).count() as u32;
-                a.push(device(k, gamma, n, "server"));
+                a.push(device(k, gamma, n, Outcome::Server));
                 let all = rng.random::<f64>() < alpha;
-                b.push(device(k, gamma, if all { gamma } else { 0 }, "server"));
+                b.push(device(k, gamma, if all { gamma } else { 0 }, Outcome::Server));
             }
             iid.push(round(r, a, 0.5));
             bursty.push(round(r, b, 0.5));
@@ -257,7 +257,10 @@ mod tests {
         // A dropped draft and a γ = 0 round carry no acceptance information.
         iid.push(round(
             4000,
-            vec![device(0, 5, 0, "dropped"), device(1, 0, 0, "server")],
+            vec![
+                device(0, 5, 0, Outcome::Dropped),
+                device(1, 0, 0, Outcome::Server),
+            ],
             0.5,
         ));
         let c = check(&summary(), &iid);

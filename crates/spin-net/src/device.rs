@@ -132,25 +132,7 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) ->
         });
     }
     // The check the server made, made again from this side.
-    if identity.vocab != cfg.identity.vocab {
-        return Err(NetError::Mismatch {
-            field: "vocab",
-            reason: format!(
-                "the target has {} tokens, the drafter {}",
-                identity.vocab, cfg.identity.vocab
-            ),
-        });
-    }
-    if identity.tokenizer != 0 && cfg.identity.tokenizer != 0 && identity.tokenizer != cfg.identity.tokenizer
-    {
-        return Err(NetError::Mismatch {
-            field: "tokenizer",
-            reason: format!(
-                "the target's tokenizer {:016x} differs from the drafter's {:016x}",
-                identity.tokenizer, cfg.identity.tokenizer
-            ),
-        });
-    }
+    proto::check_identity(&cfg.identity, "drafter", &identity, "target")?;
     let sp = sampling(params.temperature)?;
     let form = DistForm::Sparse {
         v_eff: params.v_eff as usize,

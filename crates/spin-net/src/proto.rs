@@ -126,6 +126,36 @@ pub fn token_admitted(tokens: &[Vec<u8>], given: &[u8]) -> bool {
     })
 }
 
+/// The check both sides make at the handshake (the server on `Hello`, the device on `Welcome`): the peer's
+/// vocabulary must equal ours, and so must its tokenizer fingerprint when both are known (non-zero). The names
+/// (`"target"`, `"drafter"`) are those of the two models, for the message.
+pub fn check_identity(
+    ours: &Identity,
+    our_name: &str,
+    peer: &Identity,
+    peer_name: &str,
+) -> Result<(), NetError> {
+    if peer.vocab != ours.vocab {
+        return Err(NetError::Mismatch {
+            field: "vocab",
+            reason: format!(
+                "the {peer_name} has {} tokens, the {our_name} {}",
+                peer.vocab, ours.vocab
+            ),
+        });
+    }
+    if peer.tokenizer != 0 && ours.tokenizer != 0 && peer.tokenizer != ours.tokenizer {
+        return Err(NetError::Mismatch {
+            field: "tokenizer",
+            reason: format!(
+                "the {peer_name}'s tokenizer {:016x} differs from the {our_name}'s {:016x}",
+                peer.tokenizer, ours.tokenizer
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Messages from a device to the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DeviceMsg {

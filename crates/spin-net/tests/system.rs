@@ -134,7 +134,7 @@ fn bits_on_the_air_are_spin_cores_payload_sizes() {
     let (mut ul, mut dl) = (0, 0);
     for t in traces.iter().flat_map(|r| &r.devices) {
         let pairs = u64::from(t.gamma) * (5 + 32);
-        match t.mode {
+        match t.mode.name() {
             "ul" => {
                 ul += 1;
                 assert_eq!((t.bits_up, t.bits_down), (pairs + q_tok, 0), "{t:?}");
@@ -174,7 +174,7 @@ fn unified_plans_each_devices_payload_and_keeps_the_greedy_text() {
     );
     for t in traces.iter().flat_map(|r| &r.devices) {
         let pairs = u64::from(t.gamma) * (5 + 32);
-        match (t.payload, t.mode) {
+        match (t.payload.name(), t.mode.name()) {
             // Distributions up: the server corrects on its own, nothing is exchanged afterwards.
             ("dists", "server") => assert_eq!((t.bits_up, t.bits_down), (u64::from(t.gamma) * q_tok, 0)),
             ("pairs", "server") => assert_eq!((t.bits_up, t.bits_down), (pairs, 0), "{t:?}"),

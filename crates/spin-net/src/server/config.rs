@@ -1,0 +1,262 @@
+//! The server's settings (what an operator sets: clock, compute, planner, link, deadlines and admission limits) and
+//! their checks.
+
+use super::*;
+
+/// Which clock a round is accounted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// Simulated time: drafting, air and verification times are added up; nothing waits. Deterministic with a
+    /// compute profile.
+    Virtual,
+    /// Wall time: messages are held for their air time; compute is what this machine takes.
+    Real,
+}
+
+/// Where compute times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Compute {
+    /// Measured on this machine (devices report their drafting time; the server times its forward pass).
+    Measured,
+    /// A compute profile: per-token drafting time T̄·U[1, 1 + spread] per device (seeded), T_ver = T_fix + K·T_lin.
+    Profile {
+        /// T̄ in seconds per token.
+        draft_token_s: f64,
+        /// Spread of the per-device factor.
+        draft_spread: f64,
+        /// T_fix in seconds.
+        verify_fixed_s: f64,
+        /// T_lin in seconds per device.
+        verify_per_device_s: f64,
+    },
+}
+
+/// Settings of a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The planning scheme (its paper fixes the exchange).
+    pub scheme: Scheme,
+    /// Paper B's reactive mode policy.
+    pub modes: ModeScheme,
+    /// L_max / γ_max.
+    pub max_draft_len: u32,
+    /// Fixed BW&L's length.
+    pub fixed_len: u32,
+    /// V_eff of every distribution on the air (capped at V).
+    pub v_eff: u32,
+    /// Q of every distribution on the air.
+    pub q_bits: u8,
+    /// Sampling temperature (0 = greedy).
+    pub temperature: f64,
+    /// Tokens each device generates.
+    pub max_new_tokens: usize,
+    /// End of sequence.
+    pub eos: Option<u32>,
+    /// Seed of every draw (sampling, drop, fading, planners).
+    pub seed: u64,
+    /// The clock.
+    pub clock: Clock,
+    /// Compute times.
+    pub compute: Compute,
+    /// The radio.
+    pub link: LinkConfig,
+    /// A draft that arrives later than this after the plan (on the run's clock) is dropped for the round.
+    pub round_deadline_s: f64,
+    /// Wall-clock limit on waiting for a device's answer in a round (its draft, its correction), on either clock:
+    /// a device silent past it is dropped for the round (`silent` in the trace) and the others go on.
+    pub wall_deadline: Duration,
+    /// A connection that has not sent a complete `Hello` within this is closed (slow or idle peers).
+    pub handshake_timeout: Duration,
+    /// Open connections at most (handshakes included); one more is answered `Full` and closed.
+    pub max_connections: usize,
+    /// Open connections at most from one IP address.
+    pub max_connections_per_addr: usize,
+    /// Sessions at most that have not drafted yet (connected or waiting to resume); a new one beyond is `Full`.
+    pub max_pending: usize,
+    /// Of those, at most this many opened from one IP address.
+    pub max_pending_per_addr: usize,
+    /// While fewer than `min_devices` joined, a notice says whom the server waits for this often.
+    pub notice_every: Duration,
+    /// TLS on every connection (None: plaintext, for loopback and simulations).
+    pub tls: Option<ServerTls>,
+    /// The pre-shared admission tokens a `Hello` must carry one of (empty: any device is admitted).
+    pub device_tokens: Vec<Vec<u8>>,
+    /// Rounds start once this many devices joined.
+    pub min_devices: usize,
+    /// Devices admitted at most.
+    pub max_devices: usize,
+    /// Stop after this many rounds.
+    pub max_rounds: Option<u64>,
+    /// Stop once every device has finished (else wait for new devices until shut down).
+    pub stop_when_done: bool,
+    /// How long a disconnected session waits for its device to resume; at its end the session is released (its
+    /// memory freed, a resume refused) and a run whose other devices finished ends.
+    pub resume_window: Duration,
+    /// The target model's identity.
+    pub identity: Identity,
+    /// Largest frame body.
+    pub max_frame_bytes: usize,
+    /// Prior α₀ of the acceptance estimate.
+    pub alpha_prior: f64,
+    /// Weight n₀ of the prior in tokens.
+    pub alpha_prior_weight: f64,
+    /// SAA samples for paper B's planners.
+    pub saa_samples: u32,
+}
+
+impl ServerConfig {
+    /// Defaults for `scheme` (paper B's link, V_eff = 1024, Q = 16, γ_max = 8, a compute profile on the virtual
+    /// clock) and the target's `identity`.
+    pub fn new(scheme: Scheme, identity: Identity) -> Self {
+        ServerConfig {
+            scheme,
+            modes: ModeScheme::Optimal,
+            max_draft_len: 8,
+            fixed_len: 4,
+            v_eff: 1024,
+            q_bits: 16,
+            temperature: 0.0,
+            max_new_tokens: 32,
+            eos: None,
+            seed: 0,
+            clock: Clock::Virtual,
+            compute: Compute::Profile {
+                draft_token_s: 0.015,
+                draft_spread: 0.15,
+                verify_fixed_s: 0.04,
+                verify_per_device_s: 0.008,
+            },
+            link: LinkConfig::paper_b(),
+            round_deadline_s: 10.0,
+            wall_deadline: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            max_connections: 2048,
+            max_connections_per_addr: 64,
+            max_pending: 256,
+            max_pending_per_addr: 32,
+            notice_every: Duration::from_secs(5),
+            tls: None,
+            device_tokens: Vec::new(),
+            min_devices: 1,
+            max_devices: 1024,
+            max_rounds: None,
+            stop_when_done: true,
+            resume_window: Duration::from_secs(10),
+            identity,
+            max_frame_bytes: proto::MAX_FRAME_BYTES,
+            alpha_prior: 0.7,
+            alpha_prior_weight: 8.0,
+            saa_samples: 200,
+        }
+    }
+
+    pub(super) fn exchange(&self) -> Exchange {
+        match self.scheme.family() {
+            Family::PaperA => Exchange::DistsWithDraft,
+            Family::PaperB => Exchange::ProbsOnly,
+            Family::Unified => Exchange::Planned,
+        }
+    }
+
+    /// Checks the settings; every error names its field.
+    pub fn validate(&self) -> Result<()> {
+        self.link.validate()?;
+        if !(1..=24).contains(&self.q_bits) {
+            return Err(NetError::invalid(
+                "q_bits",
+                format!("{} is outside [1, 24]", self.q_bits),
+            ));
+        }
+        if self.v_eff == 0 {
+            return Err(NetError::invalid("v_eff", "must be at least 1"));
+        }
+        if self.max_draft_len == 0 || self.max_draft_len > 64 {
+            return Err(NetError::invalid(
+                "max_draft_len",
+                format!("{} is outside [1, 64]", self.max_draft_len),
+            ));
+        }
+        if self.round_deadline_s.is_nan() || self.round_deadline_s <= 0.0 {
+            return Err(NetError::invalid(
+                "round_deadline_s",
+                format!("{} is not a number > 0", self.round_deadline_s),
+            ));
+        }
+        for (field, d) in [
+            ("wall_deadline", self.wall_deadline),
+            ("handshake_timeout", self.handshake_timeout),
+            ("notice_every", self.notice_every),
+        ] {
+            if d.is_zero() {
+                return Err(NetError::invalid(field, "must be longer than 0 s"));
+            }
+        }
+        for (field, n) in [
+            ("max_connections", self.max_connections),
+            ("max_connections_per_addr", self.max_connections_per_addr),
+            ("max_pending", self.max_pending),
+            ("max_pending_per_addr", self.max_pending_per_addr),
+        ] {
+            if n == 0 {
+                return Err(NetError::invalid(field, "must be at least 1"));
+            }
+        }
+        if !(self.alpha_prior > 0.0 && self.alpha_prior < 1.0) {
+            return Err(NetError::invalid(
+                "alpha_prior",
+                format!("{} is outside (0, 1)", self.alpha_prior),
+            ));
+        }
+        if !(self.alpha_prior_weight >= 0.0 && self.alpha_prior_weight.is_finite()) {
+            return Err(NetError::invalid(
+                "alpha_prior_weight",
+                format!("{} is not a finite number ≥ 0", self.alpha_prior_weight),
+            ));
+        }
+        if self.min_devices == 0 || self.min_devices > self.max_devices {
+            return Err(NetError::invalid(
+                "min_devices",
+                format!(
+                    "{} is outside [1, max_devices = {}]",
+                    self.min_devices, self.max_devices
+                ),
+            ));
+        }
+        if let Compute::Profile {
+            draft_token_s,
+            draft_spread,
+            verify_fixed_s,
+            verify_per_device_s,
+        } = self.compute
+        {
+            for (f, v, pos) in [
+                ("draft_token_s", draft_token_s, true),
+                ("draft_spread", draft_spread, false),
+                ("verify_fixed_s", verify_fixed_s, false),
+                ("verify_per_device_s", verify_per_device_s, false),
+            ] {
+                if !(v.is_finite() && (v > 0.0 || (!pos && v == 0.0))) {
+                    return Err(NetError::invalid(
+                        f,
+                        format!("{v} is not a finite number {}", if pos { "> 0" } else { "≥ 0" }),
+                    ));
+                }
+            }
+            if verify_fixed_s + verify_per_device_s <= 0.0 {
+                return Err(NetError::invalid(
+                    "verify_fixed_s",
+                    "T_fix + T_lin must be positive",
+                ));
+            }
+            if self.clock == Clock::Real {
+                return Err(NetError::invalid(
+                    "compute",
+                    "a compute profile needs the virtual clock (the real clock measures compute)",
+                ));
+            }
+        }
+        sampling(self.temperature).map_err(|e| NetError::invalid("temperature", e.to_string()))?;
+        Ok(())
+    }
+}

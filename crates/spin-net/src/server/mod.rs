@@ -1,0 +1,404 @@
+//! The edge server: accepts devices over TCP, runs the rounds (plan → draft → verdict → correction) with the
+//! target model's [`Verifier`], emulates the wireless link on every message and accounts the round on the chosen
+//! clock. docs/system.md describes the round; docs/protocol.md the messages.
+//!
+//! One task (the engine) owns the verifier, the controller state and the trace; one task per connection decodes
+//! frames and forwards them as events, so a malformed or hostile peer is refused and closed by its own task while
+//! the engine and every other device go on.
+
+mod config;
+mod conn;
+mod round;
+mod session;
+mod trace;
+
+pub use config::{Clock, Compute, ServerConfig};
+pub use conn::accept_backoff;
+use conn::*;
+pub use round::has_mass;
+use session::*;
+pub use trace::{DeviceSummary, DeviceTrace, Outcome, RoundTrace, Summary, UplinkPayload};
+
+use crate::controller::{
+    ControllerConfig, DeviceView, RoundPlan, Scheme, alpha_with_prior, fit_verify, plan_round,
+};
+use crate::error::{NetError, Result};
+use crate::link::{LinkConfig, air_time_s};
+use crate::proto::{
+    self, DeviceMsg, ErrorCode, Exchange, Identity, MAGIC, Next, PROTOCOL_VERSION, SECRET_BYTES, ServerMsg,
+    SessionParams,
+};
+use crate::tls::ServerTls;
+use crate::wire::{Stream, frame_bytes, frame_error, framed_stream};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use spin_core::SparseDist;
+use spin_core::dist::pair_bits;
+use spin_optimize::paper_b::{ModeScheme, reactive};
+use spin_optimize::round::Family;
+use spin_runtime::Model;
+use spin_runtime::speculative::sampling;
+use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// A callback for the server's operator notices (e.g. whom it is waiting for).
+pub type Notice = Box<dyn FnMut(&str) + Send>;
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    model: Arc<Model>,
+    cfg: ServerConfig,
+    notice: Option<Notice>,
+}
+
+impl Server {
+    /// Binds `addr` (e.g. `127.0.0.1:0`) for the target `model`.
+    pub async fn bind(addr: &str, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
+        cfg.validate()?;
+        if cfg.identity.vocab as usize != model.config().vocab_size {
+            return Err(NetError::invalid(
+                "identity.vocab",
+                format!(
+                    "{} differs from the target's {}",
+                    cfg.identity.vocab,
+                    model.config().vocab_size
+                ),
+            ));
+        }
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Server {
+            listener,
+            model,
+            cfg,
+            notice: None,
+        })
+    }
+
+    /// Sends the server's operator notices (whom it waits for before the first round, every
+    /// `ServerConfig::notice_every`) to `f` instead of the `tracing` log.
+    pub fn with_notices(mut self, f: impl FnMut(&str) + Send + 'static) -> Self {
+        self.notice = Some(Box::new(f));
+        self
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// Serves until every device finished (`stop_when_done`), the round limit, or `shutdown` turns true; calls
+    /// `on_round` after every round. On shutdown every connected device is told so.
+    pub async fn run(
+        self,
+        shutdown: watch::Receiver<bool>,
+        on_round: impl FnMut(&RoundTrace),
+    ) -> Result<Summary> {
+        let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+        let listener = self.listener;
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let limits = ConnLimits {
+            max_frame: self.cfg.max_frame_bytes,
+            handshake_timeout: self.cfg.handshake_timeout,
+            max_connections: self.cfg.max_connections,
+            max_per_addr: self.cfg.max_connections_per_addr,
+            tls: self.cfg.tls.clone(),
+        };
+        let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, stop_rx));
+        let params = sampling(self.cfg.temperature)?;
+        let verifier = Verifier::new(
+            self.model.clone(),
+            VerifierConfig {
+                params,
+                max_new_tokens: self.cfg.max_new_tokens,
+                eos: self.cfg.eos,
+                seed: self.cfg.seed,
+            },
+        );
+        let vocab = self.model.config().vocab_size as u32;
+        let v_eff = self.cfg.v_eff.min(vocab);
+        let mut engine = Engine {
+            verifier,
+            sessions: Vec::new(),
+            by_id: BTreeMap::new(),
+            events: ev_rx,
+            shutdown,
+            stopping: false,
+            clock_s: 0.0,
+            wall_start: Instant::now(),
+            verify_points: Vec::new(),
+            vocab,
+            v_eff,
+            max_seq_len: self.model.config().max_seq_len,
+            cfg: self.cfg,
+            traces_tokens: 0,
+            sums: [0.0; 4],
+            predicted: Vec::new(),
+            notice: self.notice,
+            expired: 0,
+        };
+        let result = engine.run(on_round).await;
+        // Closing the engine's side ends every connection's writer once its queue is flushed.
+        drop(engine);
+        let _ = stop_tx.send(());
+        let _ = acceptor.await;
+        result
+    }
+}
+
+struct Engine {
+    cfg: ServerConfig,
+    verifier: Verifier<Arc<Model>>,
+    sessions: Vec<Session>,
+    by_id: BTreeMap<u64, usize>,
+    events: mpsc::UnboundedReceiver<Event>,
+    shutdown: watch::Receiver<bool>,
+    stopping: bool,
+    clock_s: f64,
+    wall_start: Instant,
+    verify_points: Vec<(usize, f64)>,
+    vocab: u32,
+    v_eff: u32,
+    max_seq_len: usize,
+    traces_tokens: u64,
+    /// Σ draft+up, Σ draft, Σ verify, Σ correction.
+    sums: [f64; 4],
+    predicted: Vec<f64>,
+    notice: Option<Notice>,
+    /// Sessions released at the end of their resume window without finishing.
+    expired: usize,
+}
+
+/// A received draft.
+struct Got {
+    /// Whether the plan asked for the distributions (they are then in `dists`).
+    with_dists: bool,
+    tokens: Vec<u32>,
+    probs: Vec<f32>,
+    dists: Vec<SparseDist>,
+    draft_s: f64,
+    bytes: usize,
+    arrived: Instant,
+}
+
+impl Engine {
+    /// Waits for the next event until `until` (wall); None on timeout or shutdown.
+    async fn next_event(&mut self, until: Option<Instant>) -> Option<Event> {
+        if self.stopping {
+            return None;
+        }
+        let sleep = async {
+            match until {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        // A closed event channel (the listener gone) disables its branch instead of answering None at once: the
+        // engine then waits for its deadline or the shutdown, it never spins.
+        tokio::select! {
+            Some(ev) = self.events.recv() => Some(ev),
+            _ = self.shutdown.wait_for(|s| *s) => { self.stopping = true; None }
+            _ = sleep => None,
+        }
+    }
+
+    fn conn_id(&self, k: usize) -> Option<u64> {
+        self.sessions[k].conn.as_ref().map(|c| c.id)
+    }
+
+    /// Sends `msg` to device `k` (encoded once); returns its body's size in bytes, counted even when the device is
+    /// gone.
+    fn send(&self, k: usize, msg: ServerMsg) -> u64 {
+        match &self.sessions[k].conn {
+            Some(c) => push(&c.tx, &msg),
+            None => proto::encode(&msg).map_or(0, |b| b.len() as u64),
+        }
+    }
+
+    /// Refuses device `k`'s current connection (protocol violation) and detaches it; the session may resume.
+    fn refuse(&mut self, k: usize, e: &NetError) {
+        if let Some(c) = self.detach(k) {
+            push(
+                &c.tx,
+                &ServerMsg::Error {
+                    code: e.code(),
+                    message: e.to_string(),
+                },
+            );
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        self.sessions.iter().all(|s| s.done || s.ended)
+    }
+
+    async fn run(&mut self, mut on_round: impl FnMut(&RoundTrace)) -> Result<Summary> {
+        // Admission: rounds start once enough devices joined; meanwhile a notice says whom the server waits for.
+        let mut notice_at = Instant::now() + self.cfg.notice_every;
+        while self.live() < self.cfg.min_devices && !self.stopping {
+            let expiry = self.expire()?;
+            let until = expiry.map_or(notice_at, |e| e.min(notice_at));
+            match self.next_event(Some(until)).await {
+                Some(ev) => {
+                    self.triage(ev);
+                }
+                None if self.stopping => break,
+                None => {
+                    if Instant::now() >= notice_at {
+                        let text = self.waiting_notice();
+                        self.notify(&text);
+                        notice_at = Instant::now() + self.cfg.notice_every;
+                    }
+                }
+            }
+        }
+        let mut round = 0u64;
+        let stopped = loop {
+            if *self.shutdown.borrow() {
+                self.stopping = true;
+            }
+            if self.stopping {
+                break "shutdown".to_string();
+            }
+            if self.cfg.max_rounds.is_some_and(|m| round >= m) {
+                break "round limit".to_string();
+            }
+            let expiry = self.expire()?;
+            let active: Vec<usize> = (0..self.sessions.len())
+                .filter(|&k| {
+                    let s = &self.sessions[k];
+                    !s.done && !s.ended && s.conn.is_some()
+                })
+                .collect();
+            if active.is_empty() {
+                // No round runs without a device that can progress.
+                if self.all_done() && self.cfg.stop_when_done && !self.sessions.is_empty() {
+                    break if self.expired > 0 {
+                        "devices left without resuming".to_string()
+                    } else {
+                        "all devices finished".to_string()
+                    };
+                }
+                // Wait for a resume or a new device (until the next resume window ends, when one runs).
+                match self.next_event(expiry).await {
+                    Some(ev) => {
+                        self.triage(ev);
+                        continue;
+                    }
+                    None if self.stopping => break "shutdown".to_string(),
+                    None => continue,
+                }
+            }
+            let trace = self.round(round, &active).await?;
+            self.traces_tokens += trace.tokens;
+            on_round(&trace);
+            round += 1;
+        };
+        // Tell every connected device why the run ends.
+        let reason = if stopped == "shutdown" {
+            "the server was shut down"
+        } else {
+            "the run ended"
+        };
+        for k in 0..self.sessions.len() {
+            if let Some(c) = self.detach(k) {
+                push(
+                    &c.tx,
+                    &ServerMsg::Shutdown {
+                        reason: reason.into(),
+                    },
+                );
+            }
+        }
+        let elapsed_s = self.elapsed();
+        let devices = (0..self.sessions.len())
+            .map(|k| {
+                let generated = self.verifier.generated(k)?.to_vec();
+                let acceptance = self
+                    .verifier
+                    .alpha(k)?
+                    .ratio_estimate(spin_core::estimate::Z_95)?
+                    .map(|e| e.value);
+                Ok(DeviceSummary {
+                    device: k,
+                    tokens: generated.len(),
+                    goodput: if elapsed_s > 0.0 {
+                        generated.len() as f64 / elapsed_s
+                    } else {
+                        0.0
+                    },
+                    acceptance,
+                    rounds: self.sessions[k].rounds,
+                    dropped: self.sessions[k].dropped,
+                    done: self.sessions[k].done,
+                    generated,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let tokens: u64 = devices.iter().map(|d| d.tokens as u64).sum();
+        Ok(Summary {
+            scheme: self.cfg.scheme.name(),
+            clock: self.cfg.clock,
+            rounds: round,
+            tokens,
+            elapsed_s,
+            goodput: if elapsed_s > 0.0 {
+                tokens as f64 / elapsed_s
+            } else {
+                0.0
+            },
+            predicted_goodput: if self.predicted.is_empty() {
+                0.0
+            } else {
+                self.predicted.iter().sum::<f64>() / self.predicted.len() as f64
+            },
+            draft_up_s: self.sums[0],
+            draft_s: self.sums[1],
+            verify_s: self.sums[2],
+            correction_s: self.sums[3],
+            devices,
+            stopped,
+        })
+    }
+
+    fn elapsed(&self) -> f64 {
+        match self.cfg.clock {
+            Clock::Virtual => self.clock_s,
+            Clock::Real => self.wall_start.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// The verification-time model the planner uses: the profile, or the fit of what was measured.
+    fn verify_model(&self) -> (f64, f64) {
+        match self.cfg.compute {
+            Compute::Profile {
+                verify_fixed_s,
+                verify_per_device_s,
+                ..
+            } => (verify_fixed_s, verify_per_device_s),
+            Compute::Measured => fit_verify(&self.verify_points).unwrap_or((0.01, 0.001)),
+        }
+    }
+
+    fn payload_bits_per_dist(&self) -> f64 {
+        proto::packed_bits(self.vocab, self.cfg.q_bits, self.v_eff) as f64
+    }
+
+    /// Bits of one (token, probability) pair on the uplink: ⌈log₂V⌉ + 32.
+    fn pair_bits(&self) -> f64 {
+        f64::from(pair_bits(self.vocab as usize, 32))
+    }
+}
+
+/// The refusal a peer gets for `e` (used by tests and the device side).
+pub fn refusal(e: &NetError) -> (ErrorCode, String) {
+    (e.code(), e.to_string())
+}

@@ -1,0 +1,187 @@
+//! What a run reports: one JSON line per round (`RoundTrace`, per device `DeviceTrace`) and the totals (`Summary`).
+
+use super::*;
+
+/// One device in one round of the trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceTrace {
+    /// Device index.
+    pub device: usize,
+    /// γ_k planned.
+    pub gamma: u32,
+    /// b_k in Hz.
+    pub bandwidth_hz: f64,
+    /// What each drafted token carried up: `dists` (its distribution, paper A) or `pairs` (token and probability,
+    /// paper B); the unified planner picks per device and round.
+    pub payload: UplinkPayload,
+    /// Drafted tokens accepted.
+    pub accepted: u32,
+    /// Tokens committed this round.
+    pub emitted: u32,
+    /// `server` (corrected or bonus at the server), `ul`, `dl`, `dropped` (late), `silent` (no answer within the wall
+    /// deadline on the virtual clock), `lost` (disconnected).
+    pub mode: Outcome,
+    /// Payload bits put on the uplink air.
+    pub bits_up: u64,
+    /// Payload bits put on the downlink air.
+    pub bits_down: u64,
+    /// Uplink air time of the draft in seconds.
+    pub air_up_s: f64,
+    /// Air time of the correction exchange in seconds (UL or DL).
+    pub air_corr_s: f64,
+    /// Drafting time in seconds.
+    pub draft_s: f64,
+    /// Frame bytes received from the device.
+    pub wire_up_bytes: u64,
+    /// Frame bytes sent to the device.
+    pub wire_down_bytes: u64,
+}
+
+/// One round of the trace (one JSON line).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundTrace {
+    /// The planning scheme.
+    pub scheme: &'static str,
+    /// Round number (from 0).
+    pub round: u64,
+    /// The clock at the end of the round in seconds.
+    pub clock_s: f64,
+    /// The round's latency.
+    pub latency_s: f64,
+    /// Drafting and draft upload (the slowest kept device's draft + air).
+    pub draft_up_s: f64,
+    /// Of which the slowest kept device's drafting alone.
+    pub draft_s: f64,
+    /// Verification.
+    pub verify_s: f64,
+    /// Correction exchange (paper B).
+    pub correction_s: f64,
+    /// Tokens committed this round over all devices.
+    pub tokens: u64,
+    /// The planner's predicted goodput in tokens/s.
+    pub predicted_goodput: f64,
+    /// Per device.
+    pub devices: Vec<DeviceTrace>,
+}
+
+/// Per-device totals of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceSummary {
+    /// Device index.
+    pub device: usize,
+    /// Generated tokens.
+    pub tokens: usize,
+    /// Tokens per second of the run's clock.
+    pub goodput: f64,
+    /// The server's ratio estimate of α (None below two drafted tokens).
+    pub acceptance: Option<f64>,
+    /// Rounds in which the device took part.
+    pub rounds: u64,
+    /// Rounds its draft was dropped as late.
+    pub dropped: u64,
+    /// Whether it finished.
+    pub done: bool,
+    /// The generated token ids.
+    pub generated: Vec<u32>,
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Scheme name.
+    pub scheme: &'static str,
+    /// The clock.
+    pub clock: Clock,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Tokens generated over all devices.
+    pub tokens: u64,
+    /// The run's duration on its clock in seconds.
+    pub elapsed_s: f64,
+    /// tokens / elapsed_s.
+    pub goodput: f64,
+    /// Mean of the planner's predicted goodput over rounds.
+    pub predicted_goodput: f64,
+    /// Σ drafting + upload phase seconds.
+    pub draft_up_s: f64,
+    /// Σ of which drafting.
+    pub draft_s: f64,
+    /// Σ verification seconds.
+    pub verify_s: f64,
+    /// Σ correction seconds.
+    pub correction_s: f64,
+    /// Per device.
+    pub devices: Vec<DeviceSummary>,
+    /// How the run ended.
+    pub stopped: String,
+}
+
+/// What a device's drafted tokens carried up in a round (the trace's `payload`: `"dists"` or `"pairs"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UplinkPayload {
+    /// Each token with its truncated, quantised distribution (paper A).
+    Dists,
+    /// (token, probability) pairs (paper B).
+    Pairs,
+}
+
+/// How a device's round ended (the trace's `mode`, by these lowercase names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Corrected or bonus token drawn at the server.
+    Server,
+    /// Paper B's uplink correction (the device uploaded q_r).
+    Ul,
+    /// Paper B's downlink correction (the device drew from the downloaded p_r).
+    Dl,
+    /// The draft arrived after the round deadline (on the run's clock).
+    Dropped,
+    /// No draft within the wall deadline (virtual clock).
+    Silent,
+    /// The device disconnected or was refused during the round.
+    Lost,
+}
+
+impl UplinkPayload {
+    /// The trace's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UplinkPayload::Dists => "dists",
+            UplinkPayload::Pairs => "pairs",
+        }
+    }
+}
+
+impl Outcome {
+    /// The trace's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Server => "server",
+            Outcome::Ul => "ul",
+            Outcome::Dl => "dl",
+            Outcome::Dropped => "dropped",
+            Outcome::Silent => "silent",
+            Outcome::Lost => "lost",
+        }
+    }
+
+    /// Whether the device's draft was verified this round (the rounds that carry acceptance information).
+    pub fn verified(self) -> bool {
+        matches!(self, Outcome::Server | Outcome::Ul | Outcome::Dl)
+    }
+}
+
+/// Compared with the trace's names, so that `mode == "dropped"` reads as the JSON does.
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+impl PartialEq<&str> for UplinkPayload {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
