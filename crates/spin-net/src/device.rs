@@ -30,6 +30,9 @@ pub struct DeviceConfig {
     pub delay: Option<Duration>,
     /// Test hook: drop the connection right after sending the draft of this round, then resume.
     pub disconnect_at_round: Option<u64>,
+    /// The local address to connect from (None: the system's choice; tests and the load test spread devices over
+    /// 127.0.0.0/8 so that per-address limits see them as different hosts).
+    pub local_addr: Option<std::net::IpAddr>,
     /// TLS to the server (None: plaintext).
     pub tls: Option<ClientTls>,
     /// The admission token sent in `Hello` (empty: none).
@@ -51,6 +54,7 @@ impl DeviceConfig {
             delay: None,
             disconnect_at_round: None,
             reconnect_for: Duration::from_secs(30),
+            local_addr: None,
             tls: None,
             token: Vec::new(),
         }
@@ -91,7 +95,22 @@ struct Joined {
 }
 
 async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) -> Result<Joined> {
-    let stream = TcpStream::connect(&cfg.addr).await?;
+    let stream = match cfg.local_addr {
+        None => TcpStream::connect(&cfg.addr).await?,
+        Some(ip) => {
+            let peer = tokio::net::lookup_host(&cfg.addr)
+                .await?
+                .next()
+                .ok_or_else(|| NetError::invalid("addr", format!("{} resolves to no address", cfg.addr)))?;
+            let socket = if ip.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()?
+            } else {
+                tokio::net::TcpSocket::new_v6()?
+            };
+            socket.bind(std::net::SocketAddr::new(ip, 0))?;
+            socket.connect(peer).await?
+        }
+    };
     let _ = stream.set_nodelay(true);
     let stream: Box<dyn Stream> = match &cfg.tls {
         None => Box::new(stream),
