@@ -317,7 +317,8 @@ fn admission_limits_hold_and_answer_full() {
 }
 
 /// Case 6: a device that takes its plan and never answers is dropped for the round at the wall deadline
-/// (`silent` in the trace) on the virtual clock, and the others finish their text.
+/// (`silent` in the trace) on the virtual clock, and the others finish their text; its owner can then resume on a
+/// new connection (a half-open connection does not lock a session).
 #[test]
 fn a_silent_device_cannot_stall_the_virtual_clock() {
     let target = tiny(1, 2);
@@ -332,13 +333,17 @@ fn a_silent_device_cannot_stall_the_virtual_clock() {
             cfg.wall_deadline = Duration::from_millis(300);
             let (addr, serving, stop) = start(cfg, &target, traces.clone()).await;
             let mut silent = raw(&addr, [127, 0, 0, 1]).await;
-            join(&mut silent, vocab, None).await.unwrap();
+            let cred = join(&mut silent, vocab, None).await.unwrap();
             let rep = run_device(
                 drafter.clone(),
                 DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter)),
             )
             .await
             .unwrap();
+            // Its connection went silent (as a half-open one would): the device, with its secret, takes the
+            // session back on a new connection instead of being told `Busy`.
+            let mut back = raw(&addr, [127, 0, 0, 1]).await;
+            join(&mut back, vocab, Some(cred)).await.unwrap();
             let _ = stop.send(true);
             serving.await.unwrap().unwrap();
             drop(silent);
@@ -354,10 +359,13 @@ fn a_silent_device_cannot_stall_the_virtual_clock() {
     );
     let traces = traces.lock().unwrap();
     assert!(!traces.is_empty());
+    // Silent in every round but the one in which it was taken back on the new connection (then `lost`).
+    let modes: Vec<&str> = traces.iter().map(|t| t.devices[0].mode.name()).collect();
     assert!(
-        traces.iter().all(|t| t.devices[0].mode == "silent"),
-        "{:?}",
-        traces[0].devices[0]
+        modes.iter().all(|m| *m == "silent" || *m == "lost")
+            && modes.iter().filter(|m| **m == "lost").count() <= 1
+            && modes[0] == "silent",
+        "{modes:?}"
     );
 }
 

@@ -5,6 +5,11 @@
 //! One task (the engine) owns the verifier, the controller state and the trace; one task per connection decodes
 //! frames and forwards them as events, so a malformed or hostile peer is refused and closed by its own task while
 //! the engine and every other device go on.
+//!
+//! The layers: [`config`](ServerConfig) (settings and their checks), `conn` (listener, admission limits, the
+//! connection task with its TLS and handshake timeout), `session` (session table, credentials, the `Hello`
+//! handshake, resume window), `round` (the round's phases over a typed `RoundState`), `trace` (the JSON trace); this
+//! module holds the engine's loop and the helpers the layers share.
 
 mod config;
 mod conn;

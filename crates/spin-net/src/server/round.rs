@@ -211,6 +211,7 @@ impl Engine {
                         Ok(g) => {
                             st.got.insert(k, g);
                             self.sessions[k].drafted = true;
+                            self.sessions[k].silent = false;
                         }
                         Err(e) => self.refuse(k, &e),
                     }
@@ -285,6 +286,7 @@ impl Engine {
                     Clock::Virtual => Outcome::Silent,
                     Clock::Real => Outcome::Dropped,
                 };
+                self.sessions[k].silent = true;
                 self.sessions[k].dropped += 1;
                 t.wire_down_bytes += self.send(k, ServerMsg::Dropped { round });
             }

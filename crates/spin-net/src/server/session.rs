@@ -15,6 +15,9 @@ pub(super) struct Session {
     pub(super) left_at: Option<Instant>,
     /// Whether one of its drafts was accepted (before that it counts against the pending-session limits).
     pub(super) drafted: bool,
+    /// Whether its connection let the last round's wall deadline pass without an answer (it may be half-open: a
+    /// resume with the right secret then replaces it instead of being `Busy`).
+    pub(super) silent: bool,
     /// Ended without finishing: `Bye`, or the resume window passed. Its memory is released; it cannot resume.
     pub(super) ended: bool,
     pub(super) mean_gain: f64,
@@ -202,9 +205,22 @@ impl Engine {
                 .filter(|&k| proto::secrets_equal(&self.sessions[k].secret, &r.secret))
                 .ok_or(NetError::UnknownSession(r.session))?;
             if self.sessions[k].conn.is_some() {
-                // Never superseded: the owner keeps its connection; a device whose old connection is half-open
-                // retries once the server has seen it close (or the wall deadline detached it).
-                return Err(NetError::Busy(r.session));
+                if !self.sessions[k].silent {
+                    // A live owner is never superseded; a device whose old connection the server has not seen close
+                    // yet retries after a back-off.
+                    return Err(NetError::Busy(r.session));
+                }
+                // The connection on record went silent past a wall deadline (half-open: a cut the server never
+                // saw); the device proved the secret, so it takes the session back.
+                if let Some(old) = self.detach(k) {
+                    push(
+                        &old.tx,
+                        &ServerMsg::Error {
+                            code: ErrorCode::Protocol,
+                            message: "session: resumed on a new connection after this one went silent".into(),
+                        },
+                    );
+                }
             }
             // A resumed device waits for the next round; anything pending from the round it left is dropped.
             if self.verifier.is_pending(k)? {
@@ -212,6 +228,7 @@ impl Engine {
             }
             self.sessions[k].conn = Some(conn);
             self.sessions[k].left_at = None;
+            self.sessions[k].silent = false;
             k
         } else {
             if self.live() >= self.cfg.max_devices {
@@ -283,6 +300,7 @@ impl Engine {
                 conn: Some(conn),
                 left_at: None,
                 drafted: false,
+                silent: false,
                 ended: false,
                 mean_gain,
                 draft_token_s,
