@@ -40,10 +40,11 @@ pub struct ServeArgs {
     /// Open connections at most from one IP address.
     #[arg(long, default_value_t = 64)]
     pub max_connections_per_addr: usize,
-    /// Sessions at most that have not drafted yet (a flood of Hellos fills this, not the device slots).
+    /// Sessions at most that have not drafted yet (a flood of Hellos fills this, not the device slots); at least
+    /// --devices is used, as no device drafts before that many joined.
     #[arg(long, default_value_t = 256)]
     pub max_pending: usize,
-    /// Of those, at most this many from one IP address.
+    /// Of those, at most this many from one IP address (at least --devices is used: they may all run on one host).
     #[arg(long, default_value_t = 32)]
     pub max_pending_per_addr: usize,
     /// TLS certificate chain (PEM, leaf first); with --tls-key, every connection is TLS (`multispin gen-cert`
@@ -124,9 +125,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     cfg.handshake_timeout = seconds("handshake_timeout_s", args.handshake_timeout_s)?;
     cfg.max_connections = args.max_connections;
     cfg.max_connections_per_addr = args.max_connections_per_addr;
-    cfg.max_pending = args.max_pending;
-    // `--devices N` started from one host must get in before any of them drafts.
-    cfg.max_pending_per_addr = args.max_pending_per_addr;
+    // `--devices N` started from one host must all get in before any of them drafts.
+    cfg.max_pending = args.max_pending.max(args.devices);
+    cfg.max_pending_per_addr = args.max_pending_per_addr.max(args.devices);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         cfg.tls = Some(ServerTls::from_files(cert, key).map_err(Failure::input)?);
     }
