@@ -108,12 +108,19 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
             println!("{}", tok.decode(&r.tokens).map_err(Failure::input)?);
             Ok(())
         }
-        Err(
-            e @ (NetError::Mismatch { .. }
-            | NetError::Refused { .. }
-            | NetError::Version { .. }
-            | NetError::Invalid { .. }),
-        ) => Err(Failure::input(e)),
-        Err(e) => Err(Failure::Runtime(e.into())),
+        Err(e) => {
+            let input = matches!(
+                e,
+                NetError::Mismatch { .. }
+                    | NetError::Refused { .. }
+                    | NetError::Version { .. }
+                    | NetError::Invalid { .. }
+            );
+            Err(crate::failure::net(
+                &format!("--connect {}", args.connect),
+                e,
+                input,
+            ))
+        }
     }
 }
