@@ -12,6 +12,8 @@ use std::time::Instant;
 /// Arguments of `multispin generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
     /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder (default: the embedded stories260K
     /// checkpoint, models/stories260K.bin).
     #[arg(long)]
@@ -83,7 +85,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     // SAFETY: `run` is called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     check_counts(args)?;
     let target = load(args.target.as_deref(), Embedded::Target)?;

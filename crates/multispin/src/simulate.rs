@@ -171,6 +171,8 @@ impl ServerArgs {
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
+    #[command(flatten)]
     pub server: ServerArgs,
     /// Draft model (same vocabulary as the target; default: the embedded 2-layer, width-32 draft distilled from
     /// stories260K, models/draft-2x32.bin).
@@ -270,7 +272,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     // SAFETY: called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
