@@ -5,6 +5,7 @@ use crate::failure::Failure;
 use crate::simulate::{Embedded, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
+use spin_core::SamplingParams;
 use spin_runtime::speculative::{self, SpecConfig, Speculator};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -31,9 +32,18 @@ pub struct GenerateArgs {
     /// Draft length γ per round.
     #[arg(allow_hyphen_values = true, long, default_value_t = 4)]
     pub draft_len: usize,
-    /// Prompt text (BOS is prepended when the tokenizer has one); at most 1 MiB, and it must fit the context.
+    /// Prompt text; at most 1 MiB, and it must fit the context. BOS is prepended as the model's file says (GGUF
+    /// `tokenizer.ggml.add_bos_token`, else llama.cpp's default for the vocabulary; always for llama2.c
+    /// tokenizers).
     #[arg(long, default_value = "")]
     pub prompt: String,
+    /// Render the prompt as one user message through the file's chat template (GGUF `tokenizer.chat_template`,
+    /// with the generation prompt added) before tokenising it; an error when the file has no template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Print the prompt's tokens (id and text) on stderr before generating.
+    #[arg(long)]
+    pub verbose_prompt: bool,
     /// Tokens to generate (≥ 1). Generation stops early at the end-of-sequence token or when prompt plus output
     /// fill the model's context; the latter is reported on stderr and still exits 0.
     #[arg(allow_hyphen_values = true, long, default_value_t = 64)]
@@ -41,6 +51,16 @@ pub struct GenerateArgs {
     /// Sampling temperature: 0 is greedy decoding, otherwise a finite number ≥ 1e-6.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0.0)]
     pub temperature: f64,
+    /// Keep only the K most likely tokens when sampling (≥ 1; off by default). Applies at temperature > 0.
+    #[arg(allow_hyphen_values = true, long)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probability reaches P, in (0, 1] (off by default).
+    #[arg(allow_hyphen_values = true, long)]
+    pub top_p: Option<f64>,
+    /// Drop tokens less likely than P times the most likely one (llama.cpp's rule, on the logits before the
+    /// temperature), in [0, 1] (0, the default, keeps every token).
+    #[arg(allow_hyphen_values = true, long, default_value_t = 0.0)]
+    pub min_p: f64,
     /// Seed of every random draw.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0)]
     pub seed: u64,
@@ -77,10 +97,102 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
     if args.self_draft_layers == Some(0) {
         return Err(Failure::Input("--self-draft-layers: must be at least 1".into()));
     }
+    if args.top_k == Some(0) {
+        return Err(Failure::Input("--top-k: must be at least 1".into()));
+    }
+    if let Some(p) = args.top_p
+        && !(p > 0.0 && p <= 1.0)
+    {
+        return Err(Failure::Input(format!("--top-p: {p} is outside (0, 1]")));
+    }
+    if !(0.0..=1.0).contains(&args.min_p) {
+        return Err(Failure::Input(format!("--min-p: {} is outside [0, 1]", args.min_p)));
+    }
     Ok(())
 }
 
-/// Runs `multispin generate`.
+/// The sampling controls of the flags: greedy (top-1) at temperature 0, where the cuts change nothing.
+fn sampling(args: &GenerateArgs) -> Result<SamplingParams, Failure> {
+    if args.temperature == 0.0 {
+        return speculative::sampling(0.0).map_err(Failure::input);
+    }
+    SamplingParams::new(args.temperature, args.top_k, args.top_p)
+        .and_then(|p| p.with_min_p(args.min_p))
+        .map_err(|e| Failure::Input(format!("sampling: {e}")))
+}
+
+/// The chat template of the file rendered for one user message, with the generation prompt, as llama.cpp and
+/// Hugging Face render it (trimmed blocks, `bos_token` and `eos_token` defined, `raise_exception` an error).
+pub fn render_chat(template: &str, user: &str, bos: &str, eos: &str) -> Result<String, String> {
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    env.set_syntax(syntax);
+    minijinja_contrib::add_to_environment(&mut env);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env.add_template("chat", template).map_err(|e| e.to_string())?;
+    let t = env.get_template("chat").map_err(|e| e.to_string())?;
+    t.render(minijinja::context! {
+        messages => vec![minijinja::context! { role => "user", content => user }],
+        add_generation_prompt => true,
+        bos_token => bos,
+        eos_token => eos,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Writes the text of a growing token sequence as it grows, flushing after each commit: each call prints what
+/// the decoded text gained. A suffix that ends inside a UTF-8 character (decoded as U+FFFD) waits for the next
+/// tokens. Should a later decoding change text already printed (a tokenizer that joins pieces across a commit),
+/// printing goes on after as many bytes as were printed.
+struct Stream<W: std::io::Write> {
+    out: W,
+    /// What the printed bytes stand for in the decoded text.
+    printed: String,
+}
+
+impl<W: std::io::Write> Stream<W> {
+    fn new(out: W) -> Self {
+        Stream {
+            out,
+            printed: String::new(),
+        }
+    }
+
+    /// Prints what `text` (the whole decoded sequence so far) adds to what was printed; holds back an unfinished
+    /// character unless `last`.
+    fn show(&mut self, text: &str, last: bool) -> std::io::Result<()> {
+        let from = if text.starts_with(self.printed.as_str()) {
+            self.printed.len()
+        } else {
+            let mut at = self.printed.len().min(text.len());
+            while !text.is_char_boundary(at) {
+                at += 1;
+            }
+            at
+        };
+        let mut new = &text[from..];
+        if !last {
+            new = new.trim_end_matches('\u{FFFD}');
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(new.as_bytes())?;
+        self.out.flush()?;
+        self.printed = format!("{}{new}", &text[..from]);
+        Ok(())
+    }
+}
+
+/// Runs `multispin generate`: the prompt's text, then each token's text as it is committed (flushed per commit:
+/// per token when decoding plainly, per round of the speculative loop).
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     // SAFETY: `run` is called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
@@ -88,6 +200,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         args.threads.set_up()?;
     }
     check_counts(args)?;
+    let params = sampling(args)?;
     let target = load(args.target.as_deref(), Embedded::Target)?;
     let tok = load_tokenizer(
         args.tokenizer.as_deref(),
@@ -107,8 +220,23 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let context = drafter.as_ref().map_or(target.config().max_seq_len, |d| {
         d.config().max_seq_len.min(target.config().max_seq_len)
     });
+    let text = if args.chat {
+        let Some(template) = tok.chat_template() else {
+            return Err(Failure::Input(
+                "--chat: the model file has no chat template (tokenizer.chat_template)".into(),
+            ));
+        };
+        let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+        render_chat(template, &args.prompt, &name(tok.bos()), &name(tok.eos()))
+            .map_err(|e| Failure::Input(format!("--chat: the chat template cannot be rendered: {}", flat(&e))))?
+    } else {
+        args.prompt.clone()
+    };
+    // BOS as the file says, and not twice when a rendered template already starts with it.
+    let bos_text = tok.bos().and_then(|i| tok.token_text(i));
+    let add_bos = tok.add_bos() && !(args.chat && bos_text.is_some_and(|b| text.starts_with(&b)));
     // Refuse a prompt that cannot fit before tokenising it (tokenising is linear-time but not free).
-    let lower = tok.min_tokens(&args.prompt, true);
+    let lower = tok.min_tokens(&text, add_bos);
     if args.prompt.len() > MAX_PROMPT_BYTES || lower > context {
         return Err(Failure::Input(format!(
             "--prompt: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
@@ -116,8 +244,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             args.prompt.len()
         )));
     }
-    let params = speculative::sampling(args.temperature).map_err(Failure::input)?;
-    let mut prompt = tok.encode(&args.prompt, true).map_err(Failure::input)?;
+    let mut prompt = tok.encode(&text, add_bos).map_err(Failure::input)?;
     if prompt.is_empty() {
         prompt = vec![0];
     }
@@ -127,24 +254,55 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             prompt.len()
         )));
     }
+    if args.verbose_prompt {
+        eprintln!("prompt: {} tokens (BOS {})", prompt.len(), if add_bos { "added" } else { "not added" });
+        for &id in &prompt {
+            eprintln!("{id:>8} -> {:?}", tok.token_text(id).unwrap_or_default());
+        }
+    }
     // Past the context the models cannot run: generate what fits, print it, say why on stderr and exit 0 (as
     // llama.cpp does). A speculative round drafts at most `remaining − 1` tokens and adds one (the bonus or
     // resampled token), so a round never feeds more than prompt + max_tokens − 1 positions: capping max_tokens
     // at the room left keeps both modes inside the context.
     let room = context - prompt.len();
     let max_tokens = args.max_tokens.min(room);
+    // The prompt's own text first (not a rendered chat template's), then the generated text as it comes.
+    let mut stream = Stream::new(std::io::stdout().lock());
+    let shown: &[u32] = if args.chat { &[] } else { &prompt };
+    let mut all = shown.to_vec();
+    let write_err = std::cell::RefCell::new(None);
+    let mut commit = |generated: &[u32]| -> bool {
+        all.truncate(shown.len());
+        all.extend_from_slice(generated);
+        let shown_text = tok.decode(&all).unwrap_or_default();
+        match stream.show(&shown_text, false) {
+            Ok(()) => true,
+            Err(e) => {
+                *write_err.borrow_mut() = Some(e);
+                false
+            }
+        }
+    };
+    commit(&[]);
     let start = Instant::now();
     let (generated, stats) = match &drafter {
         // Greedy: the same tokens as the sampling path at temperature 0, without a distribution per token.
         None if args.temperature == 0.0 => (
-            spin_runtime::decode::greedy(&target, &prompt, max_tokens, tok.eos())
+            spin_runtime::decode::greedy_with(&target, &prompt, max_tokens, tok.eos(), &mut commit)
                 .context("greedy decoding")?,
             None,
         ),
         None => {
-            let out =
-                speculative::generate_plain(&target, &prompt, &params, max_tokens, tok.eos(), args.seed)
-                    .context("plain decoding")?;
+            let out = speculative::generate_plain_with(
+                &target,
+                &prompt,
+                &params,
+                max_tokens,
+                tok.eos(),
+                args.seed,
+                &mut commit,
+            )
+            .context("plain decoding")?;
             (out, None)
         }
         Some(d) => {
@@ -156,7 +314,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             };
             let mut s = Speculator::new(&target, d, std::slice::from_ref(&prompt), &[args.draft_len], cfg)
                 .map_err(Failure::input)?;
-            s.run().context("speculative decoding")?;
+            while s.step().context("speculative decoding")? {
+                if !commit(s.devices[0].generated()) {
+                    break;
+                }
+            }
             let dev = &s.devices[0];
             let verify_s: f64 = s.rounds.iter().map(|r| r.verify_s).sum();
             let alpha = dev.alpha.ratio_estimate(1.96).ok().flatten();
@@ -176,9 +338,15 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         }
     };
     let elapsed = start.elapsed().as_secs_f64();
-    let mut all = prompt.clone();
+    if let Some(e) = write_err.into_inner() {
+        return Err(Failure::Runtime(anyhow::Error::new(e).context("writing the text to stdout")));
+    }
+    let mut all = shown.to_vec();
     all.extend_from_slice(&generated);
-    println!("{}", tok.decode(&all).map_err(Failure::input)?);
+    let text = tok.decode(&all).map_err(Failure::input)?;
+    stream
+        .show(&format!("{text}\n"), true)
+        .context("writing the text to stdout")?;
     if max_tokens < args.max_tokens && generated.len() == max_tokens && tok.eos() != generated.last().copied()
     {
         eprintln!(
@@ -201,4 +369,61 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that records what each flush has seen.
+    #[derive(Default)]
+    struct Flushes {
+        buf: Vec<u8>,
+        at_flush: Vec<String>,
+    }
+
+    impl std::io::Write for Flushes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.at_flush.push(String::from_utf8_lossy(&self.buf).into_owned());
+            Ok(())
+        }
+    }
+
+    /// Each commit's new text is written and flushed at once; an unfinished character waits; the end prints the
+    /// rest; a rewritten earlier text does not repeat what was printed.
+    #[test]
+    fn stream_prints_and_flushes_each_commit() {
+        let mut s = Stream::new(Flushes::default());
+        s.show("Once", false).unwrap();
+        s.show("Once upon", false).unwrap();
+        s.show("Once upon", false).unwrap(); // nothing new: no write, no flush
+        s.show("Once upon a \u{FFFD}", false).unwrap(); // half of a character: held back
+        s.show("Once upon a é", false).unwrap();
+        s.show("Once upon a é.\n", true).unwrap();
+        assert_eq!(
+            s.out.at_flush,
+            ["Once", "Once upon", "Once upon a ", "Once upon a é", "Once upon a é.\n"]
+        );
+        let mut s = Stream::new(Flushes::default());
+        s.show("ab", false).unwrap();
+        s.show("xbc", false).unwrap();
+        assert_eq!(String::from_utf8(s.out.buf).unwrap(), "abc");
+    }
+
+    /// The chat template gets the user message, the generation prompt and BOS/EOS; Python-style methods work
+    /// (pycompat); `raise_exception` is an error, as is a broken template.
+    #[test]
+    fn chat_templates_render_like_hugging_face() {
+        let t = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'].strip() }}\
+                 <|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let out = render_chat(t, "  Hi!  ", "<s>", "</s>").unwrap();
+        assert_eq!(out, "<s><|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+        let e = render_chat("{{ raise_exception('no system role') }}", "x", "", "").unwrap_err();
+        assert!(e.contains("no system role"), "{e}");
+        assert!(render_chat("{% for %}", "x", "", "").is_err());
+    }
 }

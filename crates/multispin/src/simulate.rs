@@ -258,9 +258,10 @@ pub fn identity(model: &Model, tok: &Tokenizer) -> Identity {
     }
 }
 
-/// Encodes a prompt (BOS prepended when the tokenizer has one; an empty prompt becomes token 0 or BOS).
+/// Encodes a prompt (BOS prepended as the model's file says, `Tokenizer::add_bos`; an empty prompt becomes token 0
+/// or BOS).
 pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, Failure> {
-    let mut p = tok.encode(text, true).map_err(Failure::input)?;
+    let mut p = tok.encode_prompt(text).map_err(Failure::input)?;
     if p.is_empty() {
         p = vec![tok.bos().unwrap_or(0)];
     }

@@ -32,6 +32,18 @@ pub fn argmax(row: &[f32]) -> Result<u32> {
 
 /// Greedy decoding of up to `max_new_tokens` tokens after `prompt`, stopping after `eos` when given.
 pub fn greedy(model: &Model, prompt: &[u32], max_new_tokens: usize, eos: Option<u32>) -> Result<Vec<u32>> {
+    greedy_with(model, prompt, max_new_tokens, eos, &mut |_| true)
+}
+
+/// [`greedy`], calling `on_token` with the tokens generated so far after each one (to stream them); it returns
+/// whether to go on.
+pub fn greedy_with(
+    model: &Model,
+    prompt: &[u32],
+    max_new_tokens: usize,
+    eos: Option<u32>,
+    on_token: &mut dyn FnMut(&[u32]) -> bool,
+) -> Result<Vec<u32>> {
     if prompt.is_empty() {
         return Err(RuntimeError::invalid("prompt", "is empty"));
     }
@@ -44,7 +56,7 @@ pub fn greedy(model: &Model, prompt: &[u32], max_new_tokens: usize, eos: Option<
         let logits = model.forward_logits(&mut cache, input)?;
         let t = argmax(&logits[logits.len() - vocab..])?;
         out.push(t);
-        if Some(t) == eos {
+        if !on_token(&out) || Some(t) == eos {
             break;
         }
     }

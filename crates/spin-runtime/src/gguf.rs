@@ -6,10 +6,13 @@ use crate::error::{Result, RuntimeError};
 use crate::model::{Config, Embedding, HostRows, Model, Proj, RopeStyle, WeightSource, check_shape};
 use crate::quant::{BlockFormat, QMatrix};
 use crate::tokenizer::Tokenizer;
-use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
+use candle_core::quantized::{QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use std::path::Path;
 use std::sync::Arc;
+
+/// The block formats [`write`] and [`write_with`] take (candle's ggml types).
+pub use candle_core::quantized::GgmlDType;
 
 /// Maps a Hugging Face Llama tensor name (without `.weight`) to its GGUF name.
 fn gguf_name(name: &str) -> String {
