@@ -154,7 +154,12 @@ impl GgufSource {
     }
 
     /// The tensors `names` (each (rows_i, cols), one block format) read into one host matrix, rows stacked.
-    fn host_matrix(&self, names: &[(String, usize)], cols: usize, format: BlockFormat) -> Result<Arc<QMatrix>> {
+    fn host_matrix(
+        &self,
+        names: &[(String, usize)],
+        cols: usize,
+        format: BlockFormat,
+    ) -> Result<Arc<QMatrix>> {
         let rows: usize = names.iter().map(|(_, r)| r).sum();
         let mut bytes = Vec::new();
         for (g, _) in names {
@@ -177,11 +182,19 @@ impl GgufSource {
 }
 
 /// A candle quantised tensor on `device` from a tensor's raw bytes.
-fn qtensor_from_bytes(what: &str, info: &gguf_file::TensorInfo, bytes: &[u8], device: &Device) -> Result<QTensor> {
+fn qtensor_from_bytes(
+    what: &str,
+    info: &gguf_file::TensorInfo,
+    bytes: &[u8],
+    device: &Device,
+) -> Result<QTensor> {
     // candle reinterprets the bytes as blocks and asserts their alignment (at most that of an f32); a `Vec<u8>`
     // from the system allocator is aligned far beyond it, so this only guards the assertion.
     if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
-        return Err(RuntimeError::format(what, "tensor bytes are misaligned in memory"));
+        return Err(RuntimeError::format(
+            what,
+            "tensor bytes are misaligned in memory",
+        ));
     }
     let storage = QStorage::from_data(std::borrow::Cow::Borrowed(bytes), device, info.ggml_dtype)
         .map_err(|e| RuntimeError::format(what, e.to_string()))?;
@@ -319,6 +332,7 @@ fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Resu
 /// Reads a GGUF file's header (metadata and tensor infos) without reading its tensors; returns it with the open
 /// file and its length. The file must be a regular file of at most [`crate::load::MAX_MODEL_BYTES`].
 fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> {
+    use std::io::{Read, Seek};
     let what = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| RuntimeError::io(path, e))?;
     let meta = file.metadata().map_err(|e| RuntimeError::io(path, e))?;
@@ -333,12 +347,30 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> 
             limit,
         });
     }
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, &file);
-    let content =
-        gguf_file::Content::read(&mut reader).map_err(|e| RuntimeError::format(&what, e.to_string()))?;
-    drop(reader);
-    Ok((content, file, meta.len()))
+    // The header is parsed from memory: candle's parser asks for the stream position before every string (a
+    // system call per token and merge when reading a file). A header longer than the first bytes read fails to
+    // parse for want of bytes and is read again from four times as many, up to the whole file, where a parse error
+    // is the file's.
+    let mut want = HEADER_BYTES.min(meta.len());
+    loop {
+        let mut head = Vec::new();
+        (&file)
+            .take(want)
+            .read_to_end(&mut head)
+            .map_err(|e| RuntimeError::io(path, e))?;
+        match gguf_file::Content::read(&mut std::io::Cursor::new(head.as_slice())) {
+            Ok(content) => return Ok((content, file, meta.len())),
+            Err(_) if want < meta.len() => want = want.saturating_mul(4).min(meta.len()),
+            Err(e) => return Err(RuntimeError::format(&what, e.to_string())),
+        }
+        (&file)
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| RuntimeError::io(path, e))?;
+    }
 }
+
+/// The bytes first read for a GGUF header (SmolLM2's, with its 49,152 tokens and 48,900 merges, is about 1.7 MB).
+const HEADER_BYTES: u64 = 4 << 20;
 
 /// The architectures read: GGUF `general.architecture` and how it differs from Llama.
 struct Arch {
@@ -496,7 +528,10 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
             .collect(),
         None => Vec::new(),
     };
-    let (bos, eos) = (id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"));
+    let (bos, eos) = (
+        id("tokenizer.ggml.bos_token_id"),
+        id("tokenizer.ggml.eos_token_id"),
+    );
     let added: Vec<serde_json::Value> = tokens
         .iter()
         .enumerate()
@@ -532,9 +567,9 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         .cloned()
         .unwrap_or_default();
     let add_bos = match c.metadata.get("tokenizer.ggml.add_bos_token") {
-        Some(v) => v
-            .to_bool()
-            .map_err(|e| RuntimeError::format(format!("{what}: tokenizer.ggml.add_bos_token"), e.to_string()))?,
+        Some(v) => v.to_bool().map_err(|e| {
+            RuntimeError::format(format!("{what}: tokenizer.ggml.add_bos_token"), e.to_string())
+        })?,
         None => bpe_adds_bos(&pre),
     };
     let chat_template = match c.metadata.get("tokenizer.chat_template") {
@@ -656,10 +691,7 @@ pub fn write_with(
         (k("attention.head_count"), V::U32(cfg.n_heads as u32)),
         (k("attention.head_count_kv"), V::U32(cfg.n_kv_heads as u32)),
         (k("context_length"), V::U32(cfg.max_seq_len as u32)),
-        (
-            k("attention.layer_norm_rms_epsilon"),
-            V::F32(cfg.rms_eps as f32),
-        ),
+        (k("attention.layer_norm_rms_epsilon"), V::F32(cfg.rms_eps as f32)),
         (k("rope.freq_base"), V::F32(cfg.rope_theta as f32)),
     ];
     if let Some(v) = opts.vocab {

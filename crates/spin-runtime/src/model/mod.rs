@@ -354,11 +354,13 @@ impl Model {
             self.check_inputs(&shared, tokens)?;
             let mut out = Vec::with_capacity(tokens.len());
             let mut err = None;
-            self.forward_qhost(caches, tokens, &mut |b, l| {
-                match Tensor::from_slice(l, (tokens[b].len(), self.cfg.vocab_size), &self.device) {
-                    Ok(t) => out.push(t),
-                    Err(e) => err = Some(e),
-                }
+            self.forward_qhost(caches, tokens, &mut |b, l| match Tensor::from_slice(
+                l,
+                (tokens[b].len(), self.cfg.vocab_size),
+                &self.device,
+            ) {
+                Ok(t) => out.push(t),
+                Err(e) => err = Some(e),
             });
             return match err {
                 Some(e) => Err(e.into()),
