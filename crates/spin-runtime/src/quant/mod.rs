@@ -431,7 +431,9 @@ impl Panel {
         self.f.resize(TILE * cols, 0.0);
         for t in 0..TILE {
             let f = &mut self.f[t * cols..(t + 1) * cols];
-            if t < live {
+            if t < live && m.format == BlockFormat::F16 {
+                simd::f16_row(m.row(r0 + t), f);
+            } else if t < live {
                 reference::dequantize_row(m.format, m.row(r0 + t), f);
             } else {
                 f.fill(0.0);

@@ -21,7 +21,7 @@ pub(crate) enum Isa {
     Avx512Vnni,
     /// AVX-VNNI with AVX2 and FMA.
     AvxVnni,
-    /// AVX2 and FMA.
+    /// AVX2, FMA and F16C.
     Avx2,
     /// Plain Rust.
     Portable,
@@ -33,7 +33,9 @@ impl Isa {
         let mut all = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
-            let v3 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            let v3 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
             if v3
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
@@ -81,7 +83,7 @@ pub(crate) fn unpack_row_with(isa: Isa, format: BlockFormat, row: &[u8], v: RowV
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable {
         // SAFETY: every x86 `Isa` but Portable is only produced by `Isa::available` after
-        // `is_x86_feature_detected!` found AVX2 on this CPU, the only feature `x86::unpack_row` enables.
+        // `is_x86_feature_detected!` found AVX2 and F16C on this CPU, the features `x86::unpack_row` enables.
         unsafe { x86::unpack_row(format, row, v) };
         return;
     }
@@ -110,6 +112,19 @@ pub(crate) fn quant_tile_with(isa: Isa, p: &PanelView, a: &ActView, live: usize,
 /// One tile of TILE f32 weight rows (`f`, TILE × cols) against n f32 activation rows: `out[t·n + i]`, t < out/n.
 pub(crate) fn float_tile(f: &[f32], x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
     float_tile_with(Isa::best(), f, x, n, cols, out);
+}
+
+/// Converts a row of little-endian f16 values to f32 (exact), with F16C where the CPU has it.
+pub(crate) fn f16_row(bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::best() != Isa::Portable {
+        // SAFETY: every x86 `Isa` but Portable comes from `Isa::available` after AVX2 and F16C were detected.
+        unsafe { x86::f16_row(bytes, out) };
+        return;
+    }
+    for (h, y) in bytes.chunks_exact(2).zip(out) {
+        *y = reference::half_at(h, 0);
+    }
 }
 
 pub(crate) fn float_tile_with(isa: Isa, f: &[f32], x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
@@ -317,6 +332,8 @@ mod x86 {
     }
 
     /// The register tile: TILE weight rows × C activation rows (i0..i0+C), all chunks, then the offsets.
+    // Indexed loops over the const-sized register arrays: LLVM unrolls them and keeps `acc` in registers.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn tile<D: Dot, const C: usize, const SPLIT: bool>(
         p: &PanelView,
@@ -445,11 +462,58 @@ mod x86 {
         l
     }
 
+    /// The f16 at byte `at` of every block of `row` into `out` (F16C, 8 blocks at a time), and, when `scaled` is
+    /// not empty, each times `k` into `scaled` (the offsets `−8·d`, `−128·d`, exactly as the reference rounds them).
+    #[target_feature(enable = "avx2,f16c")]
+    fn block_halves(row: &[u8], bb: usize, at: usize, out: &mut [f32], scaled: &mut [f32], k: f32) {
+        let nb = row.len() / bb;
+        let full = nb / 8 * 8;
+        let mut h = [0u8; 16];
+        for b0 in (0..full).step_by(8) {
+            for j in 0..8 {
+                let p = (b0 + j) * bb + at;
+                h[2 * j..2 * j + 2].copy_from_slice(&row[p..p + 2]);
+            }
+            let d = _mm256_cvtph_ps(load16(&h));
+            store8(&mut out[b0..], d);
+            if !scaled.is_empty() {
+                store8(&mut scaled[b0..], _mm256_mul_ps(d, _mm256_set1_ps(k)));
+            }
+        }
+        for b in full..nb {
+            let d = reference::half_at(row, b * bb + at);
+            out[b] = d;
+            if !scaled.is_empty() {
+                scaled[b] = k * d;
+            }
+        }
+    }
+
+    /// Converts f16 bytes to f32 with F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn f16_row(bytes: &[u8], out: &mut [f32]) {
+        let full = (bytes.len() / 2).min(out.len()) / 8 * 8;
+        for k in (0..full).step_by(8) {
+            store8(&mut out[k..], _mm256_cvtph_ps(load16(&bytes[2 * k..])));
+        }
+        for k in full..(bytes.len() / 2).min(out.len()) {
+            out[k] = reference::half_at(bytes, 2 * k);
+        }
+    }
+
+    /// Stores 8 floats.
+    #[inline(always)]
+    fn store8(s: &mut [f32], v: __m256) {
+        assert!(s.len() >= 8);
+        // SAFETY: `s` holds at least 8 writable floats (asserted above); the store is unaligned.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), v) }
+    }
+
     /// Unpacks one row with AVX2 (Q4_0, Q4_1, Q8_0 and the k-quants' codes; scales as the reference does).
     ///
     /// # Safety
-    /// The CPU must have AVX2.
-    #[target_feature(enable = "avx2")]
+    /// The CPU must have AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn unpack_row(format: BlockFormat, row: &[u8], v: RowView<'_>) {
         let bb = format.block_bytes();
         let low = _mm_set1_epi8(0x0F);
@@ -458,27 +522,24 @@ mod x86 {
             BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
                 let off = if format == BlockFormat::Q4_0 { 2 } else { 4 };
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let d = reference::half_at(block, 0);
                     let q = load16(&block[off..]);
                     let u = &mut v.u[32 * b..32 * b + 32];
                     store16(&mut u[..16], _mm_and_si128(q, low));
                     store16(&mut u[16..], _mm_and_si128(_mm_srli_epi16(q, 4), low));
-                    v.s[b] = d;
-                    v.o[b] = if format == BlockFormat::Q4_0 {
-                        -8.0 * d
-                    } else {
-                        reference::half_at(block, 2)
-                    };
+                }
+                if format == BlockFormat::Q4_0 {
+                    block_halves(row, bb, 0, v.s, v.o, -8.0);
+                } else {
+                    block_halves(row, bb, 0, v.s, &mut [], 0.0);
+                    block_halves(row, bb, 2, v.o, &mut [], 0.0);
                 }
             }
             BlockFormat::Q8_0 => {
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let d = reference::half_at(block, 0);
                     let q = load32(&block[2..]);
                     store32(&mut v.u[32 * b..], _mm256_xor_si256(q, _mm256_set1_epi8(-128)));
-                    v.s[b] = d;
-                    v.o[b] = -128.0 * d;
                 }
+                block_halves(row, bb, 0, v.s, v.o, -128.0);
             }
             BlockFormat::Q4K | BlockFormat::Q5K => {
                 for (b, block) in row.chunks_exact(bb).enumerate() {

@@ -239,3 +239,30 @@ fn activation_quantisation_rounds_to_the_nearest_step_and_keeps_zero_blocks_zero
     let d0 = super::quantise_block(&[0.0; 32], &mut q);
     assert_eq!((d0, q), (0.0, [0i8; 32]));
 }
+
+#[test]
+fn f16_rows_convert_exactly() {
+    let mut r = rng(5);
+    for len in [1, 8, 13, 64] {
+        let mut bytes: Vec<u8> = (0..2 * len).map(|_| r.random()).collect();
+        // A subnormal, an infinity and a NaN among the random halves.
+        bytes[0..2].copy_from_slice(&0x0001u16.to_le_bytes());
+        if len > 2 {
+            bytes[2..4].copy_from_slice(&0xfc00u16.to_le_bytes());
+            bytes[4..6].copy_from_slice(&0x7e01u16.to_le_bytes());
+        }
+        let mut got = vec![0f32; len];
+        super::f16_row(&bytes, &mut got);
+        let want: Vec<f32> = bytes.chunks_exact(2).map(|h| reference::half_at(h, 0)).collect();
+        // Exact for every number; a NaN stays a NaN (F16C quietens signalling NaNs, the scalar code keeps them).
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "len {len}: {g} vs {w}"
+            );
+        }
+    }
+    assert_eq!(reference::f16_to_f32(0x0001), 2f32.powi(-24));
+    assert_eq!(reference::f16_to_f32(0x3c00), 1.0);
+    assert_eq!(reference::f16_to_f32(0xfbff), -65504.0);
+}
