@@ -258,9 +258,16 @@ impl QMatrix {
                 yt_owned.clear();
                 yt_owned.resize(n * self.rows, 0.0);
                 self.run(acts, n, &mut yt_owned);
-                for (r, col) in yt_owned.chunks_exact(n).enumerate() {
-                    for (i, &v) in col.iter().enumerate() {
-                        y[i * self.rows + r] = v;
+                // Transpose in blocks of 16 rows, so that every write fills a run of 64 bytes of y.
+                let rows = self.rows;
+                for (k, block) in yt_owned.chunks(16 * n).enumerate() {
+                    let r0 = 16 * k;
+                    let width = block.len() / n;
+                    for i in 0..n {
+                        let dst = &mut y[i * rows + r0..i * rows + r0 + width];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = block[j * n + i];
+                        }
                     }
                 }
             }
@@ -374,15 +381,15 @@ impl Acts {
         self.d.resize(groups, 0.0);
         self.xs32.resize(groups, 0.0);
         self.xs16.resize(2 * groups, 0.0);
-        for (g, (xb, qb)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).enumerate() {
-            let d = simd::quantise_block(xb, qb);
-            let lo: i32 = qb[..16].iter().map(|&v| i32::from(v)).sum();
-            let hi: i32 = qb[16..].iter().map(|&v| i32::from(v)).sum();
-            self.d[g] = d;
-            self.xs16[2 * g] = d * lo as f32;
-            self.xs16[2 * g + 1] = d * hi as f32;
-            self.xs32[g] = d * (lo + hi) as f32;
-        }
+        simd::quantise_rows(
+            x,
+            simd::QuantisedRows {
+                q: &mut self.q,
+                d: &mut self.d,
+                xs32: &mut self.xs32,
+                xs16: &mut self.xs16,
+            },
+        );
     }
 }
 
