@@ -135,6 +135,19 @@ fn summary() {
     println!(
         "quant summary: stream-read bus {bus1:.1} GB/s on 1 thread (wall), {bus_cpu:.1} GB/s per CPU second, {bus_all:.1} GB/s on {threads} threads"
     );
+    let iters = 20_000_000;
+    let start = Instant::now();
+    let (macs, check) = spin_runtime::quant::peak_int8_macs(iters);
+    let peak = macs as f64 / start.elapsed().as_secs_f64() / 1e9;
+    let c0 = thread_cpu_ns();
+    black_box(spin_runtime::quant::peak_int8_macs(iters));
+    let peak_cpu = c0
+        .zip(thread_cpu_ns())
+        .map_or(f64::NAN, |(a, b)| macs as f64 / ((b - a) as f64 * 1e-9) / 1e9);
+    println!(
+        "quant summary: {}; int8 peak {peak:.0} GMAC/s on 1 thread (wall), {peak_cpu:.0} GMAC/s per CPU second (checksum {check})",
+        spin_runtime::quant::instruction_set()
+    );
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()

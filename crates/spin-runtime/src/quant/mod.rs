@@ -287,7 +287,8 @@ impl QMatrix {
                 }
             });
         };
-        if threads <= 1 {
+        // Below about 10 µs of work a fork-join costs more than it saves (the result is the same either way).
+        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
             work((0, yt));
             return;
         }
@@ -330,6 +331,23 @@ impl QMatrix {
             cols: self.cols,
         };
         simd::quant_tile(&view, &act, live, out);
+    }
+}
+
+/// Calibration for benchmarks: runs `iters` rounds of independent int8 dot-product instructions of the best
+/// instruction set (512-bit `vpdpbusd` where the CPU has AVX-512 VNNI) and returns the multiply-adds done and a
+/// checksum; multiply-adds per second on one thread is the integer peak a many-row product is measured against.
+pub fn peak_int8_macs(iters: usize) -> (u64, i64) {
+    simd::peak_probe(iters)
+}
+
+/// The name of the instruction set the kernels run with on this CPU (for reports).
+pub fn instruction_set() -> &'static str {
+    match simd::Isa::best() {
+        simd::Isa::Avx512Vnni => "AVX-512 VNNI (512-bit vpdpbusd)",
+        simd::Isa::AvxVnni => "AVX-VNNI (256-bit vpdpbusd)",
+        simd::Isa::Avx2 => "AVX2 (vpmaddubsw)",
+        simd::Isa::Portable => "portable Rust",
     }
 }
 

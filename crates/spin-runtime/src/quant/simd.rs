@@ -180,6 +180,26 @@ pub(crate) fn dot_f32_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     portable::dot_f32(a, b)
 }
 
+/// The machine's integer peak for the benches: `iters` rounds of 12 independent `vpdpbusd` on 512-bit vectors
+/// (64 multiply-adds each; 256-bit VNNI or AVX2 `vpmaddubsw` pairs on the other instruction sets, the portable
+/// loop elsewhere). Returns the multiply-adds done and a checksum that keeps the loop alive.
+pub(crate) fn peak_probe(iters: usize) -> (u64, i64) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::best() == Isa::Avx512Vnni {
+        // SAFETY: `Isa::best` is Avx512Vnni only after AVX-512 F/BW/VL/VNNI were detected.
+        return unsafe { x86::peak512(iters) };
+    }
+    let (u, q) = ([3u8; 32], [5i8; 32]);
+    let mut s = 0i64;
+    for _ in 0..iters {
+        s += portable::lanes(std::hint::black_box(&u), &q)
+            .iter()
+            .map(|&v| i64::from(v))
+            .sum::<i64>();
+    }
+    (iters as u64 * 32, s)
+}
+
 /// The horizontal sum of 8 lanes in the order of the vector code.
 #[inline(always)]
 fn hsum8(v: [f32; 8]) -> f32 {
@@ -590,6 +610,23 @@ mod x86 {
                 }
             }
         }
+    }
+
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) fn peak512(iters: usize) -> (u64, i64) {
+        let u = _mm512_set1_epi8(3);
+        let q = _mm512_set1_epi8(std::hint::black_box(5));
+        let mut acc = [_mm512_setzero_si512(); 12];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbusd_epi32(*a, u, q);
+            }
+        }
+        let mut s = _mm512_setzero_si512();
+        for a in acc {
+            s = _mm512_add_epi32(s, a);
+        }
+        (iters as u64 * 12 * 64, i64::from(_mm512_reduce_add_epi32(s)))
     }
 
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
