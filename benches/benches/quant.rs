@@ -74,6 +74,24 @@ fn median_secs(budget: Duration, mut f: impl FnMut()) -> f64 {
     t[runs / 2]
 }
 
+/// Nanoseconds this thread has run on a CPU (Linux `schedstat`), if the kernel says: on a shared machine the
+/// wall time of a single-threaded call includes the time other processes held the core.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Mean CPU seconds of `f` on this thread over `runs` calls (None where the platform does not tell; the
+/// counter is coarse, hence one reading around all the runs).
+fn mean_cpu_secs(runs: usize, mut f: impl FnMut()) -> Option<f64> {
+    f();
+    let s = thread_cpu_ns()?;
+    for _ in 0..runs {
+        f();
+    }
+    Some((thread_cpu_ns()? - s) as f64 * 1e-9 / runs as f64)
+}
+
 const BUS_BYTES: usize = 256 << 20;
 
 /// Reads `data` once (summing 8 independent u64 lanes so that the loop is bound by memory, not by additions).
@@ -93,7 +111,7 @@ fn stream_read_par(data: &[u64]) -> u64 {
         .reduce(|| 0, u64::wrapping_add)
 }
 
-fn bus() -> (f64, f64) {
+fn bus() -> (f64, f64, f64) {
     let data: Vec<u64> = (0..BUS_BYTES as u64 / 8).collect();
     let one = median_secs(Duration::from_secs(2), || {
         black_box(stream_read(black_box(&data)));
@@ -101,22 +119,54 @@ fn bus() -> (f64, f64) {
     let all = median_secs(Duration::from_secs(2), || {
         black_box(stream_read_par(black_box(&data)));
     });
-    (BUS_BYTES as f64 / one / 1e9, BUS_BYTES as f64 / all / 1e9)
+    let cpu = mean_cpu_secs(5, || {
+        black_box(stream_read(black_box(&data)));
+    });
+    (
+        BUS_BYTES as f64 / one / 1e9,
+        cpu.map_or(f64::NAN, |c| BUS_BYTES as f64 / c / 1e9),
+        BUS_BYTES as f64 / all / 1e9,
+    )
 }
 
 fn summary() {
     let threads = rayon::current_num_threads();
-    let (bus1, bus_all) = bus();
+    let (bus1, bus_cpu, bus_all) = bus();
     println!(
-        "quant summary: stream-read bus {bus1:.1} GB/s on 1 thread, {bus_all:.1} GB/s on {threads} threads"
+        "quant summary: stream-read bus {bus1:.1} GB/s on 1 thread (wall), {bus_cpu:.1} GB/s per CPU second, {bus_all:.1} GB/s on {threads} threads"
+    );
+    let iters = 20_000_000;
+    let start = Instant::now();
+    let (macs, check) = spin_runtime::quant::peak_int8_macs(iters);
+    let peak = macs as f64 / start.elapsed().as_secs_f64() / 1e9;
+    let c0 = thread_cpu_ns();
+    black_box(spin_runtime::quant::peak_int8_macs(iters));
+    let peak_cpu = c0
+        .zip(thread_cpu_ns())
+        .map_or(f64::NAN, |(a, b)| macs as f64 / ((b - a) as f64 * 1e-9) / 1e9);
+    println!(
+        "quant summary: {}; int8 peak {peak:.0} GMAC/s on 1 thread (wall), {peak_cpu:.0} GMAC/s per CPU second (checksum {check})",
+        spin_runtime::quant::instruction_set()
     );
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
         .expect("pool");
-    println!("quant summary: format rows×cols n | ms (1 t) GB/s GMAC/s | ms ({threads} t) GB/s GMAC/s");
+    println!(
+        "quant summary: format rows×cols n | wall ms (1 t) GB/s GMAC/s | cpu ms (1 t) GB/s GMAC/s | wall ms ({threads} t) GB/s GMAC/s"
+    );
+    let only = std::env::var("QUANT_BENCH_FORMATS").unwrap_or_default();
     for format in FORMATS {
+        if !only.is_empty() && !only.split(',').any(|f| f == format!("{format:?}")) {
+            continue;
+        }
         for (s, &(rows, cols)) in SHAPES.iter().enumerate() {
+            if !cols.is_multiple_of(format.block_elems()) {
+                continue; // 576 columns are not whole 256-value k-quant blocks (llama.cpp stores those otherwise)
+            }
+            if std::env::var("QUANT_BENCH_ROWS").is_ok_and(|r| r != rows.to_string()) {
+                continue;
+            }
             let m = random_matrix(format, rows, cols, s as u64);
             let bytes = m.data().len() as f64;
             for n in ROWS {
@@ -124,10 +174,23 @@ fn summary() {
                 let mut y = vec![0f32; n * rows];
                 let budget = Duration::from_millis(300);
                 let t1 = one.install(|| median_secs(budget, || m.matmul(black_box(&x), n, &mut y)));
+                let runs = ((0.3 / t1) as usize).clamp(5, 5000);
+                let c1 = one.install(|| mean_cpu_secs(runs, || m.matmul(black_box(&x), n, &mut y)));
+                let c1 = c1.map_or_else(
+                    || "n/a".to_owned(),
+                    |c| {
+                        format!(
+                            "{:.3} {:.1} {:.1}",
+                            c * 1e3,
+                            bytes / c / 1e9,
+                            (n * rows * cols) as f64 / c / 1e9
+                        )
+                    },
+                );
                 let tp = median_secs(budget, || m.matmul(black_box(&x), n, &mut y));
                 let macs = (n * rows * cols) as f64;
                 println!(
-                    "quant summary: {format:?} {rows}×{cols} {n} | {:.3} {:.1} {:.1} | {:.3} {:.1} {:.1}",
+                    "quant summary: {format:?} {rows}×{cols} {n} | {:.3} {:.1} {:.1} | {c1} | {:.3} {:.1} {:.1}",
                     t1 * 1e3,
                     bytes / t1 / 1e9,
                     macs / t1 / 1e9,
@@ -159,6 +222,9 @@ fn bench_quant(c: &mut Criterion) {
     drop(data);
     for format in FORMATS {
         for (s, &(rows, cols)) in SHAPES.iter().enumerate() {
+            if !cols.is_multiple_of(format.block_elems()) {
+                continue; // 576 columns are not whole 256-value k-quant blocks (llama.cpp stores those otherwise)
+            }
             let m = random_matrix(format, rows, cols, s as u64);
             g.throughput(Throughput::Bytes(m.data().len() as u64));
             for n in ROWS {
