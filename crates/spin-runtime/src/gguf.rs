@@ -11,7 +11,7 @@ use candle_core::{Device, Tensor};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The block formats [`write`] and [`write_with`] take (candle's ggml types).
+/// The block formats [`write()`] and [`write_with`] take (candle's ggml types).
 pub use candle_core::quantized::GgmlDType;
 
 /// Maps a Hugging Face Llama tensor name (without `.weight`) to its GGUF name.
@@ -639,7 +639,7 @@ pub fn write(
     write_with(path, cfg, tensors, &opts)
 }
 
-/// [`write`] with per-tensor formats and an embedded vocabulary.
+/// [`write()`] with per-tensor formats and an embedded vocabulary.
 pub fn write_with(
     path: &Path,
     cfg: &Config,
