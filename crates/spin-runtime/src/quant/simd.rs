@@ -403,11 +403,14 @@ mod x86 {
         fn lanes(u: __m256i, q: __m256i) -> __m256i;
     }
 
+    /// 256-bit `vpdpbusd` of AVX-512 VL (the tests' lane check; the products use the 512-bit form in `tile512`).
+    #[cfg(test)]
     pub(crate) struct Vnni512;
     pub(crate) struct VnniAvx;
     pub(crate) struct Maddubs;
     pub(crate) struct Maddubs8;
 
+    #[cfg(test)]
     impl Dot for Vnni512 {
         #[inline(always)]
         fn lanes(u: __m256i, q: __m256i) -> __m256i {
