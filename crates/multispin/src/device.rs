@@ -13,6 +13,8 @@ use std::sync::Arc;
 /// Arguments of `multispin device`.
 #[derive(Debug, Args)]
 pub struct DeviceArgs {
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
     /// The server's address.
     #[arg(long)]
     pub connect: String,
@@ -49,7 +51,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     // SAFETY: called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     if let Some(d) = args.distance_m
         && !(d > 0.0 && d.is_finite())

@@ -5,13 +5,18 @@ use crate::failure::Failure;
 use crate::simulate::{Embedded, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
+use spin_core::SamplingParams;
+use spin_runtime::Tokenizer;
 use spin_runtime::speculative::{self, SpecConfig, Speculator};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
 /// Arguments of `multispin generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
     /// Target model: llama2.c `.bin`, GGUF `.gguf`, or a Hugging Face folder (default: the embedded stories260K
     /// checkpoint, models/stories260K.bin).
     #[arg(long)]
@@ -29,9 +34,23 @@ pub struct GenerateArgs {
     /// Draft length γ per round.
     #[arg(allow_hyphen_values = true, long, default_value_t = 4)]
     pub draft_len: usize,
-    /// Prompt text (BOS is prepended when the tokenizer has one); at most 1 MiB, and it must fit the context.
+    /// Prompt text; at most 1 MiB, and it must fit the context. BOS is prepended as the model's file says (GGUF
+    /// `tokenizer.ggml.add_bos_token`, else llama.cpp's default for the vocabulary; always for llama2.c
+    /// tokenizers).
     #[arg(long, default_value = "")]
     pub prompt: String,
+    /// Prompts, one per line (at most 1 MiB in all): decoded plainly together, one pass per step over every
+    /// unfinished prompt, each printed with its continuation in order once all are done (the same tokens as each
+    /// prompt alone with the same flags and seed).
+    #[arg(long, conflicts_with_all = ["prompt", "draft", "self_draft_layers"])]
+    pub prompts: Option<PathBuf>,
+    /// Render the prompt as one user message through the file's chat template (GGUF `tokenizer.chat_template`,
+    /// with the generation prompt added) before tokenising it; an error when the file has no template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Print the prompt's tokens (id and text) on stderr before generating.
+    #[arg(long)]
+    pub verbose_prompt: bool,
     /// Tokens to generate (≥ 1). Generation stops early at the end-of-sequence token or when prompt plus output
     /// fill the model's context; the latter is reported on stderr and still exits 0.
     #[arg(allow_hyphen_values = true, long, default_value_t = 64)]
@@ -39,6 +58,16 @@ pub struct GenerateArgs {
     /// Sampling temperature: 0 is greedy decoding, otherwise a finite number ≥ 1e-6.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0.0)]
     pub temperature: f64,
+    /// Keep only the K most likely tokens when sampling (≥ 1; off by default). Applies at temperature > 0.
+    #[arg(allow_hyphen_values = true, long)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probability reaches P, in (0, 1] (off by default).
+    #[arg(allow_hyphen_values = true, long)]
+    pub top_p: Option<f64>,
+    /// Drop tokens less likely than P times the most likely one (llama.cpp's rule, on the logits before the
+    /// temperature), in [0, 1] (0, the default, keeps every token).
+    #[arg(allow_hyphen_values = true, long, default_value_t = 0.0)]
+    pub min_p: f64,
     /// Seed of every random draw.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0)]
     pub seed: u64,
@@ -77,17 +106,232 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
     if args.self_draft_layers == Some(0) {
         return Err(Failure::Input("--self-draft-layers: must be at least 1".into()));
     }
+    if args.top_k == Some(0) {
+        return Err(Failure::Input("--top-k: must be at least 1".into()));
+    }
+    if let Some(p) = args.top_p
+        && !(p > 0.0 && p <= 1.0)
+    {
+        return Err(Failure::Input(format!("--top-p: {p} is outside (0, 1]")));
+    }
+    if !(0.0..=1.0).contains(&args.min_p) {
+        return Err(Failure::Input(format!(
+            "--min-p: {} is outside [0, 1]",
+            args.min_p
+        )));
+    }
     Ok(())
 }
 
-/// Runs `multispin generate`.
+/// The sampling controls of the flags: greedy (top-1) at temperature 0, where the cuts change nothing.
+fn sampling(args: &GenerateArgs) -> Result<SamplingParams, Failure> {
+    if args.temperature == 0.0 {
+        return speculative::sampling(0.0).map_err(Failure::input);
+    }
+    SamplingParams::new(args.temperature, args.top_k, args.top_p)
+        .and_then(|p| p.with_min_p(args.min_p))
+        .map_err(|e| Failure::Input(format!("sampling: {e}")))
+}
+
+/// The chat template of the file rendered for one user message, with the generation prompt, as llama.cpp and
+/// Hugging Face render it (trimmed blocks, `bos_token` and `eos_token` defined, `raise_exception` an error).
+pub fn render_chat(template: &str, user: &str, bos: &str, eos: &str) -> Result<String, String> {
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    env.set_syntax(syntax);
+    minijinja_contrib::add_to_environment(&mut env);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        },
+    );
+    env.add_template("chat", template).map_err(|e| e.to_string())?;
+    let t = env.get_template("chat").map_err(|e| e.to_string())?;
+    t.render(minijinja::context! {
+        messages => vec![minijinja::context! { role => "user", content => user }],
+        add_generation_prompt => true,
+        bos_token => bos,
+        eos_token => eos,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Writes the text of a growing token sequence as it grows, flushing after each commit: each call prints what
+/// the decoded text gained. A suffix that ends inside a UTF-8 character (decoded as U+FFFD) waits for the next
+/// tokens. Should a later decoding change text already printed (a tokenizer that joins pieces across a commit),
+/// printing goes on after as many bytes as were printed.
+struct Stream<W: std::io::Write> {
+    out: W,
+    /// What the printed bytes stand for in the decoded text.
+    printed: String,
+}
+
+impl<W: std::io::Write> Stream<W> {
+    fn new(out: W) -> Self {
+        Stream {
+            out,
+            printed: String::new(),
+        }
+    }
+
+    /// Prints what `text` (the whole decoded sequence so far) adds to what was printed; holds back an unfinished
+    /// character unless `last`.
+    fn show(&mut self, text: &str, last: bool) -> std::io::Result<()> {
+        let from = if text.starts_with(self.printed.as_str()) {
+            self.printed.len()
+        } else {
+            let mut at = self.printed.len().min(text.len());
+            while !text.is_char_boundary(at) {
+                at += 1;
+            }
+            at
+        };
+        let mut new = &text[from..];
+        if !last {
+            new = new.trim_end_matches('\u{FFFD}');
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(new.as_bytes())?;
+        self.out.flush()?;
+        self.printed = format!("{}{new}", &text[..from]);
+        Ok(())
+    }
+}
+
+/// The tokens of one prompt under the flags: through the chat template with `--chat`, BOS as the file says (not
+/// twice when a rendered template starts with it), refused when it cannot fit `context`.
+fn encode_prompt(
+    args: &GenerateArgs,
+    tok: &Tokenizer,
+    prompt: &str,
+    context: usize,
+) -> Result<Vec<u32>, Failure> {
+    let text = if args.chat {
+        let Some(template) = tok.chat_template() else {
+            return Err(Failure::Input(
+                "--chat: the model file has no chat template (tokenizer.chat_template)".into(),
+            ));
+        };
+        let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+        render_chat(template, prompt, &name(tok.bos()), &name(tok.eos())).map_err(|e| {
+            Failure::Input(format!(
+                "--chat: the chat template cannot be rendered: {}",
+                flat(&e)
+            ))
+        })?
+    } else {
+        prompt.to_string()
+    };
+    let bos_text = tok.bos().and_then(|i| tok.token_text(i));
+    let add_bos = tok.add_bos() && !(args.chat && bos_text.is_some_and(|b| text.starts_with(&b)));
+    // Refuse a prompt that cannot fit before tokenising it (tokenising is linear-time but not free).
+    let lower = tok.min_tokens(&text, add_bos);
+    if prompt.len() > MAX_PROMPT_BYTES || lower > context {
+        return Err(Failure::Input(format!(
+            "--prompt: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
+             (and the prompt limit is {MAX_PROMPT_BYTES} bytes)",
+            prompt.len()
+        )));
+    }
+    let mut ids = tok.encode(&text, add_bos).map_err(Failure::input)?;
+    if ids.is_empty() {
+        ids = vec![0];
+    }
+    if ids.len() > context {
+        return Err(Failure::Input(format!(
+            "--prompt: {} tokens do not fit the context of {context} tokens",
+            ids.len()
+        )));
+    }
+    if args.verbose_prompt {
+        eprintln!(
+            "prompt: {} tokens (BOS {})",
+            ids.len(),
+            if add_bos { "added" } else { "not added" }
+        );
+        for &id in &ids {
+            eprintln!("{id:>8} -> {:?}", tok.token_text(id).unwrap_or_default());
+        }
+    }
+    Ok(ids)
+}
+
+/// `generate --prompts FILE`: every line decoded plainly in one batch, each printed (prompt text, unless `--chat`,
+/// then its continuation) on its own line, in order.
+fn run_batch(
+    args: &GenerateArgs,
+    file: &std::path::Path,
+    target: &spin_runtime::Model,
+    tok: &Tokenizer,
+    params: &SamplingParams,
+) -> Result<(), Failure> {
+    let bytes = spin_runtime::load::read_limited(file, MAX_PROMPT_BYTES as u64, "prompts")
+        .map_err(|e| Failure::Input(format!("--prompts: {}", flat(&e.to_string()))))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| Failure::Input(format!("--prompts: {} is not UTF-8 text: {e}", file.display())))?;
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return Err(Failure::Input(format!(
+            "--prompts: {} holds no prompt",
+            file.display()
+        )));
+    }
+    let context = target.config().max_seq_len;
+    let prompts: Vec<Vec<u32>> = lines
+        .iter()
+        .map(|l| encode_prompt(args, tok, l, context))
+        .collect::<Result<_, _>>()?;
+    // Every sequence stops at the context: the longest prompt's room bounds them all.
+    let room = prompts.iter().map(|p| context - p.len()).min().unwrap_or(0);
+    let max_tokens = args.max_tokens.min(room);
+    let sampled = (args.temperature != 0.0).then_some(params);
+    let start = Instant::now();
+    let outs = spin_runtime::decode::plain_batch(target, &prompts, sampled, max_tokens, tok.eos(), args.seed)
+        .context("batched decoding")?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut stdout = std::io::stdout().lock();
+    for (p, g) in prompts.iter().zip(&outs) {
+        let mut all = if args.chat { Vec::new() } else { p.clone() };
+        all.extend_from_slice(g);
+        let line = tok.decode(&all).map_err(Failure::input)?;
+        writeln!(stdout, "{line}").context("writing the text to stdout")?;
+    }
+    stdout.flush().context("writing the text to stdout")?;
+    if max_tokens < args.max_tokens {
+        eprintln!(
+            "note: --max-tokens capped at {max_tokens}: the longest prompt leaves that much of the context of \
+             {context} tokens"
+        );
+    }
+    if args.stats {
+        let n: usize = outs.iter().map(Vec::len).sum();
+        eprintln!(
+            "generated {n} tokens for {} prompts in {elapsed:.3} s ({:.1} tokens/s)",
+            outs.len(),
+            n as f64 / elapsed.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+/// Runs `multispin generate`: the prompt's text, then each token's text as it is committed (flushed per commit:
+/// per token when decoding plainly, per round of the speculative loop).
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     // SAFETY: `run` is called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     check_counts(args)?;
+    let params = sampling(args)?;
     let target = load(args.target.as_deref(), Embedded::Target)?;
     let tok = load_tokenizer(
         args.tokenizer.as_deref(),
@@ -107,44 +351,53 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let context = drafter.as_ref().map_or(target.config().max_seq_len, |d| {
         d.config().max_seq_len.min(target.config().max_seq_len)
     });
-    // Refuse a prompt that cannot fit before tokenising it (tokenising is linear-time but not free).
-    let lower = tok.min_tokens(&args.prompt, true);
-    if args.prompt.len() > MAX_PROMPT_BYTES || lower > context {
-        return Err(Failure::Input(format!(
-            "--prompt: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
-             (and the prompt limit is {MAX_PROMPT_BYTES} bytes)",
-            args.prompt.len()
-        )));
+    if let Some(file) = &args.prompts {
+        return run_batch(args, file, &target, &tok, &params);
     }
-    let params = speculative::sampling(args.temperature).map_err(Failure::input)?;
-    let mut prompt = tok.encode(&args.prompt, true).map_err(Failure::input)?;
-    if prompt.is_empty() {
-        prompt = vec![0];
-    }
-    if prompt.len() > context {
-        return Err(Failure::Input(format!(
-            "--prompt: {} tokens do not fit the context of {context} tokens",
-            prompt.len()
-        )));
-    }
+    let prompt = encode_prompt(args, &tok, &args.prompt, context)?;
     // Past the context the models cannot run: generate what fits, print it, say why on stderr and exit 0 (as
     // llama.cpp does). A speculative round drafts at most `remaining − 1` tokens and adds one (the bonus or
     // resampled token), so a round never feeds more than prompt + max_tokens − 1 positions: capping max_tokens
     // at the room left keeps both modes inside the context.
     let room = context - prompt.len();
     let max_tokens = args.max_tokens.min(room);
+    // The prompt's own text first (not a rendered chat template's), then the generated text as it comes.
+    let mut stream = Stream::new(std::io::stdout().lock());
+    let shown: &[u32] = if args.chat { &[] } else { &prompt };
+    let mut all = shown.to_vec();
+    let write_err = std::cell::RefCell::new(None);
+    let mut commit = |generated: &[u32]| -> bool {
+        all.truncate(shown.len());
+        all.extend_from_slice(generated);
+        let shown_text = tok.decode(&all).unwrap_or_default();
+        match stream.show(&shown_text, false) {
+            Ok(()) => true,
+            Err(e) => {
+                *write_err.borrow_mut() = Some(e);
+                false
+            }
+        }
+    };
+    commit(&[]);
     let start = Instant::now();
     let (generated, stats) = match &drafter {
         // Greedy: the same tokens as the sampling path at temperature 0, without a distribution per token.
         None if args.temperature == 0.0 => (
-            spin_runtime::decode::greedy(&target, &prompt, max_tokens, tok.eos())
+            spin_runtime::decode::greedy_with(&target, &prompt, max_tokens, tok.eos(), &mut commit)
                 .context("greedy decoding")?,
             None,
         ),
         None => {
-            let out =
-                speculative::generate_plain(&target, &prompt, &params, max_tokens, tok.eos(), args.seed)
-                    .context("plain decoding")?;
+            let out = speculative::generate_plain_with(
+                &target,
+                &prompt,
+                &params,
+                max_tokens,
+                tok.eos(),
+                args.seed,
+                &mut commit,
+            )
+            .context("plain decoding")?;
             (out, None)
         }
         Some(d) => {
@@ -156,7 +409,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             };
             let mut s = Speculator::new(&target, d, std::slice::from_ref(&prompt), &[args.draft_len], cfg)
                 .map_err(Failure::input)?;
-            s.run().context("speculative decoding")?;
+            while s.step().context("speculative decoding")? {
+                if !commit(s.devices[0].generated()) {
+                    break;
+                }
+            }
             let dev = &s.devices[0];
             let verify_s: f64 = s.rounds.iter().map(|r| r.verify_s).sum();
             let alpha = dev.alpha.ratio_estimate(1.96).ok().flatten();
@@ -176,9 +433,17 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         }
     };
     let elapsed = start.elapsed().as_secs_f64();
-    let mut all = prompt.clone();
+    if let Some(e) = write_err.into_inner() {
+        return Err(Failure::Runtime(
+            anyhow::Error::new(e).context("writing the text to stdout"),
+        ));
+    }
+    let mut all = shown.to_vec();
     all.extend_from_slice(&generated);
-    println!("{}", tok.decode(&all).map_err(Failure::input)?);
+    let text = tok.decode(&all).map_err(Failure::input)?;
+    stream
+        .show(&format!("{text}\n"), true)
+        .context("writing the text to stdout")?;
     if max_tokens < args.max_tokens && generated.len() == max_tokens && tok.eos() != generated.last().copied()
     {
         eprintln!(
@@ -201,4 +466,68 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that records what each flush has seen.
+    #[derive(Default)]
+    struct Flushes {
+        buf: Vec<u8>,
+        at_flush: Vec<String>,
+    }
+
+    impl std::io::Write for Flushes {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.buf.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.at_flush
+                .push(String::from_utf8_lossy(&self.buf).into_owned());
+            Ok(())
+        }
+    }
+
+    /// Each commit's new text is written and flushed at once; an unfinished character waits; the end prints the
+    /// rest; a rewritten earlier text does not repeat what was printed.
+    #[test]
+    fn stream_prints_and_flushes_each_commit() {
+        let mut s = Stream::new(Flushes::default());
+        s.show("Once", false).unwrap();
+        s.show("Once upon", false).unwrap();
+        s.show("Once upon", false).unwrap(); // nothing new: no write, no flush
+        s.show("Once upon a \u{FFFD}", false).unwrap(); // half of a character: held back
+        s.show("Once upon a é", false).unwrap();
+        s.show("Once upon a é.\n", true).unwrap();
+        assert_eq!(
+            s.out.at_flush,
+            [
+                "Once",
+                "Once upon",
+                "Once upon a ",
+                "Once upon a é",
+                "Once upon a é.\n"
+            ]
+        );
+        let mut s = Stream::new(Flushes::default());
+        s.show("ab", false).unwrap();
+        s.show("xbc", false).unwrap();
+        assert_eq!(String::from_utf8(s.out.buf).unwrap(), "abc");
+    }
+
+    /// The chat template gets the user message, the generation prompt and BOS/EOS; Python-style methods work
+    /// (pycompat); `raise_exception` is an error, as is a broken template.
+    #[test]
+    fn chat_templates_render_like_hugging_face() {
+        let t = "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'].strip() }}\
+                 <|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+        let out = render_chat(t, "  Hi!  ", "<s>", "</s>").unwrap();
+        assert_eq!(out, "<s><|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+        let e = render_chat("{{ raise_exception('no system role') }}", "x", "", "").unwrap_err();
+        assert!(e.contains("no system role"), "{e}");
+        assert!(render_chat("{% for %}", "x", "", "").is_err());
+    }
 }

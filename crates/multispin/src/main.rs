@@ -20,6 +20,7 @@ mod scenario;
 mod serve;
 mod simulate;
 mod study;
+mod threads;
 
 use clap::{Parser, Subcommand};
 use failure::Failure;

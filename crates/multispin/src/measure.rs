@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 /// Arguments of `multispin measure`.
 #[derive(Debug, Args)]
 pub struct MeasureArgs {
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
     #[command(subcommand)]
     what: What,
 }
@@ -168,7 +170,7 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
     // SAFETY: `run` is called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     match &args.what {
         What::Acceptance {

@@ -14,6 +14,8 @@ use std::sync::Arc;
 /// Arguments of `multispin serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
     /// Address to listen on (port 0 picks a free port; the address is printed on stderr).
     #[arg(long, default_value = "127.0.0.1:7878")]
     pub listen: String,
@@ -107,7 +109,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     // SAFETY: called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));

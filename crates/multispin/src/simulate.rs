@@ -176,6 +176,8 @@ impl ServerArgs {
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
     #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
+    #[command(flatten)]
     pub server: ServerArgs,
     /// Draft model (same vocabulary as the target; default: the embedded 2-layer, width-32 draft distilled from
     /// stories260K, models/draft-2x32.bin).
@@ -268,9 +270,10 @@ pub fn tokenizer_fingerprint(tok: &Tokenizer, vocab: usize) -> u64 {
     fingerprint(&text)
 }
 
-/// Encodes a prompt (BOS prepended when the tokenizer has one; an empty prompt becomes token 0 or BOS).
+/// Encodes a prompt (BOS prepended as the model's file says, `Tokenizer::add_bos`; an empty prompt becomes token 0
+/// or BOS).
 pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, Failure> {
-    let mut p = tok.encode(text, true).map_err(Failure::input)?;
+    let mut p = tok.encode_prompt(text).map_err(Failure::input)?;
     if p.is_empty() {
         p = vec![tok.bos().unwrap_or(0)];
     }
@@ -282,7 +285,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     // SAFETY: called only by `main`, after argument parsing and before any thread is started.
     #[allow(unsafe_code)]
     unsafe {
-        spin_runtime::load::fix_cpu_threads();
+        args.threads.set_up()?;
     }
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));

@@ -221,12 +221,19 @@ impl<W: Weight> Categorical for Dist<'_, W> {
 
 /// Sampling controls applied to logits identically on the drafting and the verifying side.
 ///
-/// Order: temperature, then top-k, then top-p (nucleus), as common LLM samplers do. Greedy decoding is `top_k = 1`.
+/// Order: temperature, then top-k, then top-p (nucleus), as common LLM samplers do, then min-p. Greedy decoding is
+/// `top_k = 1`.
+///
+/// Min-p keeps the tokens whose logit is at most `−ln(min_p)` below the largest, i.e. whose probability at
+/// temperature 1 is at least `min_p` times the largest one: the rule of llama.cpp's `--min-p`, which it applies to
+/// the logits before the temperature, so the kept set does not depend on the temperature. (llama.cpp also cuts
+/// top-p before the temperature; here top-p sees the tempered distribution.)
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplingParams {
     temperature: f64,
     top_k: Option<usize>,
     top_p: Option<f64>,
+    min_p: Option<f64>,
 }
 
 impl SamplingParams {
@@ -235,6 +242,7 @@ impl SamplingParams {
         temperature: 1.0,
         top_k: None,
         top_p: None,
+        min_p: None,
     };
 
     /// Validates temperature ∈ (0, ∞), top_k ≥ 1, top_p ∈ (0, 1].
@@ -254,6 +262,19 @@ impl SamplingParams {
             temperature,
             top_k,
             top_p,
+            min_p: None,
+        })
+    }
+
+    /// The same controls with a min-p cut (see [`SamplingParams`]); `min_p` ∈ [0, 1], where 0 cuts nothing and 1
+    /// keeps only the tokens tied with the largest logit.
+    pub fn with_min_p(self, min_p: f64) -> Result<Self, CoreError> {
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(CoreError::out_of_domain("min_p", min_p, "[0, 1]"));
+        }
+        Ok(Self {
+            min_p: (min_p > 0.0).then_some(min_p),
+            ..self
         })
     }
 
@@ -269,6 +290,10 @@ impl SamplingParams {
     pub fn top_p(&self) -> Option<f64> {
         self.top_p
     }
+    /// The min-p ratio, if any.
+    pub fn min_p(&self) -> Option<f64> {
+        self.min_p
+    }
 }
 
 /// Orders tokens by weight, largest first, ties by smaller index: the one deterministic order used for every cut.
@@ -280,7 +305,7 @@ fn by_weight_desc<W: Weight>(w: &[W]) -> impl Fn(&u32, &u32) -> std::cmp::Orderi
     }
 }
 
-/// Writes `softmax(logits / T)` with top-k and top-p applied into `out` (normalised, `f32`).
+/// Writes `softmax(logits / T)` with top-k, top-p and min-p applied into `out` (normalised, `f32`).
 ///
 /// `-∞` logits are allowed (masked tokens); NaN and `+∞` are errors. Ties at a cut are broken by the smaller
 /// token id, so both sides keep the same set. Top-p keeps the smallest prefix (in that order) whose mass reaches
@@ -352,6 +377,15 @@ pub fn probs_from_logits(
         }
         for (w, k) in out.iter_mut().zip(&kept) {
             if !k {
+                *w = 0.0;
+            }
+        }
+    }
+    if let Some(min_p) = params.min_p {
+        // On the logits, as llama.cpp cuts (before the temperature); the largest logit always stays.
+        let floor = f64::from(max) + min_p.ln();
+        for (w, &l) in out.iter_mut().zip(logits) {
+            if f64::from(l) < floor {
                 *w = 0.0;
             }
         }
@@ -827,6 +861,52 @@ mod tests {
         );
         assert!(SamplingParams::new(1.0, Some(0), None).is_err());
         assert!(SamplingParams::new(1.0, None, Some(1.5)).is_err());
+    }
+
+    /// Min-p against its definition (keep p_i ≥ min_p · p_max at temperature 1, renormalise), at several
+    /// temperatures (the kept set must not change with them), combined with top-k, and its domain checks.
+    #[test]
+    fn min_p_keeps_tokens_within_the_ratio_of_the_largest() {
+        let probs = [0.4f64, 0.3, 0.15, 0.1, 0.05];
+        let l: Vec<f32> = probs.iter().map(|p| p.ln() as f32).collect();
+        let mut out = Vec::new();
+        for t in [0.5, 1.0, 2.0] {
+            // min_p = 0.3: the floor is 0.12, so 0.4, 0.3 and 0.15 stay.
+            let params = SamplingParams::new(t, None, None)
+                .unwrap()
+                .with_min_p(0.3)
+                .unwrap();
+            assert_eq!(params.min_p(), Some(0.3));
+            probs_from_logits(&l, &params, &mut out).unwrap();
+            let kept: Vec<f64> = probs[..3].iter().map(|p| p.powf(1.0 / t)).collect();
+            let z: f64 = kept.iter().sum();
+            for (i, &o) in out.iter().enumerate() {
+                let want = if i < 3 { kept[i] / z } else { 0.0 };
+                assert!(
+                    (f64::from(o) - want).abs() < 1e-6,
+                    "T {t}, token {i}: {o} vs {want}"
+                );
+            }
+        }
+        // With top-k = 2 the tighter cut wins; min_p = 1 keeps only the tokens tied with the largest.
+        let params = SamplingParams::new(1.0, Some(2), None)
+            .unwrap()
+            .with_min_p(0.3)
+            .unwrap();
+        probs_from_logits(&l, &params, &mut out).unwrap();
+        assert!(out[2] == 0.0 && out[1] > 0.0);
+        let params = SamplingParams::PLAIN.with_min_p(1.0).unwrap();
+        probs_from_logits(&[1.0, 3.0, 3.0, 2.0], &params, &mut out).unwrap();
+        assert_eq!(out, [0.0, 0.5, 0.5, 0.0]);
+        // 0 cuts nothing (and is stored as no cut); outside [0, 1] or NaN is refused, naming min_p.
+        assert_eq!(
+            SamplingParams::PLAIN.with_min_p(0.0).unwrap(),
+            SamplingParams::PLAIN
+        );
+        for bad in [-0.1, 1.5, f64::NAN] {
+            let e = SamplingParams::PLAIN.with_min_p(bad).unwrap_err().to_string();
+            assert!(e.starts_with("min_p:"), "{e}");
+        }
     }
 
     #[test]

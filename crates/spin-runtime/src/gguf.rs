@@ -1,12 +1,18 @@
-//! GGUF files of the Llama architecture with quantised weights (candle's quantised matmul), and the byte-level BPE
-//! tokenizer such files embed.
+//! GGUF files of the Llama and Qwen2 architectures with quantised weights (host matrices for the quantised host
+//! route on the CPU, candle's quantised tensors elsewhere), the byte-level BPE tokenizer such files embed, and a
+//! writer for tests and exports.
 
 use crate::error::{Result, RuntimeError};
-use crate::model::{Config, Model, Proj, RopeStyle, WeightSource, check_shape};
+use crate::model::{Config, Embedding, HostRows, Model, Proj, RopeStyle, WeightSource, check_shape};
+use crate::quant::{BlockFormat, QMatrix};
 use crate::tokenizer::Tokenizer;
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
+use candle_core::quantized::{QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{Device, Tensor};
 use std::path::Path;
+use std::sync::Arc;
+
+/// The block formats [`write()`] and [`write_with`] take (candle's ggml types).
+pub use candle_core::quantized::GgmlDType;
 
 /// Maps a Hugging Face Llama tensor name (without `.weight`) to its GGUF name.
 fn gguf_name(name: &str) -> String {
@@ -37,25 +43,20 @@ fn gguf_name(name: &str) -> String {
 struct GgufSource {
     what: String,
     content: gguf_file::Content,
-    bytes: Vec<u8>,
+    /// The open file: each tensor is read once, at its offset, straight into its blocks.
+    file: std::fs::File,
+    file_len: u64,
     device: Device,
+    /// Whether projections and the embedding become host matrices in the file's block format (the CPU, where
+    /// the quantised host route runs); elsewhere they become candle's quantised tensors on the device.
+    host: bool,
 }
 
 impl GgufSource {
-    fn qtensor(&self, name: &str) -> Result<QTensor> {
-        self.check_extent(name)?;
-        let mut cur = std::io::Cursor::new(self.bytes.as_slice());
-        self.content
-            .tensor(&mut cur, name, &self.device)
-            .map_err(|e| RuntimeError::format(format!("{}: {name}", self.what), e.to_string()))
-    }
-}
-
-impl GgufSource {
-    /// Checks a tensor's shape and byte range before candle reads it: candle reinterprets the raw bytes as blocks
-    /// without checks, and an empty tensor (a zero dimension in a corrupt file) hands it a dangling, misaligned
-    /// pointer (undefined behaviour, an abort in debug builds; found by the mutation test in tests/parsers.rs).
-    fn check_extent(&self, name: &str) -> Result<()> {
+    /// A tensor's info and the byte range it occupies in the file, checked before anything is read: candle
+    /// reinterprets raw bytes as blocks without checks, and an empty tensor (a zero dimension in a corrupt file)
+    /// would hand it a dangling, misaligned pointer (found by the mutation test in tests/parsers.rs).
+    fn extent(&self, name: &str) -> Result<(&gguf_file::TensorInfo, u64, usize)> {
         let what = format!("{}: {name}", self.what);
         let info = self
             .content
@@ -81,60 +82,223 @@ impl GgufSource {
                 format!("{elems} elements are not a whole number of {block}-element blocks"),
             ));
         }
-        let end = (elems / block)
-            .checked_mul(info.ggml_dtype.type_size())
-            .and_then(|n| n.checked_add(usize::try_from(info.offset).ok()?))
-            .and_then(|n| n.checked_add(self.content.tensor_data_offset as usize));
-        match end {
-            Some(end) if end <= self.bytes.len() => Ok(()),
+        let len = (elems / block).checked_mul(info.ggml_dtype.type_size());
+        let start = info.offset.checked_add(self.content.tensor_data_offset);
+        match (len, start) {
+            (Some(len), Some(start))
+                if start
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= self.file_len) =>
+            {
+                Ok((info, start, len))
+            }
             _ => Err(RuntimeError::format(
                 &what,
-                format!("extends past the end of the file ({} bytes)", self.bytes.len()),
+                format!("extends past the end of the file ({} bytes)", self.file_len),
             )),
         }
     }
+
+    /// Appends tensor `name`'s bytes to `buf` (one read at its offset) and returns its info.
+    fn read_into(&self, name: &str, buf: &mut Vec<u8>) -> Result<&gguf_file::TensorInfo> {
+        use std::io::{Read, Seek};
+        let (info, start, len) = self.extent(name)?;
+        let io = |e| RuntimeError::format(format!("{}: {name}", self.what), format!("cannot read: {e}"));
+        let mut f = &self.file;
+        f.seek(std::io::SeekFrom::Start(start)).map_err(io)?;
+        buf.reserve(len);
+        let got = f.take(len as u64).read_to_end(buf).map_err(io)?;
+        if got != len {
+            return Err(RuntimeError::format(
+                format!("{}: {name}", self.what),
+                format!("{got} of {len} bytes could be read"),
+            ));
+        }
+        Ok(info)
+    }
+
+    /// Tensor `name` as candle's quantised tensor on the device.
+    fn qtensor(&self, name: &str) -> Result<QTensor> {
+        let mut bytes = Vec::new();
+        let info = self.read_into(name, &mut bytes)?;
+        qtensor_from_bytes(&format!("{}: {name}", self.what), info, &bytes, &self.device)
+    }
+
+    /// Fails naming `name` when a block of it holds a NaN or infinite value: the dequantised tensor is searched
+    /// for the first one (only on this failure path; loading checks `QMatrix::scales_finite` instead).
+    fn name_non_finite(&self, name: &str) -> RuntimeError {
+        let found = self
+            .qtensor(name)
+            .and_then(|q| Ok(q.dequantize(&Device::Cpu)?))
+            .and_then(|t| crate::load::check_finite_tensor(&self.what, name, &t));
+        match found {
+            Err(e) => e,
+            Ok(()) => RuntimeError::format(
+                format!("{}: {name}", self.what),
+                "a block scale is NaN or infinite",
+            ),
+        }
+    }
+
+    /// The weight of `name` (HF layout, without `.weight`) after checking it is (out, inp); returns its GGUF name.
+    fn checked_matrix(&self, name: &str, out: usize, inp: usize) -> Result<String> {
+        let g = format!("{}.weight", gguf_name(name));
+        let (info, _, _) = self.extent(&g)?;
+        if info.shape.dims() != [out, inp] {
+            return Err(RuntimeError::format(
+                format!("{}: {g}", self.what),
+                format!("expected shape {:?}, found {:?}", [out, inp], info.shape.dims()),
+            ));
+        }
+        Ok(g)
+    }
+
+    /// The tensors `names` (each (rows_i, cols), one block format) read into one host matrix, rows stacked.
+    fn host_matrix(
+        &self,
+        names: &[(String, usize)],
+        cols: usize,
+        format: BlockFormat,
+    ) -> Result<Arc<QMatrix>> {
+        let rows: usize = names.iter().map(|(_, r)| r).sum();
+        let mut bytes = Vec::new();
+        for (g, _) in names {
+            self.read_into(g, &mut bytes)?;
+        }
+        let what = format!("{}: {}", self.what, names[0].0);
+        let m = QMatrix::new(&what, format, rows, cols, bytes)?;
+        if !m.scales_finite() {
+            // Name the tensor (and the element) that holds the bad value.
+            for (g, _) in names {
+                let e = self.name_non_finite(g);
+                if matches!(e, RuntimeError::NonFinite { .. }) {
+                    return Err(e);
+                }
+            }
+            return Err(RuntimeError::format(what, "a block scale is NaN or infinite"));
+        }
+        Ok(Arc::new(m))
+    }
+}
+
+/// A candle quantised tensor on `device` from a tensor's raw bytes.
+fn qtensor_from_bytes(
+    what: &str,
+    info: &gguf_file::TensorInfo,
+    bytes: &[u8],
+    device: &Device,
+) -> Result<QTensor> {
+    // candle reinterprets the bytes as blocks and asserts their alignment (at most that of an f32); a `Vec<u8>`
+    // from the system allocator is aligned far beyond it, so this only guards the assertion.
+    if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
+        return Err(RuntimeError::format(
+            what,
+            "tensor bytes are misaligned in memory",
+        ));
+    }
+    let storage = QStorage::from_data(std::borrow::Cow::Borrowed(bytes), device, info.ggml_dtype)
+        .map_err(|e| RuntimeError::format(what, e.to_string()))?;
+    QTensor::new(storage, info.shape.dims().to_vec()).map_err(|e| RuntimeError::format(what, e.to_string()))
 }
 
 impl WeightSource for GgufSource {
     fn dense(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let g = format!("{}.weight", gguf_name(name));
-        let t = self.qtensor(&g)?.dequantize(&self.device)?;
-        check_shape(&format!("{}: {g}", self.what), &t, shape)?;
-        crate::load::check_finite_tensor(&self.what, &g, &t)?;
-        Ok(t)
+        self.dense_named(&g, shape)
     }
 
     fn proj(&self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Proj> {
-        let base = gguf_name(name);
-        let g = format!("{base}.weight");
-        let q = self.qtensor(&g)?;
-        if q.shape().dims() != [out, inp] {
-            return Err(RuntimeError::format(
-                format!("{}: {g}", self.what),
-                format!("expected shape {:?}, found {:?}", [out, inp], q.shape().dims()),
-            ));
+        let mut ps = self.projs(&[(name, out)], inp, bias)?;
+        ps.pop()
+            .ok_or_else(|| RuntimeError::format(&self.what, format!("{name}: no projection")))
+    }
+
+    fn projs(&self, parts: &[(&str, usize)], inp: usize, bias: bool) -> Result<Vec<Proj>> {
+        let mut names = Vec::with_capacity(parts.len());
+        for &(name, out) in parts {
+            names.push((self.checked_matrix(name, out, inp)?, out));
         }
-        // Quantised blocks carry f16 scales that may be NaN: the matrix is dequantised once to check it (one
-        // tensor at a time; the model keeps the quantised form).
-        crate::load::check_finite_tensor(&self.what, &g, &q.dequantize(&Device::Cpu)?)?;
-        let b = if bias {
-            let name = format!("{base}.bias");
-            let b = self.qtensor(&name)?.dequantize(&self.device)?;
-            crate::load::check_finite_tensor(&self.what, &name, &b)?;
-            Some(b)
-        } else {
-            None
-        };
-        Ok(Proj::Quant {
-            w: QMatMul::from_qtensor(q)?,
-            b,
-        })
+        let mut biases = Vec::with_capacity(parts.len());
+        for &(name, out) in parts {
+            biases.push(if bias {
+                Some(self.dense_named(&format!("{}.bias", gguf_name(name)), &[out])?)
+            } else {
+                None
+            });
+        }
+        let formats: Vec<GgmlDType> = names
+            .iter()
+            .map(|(g, _)| Ok(self.extent(g)?.0.ggml_dtype))
+            .collect::<Result<_>>()?;
+        let mut out = Vec::with_capacity(parts.len());
+        let mut i = 0;
+        while i < names.len() {
+            let host_format = BlockFormat::from_ggml(formats[i]).filter(|_| self.host);
+            let Some(format) = host_format else {
+                // candle's quantised tensor on the device; its blocks are checked once, dequantised.
+                let (g, _) = &names[i];
+                let q = self.qtensor(g)?;
+                crate::load::check_finite_tensor(&self.what, g, &q.dequantize(&Device::Cpu)?)?;
+                out.push(Proj::Quant {
+                    w: QMatMul::from_qtensor(q)?,
+                    b: biases[i].take(),
+                });
+                i += 1;
+                continue;
+            };
+            // A run of equal formats is read into one host matrix (q|k|v, gate|up stacked at load).
+            let mut j = i;
+            while j < names.len() && formats[j] == formats[i] {
+                j += 1;
+            }
+            let m = self.host_matrix(&names[i..j], inp, format)?;
+            let mut first = 0;
+            for k in i..j {
+                let rows = names[k].1;
+                out.push(Proj::Host {
+                    w: HostRows::part(m.clone(), first, rows),
+                    b: biases[k].take(),
+                });
+                first += rows;
+            }
+            i = j;
+        }
+        Ok(out)
+    }
+
+    fn embedding(&self, name: &str, shape: &[usize]) -> Result<Embedding> {
+        let g = format!("{}.weight", gguf_name(name));
+        let (info, _, _) = self.extent(&g)?;
+        let format = BlockFormat::from_ggml(info.ggml_dtype).filter(|_| self.host);
+        match (format, shape) {
+            (Some(format), &[vocab, dim]) => {
+                if info.shape.dims() != shape {
+                    return Err(RuntimeError::format(
+                        format!("{}: {g}", self.what),
+                        format!("expected shape {:?}, found {:?}", shape, info.shape.dims()),
+                    ));
+                }
+                let m = self.host_matrix(&[(g, vocab)], dim, format)?;
+                Ok(Embedding::Host(m))
+            }
+            _ => Ok(Embedding::Dense(self.dense_named(&g, shape)?)),
+        }
     }
 
     fn contains(&self, name: &str) -> bool {
         self.content
             .tensor_infos
             .contains_key(&format!("{}.weight", gguf_name(name)))
+    }
+}
+
+impl GgufSource {
+    /// The GGUF tensor `g` dequantised to a dense f32 tensor of exactly `shape`, checked finite.
+    fn dense_named(&self, g: &str, shape: &[usize]) -> Result<Tensor> {
+        let t = self.qtensor(g)?.dequantize(&self.device)?;
+        check_shape(&format!("{}: {g}", self.what), &t, shape)?;
+        crate::load::check_finite_tensor(&self.what, g, &t)?;
+        Ok(t)
     }
 }
 
@@ -165,26 +329,99 @@ fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Resu
     }
 }
 
-fn read_content(path: &Path) -> Result<(gguf_file::Content, Vec<u8>)> {
-    let bytes = crate::load::read_limited(path, crate::load::MAX_MODEL_BYTES, "model")?;
-    let content = gguf_file::Content::read(&mut std::io::Cursor::new(bytes.as_slice()))
-        .map_err(|e| RuntimeError::format(path.display().to_string(), e.to_string()))?;
-    Ok((content, bytes))
+/// Reads a GGUF file's header (metadata and tensor infos) without reading its tensors; returns it with the open
+/// file and its length. The file must be a regular file of at most [`crate::load::MAX_MODEL_BYTES`].
+fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> {
+    use std::io::{Read, Seek};
+    let what = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| RuntimeError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| RuntimeError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(RuntimeError::invalid(&what, "is not a regular file"));
+    }
+    let limit = crate::load::MAX_MODEL_BYTES;
+    if meta.len() > limit {
+        return Err(RuntimeError::TooLarge {
+            path: what,
+            kind: "model",
+            limit,
+        });
+    }
+    // The header is parsed from memory: candle's parser asks for the stream position before every string (a
+    // system call per token and merge when reading a file). A header longer than the first bytes read fails to
+    // parse for want of bytes and is read again from four times as many, up to the whole file, where a parse error
+    // is the file's.
+    let mut want = HEADER_BYTES.min(meta.len());
+    loop {
+        let mut head = Vec::new();
+        (&file)
+            .take(want)
+            .read_to_end(&mut head)
+            .map_err(|e| RuntimeError::io(path, e))?;
+        match gguf_file::Content::read(&mut std::io::Cursor::new(head.as_slice())) {
+            Ok(content) => return Ok((content, file, meta.len())),
+            Err(_) if want < meta.len() => want = want.saturating_mul(4).min(meta.len()),
+            Err(e) => return Err(RuntimeError::format(&what, e.to_string())),
+        }
+        (&file)
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| RuntimeError::io(path, e))?;
+    }
 }
 
-/// Loads a Llama-architecture GGUF model; quantised matrices stay quantised, norms and embeddings are dequantised.
+/// The bytes first read for a GGUF header (SmolLM2's, with its 49,152 tokens and 48,900 merges, is about 1.7 MB).
+const HEADER_BYTES: u64 = 4 << 20;
+
+/// The architectures read: GGUF `general.architecture` and how it differs from Llama.
+struct Arch {
+    /// Metadata key prefix (`llama.block_count`, `qwen2.block_count`).
+    prefix: &'static str,
+    rope: RopeStyle,
+    /// q/k/v biases (Qwen2).
+    qkv_bias: bool,
+    /// RoPE base when the file does not say.
+    default_theta: f64,
+}
+
+fn arch_of(name: &str) -> Option<Arch> {
+    match name {
+        // llama.cpp's converter permutes Llama's q and k rows so that adjacent pairs rotate together.
+        "llama" => Some(Arch {
+            prefix: "llama",
+            rope: RopeStyle::Interleaved,
+            qkv_bias: false,
+            default_theta: 10000.0,
+        }),
+        // Qwen2 keeps the Hugging Face layout (NeoX RoPE: first half with second half) and has q/k/v biases.
+        "qwen2" => Some(Arch {
+            prefix: "qwen2",
+            rope: RopeStyle::Halves,
+            qkv_bias: true,
+            default_theta: 1e6,
+        }),
+        _ => None,
+    }
+}
+
+/// Loads a Llama- or Qwen2-architecture GGUF model. On the CPU, matrices in the formats the host kernels read
+/// (F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) are read straight into host matrices, q|k|v and gate|up each
+/// into one when their formats agree, and the embedding and a tied output head stay in the file's format: the
+/// quantised host route (docs/runtime.md). Elsewhere (a GPU), and for other formats, they become candle's
+/// quantised tensors. Norms and biases are dequantised to f32. The header is read first, then each tensor once at
+/// its offset (checked against the file's length first); every block's scales are checked finite.
 pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let what = path.display().to_string();
-    let (content, bytes) = read_content(path)?;
-    let arch = meta(&content, &what, "general.architecture")?
+    let (content, file, file_len) = read_header(path)?;
+    let name = meta(&content, &what, "general.architecture")?
         .to_string()
         .map_err(|e| RuntimeError::format(format!("{what}: general.architecture"), e.to_string()))?
         .clone();
-    if arch != "llama" {
-        return Err(RuntimeError::UnknownArchitecture(arch));
-    }
-    let dim = meta_usize(&content, &what, "llama.embedding_length")?;
-    let n_heads = meta_usize(&content, &what, "llama.attention.head_count")?;
+    let Some(arch) = arch_of(&name) else {
+        return Err(RuntimeError::UnknownArchitecture(name));
+    };
+    let key = |k: &str| format!("{}.{k}", arch.prefix);
+    let dim = meta_usize(&content, &what, &key("embedding_length"))?;
+    let n_heads = meta_usize(&content, &what, &key("attention.head_count"))?;
     let vocab_size = match content.tensor_infos.get("token_embd.weight") {
         Some(info) => match info.shape.dims() {
             [v, _] => *v,
@@ -200,15 +437,15 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let cfg = Config {
         vocab_size,
         dim,
-        hidden_dim: meta_usize(&content, &what, "llama.feed_forward_length")?,
-        n_layers: meta_usize(&content, &what, "llama.block_count")?,
+        hidden_dim: meta_usize(&content, &what, &key("feed_forward_length"))?,
+        n_layers: meta_usize(&content, &what, &key("block_count"))?,
         n_heads,
-        n_kv_heads: meta_usize(&content, &what, "llama.attention.head_count_kv").unwrap_or(n_heads),
-        max_seq_len: meta_usize(&content, &what, "llama.context_length")?,
-        rms_eps: meta_f64(&content, &what, "llama.attention.layer_norm_rms_epsilon", 1e-5)?,
-        rope_theta: meta_f64(&content, &what, "llama.rope.freq_base", 10000.0)?,
-        rope: RopeStyle::Interleaved,
-        qkv_bias: false,
+        n_kv_heads: meta_usize(&content, &what, &key("attention.head_count_kv")).unwrap_or(n_heads),
+        max_seq_len: meta_usize(&content, &what, &key("context_length"))?,
+        rms_eps: meta_f64(&content, &what, &key("attention.layer_norm_rms_epsilon"), 1e-5)?,
+        rope_theta: meta_f64(&content, &what, &key("rope.freq_base"), arch.default_theta)?,
+        rope: arch.rope,
+        qkv_bias: arch.qkv_bias,
         tied_embeddings: !content.tensor_infos.contains_key("output.weight"),
     };
     cfg.validate()
@@ -217,16 +454,38 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let src = GgufSource {
         what,
         content,
-        bytes,
+        file,
+        file_len,
         device: device.clone(),
+        host: device.is_cpu(),
     };
     Model::from_source(cfg, &src, device)
+}
+
+/// Whether llama.cpp prepends BOS for a byte-level BPE vocabulary whose file does not say
+/// (`tokenizer.ggml.add_bos_token` absent): only for the pre-tokenizers it marks so (Llama 3 and its relatives,
+/// Tekken, Chameleon); SmolLM2, Qwen2 and GPT-2 style vocabularies start without one.
+fn bpe_adds_bos(pre: &str) -> bool {
+    matches!(
+        pre,
+        "llama3"
+            | "llama-v3"
+            | "llama-bpe"
+            | "falcon3"
+            | "falcon-h1"
+            | "pixtral"
+            | "midm-2.0"
+            | "lfm2"
+            | "jina-v5-nano"
+            | "tekken"
+            | "chameleon"
+    )
 }
 
 /// Builds the tokenizer embedded in a GGUF file (`tokenizer.ggml.model` = `gpt2`: byte-level BPE).
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let what = path.display().to_string();
-    let (c, _) = read_content(path)?;
+    let (c, _, _) = read_header(path)?;
     let model = meta(&c, &what, "tokenizer.ggml.model")?
         .to_string()
         .cloned()
@@ -257,18 +516,35 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         .enumerate()
         .map(|(i, t)| (t.clone(), serde_json::Value::from(i as u32)))
         .collect();
-    let added: Vec<serde_json::Value> = [
+    // Token types (llama.cpp's): 3 control, 4 user-defined. Control tokens are special (matched whole in the
+    // text, e.g. `<|im_start|>` of a rendered chat template, and left out when decoding); user-defined ones are
+    // matched whole too. BOS and EOS are special whatever the file says.
+    let types: Vec<i64> = match c.metadata.get("tokenizer.ggml.token_type") {
+        Some(v) => v
+            .to_vec()
+            .map_err(|e| RuntimeError::format("tokenizer.ggml.token_type", e.to_string()))?
+            .iter()
+            .map(|x| x.to_i32().map(i64::from).unwrap_or(1))
+            .collect(),
+        None => Vec::new(),
+    };
+    let (bos, eos) = (
         id("tokenizer.ggml.bos_token_id"),
         id("tokenizer.ggml.eos_token_id"),
-    ]
-    .into_iter()
-    .flatten()
-    .filter_map(|i| tokens.get(i as usize).map(|t| (i, t)))
-    .map(|(i, t)| {
-        serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
-                               "normalized": false, "special": true})
-    })
-    .collect();
+    );
+    let added: Vec<serde_json::Value> = tokens
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let i = i as u32;
+            let kind = types.get(i as usize).copied().unwrap_or(1);
+            let special = kind == 3 || Some(i) == bos || Some(i) == eos;
+            (special || kind == 4).then(|| {
+                serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                                   "rstrip": false, "normalized": false, "special": special})
+            })
+        })
+        .collect();
     let json = serde_json::json!({
         "version": "1.0",
         "added_tokens": added,
@@ -284,34 +560,120 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         .to_string()
         .parse()
         .map_err(|e: tokenizers::Error| RuntimeError::Tokenizer(format!("{what}: {e}")))?;
+    let pre = c
+        .metadata
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .unwrap_or_default();
+    let add_bos = match c.metadata.get("tokenizer.ggml.add_bos_token") {
+        Some(v) => v.to_bool().map_err(|e| {
+            RuntimeError::format(format!("{what}: tokenizer.ggml.add_bos_token"), e.to_string())
+        })?,
+        None => bpe_adds_bos(&pre),
+    };
+    let chat_template = match c.metadata.get("tokenizer.chat_template") {
+        Some(v) => Some(
+            v.to_string()
+                .map_err(|e| RuntimeError::format(format!("{what}: tokenizer.chat_template"), e.to_string()))?
+                .clone(),
+        ),
+        None => None,
+    };
     Ok(Tokenizer::Hf {
         inner: Box::new(inner),
-        bos: id("tokenizer.ggml.bos_token_id"),
-        eos: id("tokenizer.ggml.eos_token_id"),
+        bos,
+        eos,
+        add_bos,
+        chat_template,
     })
 }
 
-/// Writes named tensors (Hugging Face layout) as a Llama GGUF file; matrices are quantised to `dtype`
-/// (norms stay f32). For tests and exports. The config must use interleaved RoPE and no biases.
+/// A vocabulary to embed in a written GGUF file (`tokenizer.ggml.*`, byte-level BPE), for tests and exports.
+#[derive(Debug, Clone, Default)]
+pub struct GgufVocab {
+    /// Token strings in the byte-level alphabet (`Ġ` for a space), id = index.
+    pub tokens: Vec<String>,
+    /// llama.cpp token types per token (1 normal, 3 control, 4 user-defined); empty: all normal.
+    pub token_types: Vec<i32>,
+    /// Merges, `"a b"` each.
+    pub merges: Vec<String>,
+    /// BOS id.
+    pub bos: Option<u32>,
+    /// EOS id.
+    pub eos: Option<u32>,
+    /// `tokenizer.ggml.add_bos_token`; `None` leaves the key out.
+    pub add_bos: Option<bool>,
+    /// `tokenizer.ggml.pre`.
+    pub pre: Option<String>,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+}
+
+/// How [`write_with`] writes a file.
+#[derive(Debug, Clone)]
+pub struct WriteOptions<'a> {
+    /// The block format of every matrix whose width is a whole number of its blocks (others, and vectors, are
+    /// written as f32).
+    pub dtype: GgmlDType,
+    /// Per-tensor formats instead of `dtype`: a Hugging Face name ending (`v_proj.weight`) and its format.
+    pub overrides: &'a [(&'a str, GgmlDType)],
+    /// A vocabulary to embed.
+    pub vocab: Option<&'a GgufVocab>,
+}
+
+/// Writes named tensors (Hugging Face layout) as a GGUF file: `llama` for an interleaved-RoPE model without
+/// biases, `qwen2` for a halves-RoPE model with q/k/v biases (the only two layouts the loader reads); matrices
+/// are quantised to `dtype` (norms stay f32). For tests and exports.
 pub fn write(
     path: &Path,
     cfg: &Config,
     tensors: &std::collections::HashMap<String, Tensor>,
     dtype: GgmlDType,
 ) -> Result<()> {
-    if cfg.rope != RopeStyle::Interleaved || cfg.qkv_bias {
-        return Err(RuntimeError::invalid(
-            "config",
-            "GGUF llama holds only interleaved-RoPE Llama without biases",
-        ));
-    }
+    let opts = WriteOptions {
+        dtype,
+        overrides: &[],
+        vocab: None,
+    };
+    write_with(path, cfg, tensors, &opts)
+}
+
+/// [`write()`] with per-tensor formats and an embedded vocabulary.
+pub fn write_with(
+    path: &Path,
+    cfg: &Config,
+    tensors: &std::collections::HashMap<String, Tensor>,
+    opts: &WriteOptions<'_>,
+) -> Result<()> {
+    let arch = match (cfg.rope, cfg.qkv_bias) {
+        (RopeStyle::Interleaved, false) => "llama",
+        (RopeStyle::Halves, true) => "qwen2",
+        _ => {
+            return Err(RuntimeError::invalid(
+                "config",
+                "GGUF holds interleaved-RoPE Llama without biases (llama) or halves-RoPE with q/k/v biases (qwen2)",
+            ));
+        }
+    };
     let mut names: Vec<&String> = tensors.keys().collect();
     names.sort();
     let mut qs = Vec::new();
     for n in names {
         let t = &tensors[n];
-        let base = n.trim_end_matches(".weight");
-        let g = format!("{}.weight", gguf_name(base));
+        let (base, suffix) = match n.strip_suffix(".weight") {
+            Some(b) => (b, "weight"),
+            None => match n.strip_suffix(".bias") {
+                Some(b) => (b, "bias"),
+                None => (n.as_str(), "weight"),
+            },
+        };
+        let g = format!("{}.{suffix}", gguf_name(base));
+        let dtype = opts
+            .overrides
+            .iter()
+            .find(|(end, _)| n.ends_with(end))
+            .map_or(opts.dtype, |&(_, d)| d);
         let q = if t.rank() == 2 && t.dim(1)? % dtype.block_size() == 0 {
             QTensor::quantize(t, dtype)?
         } else {
@@ -320,21 +682,44 @@ pub fn write(
         qs.push((g, q));
     }
     use gguf_file::Value as V;
-    let md: Vec<(&str, V)> = vec![
-        ("general.architecture", V::String("llama".into())),
-        ("llama.embedding_length", V::U32(cfg.dim as u32)),
-        ("llama.feed_forward_length", V::U32(cfg.hidden_dim as u32)),
-        ("llama.block_count", V::U32(cfg.n_layers as u32)),
-        ("llama.attention.head_count", V::U32(cfg.n_heads as u32)),
-        ("llama.attention.head_count_kv", V::U32(cfg.n_kv_heads as u32)),
-        ("llama.context_length", V::U32(cfg.max_seq_len as u32)),
-        (
-            "llama.attention.layer_norm_rms_epsilon",
-            V::F32(cfg.rms_eps as f32),
-        ),
-        ("llama.rope.freq_base", V::F32(cfg.rope_theta as f32)),
+    let k = |key: &str| format!("{arch}.{key}");
+    let mut md: Vec<(String, V)> = vec![
+        ("general.architecture".into(), V::String(arch.into())),
+        (k("embedding_length"), V::U32(cfg.dim as u32)),
+        (k("feed_forward_length"), V::U32(cfg.hidden_dim as u32)),
+        (k("block_count"), V::U32(cfg.n_layers as u32)),
+        (k("attention.head_count"), V::U32(cfg.n_heads as u32)),
+        (k("attention.head_count_kv"), V::U32(cfg.n_kv_heads as u32)),
+        (k("context_length"), V::U32(cfg.max_seq_len as u32)),
+        (k("attention.layer_norm_rms_epsilon"), V::F32(cfg.rms_eps as f32)),
+        (k("rope.freq_base"), V::F32(cfg.rope_theta as f32)),
     ];
-    let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (*k, v)).collect();
+    if let Some(v) = opts.vocab {
+        let strings = |xs: &[String]| V::Array(xs.iter().map(|x| V::String(x.clone())).collect());
+        md.push(("tokenizer.ggml.model".into(), V::String("gpt2".into())));
+        md.push(("tokenizer.ggml.tokens".into(), strings(&v.tokens)));
+        md.push(("tokenizer.ggml.merges".into(), strings(&v.merges)));
+        if !v.token_types.is_empty() {
+            let types = v.token_types.iter().map(|&t| V::I32(t)).collect();
+            md.push(("tokenizer.ggml.token_type".into(), V::Array(types)));
+        }
+        if let Some(b) = v.bos {
+            md.push(("tokenizer.ggml.bos_token_id".into(), V::U32(b)));
+        }
+        if let Some(e) = v.eos {
+            md.push(("tokenizer.ggml.eos_token_id".into(), V::U32(e)));
+        }
+        if let Some(a) = v.add_bos {
+            md.push(("tokenizer.ggml.add_bos_token".into(), V::Bool(a)));
+        }
+        if let Some(p) = &v.pre {
+            md.push(("tokenizer.ggml.pre".into(), V::String(p.clone())));
+        }
+        if let Some(t) = &v.chat_template {
+            md.push(("tokenizer.chat_template".into(), V::String(t.clone())));
+        }
+    }
+    let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = qs.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).map_err(|e| RuntimeError::io(path, e))?;
     gguf_file::write(&mut f, &md_refs, &t_refs)?;

@@ -15,6 +15,7 @@ pub mod llama2c;
 pub mod load;
 pub mod measure;
 pub mod model;
+pub mod quant;
 pub mod speculative;
 pub mod tokenizer;
 pub mod train;

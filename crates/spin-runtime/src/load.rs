@@ -143,44 +143,73 @@ pub fn select_device() -> Result<Device> {
     }
 }
 
-/// Fixes candle's CPU thread counts once for the process (call it first thing in `main`). Both variables are set
-/// only when unset, so a user's choice is kept; returns the values in force as `RAYON_NUM_THREADS=…
-/// CANDLE_NUM_THREADS=…`.
+/// Fixes the process's CPU threads once, at start-up (call it first thing in `main`), and returns what is in force
+/// as `threads=N CANDLE_NUM_THREADS=…`.
 ///
-/// - `RAYON_NUM_THREADS` (threads of a matrix product) := the available parallelism. candle 0.11 asks for this
-///   count on every CPU matmul and, when the variable is unset (and the cores are alike), re-reads
-///   `/proc/cpuinfo` each time: ≈ 0.15 ms per product measured on the 2-core development machine, more than a
-///   whole stories260K projection costs.
-/// - `CANDLE_NUM_THREADS` (candle's element-wise and quantised-matmul pool) := 1. That pool engages only above
-///   64k elements and its caller spins in a barrier until the workers finish; on the shared 2-core machine this
-///   made the K = 16 verification 2–3× slower (the attention-mask addition crosses the threshold). The cost: GGUF
-///   quantised products run on one thread unless the variable is set.
+/// - Our own products (the quantised kernels, the host route's attention) and candle's matrix products run on
+///   rayon's global pool, built here with `threads` workers: the argument (`--threads`), else `RAYON_NUM_THREADS`
+///   when it holds a positive number, else the available parallelism (both cores of the development machine).
+///   `RAYON_NUM_THREADS` is then set to the same count: candle 0.11 asks for it on every CPU matmul and, when the
+///   variable is unset (and the cores are alike), re-reads `/proc/cpuinfo` each time (≈ 0.15 ms per product,
+///   measured on the 2-core development machine, more than a whole stories260K projection costs).
+/// - `CANDLE_NUM_THREADS` (candle's element-wise and quantised-matmul pool) := 1 unless set. That pool engages only
+///   above 64k elements and its caller spins in a barrier until the workers finish; on the shared 2-core machine
+///   this made the K = 16 verification 2–3× slower (the attention-mask addition crosses the threshold). Quantised
+///   GGUF models on the CPU do not use candle's quantised products (they take the host route, `model/qhost.rs`),
+///   so nothing of ours is held to one thread by it.
+///
+/// A pool built before (a second call in one process, or a test harness) is kept: the string then reports the
+/// count of the pool in force.
 ///
 /// # Safety
 ///
 /// It calls `std::env::set_var`: no other thread may exist while it runs.
 #[allow(unsafe_code)]
-pub unsafe fn fix_cpu_threads() -> String {
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .to_string();
-    let mut out = Vec::with_capacity(2);
-    for (var, default) in [("RAYON_NUM_THREADS", cores.as_str()), ("CANDLE_NUM_THREADS", "1")] {
-        let set = std::env::var(var)
-            .ok()
-            .filter(|v| v.parse::<usize>().is_ok_and(|n| n > 0));
-        let value = match set {
-            Some(v) => v,
-            None => {
-                // SAFETY: the caller guarantees that no other thread exists, so nothing reads the environment
-                // concurrently.
-                unsafe { std::env::set_var(var, default) };
-                default.to_string()
-            }
-        };
-        out.push(format!("{var}={value}"));
+pub unsafe fn set_up_threads(threads: Option<usize>) -> Result<String> {
+    if threads == Some(0) {
+        return Err(RuntimeError::invalid("threads", "must be at least 1"));
     }
-    out.join(" ")
+    let from_env = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0);
+    let n = threads
+        .or(from_env)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // SAFETY: the caller guarantees that no other thread exists, so nothing reads the environment concurrently.
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
+    let candle = match std::env::var("CANDLE_NUM_THREADS")
+        .ok()
+        .filter(|v| v.parse::<usize>().is_ok_and(|n| n > 0))
+    {
+        Some(v) => v,
+        None => {
+            // SAFETY: as above.
+            unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+            "1".to_string()
+        }
+    };
+    // An error here means a global pool exists already; it is kept (see above).
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    Ok(format!(
+        "threads={} CANDLE_NUM_THREADS={candle}",
+        rayon::current_num_threads()
+    ))
+}
+
+/// [`set_up_threads`] with the default count (`RAYON_NUM_THREADS`, else the available parallelism), for programs
+/// without a `--threads` flag (benches, examples).
+///
+/// # Safety
+///
+/// As [`set_up_threads`]: no other thread may exist while it runs.
+#[allow(unsafe_code)]
+pub unsafe fn fix_cpu_threads() -> String {
+    // SAFETY: forwarded from the caller.
+    match unsafe { set_up_threads(None) } {
+        Ok(s) => s,
+        Err(e) => e.to_string(),
+    }
 }
 
 /// Loads a model, choosing the format from the path.

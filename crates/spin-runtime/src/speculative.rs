@@ -297,21 +297,40 @@ pub fn generate_plain(
     eos: Option<u32>,
     seed: u64,
 ) -> Result<Vec<u32>> {
+    generate_plain_with(model, prompt, params, max_new_tokens, eos, seed, &mut |_| true)
+}
+
+/// [`generate_plain`], calling `on_token` with the tokens generated so far after each one (to stream them); it
+/// returns whether to go on. Each step's logits are read from the cache's own buffer
+/// ([`Model::forward_logits`]), the same values `generate_plain` turns into probabilities.
+pub fn generate_plain_with(
+    model: &Model,
+    prompt: &[u32],
+    params: &SamplingParams,
+    max_new_tokens: usize,
+    eos: Option<u32>,
+    seed: u64,
+    on_token: &mut dyn FnMut(&[u32]) -> bool,
+) -> Result<Vec<u32>> {
     if prompt.is_empty() {
         return Err(RuntimeError::invalid("prompt", "is empty"));
     }
+    let vocab = model.config().vocab_size;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut cache = model.new_cache();
     let mut tokens = prompt.to_vec();
-    let mut input = prompt.to_vec();
-    for _ in 0..max_new_tokens {
-        let logits = model.forward(&mut cache, &input)?;
-        let last = logits.get(logits.dim(0)? - 1)?.unsqueeze(0)?;
-        let p = prob_rows(&last, params)?.remove(0);
+    let mut p = Vec::with_capacity(vocab);
+    for i in 0..max_new_tokens {
+        let input = if i == 0 {
+            prompt
+        } else {
+            &tokens[tokens.len() - 1..]
+        };
+        let logits = model.forward_logits(&mut cache, input)?;
+        probs_into(&logits[logits.len() - vocab..], params, &mut p)?;
         let t = Dist::new(&p)?.sample(&mut rng);
         tokens.push(t);
-        input = vec![t];
-        if Some(t) == eos {
+        if !on_token(&tokens[prompt.len()..]) || Some(t) == eos {
             break;
         }
     }

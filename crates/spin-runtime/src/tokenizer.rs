@@ -17,6 +17,11 @@ pub enum Tokenizer {
         bos: Option<u32>,
         /// End-of-sequence id, if known.
         eos: Option<u32>,
+        /// Whether a prompt starts with BOS (a GGUF file's `tokenizer.ggml.add_bos_token`, see
+        /// `gguf::load_tokenizer`; true for `tokenizer.json` files, which prepend the BOS they name).
+        add_bos: bool,
+        /// The file's chat template (a GGUF file's `tokenizer.chat_template`, Jinja), if any.
+        chat_template: Option<String>,
     },
 }
 
@@ -46,6 +51,37 @@ impl Tokenizer {
             Tokenizer::Hf { inner, .. } => inner
                 .decode(ids, true)
                 .map_err(|e| RuntimeError::Tokenizer(e.to_string())),
+        }
+    }
+
+    /// Whether a prompt starts with BOS by the model's own convention: always for llama2.c tokenizers (as run.c
+    /// does), as the file says for GGUF vocabularies (`tokenizer.ggml.add_bos_token`, else llama.cpp's default for
+    /// the tokenizer type), and whenever a `tokenizer.json` names a BOS token.
+    pub fn add_bos(&self) -> bool {
+        match self {
+            Tokenizer::Llama2c(_) => true,
+            Tokenizer::Hf { bos, add_bos, .. } => *add_bos && bos.is_some(),
+        }
+    }
+
+    /// [`Tokenizer::encode`] with BOS as [`Tokenizer::add_bos`] says: how a user's prompt is encoded.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode(text, self.add_bos())
+    }
+
+    /// The chat template the model file carries (Jinja source), if any.
+    pub fn chat_template(&self) -> Option<&str> {
+        match self {
+            Tokenizer::Llama2c(_) => None,
+            Tokenizer::Hf { chat_template, .. } => chat_template.as_deref(),
+        }
+    }
+
+    /// The text of token `id` as the vocabulary spells it (special tokens included), if it exists.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        match self {
+            Tokenizer::Llama2c(t) => Some(t.decode(&[id])),
+            Tokenizer::Hf { inner, .. } => inner.id_to_token(id),
         }
     }
 
@@ -108,8 +144,10 @@ impl Tokenizer {
         let eos = find(&["</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>"]);
         Ok(Tokenizer::Hf {
             inner: Box::new(inner),
+            add_bos: bos.is_some(),
             bos,
             eos,
+            chat_template: None,
         })
     }
 }

@@ -72,7 +72,8 @@ impl HostWeights {
         let Some(head) = model.head.dense() else {
             return Ok(None);
         };
-        let mut count = head.weight().elem_count() + model.embed.elem_count();
+        let (vocab, dim) = model.embed.dims()?;
+        let mut count = head.weight().elem_count() + vocab * dim;
         let mut dense_layers = Vec::with_capacity(model.layers.len());
         for layer in &model.layers {
             let Some(l) = layer.dense_projections() else {
@@ -101,7 +102,7 @@ impl HostWeights {
             });
         }
         Ok(Some(HostWeights {
-            embed: host(&model.embed)?,
+            embed: host(&model.embed.dense()?)?,
             layers,
             norm: host(&model.norm)?,
             head_t: panels(&[head.weight()])?,

@@ -6,24 +6,29 @@
 
 //! The folder splits it as candle splits its models: `config` (shape and numerics), `weights` (projections,
 //! weight sources, the fused CPU copies), `cache` (per-sequence KV caches), `attention` (rotary embeddings and
-//! attention), `mlp` (the SwiGLU block) and `host` (the single-sequence host path, no candle op per step).
+//! attention), `mlp` (the SwiGLU block), `host` (the single-sequence host path of small dense models, no candle op
+//! per step) and `qhost` (the quantised host route: a GGUF model's whole pass over its own weight blocks, for any
+//! batch).
 
 mod attention;
 mod cache;
 mod config;
 mod host;
 mod mlp;
+mod qhost;
 mod weights;
 
 pub use cache::KvCache;
 pub use config::{Config, RopeStyle};
-pub(crate) use weights::{Proj, TensorMap, WeightSource, check_shape};
+pub(crate) use qhost::HostRows;
+pub(crate) use weights::{Embedding, Proj, TensorMap, WeightSource, check_shape};
 pub use weights::{model_from_tensors, random_tensors, tensor_shapes, tiny_random_model};
 
 use crate::error::{Result, RuntimeError};
 use cache::{GroupPass, KvUpdate, LayerKv};
 use candle_core::{D, Device, Tensor};
 use host::{HostBuffers, HostWeights};
+use qhost::QHostWeights;
 use rayon::prelude::*;
 use weights::{Fused, Layer, rope_tables};
 
@@ -33,7 +38,7 @@ pub use host::HOST_MAX_TOKENS;
 #[derive(Debug, Clone)]
 pub struct Model {
     cfg: Config,
-    embed: Tensor,
+    embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
     head: Proj,
@@ -51,7 +56,10 @@ pub struct Model {
     /// Host copies of a small dense model's weights for single-sequence steps (`host.rs`); `None` for large or
     /// quantised models, off the CPU and while training.
     host: Option<std::sync::Arc<HostWeights>>,
-    /// Whether single-sequence steps may take the host path (see [`Model::set_host_path`]).
+    /// The quantised host route's weights (`qhost.rs`): a model whose embedding and projections are all host
+    /// matrices (a GGUF file on the CPU), not training; `None` otherwise.
+    qhost: Option<std::sync::Arc<QHostWeights>>,
+    /// Whether passes may take the host path or the quantised host route (see [`Model::set_host_path`]).
     host_on: bool,
 }
 
@@ -60,26 +68,40 @@ impl Model {
     pub(crate) fn from_source(cfg: Config, src: &dyn WeightSource, device: &Device) -> Result<Self> {
         cfg.validate()?;
         let (d, h, kv) = (cfg.dim, cfg.hidden_dim, cfg.kv_dim());
-        let embed = src.dense("model.embed_tokens", &[cfg.vocab_size, d])?;
+        let embed = src.embedding("model.embed_tokens", &[cfg.vocab_size, d])?;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = format!("model.layers.{i}");
+            let (q, k, v) = (
+                format!("{p}.self_attn.q_proj"),
+                format!("{p}.self_attn.k_proj"),
+                format!("{p}.self_attn.v_proj"),
+            );
+            let [wq, wk, wv]: [Proj; 3] = src
+                .projs(&[(&q, d), (&k, kv), (&v, kv)], d, cfg.qkv_bias)?
+                .try_into()
+                .map_err(|_| RuntimeError::invalid("weights", "q|k|v: not three projections"))?;
+            let (g, u) = (format!("{p}.mlp.gate_proj"), format!("{p}.mlp.up_proj"));
+            let [gate, up]: [Proj; 2] = src
+                .projs(&[(&g, h), (&u, h)], d, false)?
+                .try_into()
+                .map_err(|_| RuntimeError::invalid("weights", "gate|up: not two projections"))?;
             layers.push(Layer {
                 attn_norm: src.dense(&format!("{p}.input_layernorm"), &[d])?,
-                wq: src.proj(&format!("{p}.self_attn.q_proj"), d, d, cfg.qkv_bias)?,
-                wk: src.proj(&format!("{p}.self_attn.k_proj"), kv, d, cfg.qkv_bias)?,
-                wv: src.proj(&format!("{p}.self_attn.v_proj"), kv, d, cfg.qkv_bias)?,
+                wq,
+                wk,
+                wv,
                 wo: src.proj(&format!("{p}.self_attn.o_proj"), d, d, false)?,
                 ffn_norm: src.dense(&format!("{p}.post_attention_layernorm"), &[d])?,
-                gate: src.proj(&format!("{p}.mlp.gate_proj"), h, d, false)?,
-                up: src.proj(&format!("{p}.mlp.up_proj"), h, d, false)?,
+                gate,
+                up,
                 down: src.proj(&format!("{p}.mlp.down_proj"), d, h, false)?,
                 fused: std::sync::OnceLock::new(),
             });
         }
         let norm = src.dense("model.norm", &[d])?;
         let head = if cfg.tied_embeddings || !src.contains("lm_head") {
-            Proj::Dense(candle_nn::Linear::new(embed.clone(), None))
+            embed.head()
         } else {
             src.proj("lm_head", cfg.vocab_size, d, false)?
         };
@@ -102,6 +124,7 @@ impl Model {
             differentiable: false,
             cpu_fast: device.is_cpu(),
             host: None,
+            qhost: None,
             host_on: true,
         };
         model.rebuild_fused()?;
@@ -119,6 +142,11 @@ impl Model {
         self.head_t = std::sync::OnceLock::new();
         self.host = if want {
             HostWeights::of(self)?.map(std::sync::Arc::new)
+        } else {
+            None
+        };
+        self.qhost = if want {
+            QHostWeights::of(self)?.map(std::sync::Arc::new)
         } else {
             None
         };
@@ -147,7 +175,7 @@ impl Model {
         if self.head_t.get().is_none() {
             let t = match &self.head {
                 Proj::Dense(l) => Some(weights::transpose_cat(&[l.weight()])?),
-                Proj::Quant { .. } => None,
+                Proj::Quant { .. } | Proj::Host { .. } => None,
             };
             let _ = self.head_t.set(t);
         }
@@ -207,11 +235,12 @@ impl Model {
         self.cpu_fast = on;
     }
 
-    /// Let single-sequence steps of up to [`HOST_MAX_TOKENS`] new positions take the host path (the default):
+    /// Let passes take the quantised host route of a GGUF model (any batch) and single-sequence steps of up to
+    /// [`HOST_MAX_TOKENS`] new positions of a small dense model take the host path (the default):
     /// plain loops over host copies of the weights, no candle op, no allocation once a cache's buffers have grown,
-    /// no other thread. It serves dense models of up to about four million weights on the CPU fast path; larger
-    /// models, batches and longer inputs always take the candle route. Off, every pass takes the candle route
-    /// (what the tests compare it with).
+    /// no other thread. The host path serves dense models of up to about four million weights on the CPU fast
+    /// path; their batches and longer inputs, and larger dense models, take the candle route. Off, every pass takes
+    /// the candle route (what the tests compare both with).
     pub fn set_host_path(&mut self, on: bool) {
         self.host_on = on;
     }
@@ -219,6 +248,13 @@ impl Model {
     /// Whether this model has the host path at all (a small dense model on the CPU, not training).
     pub fn has_host_path(&self) -> bool {
         self.host.is_some()
+    }
+
+    /// Whether this model has the quantised host route (`qhost.rs`): a GGUF model on the CPU whose matrices are
+    /// all in formats the host kernels read, not training. With it (and [`Model::set_host_path`] on, the
+    /// default) every pass of any batch runs on the host over the file's blocks; off, passes take the candle route.
+    pub fn has_quantised_host_route(&self) -> bool {
+        self.qhost.is_some()
     }
 
     /// The model's configuration.
@@ -245,6 +281,9 @@ impl Model {
         // The host copies hold every layer: rebuild them for the kept ones.
         if m.host.is_some() {
             m.host = HostWeights::of(&m)?.map(std::sync::Arc::new);
+        }
+        if let Some(q) = &m.qhost {
+            m.qhost = Some(std::sync::Arc::new(q.first_layers(n_layers)));
         }
         Ok(m)
     }
@@ -281,6 +320,14 @@ impl Model {
         if self.host_on && self.host_path_for(cache, tokens.len()) {
             self.check_inputs(&[&*cache], &[tokens])?;
             self.forward_host(cache, tokens);
+        } else if self.qhost_for(&[&*cache]) {
+            self.check_inputs(&[&*cache], &[tokens])?;
+            let mut rows = std::mem::take(&mut cache.host.logits);
+            self.forward_qhost(&mut [&mut *cache], &[tokens], &mut |_, l| {
+                rows.clear();
+                rows.extend_from_slice(l);
+            });
+            cache.host.logits = rows;
         } else {
             let logits = self.forward(cache, tokens)?;
             let rows = logits.flatten_all()?.to_vec1::<f32>()?;
@@ -301,6 +348,24 @@ impl Model {
             self.forward_host(cache, toks);
             let shape = (toks.len(), self.cfg.vocab_size);
             return Ok(vec![Tensor::from_slice(&cache.host.logits, shape, &self.device)?]);
+        }
+        let shared: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+        if self.qhost_for(&shared) {
+            self.check_inputs(&shared, tokens)?;
+            let mut out = Vec::with_capacity(tokens.len());
+            let mut err = None;
+            self.forward_qhost(caches, tokens, &mut |b, l| match Tensor::from_slice(
+                l,
+                (tokens[b].len(), self.cfg.vocab_size),
+                &self.device,
+            ) {
+                Ok(t) => out.push(t),
+                Err(e) => err = Some(e),
+            });
+            return match err {
+                Some(e) => Err(e.into()),
+                None => Ok(out),
+            };
         }
         in_worker(|| self.forward_batch_here(caches, tokens))
     }
@@ -493,10 +558,7 @@ impl Model {
                 .collect();
             Some(Tensor::from_vec(m, (b, 1, t, s_len), &self.device)?)
         };
-        let mut x = self
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, t, cfg.dim))?;
+        let mut x = self.embed.lookup(ids, &self.device)?;
         // The stock path rotates q and k with tensor ops; the host kernel rotates its own rows (`rope_rows`).
         let tables = if host_attention {
             None

@@ -1,8 +1,10 @@
 //! Where the weights come from and how they are kept: projections (dense or quantised), the named-tensor
 //! source the loaders share, the fused and transposed copies of the CPU fast path, random weights for tests.
 
+use super::qhost::HostRows;
 use super::{Config, Model};
 use crate::error::{Result, RuntimeError};
+use crate::quant::QMatrix;
 use candle_core::quantized::QMatMul;
 use candle_core::{CpuStorage, DType, Device, Module, Storage, Tensor};
 
@@ -10,7 +12,73 @@ use candle_core::{CpuStorage, DType, Device, Module, Storage, Tensor};
 #[derive(Debug, Clone)]
 pub(crate) enum Proj {
     Dense(candle_nn::Linear),
-    Quant { w: QMatMul, b: Option<Tensor> },
+    /// candle's quantised matrix (a GGUF file on a GPU, or in a format the host kernels do not read).
+    Quant {
+        w: QMatMul,
+        b: Option<Tensor>,
+    },
+    /// Rows of a host matrix in the file's block format (a GGUF file on the CPU): the quantised host route
+    /// (`qhost.rs`) reads them; the candle route builds candle's form of them on first use.
+    Host {
+        w: HostRows,
+        b: Option<Tensor>,
+    },
+}
+
+/// The token embedding: a dense tensor, or a host matrix in the file's block format whose rows are dequantised
+/// per looked-up token (a GGUF file on the CPU; SmolLM2's Q8_0 `token_embd` would be 113 MB as f32).
+#[derive(Debug, Clone)]
+pub(crate) enum Embedding {
+    Dense(Tensor),
+    Host(std::sync::Arc<QMatrix>),
+}
+
+impl Embedding {
+    /// Rows (vocab) and width (dim).
+    pub(super) fn dims(&self) -> Result<(usize, usize)> {
+        Ok(match self {
+            Embedding::Dense(t) => t.dims2()?,
+            Embedding::Host(m) => (m.rows(), m.cols()),
+        })
+    }
+
+    /// The rows of `ids` (B·T ids) as a (B, T, dim) tensor on `device`.
+    pub(super) fn lookup(&self, ids: &Tensor, device: &Device) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        match self {
+            Embedding::Dense(e) => Ok(e
+                .index_select(&ids.flatten_all()?, 0)?
+                .reshape((b, t, e.dim(1)?))?),
+            Embedding::Host(m) => {
+                let d = m.cols();
+                let ids = ids.flatten_all()?.to_vec1::<u32>()?;
+                let mut x = vec![0f32; ids.len() * d];
+                for (row, &id) in x.chunks_exact_mut(d).zip(&ids) {
+                    m.dequantize_row(id as usize, row);
+                }
+                Ok(Tensor::from_vec(x, (b, t, d), device)?)
+            }
+        }
+    }
+
+    /// The whole embedding as a dense f32 tensor (a copy for a host matrix).
+    pub(super) fn dense(&self) -> Result<Tensor> {
+        Ok(match self {
+            Embedding::Dense(t) => t.clone(),
+            Embedding::Host(m) => Tensor::from_vec(m.dequantize(), (m.rows(), m.cols()), &Device::Cpu)?,
+        })
+    }
+
+    /// The tied output head over this embedding.
+    pub(super) fn head(&self) -> Proj {
+        match self {
+            Embedding::Dense(t) => Proj::Dense(candle_nn::Linear::new(t.clone(), None)),
+            Embedding::Host(m) => Proj::Host {
+                w: HostRows::whole(m.clone()),
+                b: None,
+            },
+        }
+    }
 }
 
 impl Proj {
@@ -25,7 +93,24 @@ impl Proj {
                 };
                 Proj::Dense(candle_nn::Linear::new(weight, b.clone()))
             }
+            Proj::Host { w, b } => Proj::Dense(candle_nn::Linear::new(w.dequantize()?, b.clone())),
         })
+    }
+
+    /// The host rows of a projection the quantised host route reads; `None` for others.
+    pub(super) fn host(&self) -> Option<&HostRows> {
+        match self {
+            Proj::Host { w, .. } => Some(w),
+            _ => None,
+        }
+    }
+
+    /// The bias, if any.
+    pub(super) fn bias(&self) -> Option<&Tensor> {
+        match self {
+            Proj::Dense(l) => l.bias(),
+            Proj::Quant { b, .. } | Proj::Host { b, .. } => b.as_ref(),
+        }
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -33,6 +118,13 @@ impl Proj {
             Proj::Dense(l) => l.forward(x)?,
             Proj::Quant { w, b } => {
                 let y = w.forward(x)?;
+                match b {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                }
+            }
+            Proj::Host { w, b } => {
+                let y = w.qmatmul()?.forward(x)?;
                 match b {
                     Some(b) => y.broadcast_add(b)?,
                     None => y,
@@ -49,6 +141,18 @@ pub(crate) trait WeightSource {
     fn dense(&self, name: &str, shape: &[usize]) -> Result<Tensor>;
     /// A projection `name.weight` of shape (out, inp), with `name.bias` (out) when `bias`.
     fn proj(&self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Proj>;
+    /// Projections of one input width meant to be stacked (q|k|v, gate|up): `(name, out)` each, in order. A
+    /// source may read them into one host matrix when their formats agree (GGUF on the CPU).
+    fn projs(&self, parts: &[(&str, usize)], inp: usize, bias: bool) -> Result<Vec<Proj>> {
+        parts
+            .iter()
+            .map(|&(name, out)| self.proj(name, out, inp, bias))
+            .collect()
+    }
+    /// The token embedding `name.weight` of `shape` (vocab, dim); dense unless the source keeps host matrices.
+    fn embedding(&self, name: &str, shape: &[usize]) -> Result<Embedding> {
+        Ok(Embedding::Dense(self.dense(name, shape)?))
+    }
     /// Whether `name.weight` exists.
     fn contains(&self, name: &str) -> bool;
 }
@@ -86,7 +190,7 @@ impl Proj {
     pub(super) fn dense(&self) -> Option<candle_nn::Linear> {
         match self {
             Proj::Dense(l) => Some(l.clone()),
-            Proj::Quant { .. } => None,
+            Proj::Quant { .. } | Proj::Host { .. } => None,
         }
     }
 }

@@ -1,0 +1,31 @@
+//! `--threads`, shared by every command that runs models: the size of the one thread pool the process sets up at
+//! start-up (docs/cli.md, "Threads").
+
+use crate::failure::Failure;
+use clap::Args;
+
+/// The thread count of a command that runs models.
+#[derive(Debug, Clone, Args)]
+pub struct ThreadArgs {
+    /// Worker threads of the CPU products and attention (≥ 1; default: `RAYON_NUM_THREADS` when set, else the
+    /// available parallelism, i.e. every core the process may use).
+    #[arg(allow_hyphen_values = true, long, global = true)]
+    pub threads: Option<usize>,
+}
+
+impl ThreadArgs {
+    /// Sets up the process's thread pool once (see `spin_runtime::load::set_up_threads`).
+    ///
+    /// # Safety
+    ///
+    /// No other thread may exist while it runs: call it first thing in a command's `run`.
+    #[allow(unsafe_code)]
+    pub unsafe fn set_up(&self) -> Result<String, Failure> {
+        if self.threads == Some(0) {
+            return Err(Failure::Input("--threads: must be at least 1".into()));
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { spin_runtime::load::set_up_threads(self.threads) }
+            .map_err(|e| Failure::Input(format!("--threads: {e}")))
+    }
+}

@@ -1,0 +1,527 @@
+//! The quantised host route: a GGUF model's whole forward pass on the CPU over its own weight blocks, for any
+//! batch of ragged sequences, with no candle op.
+//!
+//! Why: through candle a quantised step is ~25 tensor ops per layer, each allocating its output, and candle's
+//! quantised products have no vector kernel for some formats (Q4_1) and run on one thread (docs/runtime.md,
+//! "Routes"). Here every matrix is a [`QMatrix`] in the file's block format (q|k|v and gate|up stacked when their
+//! formats agree), the products are `QMatrix::matmul` over all rows of the pass at once (a verification of
+//! 8 devices × 5 tokens is one 40-row product per matrix, each weight block read once), attention is the host
+//! kernel of `kernels.rs` over the host KV caches, and the output head stays quantised (SmolLM2's tied Q8_0
+//! `token_embd` is never expanded to f32). Embedding rows are dequantised per looked-up token.
+//!
+//! The working buffers live in the model (one set, taken for the pass; a concurrent pass of a clone gets its
+//! own), so steps after the first allocate nothing but the logits they hand back.
+
+use super::cache::LayerKv;
+use super::weights::with_values;
+use super::{KvCache, Model};
+use crate::error::{Result, RuntimeError};
+use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows};
+use crate::quant::{BlockFormat, QMatrix};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The ggml type of a block format (the inverse of `BlockFormat::from_ggml`).
+pub(crate) fn ggml_of(f: BlockFormat) -> GgmlDType {
+    match f {
+        BlockFormat::F32 => GgmlDType::F32,
+        BlockFormat::F16 => GgmlDType::F16,
+        BlockFormat::Q4_0 => GgmlDType::Q4_0,
+        BlockFormat::Q4_1 => GgmlDType::Q4_1,
+        BlockFormat::Q8_0 => GgmlDType::Q8_0,
+        BlockFormat::Q4K => GgmlDType::Q4K,
+        BlockFormat::Q5K => GgmlDType::Q5K,
+        BlockFormat::Q6K => GgmlDType::Q6K,
+    }
+}
+
+/// Rows `first .. first + rows` of a host matrix that may be shared with the projections stacked beside it
+/// (q|k|v, gate|up): what a quantised projection of a GGUF model on the CPU holds.
+#[derive(Debug, Clone)]
+pub(crate) struct HostRows {
+    pub(crate) m: Arc<QMatrix>,
+    pub(crate) first: usize,
+    pub(crate) rows: usize,
+    /// The same rows as candle's quantised matrix, for the candle route (built on first use: a model that stays
+    /// on the host route never holds a second copy of its weights).
+    candle: Arc<OnceLock<QMatMul>>,
+}
+
+impl HostRows {
+    /// All rows of `m`.
+    pub(crate) fn whole(m: Arc<QMatrix>) -> HostRows {
+        let rows = m.rows();
+        HostRows::part(m, 0, rows)
+    }
+
+    /// Rows `first .. first + rows` of `m` (the caller keeps them inside `m`).
+    pub(crate) fn part(m: Arc<QMatrix>, first: usize, rows: usize) -> HostRows {
+        HostRows {
+            m,
+            first,
+            rows,
+            candle: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Input width.
+    pub(crate) fn cols(&self) -> usize {
+        self.m.cols()
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.m.cols() / self.m.format().block_elems() * self.m.format().block_bytes()
+    }
+
+    /// The block bytes of these rows.
+    fn bytes(&self) -> &[u8] {
+        let rb = self.row_bytes();
+        &self.m.data()[self.first * rb..(self.first + self.rows) * rb]
+    }
+
+    /// Whether these rows are the whole matrix.
+    fn is_whole(&self) -> bool {
+        self.first == 0 && self.rows == self.m.rows()
+    }
+
+    /// These rows as a matrix of their own (shared when they are the whole matrix, copied otherwise).
+    fn matrix(&self, what: &str) -> Result<Arc<QMatrix>> {
+        if self.is_whole() {
+            return Ok(self.m.clone());
+        }
+        let m = QMatrix::new(
+            what,
+            self.m.format(),
+            self.rows,
+            self.cols(),
+            self.bytes().to_vec(),
+        )?;
+        Ok(Arc::new(m))
+    }
+
+    /// The rows as candle's quantised matrix on the CPU, built on first use.
+    pub(crate) fn qmatmul(&self) -> Result<&QMatMul> {
+        if self.candle.get().is_none() {
+            let bytes = self.bytes();
+            // candle reinterprets the bytes as blocks and asserts their alignment (at most that of an f32); a
+            // `Vec<u8>` from the system allocator is aligned far beyond it, so this only guards the assertion.
+            if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
+                return Err(RuntimeError::invalid(
+                    "weights",
+                    "host matrix bytes are misaligned",
+                ));
+            }
+            let storage = QStorage::from_data(
+                std::borrow::Cow::Borrowed(bytes),
+                &Device::Cpu,
+                ggml_of(self.m.format()),
+            )?;
+            let q = QTensor::new(storage, (self.rows, self.cols()))?;
+            // Two threads may both build it; one result is kept, both are the same.
+            let _ = self.candle.set(QMatMul::from_qtensor(q)?);
+        }
+        self.candle
+            .get()
+            .ok_or_else(|| RuntimeError::invalid("weights", "candle matrix missing"))
+    }
+
+    /// The rows dequantised to a dense (rows, cols) f32 tensor on the CPU.
+    pub(crate) fn dequantize(&self) -> Result<Tensor> {
+        let cols = self.cols();
+        let mut out = vec![0f32; self.rows * cols];
+        for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+            self.m.dequantize_row(self.first + r, row);
+        }
+        Ok(Tensor::from_vec(out, (self.rows, cols), &Device::Cpu)?)
+    }
+}
+
+/// One product of a layer: a matrix whose output columns land at `offset` of each output row.
+#[derive(Debug)]
+struct Part {
+    m: Arc<QMatrix>,
+    offset: usize,
+}
+
+/// A layer's stacked projection (q|k|v or gate|up): one matrix when the file's formats agree (and the loader
+/// stacked them), otherwise one per run of equal formats, their outputs side by side.
+#[derive(Debug)]
+struct Stacked {
+    parts: Vec<Part>,
+    /// Output width (the sum of the parts' rows).
+    width: usize,
+}
+
+impl Stacked {
+    /// The projections `ps` side by side: consecutive rows of one shared matrix that together cover it become
+    /// one product; anything else becomes a product of its own.
+    fn of(what: &str, ps: &[&HostRows]) -> Result<Stacked> {
+        let mut parts: Vec<Part> = Vec::new();
+        let mut offset = 0;
+        let mut i = 0;
+        while i < ps.len() {
+            // The longest run from i of consecutive rows of one matrix starting at its first row.
+            let mut j = i;
+            let mut next = ps[i].first;
+            while j < ps.len() && Arc::ptr_eq(&ps[j].m, &ps[i].m) && ps[j].first == next {
+                next += ps[j].rows;
+                j += 1;
+            }
+            let m = if ps[i].first == 0 && next == ps[i].m.rows() {
+                ps[i].m.clone()
+            } else {
+                j = i + 1;
+                ps[i].matrix(what)?
+            };
+            let rows = m.rows();
+            parts.push(Part { m, offset });
+            offset += rows;
+            i = j;
+        }
+        Ok(Stacked { parts, width: offset })
+    }
+
+    /// y (n × width) = x (n × cols) · Wᵀ; `tmp` holds a part's output when there are several.
+    fn matmul(&self, x: &[f32], n: usize, y: &mut Vec<f32>, tmp: &mut Vec<f32>) {
+        resize(y, n * self.width);
+        if let [one] = self.parts.as_slice() {
+            one.m.matmul(x, n, y);
+            return;
+        }
+        for p in &self.parts {
+            let r = p.m.rows();
+            resize(tmp, n * r);
+            p.m.matmul(x, n, tmp);
+            for (dst, src) in y.chunks_exact_mut(self.width).zip(tmp.chunks_exact(r)) {
+                dst[p.offset..p.offset + r].copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// One layer's host weights.
+#[derive(Debug)]
+struct QLayer {
+    attn_norm: Vec<f32>,
+    /// q|k|v: (dim + 2·kv_dim) outputs.
+    qkv: Stacked,
+    qkv_bias: Option<Vec<f32>>,
+    o: Arc<QMatrix>,
+    ffn_norm: Vec<f32>,
+    /// gate|up: 2·hidden_dim outputs.
+    gate_up: Stacked,
+    down: Arc<QMatrix>,
+}
+
+/// A quantised model's weights for the host route, and the pass's working buffers.
+#[derive(Debug)]
+pub(crate) struct QHostWeights {
+    /// (vocab, dim): rows dequantised per looked-up token.
+    embed: Arc<QMatrix>,
+    layers: Vec<Arc<QLayer>>,
+    norm: Vec<f32>,
+    /// (vocab, dim), in the file's format.
+    head: Arc<QMatrix>,
+    buffers: Mutex<QBuffers>,
+}
+
+/// The working buffers of one pass over N rows (all sequences' new positions, one after the other).
+#[derive(Debug, Default)]
+struct QBuffers {
+    /// Residual stream (N, dim).
+    x: Vec<f32>,
+    /// Normed residual (N, dim).
+    xb: Vec<f32>,
+    /// q|k|v rows (N, dim + 2·kv_dim).
+    qkv: Vec<f32>,
+    /// Attention output (N, dim).
+    att: Vec<f32>,
+    /// A product's output before it is added to the residual, or one part of a stacked product.
+    tmp: Vec<f32>,
+    /// gate|up rows (N, 2·hidden_dim).
+    gate_up: Vec<f32>,
+    /// SwiGLU product (N, hidden_dim).
+    hidden: Vec<f32>,
+    /// Logits (N, vocab).
+    logits: Vec<f32>,
+    /// Keys visible to each row's query.
+    visible: Vec<usize>,
+    /// Per sequence: its first row and its attention output and scratch.
+    seqs: Vec<SeqScratch>,
+}
+
+#[derive(Debug, Default)]
+struct SeqScratch {
+    att: Vec<f32>,
+    scratch: AttnScratch,
+}
+
+/// Sets a buffer's length for an output that will be written whole, keeping its capacity (no allocation once it
+/// has grown, and no zeroing of what is overwritten anyway).
+fn resize(v: &mut Vec<f32>, n: usize) {
+    v.truncate(n);
+    v.resize(n, 0.0);
+}
+
+impl QHostWeights {
+    /// The host weights of a model whose embedding and projections are all host matrices (a GGUF file on the
+    /// CPU in formats the kernels read); `None` otherwise.
+    pub(super) fn of(model: &Model) -> Result<Option<QHostWeights>> {
+        let super::weights::Embedding::Host(embed) = &model.embed else {
+            return Ok(None);
+        };
+        let Some(head) = model.head.host() else {
+            return Ok(None);
+        };
+        let mut layers = Vec::with_capacity(model.layers.len());
+        for (li, layer) in model.layers.iter().enumerate() {
+            let what = format!("layer {li}");
+            let ps: Option<Vec<&HostRows>> = [
+                &layer.wq,
+                &layer.wk,
+                &layer.wv,
+                &layer.wo,
+                &layer.gate,
+                &layer.up,
+                &layer.down,
+            ]
+            .into_iter()
+            .map(|p| p.host())
+            .collect();
+            let Some(ps) = ps else {
+                return Ok(None);
+            };
+            let biases: Vec<Option<&Tensor>> = [&layer.wq, &layer.wk, &layer.wv]
+                .into_iter()
+                .map(|p| p.bias())
+                .collect();
+            let qkv_bias = match biases.as_slice() {
+                [Some(bq), Some(bk), Some(bv)] => {
+                    let mut b = with_values(bq, <[f32]>::to_vec)?;
+                    b.extend(with_values(bk, <[f32]>::to_vec)?);
+                    b.extend(with_values(bv, <[f32]>::to_vec)?);
+                    Some(b)
+                }
+                _ => None,
+            };
+            layers.push(Arc::new(QLayer {
+                attn_norm: with_values(&layer.attn_norm, <[f32]>::to_vec)?,
+                qkv: Stacked::of(&what, &ps[0..3])?,
+                qkv_bias,
+                o: ps[3].matrix(&what)?,
+                ffn_norm: with_values(&layer.ffn_norm, <[f32]>::to_vec)?,
+                gate_up: Stacked::of(&what, &ps[4..6])?,
+                down: ps[6].matrix(&what)?,
+            }));
+        }
+        Ok(Some(QHostWeights {
+            embed: embed.clone(),
+            layers,
+            norm: with_values(&model.norm, <[f32]>::to_vec)?,
+            head: head.matrix("output head")?,
+            buffers: Mutex::new(QBuffers::default()),
+        }))
+    }
+
+    /// The same weights with only the first `n` layers (a self-speculation drafter), with buffers of its own.
+    pub(super) fn first_layers(&self, n: usize) -> QHostWeights {
+        QHostWeights {
+            embed: self.embed.clone(),
+            layers: self.layers[..n.min(self.layers.len())].to_vec(),
+            norm: self.norm.clone(),
+            head: self.head.clone(),
+            buffers: Mutex::new(QBuffers::default()),
+        }
+    }
+}
+
+impl Model {
+    /// Whether a pass over `caches` takes the quantised host route.
+    pub(super) fn qhost_for(&self, caches: &[&KvCache]) -> bool {
+        self.qhost.is_some()
+            && self.host_on
+            && self.cpu_fast
+            && !self.differentiable
+            && caches.iter().all(|c| c.is_host())
+    }
+
+    /// One validated batch through the quantised host route: calls `out` with every sequence's logits
+    /// (tokens[b].len() × vocab, row-major) and extends every cache. The caller has checked the tokens, the
+    /// caches' shapes and lengths ([`Model::check_inputs`]); nothing after that check can fail, so the caches are
+    /// extended layer by layer as the pass goes.
+    pub(super) fn forward_qhost(
+        &self,
+        caches: &mut [&mut KvCache],
+        tokens: &[&[u32]],
+        out: &mut dyn FnMut(usize, &[f32]),
+    ) {
+        let Some(hw) = self.qhost.as_deref() else {
+            return;
+        };
+        // A clone of this model running a pass on another thread holds the buffers: this pass gets its own.
+        let mut fresh = None;
+        let mut guard = hw.buffers.try_lock().ok();
+        let buf: &mut QBuffers = match guard.as_deref_mut() {
+            Some(b) => b,
+            None => fresh.get_or_insert_with(QBuffers::default),
+        };
+        // On a worker of the pool: the products' parallel loops then start without a hand-off per product.
+        super::in_worker(|| self.qhost_pass(hw, buf, caches, tokens));
+        let vocab = self.cfg.vocab_size;
+        let mut row = 0;
+        for (b, s) in tokens.iter().enumerate() {
+            out(b, &buf.logits[row * vocab..(row + s.len()) * vocab]);
+            row += s.len();
+        }
+    }
+
+    fn qhost_pass(
+        &self,
+        hw: &QHostWeights,
+        buf: &mut QBuffers,
+        caches: &mut [&mut KvCache],
+        tokens: &[&[u32]],
+    ) {
+        let cfg = &self.cfg;
+        let (d, kvd, h, vocab) = (cfg.dim, cfg.kv_dim(), cfg.hidden_dim, cfg.vocab_size);
+        let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
+        let w = d + 2 * kvd;
+        let eps = cfg.rms_eps as f32;
+        let n: usize = tokens.iter().map(|s| s.len()).sum();
+        let b = tokens.len();
+        let arch = pulp::Arch::new();
+        let scale = 1.0 / (hd as f32).sqrt();
+
+        // Embedding rows, dequantised per token.
+        resize(&mut buf.x, n * d);
+        for (row, &tok) in buf
+            .x
+            .chunks_exact_mut(d)
+            .zip(tokens.iter().flat_map(|s| s.iter()))
+        {
+            hw.embed.dequantize_row(tok as usize, row);
+        }
+        // Positions and visibility: row j of sequence i sits at past_i + j and sees past_i + j + 1 keys.
+        buf.visible.clear();
+        for (c, s) in caches.iter().zip(tokens) {
+            buf.visible.extend((0..s.len()).map(|j| c.len + j + 1));
+        }
+        buf.seqs.resize_with(b.max(buf.seqs.len()), SeqScratch::default);
+        let starts: Vec<usize> = tokens
+            .iter()
+            .scan(0, |at, s| {
+                let first = *at;
+                *at += s.len();
+                Some(first)
+            })
+            .collect();
+
+        for (li, layer) in hw.layers.iter().enumerate() {
+            rms_norm(&buf.x, &layer.attn_norm, eps, &mut buf.xb);
+            layer.qkv.matmul(&buf.xb, n, &mut buf.qkv, &mut buf.tmp);
+            if let Some(bias) = &layer.qkv_bias {
+                for row in buf.qkv.chunks_exact_mut(w) {
+                    for (y, b) in row.iter_mut().zip(bias) {
+                        *y += b;
+                    }
+                }
+            }
+            for (row, &vis) in buf.qkv.chunks_exact_mut(w).zip(&buf.visible) {
+                self.rotate_row(row, vis - 1);
+            }
+            // Attention, one sequence per task (each over its own cache); the sequences' outputs are then
+            // copied into place.
+            {
+                let qkv = &buf.qkv;
+                let visible = &buf.visible;
+                let caches_ro: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+                // A lone sequence of several positions splits its kv heads over the pool instead.
+                let parallel_heads = b == 1 && tokens[0].len() > 1;
+                let run = |i: usize, s: &mut SeqScratch| {
+                    let c = caches_ro[i];
+                    let LayerKv::Host { k, v } = &c.layers[li] else {
+                        return;
+                    };
+                    let (first, t) = (starts[i], tokens[i].len());
+                    let past = [Past { k, len: c.len, v }];
+                    let att = Attention {
+                        qkv: &qkv[first * w..(first + t) * w],
+                        past: &past,
+                        visible: &visible[first..first + t],
+                        queries: t,
+                        n_heads: nh,
+                        n_kv_heads: nkv,
+                        head_dim: hd,
+                        scale,
+                    };
+                    if parallel_heads {
+                        s.att = att.run();
+                    } else {
+                        att.run_serial(&mut s.att, &mut s.scratch);
+                    }
+                };
+                let seqs = &mut buf.seqs[..b];
+                if b == 1 {
+                    run(0, &mut seqs[0]);
+                } else {
+                    seqs.par_iter_mut().enumerate().for_each(|(i, s)| run(i, s));
+                }
+            }
+            resize(&mut buf.att, n * d);
+            for (i, s) in buf.seqs[..b].iter().enumerate() {
+                let (first, t) = (starts[i], tokens[i].len());
+                buf.att[first * d..(first + t) * d].copy_from_slice(&s.att[..t * d]);
+            }
+            // The new keys and values go to the caches (nothing below can fail).
+            for (i, c) in caches.iter_mut().enumerate() {
+                let LayerKv::Host { k, v } = &mut c.layers[li] else {
+                    continue;
+                };
+                let (first, t) = (starts[i], tokens[i].len());
+                for row in buf.qkv[first * w..(first + t) * w].chunks_exact(w) {
+                    k.extend_from_slice(&row[d..d + kvd]);
+                    v.extend_from_slice(&row[d + kvd..]);
+                }
+            }
+            resize(&mut buf.tmp, n * d);
+            layer.o.matmul(&buf.att, n, &mut buf.tmp);
+            add(&mut buf.x, &buf.tmp);
+            rms_norm(&buf.x, &layer.ffn_norm, eps, &mut buf.xb);
+            layer.gate_up.matmul(&buf.xb, n, &mut buf.gate_up, &mut buf.tmp);
+            resize(&mut buf.hidden, n * h);
+            arch.dispatch(SwiGluRows {
+                out: &mut buf.hidden,
+                gate_up: &buf.gate_up,
+                hidden: h,
+            });
+            resize(&mut buf.tmp, n * d);
+            layer.down.matmul(&buf.hidden, n, &mut buf.tmp);
+            add(&mut buf.x, &buf.tmp);
+        }
+        rms_norm(&buf.x, &hw.norm, eps, &mut buf.xb);
+        resize(&mut buf.logits, n * vocab);
+        hw.head.matmul(&buf.xb, n, &mut buf.logits);
+        for (c, s) in caches.iter_mut().zip(tokens) {
+            c.len += s.len();
+        }
+    }
+}
+
+/// x += y, element by element.
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// out = x / √(mean(x²) + eps) · w, row by row (rows of w.len()), as candle's `rms_norm` computes it.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.clear();
+    for row in x.chunks_exact(w.len()) {
+        let ss: f32 = row.iter().map(|v| v * v).sum();
+        let inv = 1.0 / (ss / w.len() as f32 + eps).sqrt();
+        out.extend(row.iter().zip(w).map(|(v, g)| v * inv * g));
+    }
+}

@@ -1,0 +1,484 @@
+//! Quantised CPU matrix products of our own, straight on a GGUF file's weight blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
+//! Q6_K; F16/F32 too): the decoding step (one activation row) and the verification pass (up to 64 rows) read each
+//! weight block from memory once per call, whatever the number of rows.
+//!
+//! How a product runs: the activations are quantised once per call to signed 8-bit codes with one f32 scale per 32
+//! values (finer than, and so at least as accurate as, the Q8_0/Q8_1/Q8_K forms ggml pairs with these formats);
+//! then each tile of four weight rows is unpacked once into unsigned byte codes with a scale and an offset per
+//! group (`w = s·u + o`, see [`reference::unpack_row`]), and the tile is applied to every activation row with
+//! integer dot products (`vpdpbusd` on AVX-512 VNNI or AVX-VNNI, `vpmaddubsw` on AVX2, plain Rust elsewhere; the
+//! instruction set is chosen at run time, see `simd.rs`, the only module of the workspace with `unsafe`). The
+//! offsets contribute `o · dx · Σ codes` from per-group sums of the activation codes. Output rows are split over
+//! the current rayon pool in whole tiles: every output element is computed by the same instructions in the same
+//! order whatever the pool size, so 1 and 2 threads give the same bits.
+
+mod reference;
+mod simd;
+
+use crate::{Result, RuntimeError};
+use candle_core::quantized::{GgmlDType, QTensor};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// A ggml block layout, bit for bit as GGUF files store it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum BlockFormat {
+    /// Plain little-endian f32 values.
+    F32,
+    /// IEEE half-precision values.
+    F16,
+    /// 32 values: f16 scale, 16 bytes of 4-bit codes (value `(q − 8)·d`).
+    Q4_0,
+    /// 32 values: f16 scale and min, 16 bytes of 4-bit codes (value `q·d + m`).
+    Q4_1,
+    /// 32 values: f16 scale, 32 signed bytes.
+    Q8_0,
+    /// 256 values in 8 sub-blocks with 6-bit scales and mins, 4-bit codes.
+    Q4K,
+    /// 256 values as Q4_K with a fifth bit per code.
+    Q5K,
+    /// 256 values in 16 sub-blocks with 8-bit scales, 6-bit codes.
+    Q6K,
+}
+
+impl BlockFormat {
+    /// The format of a candle/ggml dtype; `None` for the ones this module does not implement.
+    pub fn from_ggml(t: GgmlDType) -> Option<BlockFormat> {
+        Some(match t {
+            GgmlDType::F32 => BlockFormat::F32,
+            GgmlDType::F16 => BlockFormat::F16,
+            GgmlDType::Q4_0 => BlockFormat::Q4_0,
+            GgmlDType::Q4_1 => BlockFormat::Q4_1,
+            GgmlDType::Q8_0 => BlockFormat::Q8_0,
+            GgmlDType::Q4K => BlockFormat::Q4K,
+            GgmlDType::Q5K => BlockFormat::Q5K,
+            GgmlDType::Q6K => BlockFormat::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// Values per block.
+    pub fn block_elems(self) -> usize {
+        match self {
+            BlockFormat::F32 | BlockFormat::F16 => 1,
+            BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q8_0 => 32,
+            BlockFormat::Q4K | BlockFormat::Q5K | BlockFormat::Q6K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            BlockFormat::F32 => 4,
+            BlockFormat::F16 => 2,
+            BlockFormat::Q4_0 => 18,
+            BlockFormat::Q4_1 => 20,
+            BlockFormat::Q8_0 => 34,
+            BlockFormat::Q4K => 144,
+            BlockFormat::Q5K => 176,
+            BlockFormat::Q6K => 210,
+        }
+    }
+
+    fn is_float(self) -> bool {
+        matches!(self, BlockFormat::F32 | BlockFormat::F16)
+    }
+
+    /// Values per offset group of the unpacked form.
+    fn group(self) -> usize {
+        if self == BlockFormat::Q6K { 16 } else { 32 }
+    }
+}
+
+/// A (rows × cols) weight matrix in its file's block format, row-major, each row a whole number of blocks.
+#[derive(Clone, Debug)]
+pub struct QMatrix {
+    format: BlockFormat,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+/// Weight rows per tile: each tile is unpacked once and applied to every activation row.
+const TILE: usize = 4;
+
+impl QMatrix {
+    /// Checks `cols % block_elems == 0` and `data.len() == rows · cols / block_elems · block_bytes`; a
+    /// [`RuntimeError::Format`] naming `what` otherwise.
+    pub fn new(what: &str, format: BlockFormat, rows: usize, cols: usize, data: Vec<u8>) -> Result<QMatrix> {
+        let be = format.block_elems();
+        if cols == 0 || !cols.is_multiple_of(be) {
+            return Err(RuntimeError::format(
+                what,
+                format!("{cols} columns is not a positive multiple of the {format:?} block of {be} values"),
+            ));
+        }
+        let want = rows
+            .checked_mul(cols / be)
+            .and_then(|b| b.checked_mul(format.block_bytes()));
+        if want != Some(data.len()) {
+            return Err(RuntimeError::format(
+                what,
+                format!(
+                    "{} bytes of {format:?} data for {rows} × {cols} values (expected {})",
+                    data.len(),
+                    want.map_or_else(|| "more than fits in memory".to_owned(), |w| w.to_string())
+                ),
+            ));
+        }
+        Ok(QMatrix {
+            format,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// The matrix of a 2-D candle `QTensor` (rows × cols), from its raw block bytes.
+    pub fn from_qtensor(what: &str, q: &QTensor) -> Result<QMatrix> {
+        let format = BlockFormat::from_ggml(q.dtype()).ok_or_else(|| {
+            RuntimeError::format(
+                what,
+                format!(
+                    "block format {:?} is not supported by the host kernels",
+                    q.dtype()
+                ),
+            )
+        })?;
+        let (rows, cols) = q.shape().dims2().map_err(|_| {
+            RuntimeError::format(what, format!("expected a matrix, got shape {:?}", q.shape()))
+        })?;
+        let data = q.data()?.into_owned();
+        QMatrix::new(what, format, rows, cols, data)
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The block format.
+    pub fn format(&self) -> BlockFormat {
+        self.format
+    }
+
+    /// The raw block bytes, row-major.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / self.format.block_elems() * self.format.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Rows of several matrices of one format and width stacked (q|k|v, gate|up); `None` if formats or widths
+    /// differ or `parts` is empty.
+    pub fn stack(parts: &[&QMatrix]) -> Option<QMatrix> {
+        let first = parts.first()?;
+        if parts
+            .iter()
+            .any(|p| p.format != first.format || p.cols != first.cols)
+        {
+            return None;
+        }
+        let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+        for p in parts {
+            data.extend_from_slice(&p.data);
+        }
+        Some(QMatrix {
+            format: first.format,
+            rows: parts.iter().map(|p| p.rows).sum(),
+            cols: first.cols,
+            data,
+        })
+    }
+
+    /// Dequantises row `r` into `out` (`out.len() == cols`), bit for bit as candle does.
+    ///
+    /// # Panics
+    /// If `r >= rows` or `out.len() != cols` (caller bugs, not input).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert!(
+            r < self.rows && out.len() == self.cols,
+            "dequantize_row: row or width out of range"
+        );
+        reference::dequantize_row(self.format, self.row(r), out);
+    }
+
+    /// The whole matrix in f32, rows × cols, row-major.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.rows * self.cols];
+        if self.cols > 0 {
+            for (r, y) in out.chunks_exact_mut(self.cols).enumerate() {
+                reference::dequantize_row(self.format, self.row(r), y);
+            }
+        }
+        out
+    }
+
+    /// Whether every scale (and min) of every block is finite (for F32/F16: every value), without dequantising.
+    pub fn scales_finite(&self) -> bool {
+        reference::scales_finite(self.format, &self.data)
+    }
+
+    /// `y (n × rows, row-major) = x (n × cols, row-major) · Wᵀ`, for any n ≥ 1 (n = 0 does nothing). Each weight
+    /// block is read from memory once per call for all n rows; output rows are split over the current rayon pool
+    /// (on the calling thread when the pool has one thread).
+    ///
+    /// # Panics
+    /// If `x.len() != n · cols` or `y.len() != n · rows` (caller bugs, not input).
+    pub fn matmul(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        assert_eq!(x.len(), n * self.cols, "matmul: x must hold n × cols values");
+        assert_eq!(y.len(), n * self.rows, "matmul: y must hold n × rows values");
+        if n == 0 || self.rows == 0 {
+            return;
+        }
+        with_scratch(&ACTS, |acts| {
+            if self.format.is_float() {
+                acts.x.clear();
+                acts.x.extend_from_slice(x);
+            } else {
+                acts.quantise(x, n, self.cols);
+            }
+            let mut yt_owned = std::mem::take(&mut acts.yt);
+            if n == 1 {
+                self.run(acts, n, y);
+            } else {
+                yt_owned.clear();
+                yt_owned.resize(n * self.rows, 0.0);
+                self.run(acts, n, &mut yt_owned);
+                // Transpose in blocks of 16 rows, so that every write fills a run of 64 bytes of y.
+                let rows = self.rows;
+                for (k, block) in yt_owned.chunks(16 * n).enumerate() {
+                    let r0 = 16 * k;
+                    let width = block.len() / n;
+                    for i in 0..n {
+                        let dst = &mut y[i * rows + r0..i * rows + r0 + width];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = block[j * n + i];
+                        }
+                    }
+                }
+            }
+            acts.yt = yt_owned;
+        });
+    }
+
+    /// Computes `yt` (rows × n, row-major: the transpose of the result) tile by tile over the current pool.
+    fn run(&self, acts: &Acts, n: usize, yt: &mut [f32]) {
+        let tiles = self.rows.div_ceil(TILE);
+        let threads = rayon::current_num_threads();
+        let work = |(t0, out): (usize, &mut [f32])| {
+            with_scratch(&PANEL, |panel| {
+                for (k, out) in out.chunks_mut(TILE * n).enumerate() {
+                    let r0 = (t0 + k) * TILE;
+                    self.tile(r0, acts, n, panel, out);
+                }
+            });
+        };
+        // Below about 10 µs of work a fork-join costs more than it saves (the result is the same either way).
+        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
+            work((0, yt));
+            return;
+        }
+        // Several chunks per thread for balance; each chunk is whole tiles, so the split never changes a sum.
+        let tiles_per_chunk = tiles.div_ceil(threads * 4).max(1);
+        yt.par_chunks_mut(tiles_per_chunk * TILE * n)
+            .enumerate()
+            .map(|(c, out)| (c * tiles_per_chunk, out))
+            .for_each(work);
+    }
+
+    /// Rows r0..r0+TILE (fewer at the end) against every activation row, into `out` ((rows in tile) × n).
+    fn tile(&self, r0: usize, acts: &Acts, n: usize, panel: &mut Panel, out: &mut [f32]) {
+        let live = (self.rows - r0).min(TILE);
+        if self.format.is_float() {
+            panel.float_rows(self, r0, live);
+            simd::float_tile(&panel.f, &acts.x, n, self.cols, out);
+            return;
+        }
+        panel.unpack(self, r0, live);
+        let view = PanelView {
+            u: &panel.u,
+            s: &panel.s,
+            sl: &panel.sl,
+            o: &panel.o,
+            cols: self.cols,
+            split: self.format == BlockFormat::Q6K,
+            max_code: match self.format {
+                BlockFormat::Q8_0 => 255,
+                BlockFormat::Q6K => 63,
+                BlockFormat::Q5K => 31,
+                _ => 15,
+            },
+        };
+        let act = ActView {
+            q: &acts.q,
+            d: &acts.d,
+            xs: if view.split { &acts.xs16 } else { &acts.xs32 },
+            n,
+            cols: self.cols,
+        };
+        simd::quant_tile(&view, &act, live, out);
+    }
+}
+
+/// Calibration for benchmarks: runs `iters` rounds of independent int8 dot-product instructions of the best
+/// instruction set (512-bit `vpdpbusd` where the CPU has AVX-512 VNNI) and returns the multiply-adds done and a
+/// checksum; multiply-adds per second on one thread is the integer peak a many-row product is measured against.
+pub fn peak_int8_macs(iters: usize) -> (u64, i64) {
+    simd::peak_probe(iters)
+}
+
+/// The name of the instruction set the kernels run with on this CPU (for reports).
+pub fn instruction_set() -> &'static str {
+    match simd::Isa::best() {
+        simd::Isa::Avx512Vnni => "AVX-512 VNNI (512-bit vpdpbusd)",
+        simd::Isa::AvxVnni => "AVX-VNNI (256-bit vpdpbusd)",
+        simd::Isa::Avx2 => "AVX2 (vpmaddubsw)",
+        simd::Isa::Portable => "portable Rust",
+    }
+}
+
+/// The unpacked form of one weight tile, read by the kernels.
+pub(crate) struct PanelView<'a> {
+    /// TILE rows of `cols` codes.
+    pub u: &'a [u8],
+    /// TILE rows of cols/32 scales (not split).
+    pub s: &'a [f32],
+    /// TILE rows of cols/4 lane scales (split, Q6_K).
+    pub sl: &'a [f32],
+    /// TILE rows of offsets, one per group (cols/32, or cols/16 when split).
+    pub o: &'a [f32],
+    pub cols: usize,
+    /// Whether scales are given per 4-value lane (`sl`) rather than per 32 values (`s`).
+    pub split: bool,
+    /// The largest code of the format (AVX2's `vpmaddubsw` is exact only up to 127).
+    pub max_code: u8,
+}
+
+/// The quantised activations of one call, read by the kernels.
+pub(crate) struct ActView<'a> {
+    /// n rows of `cols` signed codes.
+    pub q: &'a [i8],
+    /// n rows of cols/32 scales.
+    pub d: &'a [f32],
+    /// n rows of `scale · Σ codes` per offset group (32 values, or 16 when the panel is split).
+    pub xs: &'a [f32],
+    pub n: usize,
+    pub cols: usize,
+}
+
+/// Per-thread reusable buffers, so that a decoding step allocates nothing after the first call.
+#[derive(Default)]
+struct Acts {
+    q: Vec<i8>,
+    d: Vec<f32>,
+    xs32: Vec<f32>,
+    xs16: Vec<f32>,
+    x: Vec<f32>,
+    yt: Vec<f32>,
+}
+
+impl Acts {
+    /// Quantises x (n × cols) to signed codes with one scale per 32 values (round to nearest, |q| ≤ 127).
+    fn quantise(&mut self, x: &[f32], n: usize, cols: usize) {
+        let groups = n * cols / 32;
+        self.q.resize(n * cols, 0);
+        self.d.resize(groups, 0.0);
+        self.xs32.resize(groups, 0.0);
+        self.xs16.resize(2 * groups, 0.0);
+        simd::quantise_rows(
+            x,
+            simd::QuantisedRows {
+                q: &mut self.q,
+                d: &mut self.d,
+                xs32: &mut self.xs32,
+                xs16: &mut self.xs16,
+            },
+        );
+    }
+}
+
+#[derive(Default)]
+struct Panel {
+    u: Vec<u8>,
+    s: Vec<f32>,
+    sl: Vec<f32>,
+    o: Vec<f32>,
+    f: Vec<f32>,
+}
+
+impl Panel {
+    /// Unpacks rows r0..r0+live of `m` (zero rows after them, up to TILE).
+    fn unpack(&mut self, m: &QMatrix, r0: usize, live: usize) {
+        let cols = m.cols;
+        let split = m.format == BlockFormat::Q6K;
+        let groups = cols / m.format.group();
+        self.u.resize(TILE * cols, 0);
+        self.s.resize(TILE * cols / 32, 0.0);
+        self.sl.resize(if split { TILE * cols / 4 } else { 0 }, 0.0);
+        self.o.resize(TILE * groups, 0.0);
+        for t in 0..TILE {
+            let u = &mut self.u[t * cols..(t + 1) * cols];
+            let s = &mut self.s[t * cols / 32..(t + 1) * cols / 32];
+            let sl = if split {
+                &mut self.sl[t * cols / 4..(t + 1) * cols / 4]
+            } else {
+                &mut self.sl[..0]
+            };
+            let o = &mut self.o[t * groups..(t + 1) * groups];
+            if t < live {
+                simd::unpack_row(m.format, m.row(r0 + t), reference::RowView { u, s, sl, o });
+            } else {
+                u.fill(0);
+                s.fill(0.0);
+                sl.fill(0.0);
+                o.fill(0.0);
+            }
+        }
+    }
+
+    /// Rows r0..r0+live of a float matrix as f32 (zeros after them, up to TILE).
+    fn float_rows(&mut self, m: &QMatrix, r0: usize, live: usize) {
+        let cols = m.cols;
+        self.f.resize(TILE * cols, 0.0);
+        for t in 0..TILE {
+            let f = &mut self.f[t * cols..(t + 1) * cols];
+            if t < live && m.format == BlockFormat::F16 {
+                simd::f16_row(m.row(r0 + t), f);
+            } else if t < live {
+                reference::dequantize_row(m.format, m.row(r0 + t), f);
+            } else {
+                f.fill(0.0);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+    static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
+}
+
+/// Runs `f` on this thread's buffer, or on a fresh one if it is in use (a product nested in another's wait).
+fn with_scratch<T: Default, R>(
+    key: &'static std::thread::LocalKey<RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut T::default()),
+    })
+}

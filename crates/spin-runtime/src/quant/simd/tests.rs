@@ -1,0 +1,302 @@
+//! Every vector routine of `simd.rs` against its portable twin on random blocks, on each instruction set this CPU
+//! has: integer lane sums and unpacked codes exactly, the tile products and f32 dots bit for bit.
+
+use super::super::reference::{self, RowView};
+use super::super::{ActView, BlockFormat, PanelView, TILE};
+use super::{Isa, portable};
+use rand::{RngExt, SeedableRng};
+
+fn rng(seed: u64) -> rand_chacha::ChaCha8Rng {
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// A random finite half (magnitude 2⁻⁹…2⁴, either sign) as its bits.
+fn half(r: &mut impl RngExt) -> [u8; 2] {
+    let exp: u16 = r.random_range(6..19);
+    let man: u16 = r.random_range(0..1024);
+    let sign: u16 = r.random_range(0..2);
+    ((sign << 15) | (exp << 10) | man).to_le_bytes()
+}
+
+/// `blocks` random blocks of `format`: random code bytes, random finite f16 scales.
+fn random_row(r: &mut impl RngExt, format: BlockFormat, blocks: usize) -> Vec<u8> {
+    let bb = format.block_bytes();
+    let mut row: Vec<u8> = (0..blocks * bb).map(|_| r.random()).collect();
+    let halves: &[usize] = match format {
+        BlockFormat::Q4_0 | BlockFormat::Q8_0 => &[0],
+        BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
+        BlockFormat::Q6K => &[208],
+        BlockFormat::F32 | BlockFormat::F16 => &[],
+    };
+    for b in 0..blocks {
+        for &at in halves {
+            row[b * bb + at..b * bb + at + 2].copy_from_slice(&half(r));
+        }
+    }
+    row
+}
+
+const QUANT: [BlockFormat; 6] = [
+    BlockFormat::Q4_0,
+    BlockFormat::Q4_1,
+    BlockFormat::Q8_0,
+    BlockFormat::Q4K,
+    BlockFormat::Q5K,
+    BlockFormat::Q6K,
+];
+
+struct Unpacked {
+    u: Vec<u8>,
+    s: Vec<f32>,
+    sl: Vec<f32>,
+    o: Vec<f32>,
+}
+
+fn unpack(isa: Option<Isa>, format: BlockFormat, row: &[u8], cols: usize) -> Unpacked {
+    let split = format == BlockFormat::Q6K;
+    let mut p = Unpacked {
+        u: vec![0xAA; cols],
+        s: vec![f32::NAN; cols / 32],
+        sl: vec![f32::NAN; if split { cols / 4 } else { 0 }],
+        o: vec![f32::NAN; cols / format.group()],
+    };
+    let view = RowView {
+        u: &mut p.u,
+        s: &mut p.s,
+        sl: &mut p.sl,
+        o: &mut p.o,
+    };
+    match isa {
+        Some(isa) => super::unpack_row_with(isa, format, row, view),
+        None => reference::unpack_row(format, row, view),
+    }
+    p
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn unpacking_agrees_with_the_reference_and_with_the_dequantised_values() {
+    let mut r = rng(1);
+    for format in QUANT {
+        // Past eight blocks for the gathered scales of the 32-value formats, with a tail.
+        let blocks = if format.block_elems() == 32 { 19 } else { 3 };
+        let cols = blocks * format.block_elems();
+        let row = random_row(&mut r, format, blocks);
+        let want = unpack(None, format, &row, cols);
+        // The uniform form reproduces the values (s·u + o) within f32 rounding of the value.
+        let mut deq = vec![0f32; cols];
+        reference::dequantize_row(format, &row, &mut deq);
+        for (e, &v) in deq.iter().enumerate() {
+            let s = if format == BlockFormat::Q6K {
+                want.sl[e / 4]
+            } else {
+                want.s[e / 32]
+            };
+            let o = want.o[e / format.group()];
+            let ours = s * f32::from(want.u[e]) + o;
+            assert!(
+                (ours - v).abs() <= 1e-6 * (v.abs() + o.abs()) + f32::MIN_POSITIVE,
+                "{format:?} element {e}: {ours} vs {v}"
+            );
+        }
+        for isa in Isa::available() {
+            let got = unpack(Some(isa), format, &row, cols);
+            assert_eq!(got.u, want.u, "{format:?} {isa:?} codes");
+            assert_eq!(bits(&got.s), bits(&want.s), "{format:?} {isa:?} scales");
+            assert_eq!(bits(&got.sl), bits(&want.sl), "{format:?} {isa:?} lane scales");
+            assert_eq!(bits(&got.o), bits(&want.o), "{format:?} {isa:?} offsets");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn integer_lane_sums_are_exact_on_every_instruction_set() {
+    let mut r = rng(2);
+    for max_code in [15u8, 31, 63, 255] {
+        for round in 0..200 {
+            let u: Vec<u8> = (0..32)
+                .map(|_| {
+                    if round == 0 {
+                        max_code
+                    } else {
+                        r.random_range(0..=max_code)
+                    }
+                })
+                .collect();
+            let q: Vec<i8> = (0..32)
+                .map(|_| match round {
+                    0 => 127,
+                    1 => -127,
+                    _ => r.random_range(-127..=127),
+                })
+                .collect();
+            let want = portable::lanes(&u, &q);
+            for isa in Isa::available() {
+                if isa == Isa::Portable {
+                    continue;
+                }
+                let got = super::x86::lanes_with(isa, &u, &q, max_code > 127);
+                assert_eq!(got, want, "{isa:?}, codes ≤ {max_code}");
+            }
+        }
+    }
+}
+
+#[test]
+fn tile_products_and_dots_are_bit_identical_on_every_instruction_set() {
+    let mut r = rng(3);
+    for format in QUANT {
+        for (blocks, n, live) in [(1, 1, 4), (2, 3, 2), (1, 9, 3), (3, 6, 1), (5, 5, 4)] {
+            let cols = blocks * format.block_elems();
+            let split = format == BlockFormat::Q6K;
+            let ng = cols / format.group();
+            let mut u = vec![0u8; TILE * cols];
+            let mut s = vec![0f32; TILE * cols / 32];
+            let mut sl = vec![0f32; if split { TILE * cols / 4 } else { 0 }];
+            let mut o = vec![0f32; TILE * ng];
+            for t in 0..TILE {
+                let row = random_row(&mut r, format, blocks);
+                let view = RowView {
+                    u: &mut u[t * cols..(t + 1) * cols],
+                    s: &mut s[t * cols / 32..(t + 1) * cols / 32],
+                    sl: if split {
+                        &mut sl[t * cols / 4..(t + 1) * cols / 4]
+                    } else {
+                        &mut sl[..0]
+                    },
+                    o: &mut o[t * ng..(t + 1) * ng],
+                };
+                reference::unpack_row(format, &row, view);
+            }
+            let q: Vec<i8> = (0..n * cols).map(|_| r.random_range(-127..=127)).collect();
+            let d: Vec<f32> = (0..n * cols / 32).map(|_| r.random_range(0.0..0.1)).collect();
+            let xs: Vec<f32> = (0..n * ng).map(|_| r.random_range(-3.0..3.0)).collect();
+            let panel = PanelView {
+                u: &u,
+                s: &s,
+                sl: &sl,
+                o: &o,
+                cols,
+                split,
+                max_code: match format {
+                    BlockFormat::Q8_0 => 255,
+                    BlockFormat::Q6K => 63,
+                    BlockFormat::Q5K => 31,
+                    _ => 15,
+                },
+            };
+            let acts = ActView {
+                q: &q,
+                d: &d,
+                xs: &xs,
+                n,
+                cols,
+            };
+            let (mut eight, mut paired) = (vec![f32::NAN; live * n], vec![f32::NAN; live * n]);
+            portable::quant_tile::<false>(&panel, &acts, live, &mut eight);
+            portable::quant_tile::<true>(&panel, &acts, live, &mut paired);
+            for (e, p) in eight.iter().zip(&paired) {
+                assert!(
+                    (e - p).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{format:?}: lane orders {e} vs {p}"
+                );
+            }
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; live * n];
+                super::quant_tile_with(isa, &panel, &acts, live, &mut got);
+                let want = if isa == Isa::Avx512Vnni { &paired } else { &eight };
+                assert_eq!(bits(&got), bits(want), "{format:?} {isa:?} blocks {blocks} n {n}");
+            }
+        }
+    }
+    for len in [1, 7, 8, 9, 33, 100] {
+        let a: Vec<f32> = (0..len).map(|_| r.random_range(-1.0..1.0)).collect();
+        let b: Vec<f32> = (0..len).map(|_| r.random_range(-1.0..1.0)).collect();
+        let want = portable::dot_f32(&a, &b);
+        let plain: f64 = a.iter().zip(&b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+        assert!((f64::from(want) - plain).abs() < 1e-5, "len {len}");
+        for isa in Isa::available() {
+            assert_eq!(
+                super::dot_f32_with(isa, &a, &b).to_bits(),
+                want.to_bits(),
+                "{isa:?} len {len}"
+            );
+        }
+    }
+}
+
+#[test]
+fn activation_quantisation_rounds_to_the_nearest_step_and_keeps_zero_blocks_zero() {
+    let mut r = rng(4);
+    let x: Vec<f32> = (0..32).map(|_| r.random_range(-2.0..2.0)).collect();
+    let mut q = [0i8; 32];
+    let d = super::quantise_block(&x, &mut q);
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert_eq!(d, amax / 127.0);
+    assert!(q.iter().any(|&v| v.abs() == 127));
+    for (v, c) in x.iter().zip(q) {
+        assert!((v - d * f32::from(c)).abs() <= d / 2.0 * 1.0001, "{v} → {c}");
+    }
+    let d0 = super::quantise_block(&[0.0; 32], &mut q);
+    assert_eq!((d0, q), (0.0, [0i8; 32]));
+}
+
+#[test]
+fn f16_rows_convert_exactly() {
+    let mut r = rng(5);
+    for len in [1, 8, 13, 64] {
+        let mut bytes: Vec<u8> = (0..2 * len).map(|_| r.random()).collect();
+        // A subnormal, an infinity and a NaN among the random halves.
+        bytes[0..2].copy_from_slice(&0x0001u16.to_le_bytes());
+        if len > 2 {
+            bytes[2..4].copy_from_slice(&0xfc00u16.to_le_bytes());
+            bytes[4..6].copy_from_slice(&0x7e01u16.to_le_bytes());
+        }
+        let mut got = vec![0f32; len];
+        super::f16_row(&bytes, &mut got);
+        let want: Vec<f32> = bytes.chunks_exact(2).map(|h| reference::half_at(h, 0)).collect();
+        // Exact for every number; a NaN stays a NaN (F16C quietens signalling NaNs, the scalar code keeps them).
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "len {len}: {g} vs {w}"
+            );
+        }
+    }
+    assert_eq!(reference::f16_to_f32(0x0001), 2f32.powi(-24));
+    assert_eq!(reference::f16_to_f32(0x3c00), 1.0);
+    assert_eq!(reference::f16_to_f32(0xfbff), -65504.0);
+}
+
+#[test]
+fn row_quantisation_is_the_same_on_every_instruction_set() {
+    let mut r = rng(6);
+    let blocks = 5;
+    let mut x: Vec<f32> = (0..32 * blocks).map(|_| r.random_range(-3.0..3.0)).collect();
+    x[32..64].fill(0.0); // an all-zero block
+    x[70] = 1e-30; // tiny values
+    let run = |isa: Option<Isa>| {
+        let (mut q, mut d) = (vec![0i8; 32 * blocks], vec![0f32; blocks]);
+        let (mut xs32, mut xs16) = (vec![0f32; blocks], vec![0f32; 2 * blocks]);
+        let out = super::QuantisedRows {
+            q: &mut q,
+            d: &mut d,
+            xs32: &mut xs32,
+            xs16: &mut xs16,
+        };
+        match isa {
+            Some(isa) => super::quantise_rows_with(isa, &x, out),
+            None => super::quantise_rows_with(Isa::Portable, &x, out),
+        }
+        (q, bits(&d), bits(&xs32), bits(&xs16))
+    };
+    let want = run(None);
+    assert!(want.0[32..64].iter().all(|&c| c == 0));
+    for isa in Isa::available() {
+        assert_eq!(run(Some(isa)), want, "{isa:?}");
+    }
+}
