@@ -5,7 +5,7 @@
 //! How a product runs: the activations are quantised once per call to signed 8-bit codes with one f32 scale per 32
 //! values (finer than, and so at least as accurate as, the Q8_0/Q8_1/Q8_K forms ggml pairs with these formats);
 //! then each tile of four weight rows is unpacked once into unsigned byte codes with a scale and an offset per
-//! group (`w = s·u + o`, see [`reference::unpack_row`]), and the tile is applied to every activation row with
+//! group (`w = s·u + o`, see `reference.rs`), and the tile is applied to every activation row with
 //! integer dot products (`vpdpbusd` on AVX-512 VNNI or AVX-VNNI, `vpmaddubsw` on AVX2, plain Rust elsewhere; the
 //! instruction set is chosen at run time, see `simd.rs`, the only module of the workspace with `unsafe`). The
 //! offsets contribute `o · dx · Σ codes` from per-group sums of the activation codes. Output rows are split over
