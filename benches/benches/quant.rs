@@ -5,7 +5,9 @@
 //!
 //! Before criterion runs, a summary prints one line per case with the median time, the weight GB/s and the GMAC/s
 //! at 1 thread and on the whole pool, against the measured bus: the table of docs/runtime.md. Random weights (random
-//! code bytes, small finite scales): no model file is needed.
+//! code bytes, small finite scales): no model file is needed. When the SmolLM2-135M GGUF files are in
+//! `$MULTISPIN_CACHE` (or `~/.cache/multispin`; `scripts/fetch-smollm2.sh`), the summary also times every matrix of
+//! each file once (what one decoding step or one pass multiplies), and says so when they are absent.
 
 use criterion::{Criterion, Throughput, criterion_group};
 use rand::{RngExt, SeedableRng};
@@ -14,9 +16,10 @@ use spin_runtime::quant::{BlockFormat, QMatrix};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-const FORMATS: [BlockFormat; 7] = [
+const FORMATS: [BlockFormat; 8] = [
     BlockFormat::Q4_0,
     BlockFormat::Q4_1,
+    BlockFormat::Q5_0,
     BlockFormat::Q8_0,
     BlockFormat::Q4K,
     BlockFormat::Q5K,
@@ -36,7 +39,7 @@ fn random_matrix(format: BlockFormat, rows: usize, cols: usize, seed: u64) -> QM
     let blocks = rows * cols / format.block_elems();
     let mut data: Vec<u8> = (0..blocks * bb).map(|_| rng.random()).collect();
     let halves: &[usize] = match format {
-        BlockFormat::Q4_0 | BlockFormat::Q8_0 | BlockFormat::F16 => &[0],
+        BlockFormat::Q4_0 | BlockFormat::Q8_0 | BlockFormat::Q5_0 | BlockFormat::F16 => &[0],
         BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
         BlockFormat::Q6K => &[208],
         BlockFormat::F32 => &[],
@@ -203,8 +206,89 @@ fn summary() {
     }
 }
 
+/// Every matrix of each SmolLM2 file in the cache, multiplied once at n = 1 and n = 40 (the output head is the
+/// tied `token_embd`): the products of one decoding step and of one 40-position pass.
+fn real_models() {
+    let Some(dir) = std::env::var_os("MULTISPIN_CACHE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/multispin")))
+    else {
+        return;
+    };
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("pool");
+    for quant in ["Q4_0", "Q4_1", "Q8_0", "Q4_K_M"] {
+        let path = dir.join(format!("SmolLM2-135M-Instruct.{quant}.gguf"));
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            println!(
+                "quant summary: skipping SmolLM2 {quant}: {} is missing (scripts/fetch-smollm2.sh)",
+                path.display()
+            );
+            continue;
+        };
+        let content = candle_core::quantized::gguf_file::Content::read(&mut f).expect("GGUF header");
+        let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+        names.sort();
+        let (mut mats, mut skipped) = (Vec::new(), Vec::new());
+        for name in names {
+            let info = &content.tensor_infos[name];
+            if info.shape.dims().len() != 2 {
+                continue;
+            }
+            let q = content
+                .tensor(&mut f, name, &candle_core::Device::Cpu)
+                .expect("tensor");
+            match QMatrix::from_qtensor(name, &q) {
+                Ok(m) => mats.push(m),
+                Err(_) => skipped.push(format!("{name} ({:?})", info.ggml_dtype)),
+            }
+        }
+        let bytes: usize = mats.iter().map(|m| m.data().len()).sum();
+        let mut formats: Vec<String> = mats.iter().map(|m| format!("{:?}", m.format())).collect();
+        formats.sort();
+        formats.dedup();
+        let mats = &mats;
+        let step = |n: usize| {
+            let xs: Vec<Vec<f32>> = mats.iter().map(|m| activations(n, m.cols())).collect();
+            let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![0f32; n * m.rows()]).collect();
+            move || {
+                for ((m, x), y) in mats.iter().zip(&xs).zip(ys.iter_mut()) {
+                    m.matmul(black_box(x), n, y);
+                }
+            }
+        };
+        let budget = Duration::from_millis(1500);
+        let mut line = format!(
+            "quant summary: SmolLM2 {quant}: {} matrices ({}), {:.1} MB",
+            mats.len(),
+            formats.join(", "),
+            bytes as f64 / 1e6
+        );
+        for n in [1, 40] {
+            let mut run = step(n);
+            let t1 = one.install(|| median_secs(budget, &mut run));
+            let c1 = one.install(|| mean_cpu_secs(((1.0 / t1) as usize).clamp(5, 500), &mut run));
+            let tp = median_secs(budget, &mut run);
+            line += &format!(
+                "; n = {n}: {:.2} ms wall (1 t), {} ms CPU (1 t), {:.2} ms wall ({} t)",
+                t1 * 1e3,
+                c1.map_or_else(|| "n/a".to_owned(), |c| format!("{:.2}", c * 1e3)),
+                tp * 1e3,
+                rayon::current_num_threads()
+            );
+        }
+        if !skipped.is_empty() {
+            line += &format!("; not supported: {}", skipped.join(", "));
+        }
+        println!("{line}");
+    }
+}
+
 fn bench_quant(c: &mut Criterion) {
     if std::env::var_os("QUANT_BENCH_NO_SUMMARY").is_none() {
+        real_models();
         summary();
     }
     let mut g = c.benchmark_group("quant");

@@ -1,11 +1,11 @@
-//! Quantised CPU matrix products of our own, straight on a GGUF file's weight blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
-//! Q6_K; F16/F32 too): the decoding step (one activation row) and the verification pass (up to 64 rows) read each
+//! Quantised CPU matrix products of our own, straight on a GGUF file's weight blocks (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+//! Q5_K, Q6_K; F16/F32 too): the decoding step (one activation row) and the verification pass (up to 64 rows) read each
 //! weight block from memory once per call, whatever the number of rows.
 //!
 //! How a product runs: the activations are quantised once per call to signed 8-bit codes with one f32 scale per 32
 //! values (finer than, and so at least as accurate as, the Q8_0/Q8_1/Q8_K forms ggml pairs with these formats);
 //! then each tile of four weight rows is unpacked once into unsigned byte codes with a scale and an offset per
-//! group (`w = s·u + o`, see [`reference::unpack_row`]), and the tile is applied to every activation row with
+//! group (`w = s·u + o`, see `reference.rs`), and the tile is applied to every activation row with
 //! integer dot products (`vpdpbusd` on AVX-512 VNNI or AVX-VNNI, `vpmaddubsw` on AVX2, plain Rust elsewhere; the
 //! instruction set is chosen at run time, see `simd.rs`, the only module of the workspace with `unsafe`). The
 //! offsets contribute `o · dx · Σ codes` from per-group sums of the activation codes. Output rows are split over
@@ -34,6 +34,9 @@ pub enum BlockFormat {
     Q4_1,
     /// 32 values: f16 scale, 32 signed bytes.
     Q8_0,
+    /// 32 values: f16 scale, 32 fifth bits, 16 bytes of 4-bit codes (value `(q − 16)·d`); llama.cpp's Q4_K_M
+    /// files store the matrices whose width is not a multiple of 256 in it.
+    Q5_0,
     /// 256 values in 8 sub-blocks with 6-bit scales and mins, 4-bit codes.
     Q4K,
     /// 256 values as Q4_K with a fifth bit per code.
@@ -51,6 +54,7 @@ impl BlockFormat {
             GgmlDType::Q4_0 => BlockFormat::Q4_0,
             GgmlDType::Q4_1 => BlockFormat::Q4_1,
             GgmlDType::Q8_0 => BlockFormat::Q8_0,
+            GgmlDType::Q5_0 => BlockFormat::Q5_0,
             GgmlDType::Q4K => BlockFormat::Q4K,
             GgmlDType::Q5K => BlockFormat::Q5K,
             GgmlDType::Q6K => BlockFormat::Q6K,
@@ -62,7 +66,7 @@ impl BlockFormat {
     pub fn block_elems(self) -> usize {
         match self {
             BlockFormat::F32 | BlockFormat::F16 => 1,
-            BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q8_0 => 32,
+            BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q8_0 | BlockFormat::Q5_0 => 32,
             BlockFormat::Q4K | BlockFormat::Q5K | BlockFormat::Q6K => 256,
         }
     }
@@ -75,6 +79,7 @@ impl BlockFormat {
             BlockFormat::Q4_0 => 18,
             BlockFormat::Q4_1 => 20,
             BlockFormat::Q8_0 => 34,
+            BlockFormat::Q5_0 => 22,
             BlockFormat::Q4K => 144,
             BlockFormat::Q5K => 176,
             BlockFormat::Q6K => 210,
@@ -319,7 +324,7 @@ impl QMatrix {
             max_code: match self.format {
                 BlockFormat::Q8_0 => 255,
                 BlockFormat::Q6K => 63,
-                BlockFormat::Q5K => 31,
+                BlockFormat::Q5K | BlockFormat::Q5_0 => 31,
                 _ => 15,
             },
         };

@@ -7,6 +7,8 @@
 //!   `((qs[j] >> 4) - 8)·d`.
 //! - Q4_1, 32 values, 20 bytes: `d: f16, m: f16, qs: [u8; 16]`; nibbles as Q4_0, value `q·d + m`.
 //! - Q8_0, 32 values, 34 bytes: `d: f16, qs: [i8; 32]`; value `qs[j]·d`.
+//! - Q5_0, 32 values, 22 bytes: `d: f16, qh: u32 (little-endian), qs: [u8; 16]`; nibbles as Q4_0, bit j of `qh`
+//!   the fifth bit of value j; value `(q − 16)·d`.
 //! - Q4_K, 256 values, 144 bytes: `d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]`; eight sub-blocks of 32 with
 //!   6-bit scale `sc` and min `m` packed in `scales`; value `d·sc·q − dmin·m`, q the low nibbles of 32 bytes for an
 //!   even sub-block and the high nibbles of the same bytes for the next one.
@@ -66,6 +68,15 @@ pub(crate) fn q6k_code(block: &[u8], e: usize) -> u8 {
     low | (high << 4)
 }
 
+/// The five-bit code (0..32) of element `j` (0..32) of a Q5_0 block.
+#[inline]
+pub(crate) fn q5_0_code(block: &[u8], j: usize) -> u8 {
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    let byte = block[6 + j % 16];
+    let low = if j < 16 { byte & 0xF } else { byte >> 4 };
+    low | ((((qh >> j) & 1) as u8) << 4)
+}
+
 /// The five-bit code (0..32) of element `e` (0..256) of a Q5_K block.
 #[inline]
 pub(crate) fn q5k_code(block: &[u8], e: usize) -> u8 {
@@ -117,6 +128,12 @@ pub(crate) fn dequantize_row(format: BlockFormat, row: &[u8], out: &mut [f32]) {
                     y[j] = f32::from(block[2 + j] as i8) * d;
                 }
             }
+            BlockFormat::Q5_0 => {
+                let d = half_at(block, 0);
+                for (j, y) in y.iter_mut().enumerate() {
+                    *y = (i32::from(q5_0_code(block, j)) - 16) as f32 * d;
+                }
+            }
             BlockFormat::Q4K | BlockFormat::Q5K => {
                 let (d, min) = (half_at(block, 0), half_at(block, 2));
                 let scales = &block[4..16];
@@ -156,7 +173,7 @@ pub(crate) fn scales_finite(format: BlockFormat, data: &[u8]) -> bool {
                 .chunks_exact(4)
                 .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite());
         }
-        BlockFormat::F16 | BlockFormat::Q4_0 | BlockFormat::Q8_0 => &[0],
+        BlockFormat::F16 | BlockFormat::Q4_0 | BlockFormat::Q8_0 | BlockFormat::Q5_0 => &[0],
         BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
         BlockFormat::Q6K => &[208],
     };
@@ -197,6 +214,14 @@ pub(crate) fn unpack_row(format: BlockFormat, row: &[u8], v: RowView<'_>) {
                 }
                 v.s[b] = d;
                 v.o[b] = o;
+            }
+            BlockFormat::Q5_0 => {
+                let d = half_at(block, 0);
+                for j in 0..32 {
+                    v.u[32 * b + j] = q5_0_code(block, j);
+                }
+                v.s[b] = d;
+                v.o[b] = -16.0 * d;
             }
             BlockFormat::Q8_0 => {
                 let d = half_at(block, 0);

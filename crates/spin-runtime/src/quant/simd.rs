@@ -892,6 +892,30 @@ mod x86 {
                     }
                 }
             }
+            BlockFormat::Q5_0 => {
+                for (b, block) in row.chunks_exact(bb).enumerate() {
+                    let q = load16(&block[6..]);
+                    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                    // The 32 fifth bits as bytes 0/16: broadcast qh, pick bit j of it in byte j.
+                    let bits = _mm256_set1_epi32(qh as i32);
+                    let spread = _mm256_shuffle_epi8(
+                        bits,
+                        _mm256_setr_epi8(
+                            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                            3, 3, 3, 3, 3,
+                        ),
+                    );
+                    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                    let hi = _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask),
+                        _mm256_set1_epi8(16),
+                    );
+                    let lo =
+                        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+                    store32(&mut v.u[32 * b..], _mm256_or_si256(lo, hi));
+                }
+                block_scales(row, bb, v.s, v.o, Some(-16.0));
+            }
             BlockFormat::F32 | BlockFormat::F16 => reference::unpack_row(format, row, v),
         }
     }
