@@ -90,6 +90,25 @@ enum What {
         #[arg(long, default_value_t = 7)]
         reps: usize,
     },
+    /// Wall time of one forward pass of the target over `--positions` new positions in each of `--sequences`
+    /// sequences after `--prefix-len` tokens in every cache, logits for every position (what a verification
+    /// costs): median, min and max over `--reps` passes, each from the same caches (copying them is not timed).
+    PassCost {
+        #[command(flatten)]
+        models: Models,
+        /// New positions per sequence.
+        #[arg(long, default_value_t = 40)]
+        positions: usize,
+        /// Sequences in the pass (devices whose drafts are verified together).
+        #[arg(long, default_value_t = 1)]
+        sequences: usize,
+        /// Tokens already in every cache.
+        #[arg(long, default_value_t = 64)]
+        prefix_len: usize,
+        /// Timed passes.
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
     /// Empirical sum goodput against draft length for K devices beside the paper-A formula (Fig. 3).
     Goodput {
         #[command(flatten)]
@@ -273,6 +292,65 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             )?;
             println!("{}", describe_fit(&robust, *draft_len));
             println!("drafting {:.4} ms/token", 1e3 * draft_s);
+            Ok(())
+        }
+        What::PassCost {
+            models,
+            positions,
+            sequences,
+            prefix_len,
+            reps,
+        } => {
+            positive("--positions", *positions)?;
+            positive("--sequences", *sequences)?;
+            at_most("--sequences", *sequences, m::MAX_VERIFY_BATCH)?;
+            positive("--reps", *reps)?;
+            at_most("--reps", *reps, 10_000)?;
+            let l = load(models)?;
+            let cfg = l.target.config();
+            let (vocab, max_seq) = (cfg.vocab_size, cfg.max_seq_len);
+            if prefix_len + positions > max_seq {
+                return Err(Failure::Input(format!(
+                    "--positions: {prefix_len} prefix + {positions} new positions exceed the context of \
+                     {max_seq} tokens"
+                )));
+            }
+            // Deterministic, vocabulary-spread tokens: the cost of a pass does not depend on which tokens.
+            let token = |i: usize| ((i * 7919 + 13) % vocab) as u32;
+            let prefix: Vec<u32> = (0..*prefix_len).map(token).collect();
+            let mut base = l.target.new_cache();
+            if !prefix.is_empty() {
+                l.target.forward(&mut base, &prefix).context("prefix pass")?;
+            }
+            let inputs: Vec<Vec<u32>> = (0..*sequences)
+                .map(|s| {
+                    (0..*positions)
+                        .map(|j| token(prefix_len + s * positions + j))
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
+            let mut times = Vec::with_capacity(*reps);
+            for _ in 0..*reps {
+                let mut caches: Vec<_> = (0..*sequences).map(|_| base.clone()).collect();
+                let mut cref: Vec<&mut spin_runtime::KvCache> = caches.iter_mut().collect();
+                let start = std::time::Instant::now();
+                l.target.forward_batch(&mut cref, &refs).context("timed pass")?;
+                times.push(start.elapsed().as_secs_f64());
+            }
+            times.sort_by(f64::total_cmp);
+            let median = if reps % 2 == 1 {
+                times[reps / 2]
+            } else {
+                0.5 * (times[reps / 2 - 1] + times[reps / 2])
+            };
+            println!(
+                "pass of {sequences} × {positions} positions after a prefix of {prefix_len}: median {:.3} ms, \
+                 min {:.3} ms, max {:.3} ms over {reps} passes",
+                1e3 * median,
+                1e3 * times[0],
+                1e3 * times[reps - 1]
+            );
             Ok(())
         }
         What::Goodput {

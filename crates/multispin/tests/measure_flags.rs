@@ -23,6 +23,10 @@ fn oversized_and_empty_settings_exit_2_naming_the_flag() {
     refused(&["verify-latency", "--max-k", "1"], "--max-k");
     refused(&["verify-latency", "--prefix-len", "0"], "--prefix-len");
     refused(&["verify-latency", "--reps", "0"], "--reps");
+    refused(&["pass-cost", "--positions", "0"], "--positions");
+    refused(&["pass-cost", "--sequences", "0"], "--sequences");
+    refused(&["pass-cost", "--sequences", "1000000"], "--sequences");
+    refused(&["pass-cost", "--reps", "0"], "--reps");
     refused(
         &["goodput", "--prompts", "p.txt", "--devices", "1000000"],
         "--devices",

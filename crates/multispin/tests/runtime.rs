@@ -147,6 +147,31 @@ fn measurements_write_csv_svg_and_a_scenario() {
             "2",
         ],
     );
+    // The pass cost prints its median, min and max (scripts/bench-llama-cpp.sh reads the median).
+    let mut a = vec!["measure", "pass-cost"];
+    a.extend_from_slice(&base);
+    a.extend_from_slice(&[
+        "--positions",
+        "3",
+        "--sequences",
+        "2",
+        "--prefix-len",
+        "5",
+        "--reps",
+        "3",
+    ]);
+    let o = multispin(&a);
+    assert!(
+        o.status.success(),
+        "pass-cost: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let line = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        line.starts_with("pass of 2 × 3 positions after a prefix of 5: median ")
+            && line.contains(" over 3 passes"),
+        "{line}"
+    );
     run(
         "goodput",
         &[
