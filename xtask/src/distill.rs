@@ -1,12 +1,89 @@
 //! `cargo xtask distill`: trains a draft model for a llama2.c target by running the spin-runtime `distill` example
-//! in release mode, so that xtask itself never depends on candle.
+//! in release mode, so that xtask itself never depends on candle. The options are parsed here first, so `--help`
+//! and a mistyped or missing option answer at once, before a release build of candle (minutes, the first time).
 
-use anyhow::{Context, bail};
-use std::process::Command;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
 
-/// Runs `cargo run --release -p spin-runtime --example distill -- <args>` and fails if it fails.
-pub fn run(args: &[String]) -> anyhow::Result<()> {
+/// The distill example's options, with its defaults (checked against the example's usage line by a test).
+#[derive(Debug, Clone, Args)]
+pub struct DistillArgs {
+    /// The llama2.c target checkpoint to distil from (e.g. models/stories260K.bin).
+    #[arg(long)]
+    pub target: PathBuf,
+    /// Where to write the draft checkpoint (llama2.c v0; it shares the target's tokenizer).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Training steps.
+    #[arg(long, default_value_t = 300)]
+    pub steps: u32,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8)]
+    pub batch: u32,
+    /// Tokens per training sequence.
+    #[arg(long, default_value_t = 64)]
+    pub seq_len: u32,
+    /// Student model width.
+    #[arg(long, default_value_t = 32)]
+    pub dim: u32,
+    /// Student feed-forward width.
+    #[arg(long, default_value_t = 64)]
+    pub hidden: u32,
+    /// Student layers.
+    #[arg(long, default_value_t = 2)]
+    pub layers: u32,
+    /// Student attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: u32,
+    /// Student key/value heads.
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: u32,
+    /// Learning rate.
+    #[arg(long, default_value_t = 3e-3)]
+    pub lr: f64,
+    /// Seed of the training sequences and the student's initialisation.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl DistillArgs {
+    /// The example's command line for these options.
+    fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--target".to_owned(),
+            self.target.display().to_string(),
+            "--out".to_owned(),
+            self.out.display().to_string(),
+        ];
+        for (flag, v) in [
+            ("--steps", self.steps.to_string()),
+            ("--batch", self.batch.to_string()),
+            ("--seq-len", self.seq_len.to_string()),
+            ("--dim", self.dim.to_string()),
+            ("--hidden", self.hidden.to_string()),
+            ("--layers", self.layers.to_string()),
+            ("--heads", self.heads.to_string()),
+            ("--kv-heads", self.kv_heads.to_string()),
+            ("--lr", self.lr.to_string()),
+            ("--seed", self.seed.to_string()),
+        ] {
+            a.push(flag.to_owned());
+            a.push(v);
+        }
+        a
+    }
+}
+
+/// Runs `cargo run --release -p spin-runtime --example distill -- <args>`; its exit status is ours, its messages
+/// (on its stdout and stderr) are the only ones printed.
+pub fn run(args: &DistillArgs) -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!(
+        "distill: building the spin-runtime distill example in release mode (a first build compiles candle: \
+         several minutes), then training {} steps with a line every 10 steps",
+        args.steps
+    );
     let status = Command::new(cargo)
         .args([
             "run",
@@ -17,11 +94,66 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             "distill",
             "--",
         ])
-        .args(args)
-        .status()
-        .context("starting cargo for the distill example")?;
-    if !status.success() {
-        bail!("distill example failed with {status}");
+        .args(args.to_args())
+        .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("error: distill: the example failed ({s})");
+            ExitCode::from(s.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1))
+        }
+        Err(e) => {
+            eprintln!("error: distill: cannot start cargo: {e}");
+            ExitCode::from(1)
+        }
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DistillArgs,
+    }
+
+    /// The options parsed here are the example's: every flag and default of its usage line, in its order.
+    #[test]
+    fn options_match_the_example_usage() {
+        let src = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/spin-runtime/examples/distill.rs"),
+        )
+        .unwrap();
+        let usage: String = src
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .skip_while(|l| !l.contains("Usage:"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let a = Cli::try_parse_from(["distill", "--target", "t.bin", "--out", "o.bin"])
+            .unwrap()
+            .args
+            .to_args();
+        for pair in a.chunks(2).skip(2) {
+            let at = usage
+                .find(&format!("[{} ", pair[0]))
+                .unwrap_or_else(|| panic!("{} not in the example's usage: {usage}", pair[0]));
+            let written = usage[at + pair[0].len() + 2..].split(']').next().unwrap();
+            assert_eq!(
+                written.parse::<f64>().unwrap(),
+                pair[1].parse::<f64>().unwrap(),
+                "default of {}",
+                pair[0]
+            );
+        }
+        let err = Cli::try_parse_from(["distill", "--out", "o.bin"]).unwrap_err();
+        assert!(err.to_string().contains("--target"), "{err}");
+        let err = Cli::try_parse_from(["distill", "--targte", "t"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("similar argument exists: '--target'"), "{err}");
+    }
 }

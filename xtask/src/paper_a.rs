@@ -3,8 +3,9 @@
 //! planner against Algorithm 1 on small instances. Parameters come from `scenarios/paper-a.toml`.
 
 use crate::config_file;
-use crate::plot::{BarChart, LineChart, Series, bar_chart, line_chart};
-use crate::report::{Ctx, Report};
+use crate::plot::{Axis, BarFigure, Figure, Join, Marker, Series, label};
+use crate::report::Ctx;
+use crate::stats;
 use crate::table::{Cell, Table};
 use anyhow::{Context, Result};
 use rand::{Rng, RngExt, SeedableRng};
@@ -408,8 +409,9 @@ fn run_scheme(cfg: &Config, ctx: &Ctx, scheme: Scheme, s: &Scenario) -> Result<P
     )?)
 }
 
-/// Mean goodput of each scheme over the instances (parallel over instances, fixed-order reduction).
-fn mean_goodputs(cfg: &Config, ctx: &Ctx, specs: &[ScenarioSpec]) -> Result<Vec<f64>> {
+/// Mean goodput of each scheme over the instances (parallel over instances, fixed-order reduction), and the 95 %
+/// confidence half-width of each mean over the realisations (instances are stored realisation by realisation).
+fn mean_goodputs(cfg: &Config, ctx: &Ctx, specs: &[ScenarioSpec]) -> Result<(Vec<f64>, Vec<Option<f64>>)> {
     let per: Vec<Vec<f64>> = specs
         .par_iter()
         .map(|spec| {
@@ -420,9 +422,21 @@ fn mean_goodputs(cfg: &Config, ctx: &Ctx, specs: &[ScenarioSpec]) -> Result<Vec<
                 .collect()
         })
         .collect::<Result<_>>()?;
-    Ok((0..SCHEMES.len())
+    let means = (0..SCHEMES.len())
         .map(|j| per.iter().map(|v| v[j]).sum::<f64>() / per.len() as f64)
-        .collect())
+        .collect();
+    let cis = (0..SCHEMES.len())
+        .map(|j| {
+            let column: Vec<f64> = per.iter().map(|v| v[j]).collect();
+            stats::ci95(&stats::chunk_means(&column, cfg.prompts(ctx)))
+        })
+        .collect();
+    Ok((means, cis))
+}
+
+/// A confidence half-width as a table cell (NaN when there is a single realisation).
+fn ci_cell(ci: Option<f64>) -> Cell {
+    Cell::from(ci.unwrap_or(f64::NAN))
 }
 
 /// A plan with one common draft length and Lemma 1 bandwidth.
@@ -430,6 +444,9 @@ fn uniform_plan(s: &Scenario, draft_len: u32) -> std::result::Result<Plan, spin_
     let (_, bandwidth) = lemma1_bandwidth(s)?;
     Plan::evaluated(s, vec![draft_len; s.len()], bandwidth)
 }
+
+/// Batches of Fig. 3's Monte-Carlo rounds per draft length (the batch-means confidence interval).
+pub const FIG3_BATCHES: usize = 10;
 
 /// Fig. 3: goodput vs a common L (0..24) on GSM8K, theory (eq. 19 averaged over fading blocks) and empirical
 /// (seeded Monte-Carlo rounds with Bernoulli acceptance), with Theorem 1's optimum per pair.
@@ -441,7 +458,7 @@ pub fn fig3(cfg: &Config, ctx: &Ctx) -> Result<(Table, Vec<(String, u32)>)> {
     };
     let k = cfg.system.devices;
     let mut columns = vec!["draft_len"];
-    let names: Vec<String> = cfg
+    let mut names: Vec<String> = cfg
         .pairs
         .iter()
         .flat_map(|p| {
@@ -451,10 +468,13 @@ pub fn fig3(cfg: &Config, ctx: &Ctx) -> Result<(Table, Vec<(String, u32)>)> {
             ]
         })
         .collect();
+    let ci_names: Vec<String> = names.iter().map(|n| format!("{n}_ci95")).collect();
+    names.extend(ci_names);
     columns.extend(names.iter().map(String::as_str));
     let mut table = Table::new(&columns);
     let mut optimum = Vec::new();
     let mut cols: Vec<Vec<f64>> = Vec::new();
+    let mut ci_cols: Vec<Vec<f64>> = Vec::new();
     let bar = ctx.progress((cfg.pairs.len() * 25) as u64, "paper A fig 3 (Monte Carlo)");
     for (pi, pair) in cfg.pairs.iter().enumerate() {
         let alpha = pair
@@ -482,20 +502,37 @@ pub fn fig3(cfg: &Config, ctx: &Ctx) -> Result<(Table, Vec<(String, u32)>)> {
                 .collect(),
         };
         let verify = pair.verify_fixed_s + k as f64 * pair.verify_per_device_s;
-        let results: Vec<(f64, f64)> = (0..=24u32)
+        let results: Vec<(f64, f64, f64, f64)> = (0..=24u32)
             .into_par_iter()
             .map(|l| {
                 let out = if l == 0 {
                     // No drafting: every device receives one token from the target model per verification pass.
                     let g = k as f64 / verify;
-                    (g, g)
+                    (g, g, 0.0, 0.0)
                 } else {
                     let mut rng =
                         ChaCha8Rng::seed_from_u64(seed_for(ctx.seed, &[3, pi as u64, u64::from(l)]));
-                    let o = simulate_rounds(&mut rng, &base, &real.mean_gains, &cfg.channel, rounds, |s| {
-                        uniform_plan(s, l)
-                    })?;
-                    (o.mean_formula_goodput, o.empirical_goodput)
+                    // The rounds run in FIG3_BATCHES consecutive batches on the one stream (the same draws as one
+                    // run); the batches' spread gives the confidence intervals (batch means).
+                    let (mut tokens, mut time, mut formula) = (0u64, 0.0, 0.0);
+                    let (mut batch_rate, mut batch_formula) = (Vec::new(), Vec::new());
+                    for b in 0..FIG3_BATCHES {
+                        let n = rounds * (b + 1) / FIG3_BATCHES - rounds * b / FIG3_BATCHES;
+                        let o = simulate_rounds(&mut rng, &base, &real.mean_gains, &cfg.channel, n, |s| {
+                            uniform_plan(s, l)
+                        })?;
+                        tokens += o.tokens;
+                        time += o.time_s;
+                        formula += o.mean_formula_goodput * n as f64;
+                        batch_rate.push(o.empirical_goodput);
+                        batch_formula.push(o.mean_formula_goodput);
+                    }
+                    (
+                        formula / rounds as f64,
+                        tokens as f64 / time,
+                        stats::ci95(&batch_formula).unwrap_or(f64::NAN),
+                        stats::ci95(&batch_rate).unwrap_or(f64::NAN),
+                    )
                 };
                 bar.inc(1);
                 Ok(out)
@@ -521,7 +558,10 @@ pub fn fig3(cfg: &Config, ctx: &Ctx) -> Result<(Table, Vec<(String, u32)>)> {
         ));
         cols.push(results.iter().map(|r| r.0).collect());
         cols.push(results.iter().map(|r| r.1).collect());
+        ci_cols.push(results.iter().map(|r| r.2).collect());
+        ci_cols.push(results.iter().map(|r| r.3).collect());
     }
+    cols.extend(ci_cols);
     bar.finish_and_clear();
     for l in 0..=24usize {
         let mut row: Vec<Cell> = vec![(l as u32).into()];
@@ -568,6 +608,10 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
         "Cen-SPIN",
         "Multi-SPIN (Alg. 1)",
         "Multi-SPIN exact (ours)",
+        "P2P-SPIN_ci95",
+        "Cen-SPIN_ci95",
+        "Multi-SPIN (Alg. 1)_ci95",
+        "Multi-SPIN exact (ours)_ci95",
     ]);
     let bar = ctx.progress(
         (cfg.pairs.len() * cfg.realisations(ctx) * cfg.prompts(ctx)) as u64,
@@ -597,12 +641,20 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
             })
             .collect::<Result<_>>()?;
         let mean = |j: usize| per.iter().map(|v| v[j]).sum::<f64>() / per.len() as f64;
+        let ci = |j: usize| {
+            let column: Vec<f64> = per.iter().map(|v| v[j]).collect();
+            ci_cell(stats::ci95(&stats::chunk_means(&column, cfg.prompts(ctx))))
+        };
         table.push(vec![
             pair.name.as_str().into(),
             mean(0).into(),
             mean(1).into(),
             mean(2).into(),
             mean(3).into(),
+            ci(0),
+            ci(1),
+            ci(2),
+            ci(3),
         ]);
     }
     bar.finish_and_clear();
@@ -618,6 +670,8 @@ fn sweep(cfg: &Config, ctx: &Ctx, by_devices: bool) -> Result<Table> {
     };
     let mut columns = vec!["pair", if by_devices { "devices" } else { "bandwidth_mhz" }];
     columns.extend(SCHEMES.map(|(_, label)| label));
+    let ci_names: Vec<String> = SCHEMES.iter().map(|(_, l)| format!("{l}_ci95")).collect();
+    columns.extend(ci_names.iter().map(String::as_str));
     let mut table = Table::new(&columns);
     let bar = ctx.progress(
         (xs.len() * cfg.pairs.len()) as u64,
@@ -636,9 +690,10 @@ fn sweep(cfg: &Config, ctx: &Ctx, by_devices: bool) -> Result<Table> {
             };
             let stream = if by_devices { 80 } else { 70 } + pi as u64;
             let specs = instances(cfg, ctx, pair, k, b, stream)?;
-            let means = mean_goodputs(cfg, ctx, &specs)?;
+            let (means, cis) = mean_goodputs(cfg, ctx, &specs)?;
             let mut row: Vec<Cell> = vec![pair.name.as_str().into(), x.into()];
             row.extend(means.into_iter().map(Cell::from));
+            row.extend(cis.into_iter().map(ci_cell));
             table.push(row);
             bar.inc(1);
         }
@@ -700,237 +755,302 @@ pub fn alg1_gap(cfg: &Config, ctx: &Ctx) -> Result<Table> {
     Ok(table)
 }
 
-fn series_from(table: &Table, x_col: usize, y_cols: &[usize], filter: Option<(usize, &str)>) -> Vec<Series> {
-    let num = |c: &Cell| if let Cell::Num(v) = c { *v } else { f64::NAN };
-    y_cols
-        .iter()
-        .map(|&j| Series {
-            label: table.columns[j].clone(),
-            points: table
-                .rows
-                .iter()
-                .filter(|r| filter.is_none_or(|(c, v)| matches!(&r[c], Cell::Text(t) if t == v)))
-                .map(|r| (num(&r[x_col]), num(&r[j])))
-                .collect(),
-        })
-        .collect()
-}
+/// The unstated parameters varied by [`sensitivity`], one at a time around the calibrated values: (name, device
+/// drafting latency factor on T̄^S, uplink power offset in dB on p_k, factor on the Cen-SPIN server drafting cost).
+pub const SENSITIVITY: [(&str, f64, f64, f64); 7] = [
+    ("calibrated (scenarios/paper-a.toml)", 1.0, 0.0, 1.0),
+    ("T̄^S × 0.5", 0.5, 0.0, 1.0),
+    ("T̄^S × 2", 2.0, 0.0, 1.0),
+    ("p_k − 6 dB", 1.0, -6.0, 1.0),
+    ("p_k + 6 dB", 1.0, 6.0, 1.0),
+    ("Cen-SPIN drafting cost × 0.5", 1.0, 0.0, 0.5),
+    ("Cen-SPIN drafting cost × 2", 1.0, 0.0, 2.0),
+];
 
-fn value(table: &Table, row: usize, col: usize) -> f64 {
-    match &table.rows[row][col] {
-        Cell::Num(v) => *v,
-        Cell::Text(_) => f64::NAN,
-    }
-}
+/// Realisations × prompts per device of each sensitivity point (paper scale; quick: 1 × 2).
+const SENSITIVITY_SAMPLES: (usize, usize) = (2, 10);
 
-/// Regenerates paper A's figures as CSV + SVG and adds one report section per figure.
-pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
-    let cfg = Config::load()?;
-    let names: Vec<String> = cfg.pairs.iter().map(|p| p.name.clone()).collect();
-
-    let (t3, opt) = ctx.timed("paper A fig 3", || fig3(&cfg, ctx))?;
-    t3.write_csv(&ctx.path("paper_a_fig3.csv"))?;
-    let series = series_from(&t3, 0, &(1..t3.columns.len()).collect::<Vec<_>>(), None);
-    line_chart(
-        &ctx.path("paper_a_fig3.svg"),
-        &LineChart {
-            title: "Paper A Fig. 3: goodput vs draft length (GSM8K)",
-            x_label: "draft length L",
-            y_label: "goodput (tokens/s)",
-            series: &series,
-        },
-    )?;
-    let argmax = |col: usize| {
-        (0..t3.rows.len())
-            .max_by(|&a, &b| value(&t3, a, col).total_cmp(&value(&t3, b, col)))
-            .unwrap_or(0)
-    };
-    let mut body = format!(
-        "Common draft length with Lemma 1 bandwidth, K = {}, every device on GSM8K. *Theory* is eq. 19 averaged over \
-         fading blocks; *empirical* is a seeded Monte-Carlo run ({} rounds per L, Bernoulli acceptance, fresh Rayleigh \
-         fading each round) measured as total tokens / total time.\n\n",
-        cfg.system.devices,
-        if ctx.quick {
-            cfg.quick.fig3_rounds
-        } else {
-            cfg.sampling.fig3_rounds
+/// The headline numbers of Figs. 6–8 under each [`SENSITIVITY`] variant (the same random streams in every variant,
+/// fewer samples than the figures): Multi-SPIN (exact) goodput and its ratios to Cen-SPIN and P2P-SPIN at K = 20,
+/// 10 MHz; the gain of the exact planner over Fixed BW&L at 5 MHz (Fig. 7) and at K = 4 and K = 24 (Fig. 8); and
+/// Uni-BW's goodput relative to Homo at 5 MHz.
+pub fn sensitivity(cfg: &Config, ctx: &Ctx) -> Result<Table> {
+    let mut table = Table::new(&[
+        "pair",
+        "variant",
+        "multi_spin_tok_s",
+        "x_cen_spin",
+        "x_p2p_spin",
+        "fig7_gain_5mhz_pct",
+        "uni_bw_vs_homo_5mhz_pct",
+        "fig8_gain_k4_pct",
+        "fig8_gain_k24_pct",
+    ]);
+    let mut c = cfg.clone();
+    let (r, p) = if ctx.quick { (1, 2) } else { SENSITIVITY_SAMPLES };
+    c.sampling.realisations = r;
+    c.sampling.prompts_per_device = p;
+    c.quick.realisations = r;
+    c.quick.prompts_per_device = p;
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let bar = ctx.progress(
+        (cfg.pairs.len() * SENSITIVITY.len()) as u64,
+        "paper A sensitivity",
+    );
+    for (pi, base_pair) in cfg.pairs.iter().enumerate() {
+        for &(name, draft, power_db, cen) in &SENSITIVITY {
+            let mut v = c.clone();
+            v.channel.ul_power_w = cfg.channel.ul_power_w * 10f64.powf(power_db / 10.0);
+            let mut pair = base_pair.clone();
+            pair.draft_token_s *= draft;
+            pair.server_draft_fixed_s *= cen;
+            pair.server_draft_per_prompt_s *= cen;
+            let plan =
+                |s: &Scenario, sch: Scheme| run_scheme(&v, ctx, sch, s).map(|p| p.goodput_tokens_per_s);
+            let specs = instances(
+                &v,
+                ctx,
+                &pair,
+                v.system.devices,
+                v.system.bandwidth_hz,
+                60 + pi as u64,
+            )?;
+            let f6: Vec<[f64; 3]> = specs
+                .par_iter()
+                .map(|spec| {
+                    let s = Scenario::new(spec)?;
+                    Ok([
+                        exact(&s)?.goodput_tokens_per_s,
+                        cen_goodput(&s, &pair)?,
+                        p2p(&s).goodput_tokens_per_s,
+                    ])
+                })
+                .collect::<Result<_>>()?;
+            let m = mean(&f6.iter().map(|x| x[0]).collect::<Vec<_>>());
+            let cn = mean(&f6.iter().map(|x| x[1]).collect::<Vec<_>>());
+            let pp = mean(&f6.iter().map(|x| x[2]).collect::<Vec<_>>());
+            let gains = |k: usize, b: f64, stream: u64| -> Result<[f64; 4]> {
+                let specs = instances(&v, ctx, &pair, k, b, stream)?;
+                let per: Vec<[f64; 4]> = specs
+                    .par_iter()
+                    .map(|spec| {
+                        let s = Scenario::new(spec)?;
+                        Ok([
+                            plan(&s, Scheme::Fixed)?,
+                            plan(&s, Scheme::UniBw)?,
+                            plan(&s, Scheme::Homo)?,
+                            plan(&s, Scheme::Exact)?,
+                        ])
+                    })
+                    .collect::<Result<_>>()?;
+                Ok([0, 1, 2, 3].map(|j| mean(&per.iter().map(|x| x[j]).collect::<Vec<_>>())))
+            };
+            let g7 = gains(v.system.devices, 5e6, 70 + pi as u64)?;
+            let g4 = gains(4, v.system.bandwidth_hz, 80 + pi as u64)?;
+            let g24 = gains(24, v.system.bandwidth_hz, 80 + pi as u64)?;
+            let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+            table.push(vec![
+                pair.name.as_str().into(),
+                name.into(),
+                m.into(),
+                (m / cn).into(),
+                (m / pp).into(),
+                pct(g7[3], g7[0]).into(),
+                pct(g7[1], g7[2]).into(),
+                pct(g4[3], g4[0]).into(),
+                pct(g24[3], g24[0]).into(),
+            ]);
+            bar.inc(1);
         }
-    );
-    for (i, (name, l_star)) in opt.iter().enumerate() {
-        let (ct, ce) = (1 + 2 * i, 2 + 2 * i);
-        body.push_str(&format!(
-            "- {name}: theory peaks at L = {} ({:.1} tok/s), empirical at L = {} ({:.1} tok/s); Theorem 1 at the mean ϑ gives L* = {l_star}.\n",
-            argmax(ct), value(&t3, argmax(ct), ct), argmax(ce), value(&t3, argmax(ce), ce)
-        ));
     }
-    body.push_str(
-        "\nPaper: Llama-2 peaks near 130–140 tok/s and Qwen3.5 near 200 tok/s with the derived optimum on the peak. \
-         Our curves show the same unimodal shape and the optimum on the peak. The empirical rate sits slightly below \
-         the averaged formula because a ratio of sums weights slow (deep-fade) rounds more than a mean of ratios; \
-         the absolute level depends on the unstated device latency and transmit power (scenarios/paper-a.toml).\n\n",
-    );
-    body.push_str(&t3.to_markdown(4));
-    report.section("Paper A, Fig. 3: theory vs simulation", body);
+    bar.finish_and_clear();
+    Ok(table)
+}
 
-    let t4 = ctx.timed("paper A fig 4", fig4);
-    t4.write_csv(&ctx.path("paper_a_fig4.csv"))?;
-    for (varied, label) in [
+fn cen_goodput(s: &Scenario, pair: &PairCfg) -> Result<f64> {
+    Ok(cen(s, &pair.cen())?.goodput_tokens_per_s)
+}
+
+/// Fig. 4's paper ranges (2→7 over T_ver 0.1–0.4 s, 7→2 over ϑ 20–80 ms, 4→14 over α 0.6–0.95) against Theorem 1:
+/// for each sweep, the pair of held-fixed values nearest (relative distance) to ours (T_ver = 277 ms, ϑ = 40 ms,
+/// α = 0.739) under which Theorem 1 gives the paper's two end points, found on a grid; `None` when no grid point
+/// does. The pairs are (α, ϑ) for the T_ver sweep, (α, T_ver) for the ϑ sweep and (T_ver, ϑ) for the α sweep.
+pub fn fig4_fixed_values() -> [Option<(f64, f64)>; 3] {
+    let l = |a: f64, t: f64, th: f64| optimal_uniform_length(a, t, th, 1, 25);
+    let alphas: Vec<f64> = (0..=70).map(|i| 0.6 + 0.005 * f64::from(i)).collect();
+    let thetas: Vec<f64> = (10..=160).map(|i| f64::from(i) * 5e-4).collect();
+    let tvers: Vec<f64> = (10..=400).map(|i| f64::from(i) * 5e-3).collect();
+    let nearest = |xs: &[f64], ys: &[f64], x0: f64, y0: f64, hit: &dyn Fn(f64, f64) -> bool| {
+        let mut best: Option<(f64, (f64, f64))> = None;
+        for &x in xs {
+            for &y in ys {
+                if hit(x, y) {
+                    let d = ((x - x0) / x0).abs() + ((y - y0) / y0).abs();
+                    if best.is_none_or(|(b, _)| d < b) {
+                        best = Some((d, (x, y)));
+                    }
+                }
+            }
+        }
+        best.map(|b| b.1)
+    };
+    [
+        nearest(&alphas, &thetas, 0.739, 0.040, &|a, th| {
+            l(a, 0.1, th) == 2 && l(a, 0.4, th) == 7
+        }),
+        nearest(&alphas, &tvers, 0.739, 0.2771, &|a, t| {
+            l(a, t, 0.02) == 7 && l(a, t, 0.08) == 2
+        }),
+        nearest(&tvers, &thetas, 0.2771, 0.040, &|t, th| {
+            l(0.6, t, th) == 4 && l(0.95, t, th) == 14
+        }),
+    ]
+}
+
+/// A series from column `y` of `table` against column `x` (rows where column `filter.0` is the text `filter.1`),
+/// with the confidence interval from column `y_ci95` when the table has it.
+fn series_of(table: &Table, x: usize, y: usize, filter: Option<(usize, &str)>, name: String) -> Series {
+    let num = |c: &Cell| if let Cell::Num(v) = c { *v } else { f64::NAN };
+    let ci = table.col(&format!("{}_ci95", table.columns[y]));
+    Series::lines(
+        name,
+        table
+            .rows
+            .iter()
+            .filter(|r| filter.is_none_or(|(c, v)| matches!(&r[c], Cell::Text(t) if t == v)))
+            .map(|r| {
+                let h = ci.map(|c| num(&r[c])).filter(|h| h.is_finite());
+                (num(&r[x]), num(&r[y]), h)
+            }),
+    )
+}
+
+/// Fig. 3's figure: theory and Monte Carlo per pair with intervals, Theorem 1's L* marked.
+pub fn fig3_figure(t3: &Table, pairs: &[String], opt: &[(String, u32)]) -> Result<Figure> {
+    let mut f = Figure::new(
+        "Paper A Fig. 3: goodput versus a common draft length (GSM8K, K = 20, 10 MHz)",
+        "draft length L (tokens)",
+        "sum token goodput (tokens/s)",
+    );
+    f.x_axis = Axis::Integer;
+    f.ci_note = format!(
+        "Error bars: 95 % confidence intervals from {FIG3_BATCHES} consecutive batches of each point's rounds \
+         (batch means, Student t), for one device drop."
+    );
+    for p in pairs {
+        for (kind, col) in [
+            ("theory", "theory_tok_per_s"),
+            ("empirical", "empirical_tok_per_s"),
+        ] {
+            let j = t3
+                .col(&format!("{p}_{col}"))
+                .with_context(|| format!("fig 3 has no column {p}_{col}"))?;
+            f.series
+                .push(series_of(t3, 0, j, None, format!("{p}: {}", label(kind)?)));
+        }
+    }
+    for (name, l) in opt {
+        f.markers.push(Marker {
+            x: f64::from(*l),
+            label: format!("L* = {l} ({name}, Theorem 1)"),
+        });
+    }
+    Ok(f)
+}
+
+/// Fig. 4's three figures (T_ver, ϑ, α varied): the continuous optimum as a line, the integer one as steps.
+pub fn fig4_figures(t4: &Table) -> Result<Vec<(String, Figure)>> {
+    let mut out = Vec::new();
+    for (varied, x_label) in [
         ("verify_s", "verification latency T_ver (s)"),
         ("per_token_s", "per-token latency ϑ (s)"),
         ("acceptance", "acceptance rate α"),
     ] {
-        let s = series_from(&t4, 1, &[2, 3], Some((0, varied)));
-        line_chart(
-            &ctx.path(&format!("paper_a_fig4_{varied}.svg")),
-            &LineChart {
-                title: "Paper A Fig. 4: Theorem 1 optimum",
-                x_label: label,
-                y_label: "optimal draft length",
-                series: &s,
-            },
-        )?;
-    }
-    report.section(
-        "Paper A, Fig. 4: optimal common draft length",
-        format!(
-            "Theorem 1 (eq. 24, lower Lambert-W branch) around T_ver = 277 ms, ϑ = 40 ms, α = 0.739. As in the paper, \
-             the optimum grows with T_ver, falls with ϑ and grows quickly as α → 1 (paper: 2–7 over T_ver 100–400 ms, \
-             7→2 over ϑ 20–80 ms, 4→14 over α 0.6–0.95; the paper's fixed values are not printed, so the levels differ \
-             slightly while the trends match).\n\n{}",
-            t4.to_markdown(4)
-        ),
-    );
-
-    let t6 = ctx.timed("paper A fig 6", || fig6(&cfg, ctx))?;
-    t6.write_csv(&ctx.path("paper_a_fig6.csv"))?;
-    let categories: Vec<String> = names.clone();
-    let groups: Vec<(String, Vec<f64>)> = (1..t6.columns.len())
-        .map(|j| {
-            (
-                t6.columns[j].clone(),
-                (0..t6.rows.len()).map(|r| value(&t6, r, j)).collect(),
-            )
-        })
-        .collect();
-    bar_chart(
-        &ctx.path("paper_a_fig6.svg"),
-        &BarChart {
-            title: "Paper A Fig. 6: protocols",
-            y_label: "goodput (tokens/s)",
-            categories: &categories,
-            groups: &groups,
-        },
-    )?;
-    let mut body = String::from(
-        "K = 20, B = 10 MHz, mean over realisations × prompts.\n\n| pair | ours: Multi-SPIN | paper | ours: × Cen-SPIN | paper | ours: × P2P | paper | exact / Alg. 1 |\n|---|---|---|---|---|---|---|---|\n",
-    );
-    let paper = [("≈145", "≈2.5×", "≈4.6×"), ("≈153", "≈3×", "—")];
-    for (r, name) in names.iter().enumerate().take(t6.rows.len()) {
-        let (p2, cn, m, ex) = (
-            value(&t6, r, 1),
-            value(&t6, r, 2),
-            value(&t6, r, 3),
-            value(&t6, r, 4),
+        let mut f = Figure::new(
+            format!(
+                "Paper A Fig. 4: Theorem 1's optimum versus {}",
+                x_label.split(" (").next().unwrap_or(x_label)
+            ),
+            x_label,
+            "optimal common draft length (tokens)",
         );
-        let (pm, pc, pp) = paper.get(r).copied().unwrap_or(("—", "—", "—"));
-        body.push_str(&format!(
-            "| {} | {m:.1} | {pm} | {:.2}× | {pc} | {:.2}× | {pp} | {:.4} |\n",
-            name,
-            m / cn,
-            m / p2,
-            ex / m
+        f.y_axis = Axis::Integer;
+        for (j, key) in [(2, "continuous_opt_len"), (3, "integer_opt_len")] {
+            let mut s = series_of(t4, 1, j, Some((0, varied)), label(key)?.to_owned());
+            if key == "integer_opt_len" {
+                s.join = Join::Steps;
+            }
+            f.series.push(s);
+        }
+        f.notes.push(
+            "The integer optimum changes half-way between samples in the drawing; the table gives the samples.".into(),
+        );
+        out.push((format!("paper_a_fig4_{varied}.svg"), f));
+    }
+    Ok(out)
+}
+
+/// Fig. 6's bar chart with intervals.
+pub fn fig6_figure(t6: &Table, names: &[String]) -> Result<BarFigure> {
+    let mut groups = Vec::new();
+    for j in 1..=4 {
+        let key = &t6.columns[j];
+        let ci = t6.values(&format!("{key}_ci95"));
+        let v = t6.values(key);
+        groups.push((
+            label(key)?.to_owned(),
+            v.iter()
+                .zip(&ci)
+                .map(|(&m, &h)| (m, Some(h).filter(|h| h.is_finite())))
+                .collect(),
         ));
     }
-    body.push_str(
-        "\nThe Multi-SPIN level and the P2P ratio follow from the chosen device latency and transmit power; the \
-         Cen-SPIN ratio follows from the chosen server drafting cost (unbatched drafting). All three are ⟨C⟩ \
-         choices documented in scenarios/paper-a.toml, calibrated on the Llama-2 pair only; the Qwen3.5 numbers are \
-         then predictions. The exact planner's gain over Algorithm 1 is small at this scale because rounding errors \
-         average out over 20 devices.\n\n",
-    );
-    body.push_str(&t6.to_markdown(4));
-    report.section("Paper A, Fig. 6: P2P-SPIN, Cen-SPIN and Multi-SPIN", body);
+    Ok(BarFigure {
+        title: "Paper A Fig. 6: P2P-SPIN, Cen-SPIN and Multi-SPIN (K = 20, B = 10 MHz)".into(),
+        x_label: "model pair (target / draft)".into(),
+        y_label: "sum token goodput (tokens/s)".into(),
+        categories: names.to_vec(),
+        groups,
+        notes: vec![],
+    })
+}
 
-    for (fig, table, x_label, file, paper_note) in [
-        (
-            "7",
-            ctx.timed("paper A fig 7", || fig7(&cfg, ctx))?,
-            "bandwidth budget (MHz)",
-            "paper_a_fig7",
-            "Paper: Hete beats Fixed BW&L by ≈88% at 5 MHz for both pairs, the gap narrows with B, Uni-BW lies above Homo.",
-        ),
-        (
-            "8",
-            ctx.timed("paper A fig 8", || fig8(&cfg, ctx))?,
-            "number of devices K",
-            "paper_a_fig8",
-            "Paper: Hete's gain over Fixed BW&L grows from ≈21% (small K) to ≈67% at K = 24 for Llama-2 and from ≈29% to >80% for Qwen3.5.",
-        ),
-    ] {
-        table.write_csv(&ctx.path(&format!("{file}.csv")))?;
-        for name in &names {
-            let s = series_from(
-                &table,
-                1,
-                &(2..table.columns.len()).collect::<Vec<_>>(),
-                Some((0, name)),
-            );
-            line_chart(
-                &ctx.path(&format!("{file}_{}.svg", name.replace('.', "_"))),
-                &LineChart {
-                    title: &format!("Paper A Fig. {fig}: {name}"),
-                    x_label,
-                    y_label: "goodput (tokens/s)",
-                    series: &s,
-                },
-            )?;
-        }
-        let mut body = format!(
-            "{paper_note}\n\nOurs (gain of Hete (Alg. 1) and of the exact planner over Fixed BW&L):\n\n"
+/// Figs. 7 and 8: one figure per pair, every scheme with its interval.
+pub fn sweep_figures(fig: &str, table: &Table, names: &[String]) -> Result<Vec<(String, Figure)>> {
+    let (x_label, x_axis, file) = if fig == "7" {
+        ("uplink bandwidth budget B (MHz)", Axis::Linear, "paper_a_fig7")
+    } else {
+        ("number of devices K", Axis::Integer, "paper_a_fig8")
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let mut f = Figure::new(
+            format!(
+                "Paper A Fig. {fig}: control schemes versus {} ({name})",
+                if fig == "7" { "bandwidth" } else { "K" }
+            ),
+            x_label,
+            "sum token goodput (tokens/s)",
         );
-        for (r, row) in table.rows.iter().enumerate() {
-            let name = match &row[0] {
-                Cell::Text(t) => t.clone(),
-                Cell::Num(_) => String::new(),
-            };
-            let (fx, hete, ex) = (value(&table, r, 2), value(&table, r, 5), value(&table, r, 6));
-            body.push_str(&format!(
-                "- {name}, x = {}: Hete +{:.1}%, exact +{:.1}%, Uni-BW {} Homo\n",
-                value(&table, r, 1),
-                (hete / fx - 1.0) * 100.0,
-                (ex / fx - 1.0) * 100.0,
-                if value(&table, r, 3) >= value(&table, r, 4) {
-                    "≥"
-                } else {
-                    "<"
-                }
+        f.x_axis = x_axis;
+        for (j, (_, key)) in SCHEMES.iter().enumerate() {
+            f.series.push(series_of(
+                table,
+                1,
+                2 + j,
+                Some((0, name)),
+                label(key)?.to_owned(),
             ));
         }
-        body.push_str(
-            "\nDifferences from the paper come from the unstated device latency, transmit power and Algorithm 1 grid; \
-             the ordering of the schemes and the trend of the gap are the reproducible findings.\n\n",
-        );
-        body.push_str(&table.to_markdown(4));
-        report.section(&format!("Paper A, Fig. {fig}: control schemes"), body);
+        out.push((format!("{file}_{}.svg", name.replace('.', "_")), f));
     }
-
-    let tg = ctx.timed("paper A alg1 gap", || alg1_gap(&cfg, ctx))?;
-    tg.write_csv(&ctx.path("paper_a_alg1_gap.csv"))?;
-    report.section(
-        "Paper A, beyond the paper: Algorithm 1 vs the exact optimum",
-        format!(
-            "Random small instances (L_max = 10, wide parameter ranges), where brute force is feasible; the exact \
-             planner matched brute force on every instance. Rounding Proposition 1's continuous optimum is not always \
-             the integer optimum:\n\n{}",
-            tg.to_markdown(4)
-        ),
-    );
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plot::testing::{checked, checked_bars};
 
     fn quick() -> (Config, Ctx) {
         let ctx = Ctx {
@@ -1034,17 +1154,32 @@ mod tests {
         let (cfg, ctx) = quick();
         let (t, opt) = fig3(&cfg, &ctx).unwrap();
         insta::assert_snapshot!("paper_a_fig3", format!("{opt:?}\n{}", t.render(4)));
+        let names: Vec<String> = cfg.pairs.iter().map(|p| p.name.clone()).collect();
+        let f = fig3_figure(&t, &names, &opt).unwrap();
+        insta::assert_snapshot!("paper_a_fig3_figure", checked("fig3.svg", &f));
     }
 
     #[test]
     fn paper_a_fig4() {
-        insta::assert_snapshot!("paper_a_fig4", super::fig4().render(4));
+        let t = super::fig4();
+        insta::assert_snapshot!("paper_a_fig4", t.render(4));
+        let figs = fig4_figures(&t).unwrap();
+        let text: Vec<String> = figs.iter().map(|(file, f)| checked(file, f)).collect();
+        insta::assert_snapshot!("paper_a_fig4_figures", text.join("\n"));
+        assert!(
+            figs.iter()
+                .all(|(_, f)| f.series[1].join == Join::Steps && f.y_axis == Axis::Integer)
+        );
     }
 
     #[test]
     fn paper_a_fig6_quick() {
         let (cfg, ctx) = quick();
-        insta::assert_snapshot!("paper_a_fig6", fig6(&cfg, &ctx).unwrap().render(4));
+        let t = fig6(&cfg, &ctx).unwrap();
+        insta::assert_snapshot!("paper_a_fig6", t.render(4));
+        let names: Vec<String> = cfg.pairs.iter().map(|p| p.name.clone()).collect();
+        let f = fig6_figure(&t, &names).unwrap();
+        insta::assert_snapshot!("paper_a_fig6_figure", checked_bars("fig6.svg", &f));
     }
 
     #[test]
@@ -1054,8 +1189,29 @@ mod tests {
         cfg.system.devices = 8;
         cfg.fig7_bandwidth_hz = vec![5e6, 20e6];
         cfg.fig8_devices = vec![4, 8];
-        insta::assert_snapshot!("paper_a_fig7", fig7(&cfg, &ctx).unwrap().render(4));
-        insta::assert_snapshot!("paper_a_fig8", fig8(&cfg, &ctx).unwrap().render(4));
+        let names: Vec<String> = cfg.pairs.iter().map(|p| p.name.clone()).collect();
+        for (fig, t) in [("7", fig7(&cfg, &ctx).unwrap()), ("8", fig8(&cfg, &ctx).unwrap())] {
+            insta::assert_snapshot!(format!("paper_a_fig{fig}"), t.render(4));
+            let figs = sweep_figures(fig, &t, &names).unwrap();
+            let text: Vec<String> = figs.iter().map(|(file, f)| checked(file, f)).collect();
+            insta::assert_snapshot!(format!("paper_a_fig{fig}_figures"), text.join("\n"));
+        }
+    }
+
+    #[test]
+    fn sensitivity_rows_cover_every_variant_and_pair() {
+        let (mut cfg, ctx) = quick();
+        cfg.system.devices = 6;
+        let t = sensitivity(&cfg, &ctx).unwrap();
+        assert_eq!(t.rows.len(), SENSITIVITY.len() * cfg.pairs.len());
+        // A slower drafter makes Multi-SPIN slower: the variants do reach the model.
+        let m = t.values("multi_spin_tok_s");
+        assert!(m[2] < m[0] && m[0] < m[1], "{m:?}");
+        let [v, th, a] = fig4_fixed_values();
+        let (alpha, theta) = v.unwrap();
+        assert_eq!(optimal_uniform_length(alpha, 0.4, theta, 1, 25), 7);
+        assert_eq!(optimal_uniform_length(alpha, 0.1, theta, 1, 25), 2);
+        assert!(th.is_some(), "{th:?} {a:?}");
     }
 
     #[test]

@@ -155,6 +155,82 @@ impl Table {
         out
     }
 
+    /// The index of column `name`.
+    pub fn col(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == name)
+    }
+
+    /// The numbers of column `name` (NaN for a text cell; empty when there is no such column).
+    pub fn values(&self, name: &str) -> Vec<f64> {
+        let Some(j) = self.col(name) else {
+            return Vec::new();
+        };
+        self.rows
+            .iter()
+            .map(|r| match &r[j] {
+                Cell::Num(v) => *v,
+                Cell::Text(_) => f64::NAN,
+            })
+            .collect()
+    }
+
+    /// A Markdown table like [`Table::to_markdown`], with every column `X_ci95` folded into column `X` as
+    /// "mean ± half-width" (the reviewer reads the interval beside its mean).
+    pub fn to_markdown_ci(&self, sig: usize) -> String {
+        let ci_of = |j: usize| self.col(&format!("{}_ci95", self.columns[j]));
+        let shown: Vec<usize> = (0..self.columns.len())
+            .filter(|&j| {
+                !self.columns[j].ends_with("_ci95")
+                    || self.col(self.columns[j].trim_end_matches("_ci95")).is_none()
+            })
+            .collect();
+        let mut out = String::new();
+        let header: Vec<String> = shown
+            .iter()
+            .map(|&j| {
+                if ci_of(j).is_some() {
+                    format!("{} (± 95 % CI)", self.columns[j])
+                } else {
+                    self.columns[j].clone()
+                }
+            })
+            .collect();
+        out.push_str(&format!(
+            "| {} |\n|{}\n",
+            header.join(" | "),
+            "---|".repeat(shown.len())
+        ));
+        for row in &self.rows {
+            let cells: Vec<String> = shown
+                .iter()
+                .map(|&j| {
+                    let v = Self::cell_text(&row[j], sig);
+                    match ci_of(j).map(|c| &row[c]) {
+                        // A spread below rounding noise of the mean (an identical value in every realisation).
+                        Some(Cell::Num(h))
+                            if h.is_finite()
+                                && *h
+                                    <= 1e-9
+                                        * f64::max(
+                                            1.0,
+                                            match &row[j] {
+                                                Cell::Num(m) => m.abs(),
+                                                Cell::Text(_) => 1.0,
+                                            },
+                                        ) =>
+                        {
+                            format!("{v} ± 0")
+                        }
+                        Some(Cell::Num(h)) if h.is_finite() => format!("{v} ± {}", format_sig(*h, 2)),
+                        _ => v,
+                    }
+                })
+                .collect();
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
+        }
+        out
+    }
+
     /// A Markdown table with `sig` significant digits, for REPORT.md.
     pub fn to_markdown(&self, sig: usize) -> String {
         let grid = self.text_grid(sig);
@@ -203,5 +279,16 @@ mod tests {
             "scheme,goodput_tok_per_s\nexact,145.2371\n\"a,b\",3\n"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn markdown_folds_intervals_into_their_column() {
+        let mut t = Table::new(&["x", "g", "g_ci95"]);
+        t.push(vec![1usize.into(), 145.2371.into(), 1.234.into()]);
+        assert_eq!(
+            t.to_markdown_ci(4),
+            "| x | g (± 95 % CI) |\n|---|---|\n| 1 | 145.2 ± 1.2 |\n"
+        );
+        assert_eq!(t.values("g"), vec![145.2371]);
     }
 }

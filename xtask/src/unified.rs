@@ -1,7 +1,7 @@
 //! "Beyond the papers": the unified controller against paper-A-only and paper-B-only control on one unified round
 //! model, across bandwidth and DL/UL power ratio (CSV + SVG and a REPORT.md section; docs/unified.md).
 
-use crate::plot::{LineChart, Series, line_chart};
+use crate::plot::{Axis, Figure};
 use crate::report::{Ctx, Report};
 use crate::table::{Cell, Table};
 use anyhow::Context;
@@ -15,19 +15,8 @@ use spin_optimize::round::{PaperPlanner, PayloadPolicy, Planner, Radio, Round, S
 use spin_optimize::unified::testing::DropRound;
 use spin_optimize::unified::{Options, plan_with_paper_b_best};
 
-/// The controllers compared, as (column name, legend label).
-const CONTROLLERS: [(&str, &str); 4] = [
-    (
-        "paper_a",
-        "paper A only (distributions per token, exact L + OFDMA)",
-    ),
-    (
-        "paper_b",
-        "paper B only (pairs, best γ, equal shares, optimal modes)",
-    ),
-    ("unified_pair", "unified, pairs only (joint L + OFDMA + modes)"),
-    ("unified", "unified (payload chosen per device)"),
-];
+/// The controllers compared, by column name (legend labels in `plot::label`).
+const CONTROLLERS: [&str; 4] = ["paper_a", "paper_b", "unified_pair", "unified"];
 
 struct Size {
     devices: usize,
@@ -84,8 +73,10 @@ fn sweep(
 ) -> anyhow::Result<Table> {
     let sz = size(ctx.quick);
     let mut cols = vec![x_name];
-    cols.extend(CONTROLLERS.iter().map(|c| c.0));
+    cols.extend(CONTROLLERS);
     cols.push("unified_gain_pct");
+    let ci_names: Vec<String> = CONTROLLERS.iter().map(|c| format!("{c}_ci95")).collect();
+    cols.extend(ci_names.iter().map(String::as_str));
     let mut table = Table::new(&cols);
     // Every (x, realisation) pair is one parallel task, so both cores stay busy across x values (a realisation
     // count that does not divide by the core count would otherwise idle one core at every x).
@@ -110,40 +101,25 @@ fn sweep(
         let mut row = vec![Cell::from(x)];
         row.extend(mean.iter().map(|&v| Cell::from(v)));
         row.push(Cell::from(100.0 * (mean[3] / best_paper - 1.0)));
+        row.extend((0..4).map(|i| {
+            let v: Vec<f64> = per_drop.iter().map(|r| r[i]).collect();
+            Cell::from(crate::stats::ci95(&v).unwrap_or(f64::NAN))
+        }));
         table.push(row);
     }
     bar.finish_and_clear();
     Ok(table)
 }
 
-fn column(t: &Table, j: usize) -> Vec<f64> {
-    t.rows
-        .iter()
-        .filter_map(|r| match r.get(j) {
-            Some(Cell::Num(v)) => Some(*v),
-            _ => None,
-        })
-        .collect()
-}
-
-fn draw(ctx: &Ctx, t: &Table, file: &str, title: &str, x_label: &str) -> anyhow::Result<()> {
-    let x = column(t, 0);
-    let series: Vec<Series> = CONTROLLERS
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Series {
-            label: c.1.to_owned(),
-            points: x.iter().copied().zip(column(t, i + 1)).collect(),
-        })
-        .collect();
-    line_chart(
-        &ctx.path(file),
-        &LineChart {
-            title,
-            x_label,
-            y_label: "goodput E[ΣN]/E[T] (tokens/s)",
-            series: &series,
-        },
+/// The figure of one sweep: the four controllers with their intervals.
+pub fn figure(t: &Table, title: &str, x_label: &str, x_axis: Axis) -> anyhow::Result<Figure> {
+    let ys: Vec<(&str, &str)> = CONTROLLERS.iter().map(|c| (*c, *c)).collect();
+    crate::paper_b::line_figure(
+        t,
+        &t.columns[0],
+        &ys,
+        title.to_owned(),
+        (x_label, x_axis, "goodput E[ΣN]/E[T] (tokens/s)"),
     )
 }
 
@@ -185,23 +161,23 @@ pub fn tables(ctx: &Ctx) -> anyhow::Result<(Table, Table)> {
 /// Writes the CSV and SVG files and the report section.
 pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
     let sz = size(ctx.quick);
-    let (by_bandwidth, by_ratio) = tables(ctx).context("unified sweeps")?;
+    let (by_bandwidth, by_ratio) = ctx.timed("unified", || tables(ctx)).context("unified sweeps")?;
     by_bandwidth.write_csv(&ctx.path("unified_bandwidth.csv"))?;
     by_ratio.write_csv(&ctx.path("unified_power_ratio.csv"))?;
-    draw(
-        ctx,
+    let fb = figure(
         &by_bandwidth,
-        "unified_bandwidth.svg",
-        "Unified vs paper-A-only vs paper-B-only control",
-        "bandwidth B (MHz)",
+        "Unified versus paper-A-only and paper-B-only control across the bandwidth",
+        "uplink bandwidth B (MHz, log scale)",
+        Axis::Log2,
     )?;
-    draw(
-        ctx,
+    fb.write_svg(&ctx.path("unified_bandwidth.svg"))?;
+    let fr = figure(
         &by_ratio,
-        "unified_power_ratio.svg",
         "Unified control across the DL/UL power ratio (P_tot(K) fixed, B = 10 MHz)",
-        "P_dl / P_ul",
+        "power ratio P_dl/P_ul (log scale)",
+        Axis::Log2,
     )?;
+    fr.write_svg(&ctx.path("unified_power_ratio.svg"))?;
     let mut body = format!(
         "Paper B's drop and Qwen setting (T0 = 42.8 ms, T1 = 7.6 ms, T^dft = 15.2 ms × U[1, 1.15], acceptance \
          drawn from (0.85, 0.82, 0.72, 0.75)), K = {}, L ∈ {{0..20}}, D = 34,816 bits, pairs charged at 34 bits, \
@@ -213,12 +189,41 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
          Goodput (tokens/s) versus bandwidth, P_ul = 15 dBm, P_dl = 30 dBm:\n\n",
         sz.devices, sz.saa_samples, sz.drops
     );
-    body.push_str(&by_bandwidth.to_markdown(4));
+    body.push_str(&crate::report::embed(
+        "unified_bandwidth.svg",
+        &fb.title,
+        &fb.all_notes(),
+    ));
+    body.push_str(&by_bandwidth.to_markdown_ci(4));
     body.push_str(
         "\nGoodput (tokens/s) versus P_dl/P_ul with P_dl + K·P_ul = P̄_dl + K·P̄_ul (30 dBm, 15 dBm), B = 10 MHz:\n\n",
     );
-    body.push_str(&by_ratio.to_markdown(4));
+    body.push_str(&crate::report::embed(
+        "unified_power_ratio.svg",
+        &fr.title,
+        &fr.all_notes(),
+    ));
+    body.push_str(&by_ratio.to_markdown_ci(4));
     body.push_str("\nFiles: `unified_bandwidth.{csv,svg}`, `unified_power_ratio.{csv,svg}`.\n");
+    let gain = by_ratio.values("unified_gain_pct");
+    let ratios = by_ratio.values("dl_ul_ratio");
+    report.claim(crate::report::Claim {
+        figure: "beyond both",
+        claim: "unified control over the better paper, across P_dl/P_ul",
+        ours: format!(
+            "{:+.1} % at ratio {} … {:+.1} % at ratio {}",
+            gain.first().copied().unwrap_or(f64::NAN),
+            ratios.first().copied().unwrap_or(f64::NAN),
+            gain.last().copied().unwrap_or(f64::NAN),
+            ratios.last().copied().unwrap_or(f64::NAN)
+        ),
+        paper: "—",
+        difference: "beyond the papers".into(),
+        why:
+            "a large P_dl/P_ul starves paper B's UL corrections and paper A's per-token uplink; choosing the \
+              payload and the mode per device avoids both (docs/unified.md)"
+                .into(),
+    });
     report.section("Beyond the papers: unified control", body);
     Ok(())
 }
@@ -235,6 +240,11 @@ mod tests {
             seed: 2026,
         };
         let (by_bandwidth, by_ratio) = tables(&ctx).unwrap();
+        let f = figure(&by_ratio, "ratio", "P_dl/P_ul", Axis::Log2).unwrap();
+        insta::assert_snapshot!(
+            "unified_power_ratio_figure",
+            crate::plot::testing::checked("u.svg", &f)
+        );
         for t in [&by_bandwidth, &by_ratio] {
             assert!(!t.rows.is_empty());
             for row in &t.rows {

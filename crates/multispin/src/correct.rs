@@ -153,7 +153,7 @@ pub fn run(args: &CorrectArgs) -> Result<(), Failure> {
 
 fn to_table(out: &Output, gains: &[f64]) -> String {
     let mut t = format!(
-        "scheme: {}\ncommunication delay: {:.3} ms (UL {:.3} ms, DL {:.3} ms)\n\n{:>6} {:>14} {:>5} {:>12}\n",
+        "scheme: {}\ncommunication delay: {:.3} ms (UL {:.3} ms, DL {:.3} ms)\n\n{:>6} {:>14} {:>5} {:>13}\n",
         out.scheme,
         out.comm_delay_s * 1e3,
         out.ul_delay_s * 1e3,
@@ -161,7 +161,7 @@ fn to_table(out: &Output, gains: &[f64]) -> String {
         "device",
         "gain (dB)",
         "mode",
-        "DL power (W)"
+        "DL power (mW)"
     );
     for (((k, mode), p), g) in out
         .rejected
@@ -175,8 +175,9 @@ fn to_table(out: &Output, gains: &[f64]) -> String {
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
         t.push_str(&format!(
-            "{k:>6} {:>14.2} {mode:>5} {p:>12.4e}\n",
-            spin_channel::units::linear_to_db(*g)
+            "{k:>6} {:>14.2} {mode:>5} {:>13.1}\n",
+            spin_channel::units::linear_to_db(*g),
+            p * 1e3
         ));
     }
     t

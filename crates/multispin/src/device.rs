@@ -65,9 +65,16 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
             println!("{}", tok.decode(&r.tokens).map_err(Failure::input)?);
             Ok(())
         }
-        Err(e @ (NetError::Mismatch { .. } | NetError::Refused { .. } | NetError::Version { .. })) => {
-            Err(Failure::input(e))
+        Err(e) => {
+            let input = matches!(
+                e,
+                NetError::Mismatch { .. } | NetError::Refused { .. } | NetError::Version { .. }
+            );
+            Err(crate::failure::net(
+                &format!("--connect {}", args.connect),
+                e,
+                input,
+            ))
         }
-        Err(e) => Err(Failure::Runtime(e.into())),
     }
 }

@@ -18,6 +18,48 @@ impl Failure {
     }
 }
 
+/// The messages of `err` and its sources joined by ": ", each on one line, leaving out a source whose text the
+/// message before it already contains (an error that prints its source, `io: Connection refused (os error 111)`,
+/// would otherwise say it twice).
+pub fn chain_text<'a>(messages: impl IntoIterator<Item = String> + 'a) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for m in messages {
+        let m = m.lines().next().unwrap_or("").trim_end().to_string();
+        if parts.last().is_some_and(|last| last.contains(&m)) {
+            continue;
+        }
+        parts.push(m);
+    }
+    parts.join(": ")
+}
+
+/// A network error of `serve` or `device`, said once and with the address it concerns: `what` names the side and
+/// the address (`--connect 127.0.0.1:7878`). Refusals and mismatches reported by the peer are input errors (exit 2).
+pub fn net(what: &str, err: spin_net::NetError, input: bool) -> Failure {
+    let mut messages = vec![err.to_string()];
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        messages.push(s.to_string());
+        source = s.source();
+    }
+    let text = format!("{what}: {}", chain_text(messages));
+    if input {
+        Failure::Input(text)
+    } else {
+        Failure::Runtime(anyhow::anyhow!(text))
+    }
+}
+
+/// The source position of a parse error as "line L, column C" (both from 1), from a byte offset into `text`.
+pub fn line_column(text: &str, offset: usize) -> String {
+    let offset = offset.min(text.len());
+    let before = &text.as_bytes()[..offset];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
+    format!("line {line}, column {column}")
+}
+
 impl From<anyhow::Error> for Failure {
     fn from(err: anyhow::Error) -> Self {
         Failure::Runtime(err)
@@ -27,5 +69,27 @@ impl From<anyhow::Error> for Failure {
 impl From<std::io::Error> for Failure {
     fn from(err: std::io::Error) -> Self {
         Failure::Runtime(err.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_say_each_cause_once() {
+        let text = chain_text([
+            "io: Connection refused (os error 111)".to_string(),
+            "Connection refused (os error 111)".to_string(),
+        ]);
+        assert_eq!(text, "io: Connection refused (os error 111)");
+        assert_eq!(chain_text(["a".to_string(), "b\nmore".to_string()]), "a: b");
+    }
+
+    #[test]
+    fn positions_count_from_one() {
+        assert_eq!(line_column("ab\ncd", 0), "line 1, column 1");
+        assert_eq!(line_column("ab\ncd", 4), "line 2, column 2");
+        assert_eq!(line_column("é\nx", 99), "line 2, column 2");
     }
 }

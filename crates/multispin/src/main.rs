@@ -10,6 +10,7 @@ mod failure;
 mod generate;
 mod make_scenario;
 mod measure;
+mod number;
 mod plan;
 mod plan_a;
 mod plan_b;
@@ -68,13 +69,15 @@ fn main() -> ExitCode {
         // invalid input.
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            // clap's first paragraph (the error and, for a bad value, the possible values) joined on one line.
+            // clap's first paragraph (the error and, for a bad value, the possible values) joined on one line,
+            // then its suggestions ("tip: a similar argument exists: '--devices'") on the same line.
             let text = e.render().to_string();
-            let lines: Vec<&str> = text
+            let mut lines: Vec<&str> = text
                 .lines()
                 .take_while(|l| !l.trim().is_empty())
                 .map(str::trim)
                 .collect();
+            lines.extend(text.lines().map(str::trim).filter(|l| l.starts_with("tip:")));
             eprintln!("{}", lines.join(" "));
             return ExitCode::from(2);
         }
@@ -96,11 +99,10 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Runtime(err)) => {
-            let causes: Vec<String> = err
-                .chain()
-                .map(|c| first_line(&c.to_string()).to_string())
-                .collect();
-            eprintln!("error: {}", causes.join(": "));
+            eprintln!(
+                "error: {}",
+                failure::chain_text(err.chain().map(|c| first_line(&c.to_string()).to_string()))
+            );
             ExitCode::from(1)
         }
     }

@@ -125,8 +125,9 @@ fn pair(
     let v = one_of((names.0, si), (names.1, alt), conversion).map_err(|e| Failure::Input(e.to_string()))?;
     if !(v.is_finite() && v > 0.0) {
         return Err(Failure::Input(format!(
-            "{}: {v:e} is not a finite positive number",
-            names.0
+            "{}: {} is not a finite positive number",
+            names.0,
+            crate::number::plain(v)
         )));
     }
     Ok(v)
@@ -149,12 +150,22 @@ pub fn from_text(
     model: Option<ModelArg>,
     seed: Option<u64>,
 ) -> Result<serde_json::Value, Failure> {
-    let de = toml::Deserializer::parse(text)
-        .map_err(|e| Failure::Input(format!("drop: malformed TOML: {}", e.message().trim())))?;
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| format!(" at {}", crate::failure::line_column(text, s.start)))
+            .unwrap_or_default();
+        Failure::Input(format!("drop: malformed TOML{at}: {}", e.message().trim()))
+    })?;
     let f: DropFile = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.inner().to_string();
-        let inner = inner.lines().next().unwrap_or("").trim().to_string();
+        let at = e
+            .inner()
+            .span()
+            .map(|s| format!(" ({})", crate::failure::line_column(text, s.start)))
+            .unwrap_or_default();
+        let inner = e.inner().message().trim().to_string();
+        let inner = format!("{}{at}", inner.lines().next().unwrap_or(""));
         let path = if path == "." || path == "?" {
             "drop".to_string()
         } else {
@@ -227,8 +238,8 @@ pub fn from_text(
         .collect();
     if let Some(i) = gains.iter().position(|g| !(g.is_finite() && *g > 0.0)) {
         return Err(Failure::Input(format!(
-            "reference_gain_db: device {i} gets a power gain of {:e}, not a finite positive number",
-            gains[i]
+            "reference_gain_db: device {i} gets a power gain of {}, not a finite positive number",
+            crate::number::plain(gains[i])
         )));
     }
     match model {

@@ -369,9 +369,10 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             }
             if fit.intercept < 0.0 || fit.slope < 0.0 {
                 eprintln!(
-                    "note: the verification fit T_fix = {:.4e} s, T_lin = {:.4e} s has a negative term; \
+                    "note: the verification fit T_fix = {}, T_lin = {} has a negative term; \
                      scenario.json uses 0 for it",
-                    fit.intercept, fit.slope
+                    crate::number::si(fit.intercept, "s"),
+                    crate::number::si(fit.slope, "s")
                 );
             }
             let scenario = serde_json::json!({

@@ -148,17 +148,30 @@ impl Document {
     fn parse(text: &str, toml: bool) -> Result<Document, Failure> {
         if toml {
             let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                Failure::Input(format!(
-                    "scenario: malformed TOML: {} ({})",
-                    e.message().trim(),
-                    e.to_string().lines().next().unwrap_or("").trim()
-                ))
+                let at = e
+                    .span()
+                    .map(|s| format!(" at {}", crate::failure::line_column(text, s.start)))
+                    .unwrap_or_default();
+                Failure::Input(format!("scenario: malformed TOML{at}: {}", e.message().trim()))
             })?;
             Ok(Document::Toml(toml::Value::Table(table)))
         } else {
             let mut de = serde_json::Deserializer::from_str(text);
-            let value: StrictJson =
-                serde_path_to_error::deserialize(&mut de).map_err(|e| report(e.path(), e.inner()))?;
+            let value: StrictJson = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                // A syntax error has no field to name: say where in the file it is instead.
+                if e.inner().is_syntax() || e.inner().is_eof() {
+                    let inner = e.inner();
+                    let msg = inner.to_string();
+                    let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+                    Failure::Input(format!(
+                        "scenario: malformed JSON at line {}, column {}: {msg}",
+                        inner.line(),
+                        inner.column()
+                    ))
+                } else {
+                    report(e.path(), e.inner())
+                }
+            })?;
             de.end()
                 .map_err(|e| Failure::Input(format!("scenario: trailing characters: {e}")))?;
             Ok(Document::Json(value.0))

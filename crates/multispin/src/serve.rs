@@ -72,7 +72,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             rounds.push(t.clone());
         },
     );
-    let summary = summary.map_err(Failure::input)?;
+    let summary = summary.map_err(|e| crate::failure::net(&format!("--listen {}", args.listen), e, true))?;
     println!("{}", scheme_table(&[(summary.clone(), rounds)]));
     eprintln!("stopped: {}", summary.stopped);
     Ok(())

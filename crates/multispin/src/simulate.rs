@@ -184,7 +184,8 @@ pub struct SimulateArgs {
     /// Prompts, one per line; device k gets line k mod (number of lines). Default: a built-in story list.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
-    /// Also run these schemes (comma-separated) on the same seeds and prompts and print one table.
+    /// Also run these schemes (comma-separated) on the same seeds and prompts and print one table; the `--scheme`
+    /// (default best) always runs first and is the one whose per-device table is printed.
     #[arg(long, value_delimiter = ',')]
     pub compare: Vec<String>,
     /// Output folder for the trace, summary, CSV and SVG.
@@ -325,6 +326,12 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         if !schemes.contains(s) {
             schemes.push(s.clone());
         }
+    }
+    if !args.compare.is_empty() && !args.compare.contains(&args.server.scheme) {
+        eprintln!(
+            "note: --compare also runs --scheme {} (first; its per-device table is printed)",
+            args.server.scheme
+        );
     }
     let configs: Vec<ServerConfig> = schemes
         .iter()
@@ -572,8 +579,8 @@ pub fn scheme_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
 
 fn device_table(summary: &Summary, texts: &[String]) -> String {
     let mut s = format!(
-        "{:>6} {:>7} {:>9} {:>10} {:>7} {:>7}  text\n",
-        "device", "tokens", "goodput", "acceptance", "rounds", "dropped"
+        "per device, scheme {} (goodput in tokens per simulated second)\n{:>6} {:>7} {:>9} {:>10} {:>7} {:>7}  text\n",
+        summary.scheme, "device", "tokens", "goodput", "acceptance", "rounds", "dropped"
     );
     for (d, t) in summary.devices.iter().zip(texts) {
         s.push_str(&format!(

@@ -207,7 +207,7 @@ fn correct_rejected_lists_are_parsed_strictly() {
         "table",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("DL power (W)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DL power (mW)"));
 }
 
 #[test]

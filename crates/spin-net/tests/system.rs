@@ -489,9 +489,10 @@ fn a_device_with_another_vocabulary_is_refused_with_a_clear_error() {
 #[test]
 fn stories260k_eight_devices_produce_the_known_greedy_text() {
     let Some(d) = std::env::var_os("MULTISPIN_SHARED_DATA") else {
-        println!("skipping: MULTISPIN_SHARED_DATA unset");
+        real_model_marker(false);
         return;
     };
+    real_model_marker(true);
     let dir = std::path::PathBuf::from(d).join("models/stories260K");
     assert!(
         dir.join("stories260K.bin").is_file() && dir.join("tok512.bin").is_file(),
@@ -530,4 +531,17 @@ fn stories260k_eight_devices_produce_the_known_greedy_text() {
             out.summary.goodput
         );
     }
+}
+
+/// Says on the uncaptured stderr whether this real-model test runs or skips, so a plain `cargo test` shows it
+/// (`.ci/run` counts these lines).
+fn real_model_marker(ran: bool) {
+    use std::io::Write as _;
+    let name = std::thread::current().name().unwrap_or("?").to_owned();
+    let what = if ran {
+        "ran"
+    } else {
+        "skipped (MULTISPIN_SHARED_DATA unset)"
+    };
+    let _ = writeln!(std::io::stderr(), "real-model test {name}: {what}");
 }

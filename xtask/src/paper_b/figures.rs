@@ -88,16 +88,30 @@ fn average(rows: &[Vec<f64>]) -> Vec<f64> {
     acc.iter().map(|a| a / n).collect()
 }
 
-/// Runs `per_drop` for every drop in parallel and averages in drop order.
+/// Runs `per_drop` for every drop in parallel and averages in drop order; also the 95 % confidence half-width of
+/// each average over the drops (NaN with a single drop).
 fn over_drops(
     drops: u32,
     per_drop: impl Fn(u64) -> anyhow::Result<Vec<f64>> + Sync + Send,
-) -> anyhow::Result<Vec<f64>> {
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let rows: Vec<Vec<f64>> = (0..u64::from(drops))
         .into_par_iter()
         .map(per_drop)
         .collect::<anyhow::Result<_>>()?;
-    Ok(average(&rows))
+    let width = rows.first().map_or(0, Vec::len);
+    let ci = (0..width)
+        .map(|j| crate::stats::ci95(&rows.iter().map(|r| r[j]).collect::<Vec<_>>()).unwrap_or(f64::NAN))
+        .collect();
+    Ok((average(&rows), ci))
+}
+
+/// Appends a `<name>_ci95` column for each of `names` to `columns`.
+fn with_ci(columns: &[&str], names: &[&str]) -> Vec<String> {
+    columns
+        .iter()
+        .map(|c| (*c).to_owned())
+        .chain(names.iter().map(|n| format!("{n}_ci95")))
+        .collect()
 }
 
 fn gain_pct(new: f64, base: f64) -> f64 {
@@ -155,11 +169,9 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
         &cfg.fig7.dl_power_dbm
     };
     let figure = 7 + pair_index as u64;
-    let mut t = Table::new(&[
-        "p_dl_dbm",
+    let averaged = [
         "greedy_tok_s",
         "best_tok_s",
-        "best_gain_pct",
         "greedy_mean_len",
         "best_mean_len",
         "greedy_accepted",
@@ -168,14 +180,32 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
         "best_accepted",
         "best_ul",
         "best_dl",
-    ]);
+    ];
+    let columns = with_ci(
+        &[
+            "p_dl_dbm",
+            "greedy_tok_s",
+            "best_tok_s",
+            "best_gain_pct",
+            "greedy_mean_len",
+            "best_mean_len",
+            "greedy_accepted",
+            "greedy_ul",
+            "greedy_dl",
+            "best_accepted",
+            "best_ul",
+            "best_dl",
+        ],
+        &averaged,
+    );
+    let mut t = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
     let bar = ctx.progress(points.len() as u64, &format!("paper B fig {figure}"));
     for &dl_dbm in points {
         let budget = PowerBudget {
             dl_power_w: dbm_to_w(dl_dbm),
             ul_power_w: dbm_to_w(cfg.fig7.ul_power_dbm),
         };
-        let avg = over_drops(size.drops, |d| {
+        let (avg, ci) = over_drops(size.drops, |d| {
             let r = realise(cfg, pair, cfg.devices, mix(ctx.seed, figure, d))?;
             let sc = scenario(
                 cfg,
@@ -206,6 +236,7 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
         let mut cells = vec![Cell::from(dl_dbm), Cell::from(avg[0]), Cell::from(avg[1])];
         cells.push(Cell::from(gain_pct(avg[1], avg[0])));
         cells.extend(avg[2..].iter().map(|&v| Cell::from(v)));
+        cells.extend(ci.iter().map(|&v| Cell::from(v)));
         t.push(cells);
         bar.inc(1);
     }
@@ -223,22 +254,33 @@ pub fn fig9(cfg: &Config, ctx: &Ctx, ratio: f64, figure: u64) -> anyhow::Result<
     } else {
         &cfg.fig9.devices
     };
-    let mut t = Table::new(&[
-        "devices",
-        "p_dl_w",
-        "p_ul_w",
+    let averaged = [
         "optimal_tok_s",
         "all_ul_tok_s",
         "all_dl_tok_s",
         "random_tok_s",
         "best_tok_s",
-        "best_gain_pct",
-    ]);
+    ];
+    let columns = with_ci(
+        &[
+            "devices",
+            "p_dl_w",
+            "p_ul_w",
+            "optimal_tok_s",
+            "all_ul_tok_s",
+            "all_dl_tok_s",
+            "random_tok_s",
+            "best_tok_s",
+            "best_gain_pct",
+        ],
+        &averaged,
+    );
+    let mut t = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
     let bar = ctx.progress(points.len() as u64, &format!("paper B fig {figure}"));
     for &k in points {
         let total = PowerBudget::total_w(dbm_to_w(cfg.dl_power_dbm), dbm_to_w(cfg.ul_power_dbm), k)?;
         let budget = PowerBudget::split(total, ratio, k)?;
-        let avg = over_drops(size.drops, |d| {
+        let (avg, ci) = over_drops(size.drops, |d| {
             let r = realise(cfg, pair, k, mix(ctx.seed, figure, d))?;
             let sc = scenario(
                 cfg,
@@ -267,6 +309,7 @@ pub fn fig9(cfg: &Config, ctx: &Ctx, ratio: f64, figure: u64) -> anyhow::Result<
         ];
         cells.extend(avg.iter().map(|&v| Cell::from(v)));
         cells.push(Cell::from(gain_pct(avg[4], avg[0])));
+        cells.extend(ci.iter().map(|&v| Cell::from(v)));
         t.push(cells);
         bar.inc(1);
     }
@@ -285,18 +328,23 @@ pub fn fig11(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
     };
     let k = cfg.devices;
     let total = PowerBudget::total_w(dbm_to_w(cfg.dl_power_dbm), dbm_to_w(cfg.ul_power_dbm), k)?;
-    let mut t = Table::new(&[
-        "ratio",
-        "greedy_tok_s",
-        "best_tok_s",
-        "uniform_tok_s",
-        "comp_only_tok_s",
-        "best_gain_pct",
-    ]);
+    let averaged = ["greedy_tok_s", "best_tok_s", "uniform_tok_s", "comp_only_tok_s"];
+    let columns = with_ci(
+        &[
+            "ratio",
+            "greedy_tok_s",
+            "best_tok_s",
+            "uniform_tok_s",
+            "comp_only_tok_s",
+            "best_gain_pct",
+        ],
+        &averaged,
+    );
+    let mut t = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
     let bar = ctx.progress(points.len() as u64, "paper B fig 11");
     for &ratio in points {
         let budget = PowerBudget::split(total, ratio, k)?;
-        let avg = over_drops(size.drops, |d| {
+        let (avg, ci) = over_drops(size.drops, |d| {
             let r = realise(cfg, pair, k, mix(ctx.seed, 11, d))?;
             let sc = scenario(cfg, pair, &r, budget, size.saa_samples, mix(ctx.seed, 111, d))?;
             let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
@@ -311,9 +359,59 @@ pub fn fig11(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
         let mut cells = vec![Cell::from(ratio)];
         cells.extend(avg.iter().map(|&v| Cell::from(v)));
         cells.push(Cell::from(gain_pct(avg[1], avg[0])));
+        cells.extend(ci.iter().map(|&v| Cell::from(v)));
         t.push(cells);
         bar.inc(1);
     }
     bar.finish_and_clear();
+    Ok(t)
+}
+
+/// The unstated parameters of paper B varied by [`sensitivity`], one at a time: (name, offset on every acceptance
+/// rate of Table I, UL power of Figs. 7–8 in dBm; `None` keeps the configured value).
+pub const SENSITIVITY: [(&str, f64, Option<f64>); 5] = [
+    ("calibrated (scenarios/paper-b.toml)", 0.0, None),
+    ("Table I α − 0.05", -0.05, None),
+    ("Table I α + 0.05", 0.05, None),
+    ("P_ul = 10 dBm", 0.0, Some(10.0)),
+    ("P_ul = 20 dBm", 0.0, Some(20.0)),
+];
+
+/// Fig. 7's headline numbers (the Qwen pair at P_dl = 20 and 40 dBm: greedy, `best` and its gain) under each
+/// [`SENSITIVITY`] variant, on the figure's own random streams.
+pub fn sensitivity(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
+    let mut t = Table::new(&[
+        "variant",
+        "greedy_20dbm_tok_s",
+        "best_20dbm_tok_s",
+        "best_gain_20dbm_pct",
+        "greedy_40dbm_tok_s",
+        "best_gain_40dbm_pct",
+    ]);
+    for &(name, da, ul) in &SENSITIVITY {
+        let mut c = cfg.clone();
+        c.fig7.dl_power_dbm = vec![20.0, 40.0];
+        c.fig7.quick_dl_power_dbm = vec![20.0, 40.0];
+        if let Some(p) = ul {
+            c.fig7.ul_power_dbm = p;
+        }
+        for a in &mut c.pairs[0].acceptance {
+            *a = (*a + da).clamp(0.01, 0.99);
+        }
+        let f = fig7(&c, ctx, 0)?;
+        let (g, b, gain) = (
+            f.values("greedy_tok_s"),
+            f.values("best_tok_s"),
+            f.values("best_gain_pct"),
+        );
+        t.push(vec![
+            Cell::from(name),
+            Cell::from(g[0]),
+            Cell::from(b[0]),
+            Cell::from(gain[0]),
+            Cell::from(g[1]),
+            Cell::from(gain[1]),
+        ]);
+    }
     Ok(t)
 }
