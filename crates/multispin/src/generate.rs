@@ -108,7 +108,10 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
         return Err(Failure::Input(format!("--top-p: {p} is outside (0, 1]")));
     }
     if !(0.0..=1.0).contains(&args.min_p) {
-        return Err(Failure::Input(format!("--min-p: {} is outside [0, 1]", args.min_p)));
+        return Err(Failure::Input(format!(
+            "--min-p: {} is outside [0, 1]",
+            args.min_p
+        )));
     }
     Ok(())
 }
@@ -135,9 +138,12 @@ pub fn render_chat(template: &str, user: &str, bos: &str, eos: &str) -> Result<S
     env.set_syntax(syntax);
     minijinja_contrib::add_to_environment(&mut env);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", |msg: String| -> Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-    });
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        },
+    );
     env.add_template("chat", template).map_err(|e| e.to_string())?;
     let t = env.get_template("chat").map_err(|e| e.to_string())?;
     t.render(minijinja::context! {
@@ -229,8 +235,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             ));
         };
         let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
-        render_chat(template, &args.prompt, &name(tok.bos()), &name(tok.eos()))
-            .map_err(|e| Failure::Input(format!("--chat: the chat template cannot be rendered: {}", flat(&e))))?
+        render_chat(template, &args.prompt, &name(tok.bos()), &name(tok.eos())).map_err(|e| {
+            Failure::Input(format!(
+                "--chat: the chat template cannot be rendered: {}",
+                flat(&e)
+            ))
+        })?
     } else {
         args.prompt.clone()
     };
@@ -257,7 +267,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         )));
     }
     if args.verbose_prompt {
-        eprintln!("prompt: {} tokens (BOS {})", prompt.len(), if add_bos { "added" } else { "not added" });
+        eprintln!(
+            "prompt: {} tokens (BOS {})",
+            prompt.len(),
+            if add_bos { "added" } else { "not added" }
+        );
         for &id in &prompt {
             eprintln!("{id:>8} -> {:?}", tok.token_text(id).unwrap_or_default());
         }
@@ -341,7 +355,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     };
     let elapsed = start.elapsed().as_secs_f64();
     if let Some(e) = write_err.into_inner() {
-        return Err(Failure::Runtime(anyhow::Error::new(e).context("writing the text to stdout")));
+        return Err(Failure::Runtime(
+            anyhow::Error::new(e).context("writing the text to stdout"),
+        ));
     }
     let mut all = shown.to_vec();
     all.extend_from_slice(&generated);
@@ -390,7 +406,8 @@ mod tests {
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
-            self.at_flush.push(String::from_utf8_lossy(&self.buf).into_owned());
+            self.at_flush
+                .push(String::from_utf8_lossy(&self.buf).into_owned());
             Ok(())
         }
     }
@@ -408,7 +425,13 @@ mod tests {
         s.show("Once upon a é.\n", true).unwrap();
         assert_eq!(
             s.out.at_flush,
-            ["Once", "Once upon", "Once upon a ", "Once upon a é", "Once upon a é.\n"]
+            [
+                "Once",
+                "Once upon",
+                "Once upon a ",
+                "Once upon a é",
+                "Once upon a é.\n"
+            ]
         );
         let mut s = Stream::new(Flushes::default());
         s.show("ab", false).unwrap();

@@ -78,7 +78,10 @@ fn write(dir: &Path, name: &str, v: &GgufVocab, dtype: GgmlDType) -> PathBuf {
 }
 
 fn multispin(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_multispin")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// The prompt token ids `--verbose-prompt` lists on stderr.
@@ -102,12 +105,19 @@ fn bos_follows_the_file_metadata_and_llama_cpp_defaults() {
     for (add_bos, pre, want_bos) in [
         (Some(false), "smollm", false),
         (Some(true), "smollm", true),
-        (None, "smollm", false), // llama.cpp: byte-level BPE starts without BOS…
+        (None, "smollm", false),   // llama.cpp: byte-level BPE starts without BOS…
         (None, "llama-bpe", true), // …except for the Llama 3 family
     ] {
         let m = write(dir.path(), "m.gguf", &vocab(add_bos, pre, None), GgmlDType::Q8_0);
         let out = multispin(&[
-            "generate", "--target", m.to_str().unwrap(), "--prompt", "a", "--max-tokens", "2", "--verbose-prompt",
+            "generate",
+            "--target",
+            m.to_str().unwrap(),
+            "--prompt",
+            "a",
+            "--max-tokens",
+            "2",
+            "--verbose-prompt",
         ]);
         let ids = prompt_ids(ok(&out));
         let want = if want_bos { vec![1, a] } else { vec![a] };
@@ -118,9 +128,24 @@ fn bos_follows_the_file_metadata_and_llama_cpp_defaults() {
 #[test]
 fn chat_renders_the_file_template_with_special_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let m = write(dir.path(), "chat.gguf", &vocab(Some(false), "smollm", Some(TEMPLATE)), GgmlDType::Q4_0);
+    let m = write(
+        dir.path(),
+        "chat.gguf",
+        &vocab(Some(false), "smollm", Some(TEMPLATE)),
+        GgmlDType::Q4_0,
+    );
     let m = m.to_str().unwrap();
-    let out = multispin(&["generate", "--target", m, "--prompt", "a", "--chat", "--max-tokens", "3", "--verbose-prompt"]);
+    let out = multispin(&[
+        "generate",
+        "--target",
+        m,
+        "--prompt",
+        "a",
+        "--chat",
+        "--max-tokens",
+        "3",
+        "--verbose-prompt",
+    ]);
     let ids = prompt_ids(ok(&out));
     // <|im_start|> "user" \n "a" <|im_end|> \n <|im_start|> "assistant" \n: control tokens matched whole.
     let byte = |c: u8| 3 + u32::from(c);
@@ -130,8 +155,20 @@ fn chat_renders_the_file_template_with_special_tokens() {
     want.extend(b"assistant\n".iter().map(|&c| byte(c)));
     assert_eq!(ids, want);
     // A file without a template: a clear input error.
-    let plain = write(dir.path(), "plain.gguf", &vocab(Some(false), "smollm", None), GgmlDType::Q4_0);
-    let out = multispin(&["generate", "--target", plain.to_str().unwrap(), "--prompt", "a", "--chat"]);
+    let plain = write(
+        dir.path(),
+        "plain.gguf",
+        &vocab(Some(false), "smollm", None),
+        GgmlDType::Q4_0,
+    );
+    let out = multispin(&[
+        "generate",
+        "--target",
+        plain.to_str().unwrap(),
+        "--prompt",
+        "a",
+        "--chat",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--chat: the model file has no chat template"));
 }
@@ -139,30 +176,70 @@ fn chat_renders_the_file_template_with_special_tokens() {
 #[test]
 fn sampling_flags_threads_and_the_host_route() {
     let dir = tempfile::tempdir().unwrap();
-    let m = write(dir.path(), "m.gguf", &vocab(Some(false), "smollm", None), GgmlDType::Q4_1);
+    let m = write(
+        dir.path(),
+        "m.gguf",
+        &vocab(Some(false), "smollm", None),
+        GgmlDType::Q4_1,
+    );
     let m = m.to_str().unwrap();
-    let base = ["generate", "--target", m, "--prompt", "ab a", "--max-tokens", "20"];
+    let base = [
+        "generate",
+        "--target",
+        m,
+        "--prompt",
+        "ab a",
+        "--max-tokens",
+        "20",
+    ];
     // Greedy: plain decoding and the speculative loop give the same text, on 1 and 2 threads.
     let plain = ok(&multispin(&base)).stdout.clone();
     for threads in ["1", "2"] {
         let mut args = base.to_vec();
-        args.extend(["--threads", threads, "--self-draft-layers", "1", "--draft-len", "4"]);
+        args.extend([
+            "--threads",
+            threads,
+            "--self-draft-layers",
+            "1",
+            "--draft-len",
+            "4",
+        ]);
         assert_eq!(ok(&multispin(&args)).stdout, plain, "--threads {threads}");
     }
     // Sampling with every cut runs; the same seed gives the same text; top-k 1 is greedy.
     let mut s = base.to_vec();
-    s.extend(["--temperature", "0.8", "--top-k", "40", "--top-p", "0.9", "--min-p", "0.05", "--seed", "3"]);
+    s.extend([
+        "--temperature",
+        "0.8",
+        "--top-k",
+        "40",
+        "--top-p",
+        "0.9",
+        "--min-p",
+        "0.05",
+        "--seed",
+        "3",
+    ]);
     let first = ok(&multispin(&s)).stdout.clone();
     assert_eq!(ok(&multispin(&s)).stdout, first);
     let mut k1 = base.to_vec();
     k1.extend(["--temperature", "1.5", "--top-k", "1"]);
     assert_eq!(ok(&multispin(&k1)).stdout, plain);
     // Bad values name their flag and exit 2.
-    for (flag, value) in [("--top-k", "0"), ("--top-p", "0"), ("--top-p", "1.5"), ("--min-p", "-0.1"), ("--threads", "0")] {
+    for (flag, value) in [
+        ("--top-k", "0"),
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--min-p", "-0.1"),
+        ("--threads", "0"),
+    ] {
         let mut args = base.to_vec();
         args.extend([flag, value]);
         let out = multispin(&args);
         assert_eq!(out.status.code(), Some(2), "{flag} {value}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(flag), "{flag} {value}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag),
+            "{flag} {value}"
+        );
     }
 }

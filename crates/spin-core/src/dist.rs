@@ -872,25 +872,37 @@ mod tests {
         let mut out = Vec::new();
         for t in [0.5, 1.0, 2.0] {
             // min_p = 0.3: the floor is 0.12, so 0.4, 0.3 and 0.15 stay.
-            let params = SamplingParams::new(t, None, None).unwrap().with_min_p(0.3).unwrap();
+            let params = SamplingParams::new(t, None, None)
+                .unwrap()
+                .with_min_p(0.3)
+                .unwrap();
             assert_eq!(params.min_p(), Some(0.3));
             probs_from_logits(&l, &params, &mut out).unwrap();
             let kept: Vec<f64> = probs[..3].iter().map(|p| p.powf(1.0 / t)).collect();
             let z: f64 = kept.iter().sum();
             for (i, &o) in out.iter().enumerate() {
                 let want = if i < 3 { kept[i] / z } else { 0.0 };
-                assert!((f64::from(o) - want).abs() < 1e-6, "T {t}, token {i}: {o} vs {want}");
+                assert!(
+                    (f64::from(o) - want).abs() < 1e-6,
+                    "T {t}, token {i}: {o} vs {want}"
+                );
             }
         }
         // With top-k = 2 the tighter cut wins; min_p = 1 keeps only the tokens tied with the largest.
-        let params = SamplingParams::new(1.0, Some(2), None).unwrap().with_min_p(0.3).unwrap();
+        let params = SamplingParams::new(1.0, Some(2), None)
+            .unwrap()
+            .with_min_p(0.3)
+            .unwrap();
         probs_from_logits(&l, &params, &mut out).unwrap();
         assert!(out[2] == 0.0 && out[1] > 0.0);
         let params = SamplingParams::PLAIN.with_min_p(1.0).unwrap();
         probs_from_logits(&[1.0, 3.0, 3.0, 2.0], &params, &mut out).unwrap();
         assert_eq!(out, [0.0, 0.5, 0.5, 0.0]);
         // 0 cuts nothing (and is stored as no cut); outside [0, 1] or NaN is refused, naming min_p.
-        assert_eq!(SamplingParams::PLAIN.with_min_p(0.0).unwrap(), SamplingParams::PLAIN);
+        assert_eq!(
+            SamplingParams::PLAIN.with_min_p(0.0).unwrap(),
+            SamplingParams::PLAIN
+        );
         for bad in [-0.1, 1.5, f64::NAN] {
             let e = SamplingParams::PLAIN.with_min_p(bad).unwrap_err().to_string();
             assert!(e.starts_with("min_p:"), "{e}");

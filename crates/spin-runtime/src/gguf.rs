@@ -154,7 +154,12 @@ impl GgufSource {
     }
 
     /// The tensors `names` (each (rows_i, cols), one block format) read into one host matrix, rows stacked.
-    fn host_matrix(&self, names: &[(String, usize)], cols: usize, format: BlockFormat) -> Result<Arc<QMatrix>> {
+    fn host_matrix(
+        &self,
+        names: &[(String, usize)],
+        cols: usize,
+        format: BlockFormat,
+    ) -> Result<Arc<QMatrix>> {
         let rows: usize = names.iter().map(|(_, r)| r).sum();
         let mut bytes = Vec::new();
         for (g, _) in names {
@@ -177,11 +182,19 @@ impl GgufSource {
 }
 
 /// A candle quantised tensor on `device` from a tensor's raw bytes.
-fn qtensor_from_bytes(what: &str, info: &gguf_file::TensorInfo, bytes: &[u8], device: &Device) -> Result<QTensor> {
+fn qtensor_from_bytes(
+    what: &str,
+    info: &gguf_file::TensorInfo,
+    bytes: &[u8],
+    device: &Device,
+) -> Result<QTensor> {
     // candle reinterprets the bytes as blocks and asserts their alignment (at most that of an f32); a `Vec<u8>`
     // from the system allocator is aligned far beyond it, so this only guards the assertion.
     if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
-        return Err(RuntimeError::format(what, "tensor bytes are misaligned in memory"));
+        return Err(RuntimeError::format(
+            what,
+            "tensor bytes are misaligned in memory",
+        ));
     }
     let storage = QStorage::from_data(std::borrow::Cow::Borrowed(bytes), device, info.ggml_dtype)
         .map_err(|e| RuntimeError::format(what, e.to_string()))?;
@@ -496,7 +509,10 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
             .collect(),
         None => Vec::new(),
     };
-    let (bos, eos) = (id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"));
+    let (bos, eos) = (
+        id("tokenizer.ggml.bos_token_id"),
+        id("tokenizer.ggml.eos_token_id"),
+    );
     let added: Vec<serde_json::Value> = tokens
         .iter()
         .enumerate()
@@ -532,9 +548,9 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         .cloned()
         .unwrap_or_default();
     let add_bos = match c.metadata.get("tokenizer.ggml.add_bos_token") {
-        Some(v) => v
-            .to_bool()
-            .map_err(|e| RuntimeError::format(format!("{what}: tokenizer.ggml.add_bos_token"), e.to_string()))?,
+        Some(v) => v.to_bool().map_err(|e| {
+            RuntimeError::format(format!("{what}: tokenizer.ggml.add_bos_token"), e.to_string())
+        })?,
         None => bpe_adds_bos(&pre),
     };
     let chat_template = match c.metadata.get("tokenizer.chat_template") {
@@ -656,10 +672,7 @@ pub fn write_with(
         (k("attention.head_count"), V::U32(cfg.n_heads as u32)),
         (k("attention.head_count_kv"), V::U32(cfg.n_kv_heads as u32)),
         (k("context_length"), V::U32(cfg.max_seq_len as u32)),
-        (
-            k("attention.layer_norm_rms_epsilon"),
-            V::F32(cfg.rms_eps as f32),
-        ),
+        (k("attention.layer_norm_rms_epsilon"), V::F32(cfg.rms_eps as f32)),
         (k("rope.freq_base"), V::F32(cfg.rope_theta as f32)),
     ];
     if let Some(v) = opts.vocab {

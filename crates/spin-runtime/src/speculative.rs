@@ -138,12 +138,12 @@ impl<'m> Speculator<'m> {
         draft_lens: &[usize],
         cfg: SpecConfig,
     ) -> Result<Self> {
-        if target.config().vocab_size != drafter.config().vocab_size {
+        if target.config().vocab_size != drafter.output_vocab() {
             return Err(RuntimeError::invalid(
                 "draft",
                 format!(
                     "vocabulary of {} differs from the target's {}",
-                    drafter.config().vocab_size,
+                    drafter.output_vocab(),
                     target.config().vocab_size
                 ),
             ));
@@ -321,7 +321,11 @@ pub fn generate_plain_with(
     let mut tokens = prompt.to_vec();
     let mut p = Vec::with_capacity(vocab);
     for i in 0..max_new_tokens {
-        let input = if i == 0 { prompt } else { &tokens[tokens.len() - 1..] };
+        let input = if i == 0 {
+            prompt
+        } else {
+            &tokens[tokens.len() - 1..]
+        };
         let logits = model.forward_logits(&mut cache, input)?;
         probs_into(&logits[logits.len() - vocab..], params, &mut p)?;
         let t = Dist::new(&p)?.sample(&mut rng);

@@ -66,7 +66,11 @@ fn compare(a: &Model, b: &Model) -> Vec<(String, f32)> {
     let mut out = Vec::new();
     let run = |m: &Model, caches: &mut Vec<KvCache>, toks: &[&[u32]]| -> Vec<Vec<f32>> {
         let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
-        m.forward_batch(&mut refs, toks).unwrap().iter().map(rows).collect()
+        m.forward_batch(&mut refs, toks)
+            .unwrap()
+            .iter()
+            .map(rows)
+            .collect()
     };
     let mut ca: Vec<KvCache> = (0..3).map(|_| a.new_cache()).collect();
     let mut cb: Vec<KvCache> = (0..3).map(|_| b.new_cache()).collect();
@@ -149,7 +153,11 @@ fn host_route_matches_candle_route_and_dequantised_weights_in_every_format() {
         let (host, candle) = load(&cfg, dtype, &overrides, 11);
         let exact = host.dequantize().unwrap();
         assert!(exact.is_dense() && !exact.has_quantised_host_route());
-        let tol = if matches!(dtype, GgmlDType::F32 | GgmlDType::F16) { 1e-4 } else { 0.10 };
+        let tol = if matches!(dtype, GgmlDType::F32 | GgmlDType::F16) {
+            1e-4
+        } else {
+            0.10
+        };
         for (what, d) in compare(&host, &candle) {
             assert!(d < tol, "{name}, {what}: host vs candle route {d}");
         }
@@ -208,9 +216,14 @@ fn greedy_decoding_equals_speculative_greedy_text_on_the_host_route() {
                 eos: None,
                 seed: 0,
             };
-            let mut s = Speculator::new(&host, &drafter, std::slice::from_ref(&prompt), &[gamma], cfg).unwrap();
+            let mut s =
+                Speculator::new(&host, &drafter, std::slice::from_ref(&prompt), &[gamma], cfg).unwrap();
             s.run().unwrap();
-            assert_eq!(s.devices[0].generated(), plain.as_slice(), "{dtype:?}, γ = {gamma}");
+            assert_eq!(
+                s.devices[0].generated(),
+                plain.as_slice(),
+                "{dtype:?}, γ = {gamma}"
+            );
         }
     }
 }
@@ -228,6 +241,9 @@ fn host_route_refuses_bad_input_and_keeps_the_caches() {
     assert!(host.forward(&mut c, &long).is_err());
     assert_eq!(c.len(), 2);
     let mut other = host.first_layers(1).unwrap().new_cache();
-    assert!(host.forward_batch(&mut [&mut c, &mut other], &[&[1], &[1]]).is_err());
+    assert!(
+        host.forward_batch(&mut [&mut c, &mut other], &[&[1], &[1]])
+            .is_err()
+    );
     assert_eq!(c.len(), 2);
 }

@@ -91,7 +91,13 @@ impl HostRows {
         if self.is_whole() {
             return Ok(self.m.clone());
         }
-        let m = QMatrix::new(what, self.m.format(), self.rows, self.cols(), self.bytes().to_vec())?;
+        let m = QMatrix::new(
+            what,
+            self.m.format(),
+            self.rows,
+            self.cols(),
+            self.bytes().to_vec(),
+        )?;
         Ok(Arc::new(m))
     }
 
@@ -102,7 +108,10 @@ impl HostRows {
             // candle reinterprets the bytes as blocks and asserts their alignment (at most that of an f32); a
             // `Vec<u8>` from the system allocator is aligned far beyond it, so this only guards the assertion.
             if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
-                return Err(RuntimeError::invalid("weights", "host matrix bytes are misaligned"));
+                return Err(RuntimeError::invalid(
+                    "weights",
+                    "host matrix bytes are misaligned",
+                ));
             }
             let storage = QStorage::from_data(
                 std::borrow::Cow::Borrowed(bytes),
@@ -367,7 +376,13 @@ impl Model {
         }
     }
 
-    fn qhost_pass(&self, hw: &QHostWeights, buf: &mut QBuffers, caches: &mut [&mut KvCache], tokens: &[&[u32]]) {
+    fn qhost_pass(
+        &self,
+        hw: &QHostWeights,
+        buf: &mut QBuffers,
+        caches: &mut [&mut KvCache],
+        tokens: &[&[u32]],
+    ) {
         let cfg = &self.cfg;
         let (d, kvd, h, vocab) = (cfg.dim, cfg.kv_dim(), cfg.hidden_dim, cfg.vocab_size);
         let (nh, nkv, hd) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim());
@@ -380,7 +395,11 @@ impl Model {
 
         // Embedding rows, dequantised per token.
         resize(&mut buf.x, n * d);
-        for (row, &tok) in buf.x.chunks_exact_mut(d).zip(tokens.iter().flat_map(|s| s.iter())) {
+        for (row, &tok) in buf
+            .x
+            .chunks_exact_mut(d)
+            .zip(tokens.iter().flat_map(|s| s.iter()))
+        {
             hw.embed.dequantize_row(tok as usize, row);
         }
         // Positions and visibility: row j of sequence i sits at past_i + j and sees past_i + j + 1 keys.

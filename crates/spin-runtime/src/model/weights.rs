@@ -1,9 +1,9 @@
 //! Where the weights come from and how they are kept: projections (dense or quantised), the named-tensor
 //! source the loaders share, the fused and transposed copies of the CPU fast path, random weights for tests.
 
+use super::qhost::HostRows;
 use super::{Config, Model};
 use crate::error::{Result, RuntimeError};
-use super::qhost::HostRows;
 use crate::quant::QMatrix;
 use candle_core::quantized::QMatMul;
 use candle_core::{CpuStorage, DType, Device, Module, Storage, Tensor};
@@ -13,10 +13,16 @@ use candle_core::{CpuStorage, DType, Device, Module, Storage, Tensor};
 pub(crate) enum Proj {
     Dense(candle_nn::Linear),
     /// candle's quantised matrix (a GGUF file on a GPU, or in a format the host kernels do not read).
-    Quant { w: QMatMul, b: Option<Tensor> },
+    Quant {
+        w: QMatMul,
+        b: Option<Tensor>,
+    },
     /// Rows of a host matrix in the file's block format (a GGUF file on the CPU): the quantised host route
     /// (`qhost.rs`) reads them; the candle route builds candle's form of them on first use.
-    Host { w: HostRows, b: Option<Tensor> },
+    Host {
+        w: HostRows,
+        b: Option<Tensor>,
+    },
 }
 
 /// The token embedding: a dense tensor, or a host matrix in the file's block format whose rows are dequantised
@@ -40,7 +46,9 @@ impl Embedding {
     pub(super) fn lookup(&self, ids: &Tensor, device: &Device) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         match self {
-            Embedding::Dense(e) => Ok(e.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, e.dim(1)?))?),
+            Embedding::Dense(e) => Ok(e
+                .index_select(&ids.flatten_all()?, 0)?
+                .reshape((b, t, e.dim(1)?))?),
             Embedding::Host(m) => {
                 let d = m.cols();
                 let ids = ids.flatten_all()?.to_vec1::<u32>()?;
