@@ -198,6 +198,12 @@ pub fn write_draft_dir(
             format!("{} is not the head's {} ids", cfg.vocab_size, hv.compact_vocab()),
         ));
     }
+    if cfg.rope != RopeStyle::Halves || cfg.qkv_bias {
+        return Err(RuntimeError::invalid(
+            "config",
+            "a model folder's Llama uses half-split RoPE and no biases",
+        ));
+    }
     let mut all = tensors.clone();
     all.insert(
         HEAD_VOCAB_TENSOR.into(),
