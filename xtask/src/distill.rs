@@ -59,6 +59,10 @@ pub struct DistillArgs {
     /// answers to 48 instructions).
     #[arg(long, default_value_t = 512)]
     pub story_seqs: u32,
+    /// With --head-vocab: stop training after this many minutes (0: no limit); the steps done are printed, and
+    /// --steps with that number rebuilds the same draft.
+    #[arg(long, default_value_t = 0.0)]
+    pub minutes: f64,
 }
 
 impl DistillArgs {
@@ -84,6 +88,7 @@ impl DistillArgs {
             ("--head-vocab", self.head_vocab.to_string()),
             ("--top-k", self.top_k.to_string()),
             ("--story-seqs", self.story_seqs.to_string()),
+            ("--minutes", self.minutes.to_string()),
         ] {
             a.push(flag.to_owned());
             a.push(v);

@@ -10,7 +10,7 @@
 //!
 //! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
 //!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
-//!        [--story-seqs 512]
+//!        [--story-seqs 512] [--minutes 0]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
@@ -57,7 +57,9 @@ fn run() -> Result<(), String> {
             return Err("--head-vocab: a GGUF or folder target needs a restricted head (e.g. 4096)".into());
         }
         if !carries_tokenizer {
-            return Err("--head-vocab: needs a target that carries its tokenizer (GGUF file or model folder)".into());
+            return Err(
+                "--head-vocab: needs a target that carries its tokenizer (GGUF file or model folder)".into(),
+            );
         }
         let o = head_route::Opts {
             head,
@@ -73,6 +75,7 @@ fn run() -> Result<(), String> {
             kv_heads: num(get("--kv-heads"), "--kv-heads", 2)?,
             lr: num(get("--lr"), "--lr", 3e-3)?,
             seed: num(get("--seed"), "--seed", 0)?,
+            minutes: num(get("--minutes"), "--minutes", 0.0)?,
         };
         return head_route::run(&target_path, &out, &o);
     }

@@ -293,8 +293,7 @@ impl HeadStudent {
                     format!("{r} is outside the {} cached sequences", cache.sequences()),
                 ));
             }
-            self.hv
-                .map_tokens(&cache.tokens[r * t..(r + 1) * t], &mut ids)?;
+            self.hv.map_tokens(&cache.tokens[r * t..(r + 1) * t], &mut ids)?;
             for j in 0..t {
                 let at = (r * t + j) * k;
                 let row = &mut target[(b * t + j) * vd..(b * t + j + 1) * vd];

@@ -79,7 +79,10 @@ fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
     // The kept probabilities are the target's own, most likely first.
     let mut c = target.new_cache();
     let l = target.forward(&mut c, &seqs[2]).unwrap();
-    let p = candle_nn::ops::softmax_last_dim(&l).unwrap().to_vec2::<f32>().unwrap();
+    let p = candle_nn::ops::softmax_last_dim(&l)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
     let at = (2 * 10 + 4) * 5;
     let mut sorted = p[4].clone();
     sorted.sort_by(|a, b| b.total_cmp(a));

@@ -26,6 +26,9 @@ pub struct Opts {
     pub kv_heads: usize,
     pub lr: f64,
     pub seed: u64,
+    /// Training stops after this many minutes (0: no limit); the steps done are printed, and `--steps` with that
+    /// number gives the same draft.
+    pub minutes: f64,
 }
 
 /// The first bytes of TinyStories validation, never trained on (the evaluation prompts come from them).
@@ -157,7 +160,9 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
     // 1. Text: held-in stories, and the target's own answers (greedy, then two sampled at temperature 0.8).
     let mut seqs = story_windows(&tok, o.seq_len, o.story_seqs)?;
     let stories = seqs.len();
-    let template = tok.chat_template().ok_or("the target's file has no chat template")?;
+    let template = tok
+        .chat_template()
+        .ok_or("the target's file has no chat template")?;
     let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
     let mut prompts = Vec::new();
     for q in INSTRUCTIONS {
@@ -172,9 +177,9 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
             .map(|i| o.seed.wrapping_mul(7919).wrapping_add(1000 * round as u64 + i))
             .collect();
         let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
-        let gen = generate_plain_batch(&target, &prompts, &params, o.seq_len - shortest, &seeds)
+        let answers = generate_plain_batch(&target, &prompts, &params, o.seq_len - shortest, &seeds)
             .map_err(|e| e.to_string())?;
-        for (p, g) in prompts.iter().zip(gen) {
+        for (p, g) in prompts.iter().zip(answers) {
             let mut s = p.clone();
             s.extend(g);
             s.truncate(o.seq_len);
@@ -228,14 +233,26 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
     let mut student = HeadStudent::new(cfg.clone(), hv.clone(), o.lr, o.seed).map_err(|e| e.to_string())?;
     let mut rng = ChaCha8Rng::seed_from_u64(o.seed);
     let mut recent = Vec::new();
+    let train_start = Instant::now();
     for step in 0..o.steps {
+        if o.minutes > 0.0 && train_start.elapsed().as_secs_f64() > 60.0 * o.minutes {
+            println!(
+                "time box of {} min reached after {step} steps: --steps {step} rebuilds this draft",
+                o.minutes
+            );
+            break;
+        }
         let rows: Vec<usize> = (0..o.batch).map(|_| rng.random_range(0..n)).collect();
         let b = student.batch(&cache, &rows).map_err(|e| e.to_string())?;
         recent.push(student.step(&b).map_err(|e| e.to_string())?);
         progress.line(step + 1 == o.steps, || {
             let kl = recent.iter().sum::<f64>() / recent.len() as f64;
             recent.clear();
-            format!("step {:5} / {}  KL {kl:.4} nats/position (mean since the last line)", step + 1, o.steps)
+            format!(
+                "step {:5} / {}  KL {kl:.4} nats/position (mean since the last line)",
+                step + 1,
+                o.steps
+            )
         });
     }
     spin_runtime::hf::write_draft_dir(out, &cfg, student.tensors(), &hv).map_err(|e| e.to_string())?;
