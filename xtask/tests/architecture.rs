@@ -179,3 +179,43 @@ fn every_file_says_why_it_exists_and_nothing_is_left_unfinished() {
         }
     }
 }
+
+/// The one module allowed to hold `unsafe` kernels (ARCHITECTURE.md, "the only module with unsafe").
+const UNSAFE_KERNELS: &str = "crates/spin-runtime/src/quant/simd.rs";
+
+#[test]
+fn only_the_simd_kernels_module_allows_unsafe_code_and_it_argues_every_block() {
+    let root = workspace_root();
+    let inner = concat!("#![allow(", "unsafe_code)]");
+    for dir in ["crates", "xtask", "benches"] {
+        for file in rust_files(&root.join(dir)) {
+            let rel = file.strip_prefix(&root).unwrap().display().to_string();
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                !text.contains(inner) || rel == UNSAFE_KERNELS,
+                "{rel} allows unsafe code module-wide; only {UNSAFE_KERNELS} may"
+            );
+        }
+    }
+    let text = std::fs::read_to_string(root.join(UNSAFE_KERNELS)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut blocks = 0;
+    for (k, line) in lines.iter().enumerate() {
+        if line.contains(concat!("unsafe", " {")) {
+            blocks += 1;
+            let argued = lines[k.saturating_sub(4)..k]
+                .iter()
+                .chain(std::iter::once(line))
+                .any(|l| l.contains("// SAFETY:"));
+            assert!(
+                argued,
+                "{UNSAFE_KERNELS}:{}: an unsafe block without a `// SAFETY:` argument",
+                k + 1
+            );
+        }
+    }
+    assert!(
+        blocks > 0,
+        "{UNSAFE_KERNELS} has no unsafe block: drop its allow instead"
+    );
+}

@@ -6,7 +6,9 @@ use crate::simulate::{Embedded, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
 use spin_core::SamplingParams;
+use spin_runtime::Tokenizer;
 use spin_runtime::speculative::{self, SpecConfig, Speculator};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -37,6 +39,11 @@ pub struct GenerateArgs {
     /// tokenizers).
     #[arg(long, default_value = "")]
     pub prompt: String,
+    /// Prompts, one per line (at most 1 MiB in all): decoded plainly together, one pass per step over every
+    /// unfinished prompt, each printed with its continuation in order once all are done (the same tokens as each
+    /// prompt alone with the same flags and seed).
+    #[arg(long, conflicts_with_all = ["prompt", "draft", "self_draft_layers"])]
+    pub prompts: Option<PathBuf>,
     /// Render the prompt as one user message through the file's chat template (GGUF `tokenizer.chat_template`,
     /// with the generation prompt added) before tokenising it; an error when the file has no template.
     #[arg(long)]
@@ -85,9 +92,7 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
     let t = args.temperature;
     if !(t == 0.0 || (t.is_finite() && t >= MIN_TEMPERATURE)) {
         return Err(Failure::Input(format!(
-            "--temperature: {} is neither 0 (greedy) nor a finite number ≥ {}",
-            crate::number::plain(t),
-            crate::number::plain(MIN_TEMPERATURE)
+            "--temperature: {t:e} is neither 0 (greedy) nor a finite number ≥ {MIN_TEMPERATURE:e}"
         )));
     }
     if args.draft_len == 0 {
@@ -199,6 +204,122 @@ impl<W: std::io::Write> Stream<W> {
     }
 }
 
+/// The tokens of one prompt under the flags: through the chat template with `--chat`, BOS as the file says (not
+/// twice when a rendered template starts with it), refused when it cannot fit `context`.
+fn encode_prompt(
+    args: &GenerateArgs,
+    tok: &Tokenizer,
+    prompt: &str,
+    context: usize,
+) -> Result<Vec<u32>, Failure> {
+    let text = if args.chat {
+        let Some(template) = tok.chat_template() else {
+            return Err(Failure::Input(
+                "--chat: the model file has no chat template (tokenizer.chat_template)".into(),
+            ));
+        };
+        let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+        render_chat(template, prompt, &name(tok.bos()), &name(tok.eos())).map_err(|e| {
+            Failure::Input(format!(
+                "--chat: the chat template cannot be rendered: {}",
+                flat(&e)
+            ))
+        })?
+    } else {
+        prompt.to_string()
+    };
+    let bos_text = tok.bos().and_then(|i| tok.token_text(i));
+    let add_bos = tok.add_bos() && !(args.chat && bos_text.is_some_and(|b| text.starts_with(&b)));
+    // Refuse a prompt that cannot fit before tokenising it (tokenising is linear-time but not free).
+    let lower = tok.min_tokens(&text, add_bos);
+    if prompt.len() > MAX_PROMPT_BYTES || lower > context {
+        return Err(Failure::Input(format!(
+            "--prompt: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
+             (and the prompt limit is {MAX_PROMPT_BYTES} bytes)",
+            prompt.len()
+        )));
+    }
+    let mut ids = tok.encode(&text, add_bos).map_err(Failure::input)?;
+    if ids.is_empty() {
+        ids = vec![0];
+    }
+    if ids.len() > context {
+        return Err(Failure::Input(format!(
+            "--prompt: {} tokens do not fit the context of {context} tokens",
+            ids.len()
+        )));
+    }
+    if args.verbose_prompt {
+        eprintln!(
+            "prompt: {} tokens (BOS {})",
+            ids.len(),
+            if add_bos { "added" } else { "not added" }
+        );
+        for &id in &ids {
+            eprintln!("{id:>8} -> {:?}", tok.token_text(id).unwrap_or_default());
+        }
+    }
+    Ok(ids)
+}
+
+/// `generate --prompts FILE`: every line decoded plainly in one batch, each printed (prompt text, unless `--chat`,
+/// then its continuation) on its own line, in order.
+fn run_batch(
+    args: &GenerateArgs,
+    file: &std::path::Path,
+    target: &spin_runtime::Model,
+    tok: &Tokenizer,
+    params: &SamplingParams,
+) -> Result<(), Failure> {
+    let bytes = spin_runtime::load::read_limited(file, MAX_PROMPT_BYTES as u64, "prompts")
+        .map_err(|e| Failure::Input(format!("--prompts: {}", flat(&e.to_string()))))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| Failure::Input(format!("--prompts: {} is not UTF-8 text: {e}", file.display())))?;
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return Err(Failure::Input(format!(
+            "--prompts: {} holds no prompt",
+            file.display()
+        )));
+    }
+    let context = target.config().max_seq_len;
+    let prompts: Vec<Vec<u32>> = lines
+        .iter()
+        .map(|l| encode_prompt(args, tok, l, context))
+        .collect::<Result<_, _>>()?;
+    // Every sequence stops at the context: the longest prompt's room bounds them all.
+    let room = prompts.iter().map(|p| context - p.len()).min().unwrap_or(0);
+    let max_tokens = args.max_tokens.min(room);
+    let sampled = (args.temperature != 0.0).then_some(params);
+    let start = Instant::now();
+    let outs = spin_runtime::decode::plain_batch(target, &prompts, sampled, max_tokens, tok.eos(), args.seed)
+        .context("batched decoding")?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut stdout = std::io::stdout().lock();
+    for (p, g) in prompts.iter().zip(&outs) {
+        let mut all = if args.chat { Vec::new() } else { p.clone() };
+        all.extend_from_slice(g);
+        let line = tok.decode(&all).map_err(Failure::input)?;
+        writeln!(stdout, "{line}").context("writing the text to stdout")?;
+    }
+    stdout.flush().context("writing the text to stdout")?;
+    if max_tokens < args.max_tokens {
+        eprintln!(
+            "note: --max-tokens capped at {max_tokens}: the longest prompt leaves that much of the context of \
+             {context} tokens"
+        );
+    }
+    if args.stats {
+        let n: usize = outs.iter().map(Vec::len).sum();
+        eprintln!(
+            "generated {n} tokens for {} prompts in {elapsed:.3} s ({:.1} tokens/s)",
+            outs.len(),
+            n as f64 / elapsed.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
 /// Runs `multispin generate`: the prompt's text, then each token's text as it is committed (flushed per commit:
 /// per token when decoding plainly, per round of the speculative loop).
 pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
@@ -228,54 +349,10 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let context = drafter.as_ref().map_or(target.config().max_seq_len, |d| {
         d.config().max_seq_len.min(target.config().max_seq_len)
     });
-    let text = if args.chat {
-        let Some(template) = tok.chat_template() else {
-            return Err(Failure::Input(
-                "--chat: the model file has no chat template (tokenizer.chat_template)".into(),
-            ));
-        };
-        let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
-        render_chat(template, &args.prompt, &name(tok.bos()), &name(tok.eos())).map_err(|e| {
-            Failure::Input(format!(
-                "--chat: the chat template cannot be rendered: {}",
-                flat(&e)
-            ))
-        })?
-    } else {
-        args.prompt.clone()
-    };
-    // BOS as the file says, and not twice when a rendered template already starts with it.
-    let bos_text = tok.bos().and_then(|i| tok.token_text(i));
-    let add_bos = tok.add_bos() && !(args.chat && bos_text.is_some_and(|b| text.starts_with(&b)));
-    // Refuse a prompt that cannot fit before tokenising it (tokenising is linear-time but not free).
-    let lower = tok.min_tokens(&text, add_bos);
-    if args.prompt.len() > MAX_PROMPT_BYTES || lower > context {
-        return Err(Failure::Input(format!(
-            "--prompt: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
-             (and the prompt limit is {MAX_PROMPT_BYTES} bytes)",
-            args.prompt.len()
-        )));
+    if let Some(file) = &args.prompts {
+        return run_batch(args, file, &target, &tok, &params);
     }
-    let mut prompt = tok.encode(&text, add_bos).map_err(Failure::input)?;
-    if prompt.is_empty() {
-        prompt = vec![0];
-    }
-    if prompt.len() > context {
-        return Err(Failure::Input(format!(
-            "--prompt: {} tokens do not fit the context of {context} tokens",
-            prompt.len()
-        )));
-    }
-    if args.verbose_prompt {
-        eprintln!(
-            "prompt: {} tokens (BOS {})",
-            prompt.len(),
-            if add_bos { "added" } else { "not added" }
-        );
-        for &id in &prompt {
-            eprintln!("{id:>8} -> {:?}", tok.token_text(id).unwrap_or_default());
-        }
-    }
+    let prompt = encode_prompt(args, &tok, &args.prompt, context)?;
     // Past the context the models cannot run: generate what fits, print it, say why on stderr and exit 0 (as
     // llama.cpp does). A speculative round drafts at most `remaining − 1` tokens and adds one (the bonus or
     // resampled token), so a round never feeds more than prompt + max_tokens − 1 positions: capping max_tokens

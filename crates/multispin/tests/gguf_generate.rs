@@ -243,3 +243,52 @@ fn sampling_flags_threads_and_the_host_route() {
         );
     }
 }
+
+/// `--prompts FILE` decodes every line in one batch per step: the output is each prompt's own run, in order,
+/// greedy and sampled (the same seed per prompt); a file with no line is an input error.
+#[test]
+fn batched_prompts_equal_one_by_one_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = write(
+        dir.path(),
+        "m.gguf",
+        &vocab(Some(true), "smollm", None),
+        GgmlDType::Q8_0,
+    );
+    let m = m.to_str().unwrap();
+    let lines = ["ab a", "b", "a ab ba ab"];
+    let file = dir.path().join("prompts.txt");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    for extra in [
+        &[][..],
+        &["--temperature", "0.9", "--top-p", "0.95", "--seed", "4"][..],
+    ] {
+        let mut batch = vec![
+            "generate",
+            "--target",
+            m,
+            "--max-tokens",
+            "12",
+            "--prompts",
+            file.to_str().unwrap(),
+        ];
+        batch.extend_from_slice(extra);
+        let got = ok(&multispin(&batch)).stdout.clone();
+        let mut want = Vec::new();
+        for l in lines {
+            let mut one = vec!["generate", "--target", m, "--max-tokens", "12", "--prompt", l];
+            one.extend_from_slice(extra);
+            want.extend(ok(&multispin(&one)).stdout.clone());
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "{extra:?}"
+        );
+    }
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let out = multispin(&["generate", "--target", m, "--prompts", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--prompts"));
+}

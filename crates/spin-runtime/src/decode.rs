@@ -62,3 +62,70 @@ pub fn greedy_with(
     }
     Ok(out)
 }
+
+/// Plain decoding of several prompts at once, one pass per step over every unfinished sequence (ragged: each
+/// feeds its prompt first, then its newest token): up to `max_new_tokens` tokens each, a sequence stopping after
+/// `eos`. Greedy when `params` is `None`, else sampled under `params` with sequence b's own generator seeded with
+/// `seed` — so sequence b gets exactly the tokens [`greedy`] (or `speculative::generate_plain` with `seed`) gives
+/// its prompt alone: every row of a pass gets the operations a row alone gets.
+pub fn plain_batch(
+    model: &Model,
+    prompts: &[Vec<u32>],
+    params: Option<&spin_core::SamplingParams>,
+    max_new_tokens: usize,
+    eos: Option<u32>,
+    seed: u64,
+) -> Result<Vec<Vec<u32>>> {
+    use rand::SeedableRng;
+    if prompts.is_empty() {
+        return Err(RuntimeError::invalid("prompts", "none given"));
+    }
+    if let Some(k) = prompts.iter().position(|p| p.is_empty()) {
+        return Err(RuntimeError::invalid(format!("prompts[{k}]"), "is empty"));
+    }
+    let vocab = model.config().vocab_size;
+    let mut caches: Vec<crate::model::KvCache> = prompts.iter().map(|_| model.new_cache()).collect();
+    let mut rngs: Vec<rand_chacha::ChaCha8Rng> = prompts
+        .iter()
+        .map(|_| rand_chacha::ChaCha8Rng::seed_from_u64(seed))
+        .collect();
+    let mut out: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|_| Vec::with_capacity(max_new_tokens))
+        .collect();
+    let mut done = vec![max_new_tokens == 0; prompts.len()];
+    let mut probs = Vec::with_capacity(vocab);
+    while let Some(first) = done.iter().position(|d| !d) {
+        let active: Vec<usize> = (first..prompts.len()).filter(|&b| !done[b]).collect();
+        let inputs: Vec<&[u32]> = active
+            .iter()
+            .map(|&b| match out[b].last() {
+                None => prompts[b].as_slice(),
+                Some(_) => &out[b][out[b].len() - 1..],
+            })
+            .collect();
+        let logits = {
+            let mut refs: Vec<&mut crate::model::KvCache> = caches
+                .iter_mut()
+                .enumerate()
+                .filter(|(b, _)| !done[*b])
+                .map(|(_, c)| c)
+                .collect();
+            model.forward_batch(&mut refs, &inputs)?
+        };
+        for (&b, l) in active.iter().zip(&logits) {
+            let n = l.dim(0)?;
+            let row = l.narrow(0, n - 1, 1)?.flatten_all()?.to_vec1::<f32>()?;
+            let t = match params {
+                None => argmax(&row)?,
+                Some(p) => {
+                    crate::speculative::probs_into(&row, p, &mut probs)?;
+                    spin_core::Dist::new(&probs)?.sample(&mut rngs[b])
+                }
+            };
+            out[b].push(t);
+            done[b] = Some(t) == eos || out[b].len() == max_new_tokens;
+        }
+    }
+    Ok(out)
+}

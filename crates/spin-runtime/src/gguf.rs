@@ -11,7 +11,7 @@ use candle_core::{Device, Tensor};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The block formats [`write`] and [`write_with`] take (candle's ggml types).
+/// The block formats [`write()`] and [`write_with`] take (candle's ggml types).
 pub use candle_core::quantized::GgmlDType;
 
 /// Maps a Hugging Face Llama tensor name (without `.weight`) to its GGUF name.
@@ -332,6 +332,7 @@ fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Resu
 /// Reads a GGUF file's header (metadata and tensor infos) without reading its tensors; returns it with the open
 /// file and its length. The file must be a regular file of at most [`crate::load::MAX_MODEL_BYTES`].
 fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> {
+    use std::io::{Read, Seek};
     let what = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| RuntimeError::io(path, e))?;
     let meta = file.metadata().map_err(|e| RuntimeError::io(path, e))?;
@@ -346,12 +347,30 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> 
             limit,
         });
     }
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, &file);
-    let content =
-        gguf_file::Content::read(&mut reader).map_err(|e| RuntimeError::format(&what, e.to_string()))?;
-    drop(reader);
-    Ok((content, file, meta.len()))
+    // The header is parsed from memory: candle's parser asks for the stream position before every string (a
+    // system call per token and merge when reading a file). A header longer than the first bytes read fails to
+    // parse for want of bytes and is read again from four times as many, up to the whole file, where a parse error
+    // is the file's.
+    let mut want = HEADER_BYTES.min(meta.len());
+    loop {
+        let mut head = Vec::new();
+        (&file)
+            .take(want)
+            .read_to_end(&mut head)
+            .map_err(|e| RuntimeError::io(path, e))?;
+        match gguf_file::Content::read(&mut std::io::Cursor::new(head.as_slice())) {
+            Ok(content) => return Ok((content, file, meta.len())),
+            Err(_) if want < meta.len() => want = want.saturating_mul(4).min(meta.len()),
+            Err(e) => return Err(RuntimeError::format(&what, e.to_string())),
+        }
+        (&file)
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| RuntimeError::io(path, e))?;
+    }
 }
+
+/// The bytes first read for a GGUF header (SmolLM2's, with its 49,152 tokens and 48,900 merges, is about 1.7 MB).
+const HEADER_BYTES: u64 = 4 << 20;
 
 /// The architectures read: GGUF `general.architecture` and how it differs from Llama.
 struct Arch {
@@ -620,7 +639,7 @@ pub fn write(
     write_with(path, cfg, tensors, &opts)
 }
 
-/// [`write`] with per-tensor formats and an embedded vocabulary.
+/// [`write()`] with per-tensor formats and an embedded vocabulary.
 pub fn write_with(
     path: &Path,
     cfg: &Config,

@@ -110,6 +110,9 @@ fn compare(a: &Model, b: &Model) -> Vec<(String, f32)> {
     out
 }
 
+/// A case: its name, the model's shape, the file's format and per-tensor formats.
+type Case = (&'static str, Config, GgmlDType, Vec<(&'static str, GgmlDType)>);
+
 /// Against the candle route (candle's quantised products, which quantise activations to Q8_1 / Q8_K) and against
 /// the dequantised model (f32 weights, exact activations). With f32 or f16 blocks nothing is quantised and the
 /// routes agree to rounding (stated: 1e-4 of max |logit|; measured ≤ 2e-6). With quantised blocks both routes
@@ -122,7 +125,7 @@ fn host_route_matches_candle_route_and_dequantised_weights_in_every_format() {
     // Hidden 128, not 96: candle's Q4_0/Q4_1 products assert an even number of blocks per row (the host route does not).
     let narrow = config(64, 128, RopeStyle::Interleaved);
     let wide = config(256, 512, RopeStyle::Interleaved);
-    let cases: Vec<(&str, Config, GgmlDType, Vec<(&str, GgmlDType)>)> = vec![
+    let cases: Vec<Case> = vec![
         ("F32", narrow.clone(), GgmlDType::F32, vec![]),
         ("F16", narrow.clone(), GgmlDType::F16, vec![]),
         ("Q4_0", narrow.clone(), GgmlDType::Q4_0, vec![]),

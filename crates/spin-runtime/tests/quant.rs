@@ -145,6 +145,30 @@ fn matmul_matches_candle_within_the_quantisation_bound_and_threads_agree() {
 }
 
 #[test]
+fn a_row_gets_the_same_bits_alone_and_in_any_batch() {
+    // What makes plain and speculative greedy decoding agree: an activation row's products do not depend on
+    // the other rows of the call.
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+    for dtype in FORMATS {
+        let cols = 3 * block_width(dtype);
+        let (m, _) = weights(&mut rng, dtype, 9, cols);
+        let n = 6;
+        let x = random(&mut rng, n * cols);
+        let mut all = vec![0f32; n * 9];
+        m.matmul(&x, n, &mut all);
+        for i in 0..n {
+            let mut one = vec![0f32; 9];
+            m.matmul(&x[i * cols..(i + 1) * cols], 1, &mut one);
+            let same = one
+                .iter()
+                .zip(&all[i * 9..(i + 1) * 9])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{dtype:?}: row {i} alone differs from row {i} of the batch");
+        }
+    }
+}
+
+#[test]
 fn the_head_split_over_many_tiles_gives_the_same_bits_on_any_pool() {
     // Enough rows for several chunks per thread, and a last tile of fewer rows.
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);

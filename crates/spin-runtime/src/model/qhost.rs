@@ -258,9 +258,10 @@ struct SeqScratch {
     scratch: AttnScratch,
 }
 
-/// Sets a buffer's length, keeping its capacity (no allocation once it has grown).
+/// Sets a buffer's length for an output that will be written whole, keeping its capacity (no allocation once it
+/// has grown, and no zeroing of what is overwritten anyway).
 fn resize(v: &mut Vec<f32>, n: usize) {
-    v.clear();
+    v.truncate(n);
     v.resize(n, 0.0);
 }
 

@@ -258,9 +258,16 @@ impl QMatrix {
                 yt_owned.clear();
                 yt_owned.resize(n * self.rows, 0.0);
                 self.run(acts, n, &mut yt_owned);
-                for (r, col) in yt_owned.chunks_exact(n).enumerate() {
-                    for (i, &v) in col.iter().enumerate() {
-                        y[i * self.rows + r] = v;
+                // Transpose in blocks of 16 rows, so that every write fills a run of 64 bytes of y.
+                let rows = self.rows;
+                for (k, block) in yt_owned.chunks(16 * n).enumerate() {
+                    let r0 = 16 * k;
+                    let width = block.len() / n;
+                    for i in 0..n {
+                        let dst = &mut y[i * rows + r0..i * rows + r0 + width];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d = block[j * n + i];
+                        }
                     }
                 }
             }
@@ -280,7 +287,8 @@ impl QMatrix {
                 }
             });
         };
-        if threads <= 1 {
+        // Below about 10 µs of work a fork-join costs more than it saves (the result is the same either way).
+        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
             work((0, yt));
             return;
         }
@@ -323,6 +331,23 @@ impl QMatrix {
             cols: self.cols,
         };
         simd::quant_tile(&view, &act, live, out);
+    }
+}
+
+/// Calibration for benchmarks: runs `iters` rounds of independent int8 dot-product instructions of the best
+/// instruction set (512-bit `vpdpbusd` where the CPU has AVX-512 VNNI) and returns the multiply-adds done and a
+/// checksum; multiply-adds per second on one thread is the integer peak a many-row product is measured against.
+pub fn peak_int8_macs(iters: usize) -> (u64, i64) {
+    simd::peak_probe(iters)
+}
+
+/// The name of the instruction set the kernels run with on this CPU (for reports).
+pub fn instruction_set() -> &'static str {
+    match simd::Isa::best() {
+        simd::Isa::Avx512Vnni => "AVX-512 VNNI (512-bit vpdpbusd)",
+        simd::Isa::AvxVnni => "AVX-VNNI (256-bit vpdpbusd)",
+        simd::Isa::Avx2 => "AVX2 (vpmaddubsw)",
+        simd::Isa::Portable => "portable Rust",
     }
 }
 
@@ -374,15 +399,15 @@ impl Acts {
         self.d.resize(groups, 0.0);
         self.xs32.resize(groups, 0.0);
         self.xs16.resize(2 * groups, 0.0);
-        for (g, (xb, qb)) in x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).enumerate() {
-            let d = simd::quantise_block(xb, qb);
-            let lo: i32 = qb[..16].iter().map(|&v| i32::from(v)).sum();
-            let hi: i32 = qb[16..].iter().map(|&v| i32::from(v)).sum();
-            self.d[g] = d;
-            self.xs16[2 * g] = d * lo as f32;
-            self.xs16[2 * g + 1] = d * hi as f32;
-            self.xs32[g] = d * (lo + hi) as f32;
-        }
+        simd::quantise_rows(
+            x,
+            simd::QuantisedRows {
+                q: &mut self.q,
+                d: &mut self.d,
+                xs32: &mut self.xs32,
+                xs16: &mut self.xs16,
+            },
+        );
     }
 }
 
@@ -431,7 +456,9 @@ impl Panel {
         self.f.resize(TILE * cols, 0.0);
         for t in 0..TILE {
             let f = &mut self.f[t * cols..(t + 1) * cols];
-            if t < live {
+            if t < live && m.format == BlockFormat::F16 {
+                simd::f16_row(m.row(r0 + t), f);
+            } else if t < live {
                 reference::dequantize_row(m.format, m.row(r0 + t), f);
             } else {
                 f.fill(0.0);

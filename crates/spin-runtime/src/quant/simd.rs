@@ -21,7 +21,7 @@ pub(crate) enum Isa {
     Avx512Vnni,
     /// AVX-VNNI with AVX2 and FMA.
     AvxVnni,
-    /// AVX2 and FMA.
+    /// AVX2, FMA and F16C.
     Avx2,
     /// Plain Rust.
     Portable,
@@ -33,7 +33,9 @@ impl Isa {
         let mut all = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
-            let v3 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            let v3 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
             if v3
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
@@ -60,16 +62,48 @@ impl Isa {
     }
 }
 
-/// Quantises 32 values to signed codes (|q| ≤ 127, round to nearest, ties away) and returns their scale
-/// `max|x| / 127` (0 for an all-zero block; non-finite inputs give code 0 or ±127, never a panic).
+/// Quantises 32 values to signed codes (|q| ≤ 127, round to nearest, ties to even) and returns their scale
+/// `max|x| / 127` (0 for an all-zero block; non-finite inputs give meaningless codes, never a panic).
 pub(crate) fn quantise_block(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d > 0.0 { 1.0 / d } else { 0.0 };
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+        *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
     }
     d
+}
+
+/// The quantised activations of one call: codes, scale per 32 values, and `scale · Σ codes` per 32 and per 16.
+pub(crate) struct QuantisedRows<'a> {
+    pub q: &'a mut [i8],
+    pub d: &'a mut [f32],
+    pub xs32: &'a mut [f32],
+    pub xs16: &'a mut [f32],
+}
+
+/// Quantises `x` (a whole number of 32-value blocks) block by block, as [`quantise_block`] does.
+pub(crate) fn quantise_rows(x: &[f32], out: QuantisedRows<'_>) {
+    quantise_rows_with(Isa::best(), x, out);
+}
+
+pub(crate) fn quantise_rows_with(isa: Isa, x: &[f32], out: QuantisedRows<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable {
+        // SAFETY: every x86 `Isa` but Portable comes from `Isa::available` after AVX2 and FMA were detected.
+        unsafe { x86::quantise_rows(x, out) };
+        return;
+    }
+    let _ = isa;
+    for (g, (xb, qb)) in x.chunks_exact(32).zip(out.q.chunks_exact_mut(32)).enumerate() {
+        let d = quantise_block(xb, qb);
+        let lo: i32 = qb[..16].iter().map(|&v| i32::from(v)).sum();
+        let hi: i32 = qb[16..].iter().map(|&v| i32::from(v)).sum();
+        out.d[g] = d;
+        out.xs16[2 * g] = d * lo as f32;
+        out.xs16[2 * g + 1] = d * hi as f32;
+        out.xs32[g] = d * (lo + hi) as f32;
+    }
 }
 
 /// Unpacks one weight row (see [`reference::unpack_row`]), with 256-bit vectors where the CPU has AVX2.
@@ -81,7 +115,7 @@ pub(crate) fn unpack_row_with(isa: Isa, format: BlockFormat, row: &[u8], v: RowV
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable {
         // SAFETY: every x86 `Isa` but Portable is only produced by `Isa::available` after
-        // `is_x86_feature_detected!` found AVX2 on this CPU, the only feature `x86::unpack_row` enables.
+        // `is_x86_feature_detected!` found AVX2 and F16C on this CPU, the features `x86::unpack_row` enables.
         unsafe { x86::unpack_row(format, row, v) };
         return;
     }
@@ -104,12 +138,25 @@ pub(crate) fn quant_tile_with(isa: Isa, p: &PanelView, a: &ActView, live: usize,
         return;
     }
     let _ = isa;
-    portable::quant_tile(p, a, live, out);
+    portable::quant_tile::<false>(p, a, live, out);
 }
 
 /// One tile of TILE f32 weight rows (`f`, TILE × cols) against n f32 activation rows: `out[t·n + i]`, t < out/n.
 pub(crate) fn float_tile(f: &[f32], x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
     float_tile_with(Isa::best(), f, x, n, cols, out);
+}
+
+/// Converts a row of little-endian f16 values to f32 (exact), with F16C where the CPU has it.
+pub(crate) fn f16_row(bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::best() != Isa::Portable {
+        // SAFETY: every x86 `Isa` but Portable comes from `Isa::available` after AVX2 and F16C were detected.
+        unsafe { x86::f16_row(bytes, out) };
+        return;
+    }
+    for (h, y) in bytes.chunks_exact(2).zip(out) {
+        *y = reference::half_at(h, 0);
+    }
 }
 
 pub(crate) fn float_tile_with(isa: Isa, f: &[f32], x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
@@ -131,6 +178,26 @@ pub(crate) fn dot_f32_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     }
     let _ = isa;
     portable::dot_f32(a, b)
+}
+
+/// The machine's integer peak for the benches: `iters` rounds of 12 independent `vpdpbusd` on 512-bit vectors
+/// (64 multiply-adds each; 256-bit VNNI or AVX2 `vpmaddubsw` pairs on the other instruction sets, the portable
+/// loop elsewhere). Returns the multiply-adds done and a checksum that keeps the loop alive.
+pub(crate) fn peak_probe(iters: usize) -> (u64, i64) {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::best() == Isa::Avx512Vnni {
+        // SAFETY: `Isa::best` is Avx512Vnni only after AVX-512 F/BW/VL/VNNI were detected.
+        return unsafe { x86::peak512(iters) };
+    }
+    let (u, q) = ([3u8; 32], [5i8; 32]);
+    let mut s = 0i64;
+    for _ in 0..iters {
+        s += portable::lanes(std::hint::black_box(&u), &q)
+            .iter()
+            .map(|&v| i64::from(v))
+            .sum::<i64>();
+    }
+    (iters as u64 * 32, s)
 }
 
 /// The horizontal sum of 8 lanes in the order of the vector code.
@@ -171,14 +238,17 @@ mod portable {
         l
     }
 
-    pub(super) fn quant_tile(p: &PanelView, a: &ActView, live: usize, out: &mut [f32]) {
+    /// `PAIR`: the lane order of the 512-bit kernel (even chunks in lanes 0–7, odd ones in 8–15, added
+    /// lane-wise at the end); otherwise 8 lanes for every chunk.
+    pub(super) fn quant_tile<const PAIR: bool>(p: &PanelView, a: &ActView, live: usize, out: &mut [f32]) {
         let (cols, n) = (p.cols, a.n);
         let nch = cols / 32;
         let ng = p.o.len() / TILE;
         for t in 0..live {
             for i in 0..n {
-                let mut acc = [0f32; 8];
+                let mut acc2 = [[0f32; 8]; 2];
                 for b in 0..nch {
+                    let acc = &mut acc2[if PAIR { b % 2 } else { 0 }];
                     let l = lanes(&p.u[t * cols + 32 * b..][..32], &a.q[i * cols + 32 * b..][..32]);
                     let dx = a.d[i * nch + b];
                     for k in 0..8 {
@@ -191,6 +261,11 @@ mod portable {
                     }
                 }
                 let off = dot_f32(&p.o[t * ng..(t + 1) * ng], &a.xs[i * ng..(i + 1) * ng]);
+                let acc: [f32; 8] = if PAIR {
+                    std::array::from_fn(|k| acc2[0][k] + acc2[1][k])
+                } else {
+                    acc2[0]
+                };
                 out[t * n + i] = hsum8(acc) + off;
             }
         }
@@ -264,17 +339,78 @@ mod x86 {
         s
     }
 
+    /// Quantises whole 32-value blocks: the same codes and scales as the portable code (max is exact; the
+    /// conversion rounds to nearest even, as `round_ties_even`).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn quantise_rows(x: &[f32], out: QuantisedRows<'_>) {
+        let blocks = x.len() / 32;
+        assert!(out.q.len() >= 32 * blocks && out.d.len() >= blocks);
+        assert!(out.xs32.len() >= blocks && out.xs16.len() >= 2 * blocks);
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for g in 0..blocks {
+            let xb = &x[32 * g..32 * g + 32];
+            let v = [
+                load8(&xb[..8]),
+                load8(&xb[8..16]),
+                load8(&xb[16..24]),
+                load8(&xb[24..]),
+            ];
+            let m = _mm256_max_ps(
+                _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+                _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+            );
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` is 8 writable floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+            let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let r = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
+            let packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+            store32_i8(
+                &mut out.q[32 * g..32 * g + 32],
+                _mm256_permutevar8x32_epi32(packed, order),
+            );
+            let lo = hsum_i32(_mm256_add_epi32(r[0], r[1]));
+            let hi = hsum_i32(_mm256_add_epi32(r[2], r[3]));
+            out.d[g] = d;
+            out.xs16[2 * g] = d * lo as f32;
+            out.xs16[2 * g + 1] = d * hi as f32;
+            out.xs32[g] = d * (lo + hi) as f32;
+        }
+    }
+
+    #[inline(always)]
+    fn hsum_i32(v: __m256i) -> i32 {
+        let mut a = [0i32; 8];
+        // SAFETY: `a` is 32 writable bytes.
+        unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) };
+        a.iter().sum()
+    }
+
+    /// Stores 32 signed bytes.
+    #[inline(always)]
+    fn store32_i8(s: &mut [i8], v: __m256i) {
+        assert!(s.len() >= 32);
+        // SAFETY: `s` holds at least 32 writable bytes (asserted above); the store is unaligned.
+        unsafe { _mm256_storeu_si256(s.as_mut_ptr().cast(), v) }
+    }
+
     /// Lane sums u·q of 32 unsigned codes and 32 signed activation codes, by instruction set.
     pub(crate) trait Dot {
         /// Whether it is exact for codes up to 255 (else up to 127).
         fn lanes(u: __m256i, q: __m256i) -> __m256i;
     }
 
+    /// 256-bit `vpdpbusd` of AVX-512 VL (the tests' lane check; the products use the 512-bit form in `tile512`).
+    #[cfg(test)]
     pub(crate) struct Vnni512;
     pub(crate) struct VnniAvx;
     pub(crate) struct Maddubs;
     pub(crate) struct Maddubs8;
 
+    #[cfg(test)]
     impl Dot for Vnni512 {
         #[inline(always)]
         fn lanes(u: __m256i, q: __m256i) -> __m256i {
@@ -317,6 +453,8 @@ mod x86 {
     }
 
     /// The register tile: TILE weight rows × C activation rows (i0..i0+C), all chunks, then the offsets.
+    // Indexed loops over the const-sized register arrays: LLVM unrolls them and keeps `acc` in registers.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn tile<D: Dot, const C: usize, const SPLIT: bool>(
         p: &PanelView,
@@ -328,24 +466,42 @@ mod x86 {
         let (cols, n) = (p.cols, a.n);
         let nch = cols / 32;
         let ng = p.o.len() / TILE;
-        // SAFETY (all intrinsics below): register-only operations of AVX2/FMA, which every caller detected.
+        // Every offset read below is inside these bounds (one check per tile instead of one per load).
+        assert!(cols.is_multiple_of(32) && a.cols == cols && i0 + C <= n);
+        assert!(p.u.len() >= TILE * cols && a.q.len() >= n * cols && a.d.len() >= n * nch);
+        assert!(if SPLIT {
+            p.sl.len() >= TILE * cols / 4
+        } else {
+            p.s.len() >= TILE * nch
+        });
+        let (up, qp, dp, sp, slp) = (
+            p.u.as_ptr(),
+            a.q.as_ptr(),
+            a.d.as_ptr(),
+            p.s.as_ptr(),
+            p.sl.as_ptr(),
+        );
+        // SAFETY: the pointers are read at offsets t·cols + 32·b + [0, 32) (< TILE·cols), (i0 + c)·cols + 32·b +
+        // [0, 32) (< n·cols), (i0 + c)·nch + b (< n·nch), t·nch + b (< TILE·nch) and t·cols/4 + 8·b + [0, 8)
+        // (< TILE·cols/4) for t < TILE, c < C, b < nch, all within the lengths asserted above; loads are
+        // unaligned; the other intrinsics are register operations of AVX2/FMA, which every caller detected.
         unsafe {
             let mut acc = [[_mm256_setzero_ps(); C]; TILE];
             for b in 0..nch {
                 let mut w = [_mm256_setzero_si256(); TILE];
                 let mut sw = [_mm256_setzero_ps(); TILE];
                 for t in 0..TILE {
-                    w[t] = load32(&p.u[t * cols + 32 * b..][..32]);
+                    w[t] = _mm256_loadu_si256(up.add(t * cols + 32 * b).cast());
                     sw[t] = if SPLIT {
-                        load8(&p.sl[t * cols / 4 + 8 * b..][..8])
+                        _mm256_loadu_ps(slp.add(t * cols / 4 + 8 * b))
                     } else {
-                        _mm256_set1_ps(p.s[t * nch + b])
+                        _mm256_set1_ps(*sp.add(t * nch + b))
                     };
                 }
                 for c in 0..C {
                     let i = i0 + c;
-                    let x = load32(&a.q[i * cols + 32 * b..][..32]);
-                    let dx = _mm256_set1_ps(a.d[i * nch + b]);
+                    let x = _mm256_loadu_si256(qp.add(i * cols + 32 * b).cast());
+                    let dx = _mm256_set1_ps(*dp.add(i * nch + b));
                     for t in 0..TILE {
                         let l = _mm256_cvtepi32_ps(D::lanes(w[t], x));
                         acc[t][c] = _mm256_fmadd_ps(l, _mm256_mul_ps(sw[t], dx), acc[t][c]);
@@ -359,6 +515,142 @@ mod x86 {
                     out[t * n + i] = hsum(acc[t][c]) + off;
                 }
             }
+        }
+    }
+
+    /// [`tile`] on 512-bit vectors: two chunks per instruction (chunk 2j in lanes 0–7, chunk 2j + 1 in lanes
+    /// 8–15; an odd last chunk in lanes 0–7 with zero codes above), the two halves added lane-wise at the end;
+    /// the order of `portable::quant_tile::<true>`.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn tile512<const C: usize, const SPLIT: bool>(
+        p: &PanelView,
+        a: &ActView,
+        i0: usize,
+        live: usize,
+        out: &mut [f32],
+    ) {
+        let (cols, n) = (p.cols, a.n);
+        let nch = cols / 32;
+        let ng = p.o.len() / TILE;
+        assert!(cols.is_multiple_of(32) && a.cols == cols && i0 + C <= n);
+        assert!(p.u.len() >= TILE * cols && a.q.len() >= n * cols && a.d.len() >= n * nch);
+        assert!(if SPLIT {
+            p.sl.len() >= TILE * cols / 4
+        } else {
+            p.s.len() >= TILE * nch
+        });
+        let (up, qp, dp, sp, slp) = (
+            p.u.as_ptr(),
+            a.q.as_ptr(),
+            a.d.as_ptr(),
+            p.s.as_ptr(),
+            p.sl.as_ptr(),
+        );
+        // SAFETY: as in `tile`: every offset is below the lengths asserted above. Full 64-byte loads read chunks
+        // b, b + 1 < nch of one row; the odd last chunk is read with a 32-byte mask (masked bytes are not
+        // accessed); scalar pairs are read at b, b + 1 < nch of one row. AVX-512 F/BW/VL/VNNI are enabled by the
+        // only caller, `k_vnni512`, which runs after they were detected.
+        unsafe {
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+            let pair = |ptr: *const f32| {
+                _mm512_permutexvar_ps(
+                    idx,
+                    _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(ptr.cast()))),
+                )
+            };
+            let mut acc = [[_mm512_setzero_ps(); C]; TILE];
+            let mut b = 0;
+            while b < nch {
+                let two = b + 1 < nch;
+                let mut w = [_mm512_setzero_si512(); TILE];
+                let mut sw = [_mm512_setzero_ps(); TILE];
+                for t in 0..TILE {
+                    let at = up.add(t * cols + 32 * b);
+                    w[t] = if two {
+                        _mm512_loadu_si512(at.cast())
+                    } else {
+                        _mm512_maskz_loadu_epi8(0xFFFF_FFFF, at.cast())
+                    };
+                    sw[t] = if SPLIT {
+                        if two {
+                            _mm512_loadu_ps(slp.add(t * cols / 4 + 8 * b))
+                        } else {
+                            _mm512_maskz_loadu_ps(0x00FF, slp.add(t * cols / 4 + 8 * b))
+                        }
+                    } else if two {
+                        pair(sp.add(t * nch + b))
+                    } else {
+                        _mm512_set1_ps(*sp.add(t * nch + b))
+                    };
+                }
+                for c in 0..C {
+                    let i = i0 + c;
+                    let at = qp.add(i * cols + 32 * b);
+                    let (x, dx) = if two {
+                        (_mm512_loadu_si512(at.cast()), pair(dp.add(i * nch + b)))
+                    } else {
+                        (
+                            _mm512_maskz_loadu_epi8(0xFFFF_FFFF, at.cast()),
+                            _mm512_set1_ps(*dp.add(i * nch + b)),
+                        )
+                    };
+                    for t in 0..TILE {
+                        let l = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[t], x));
+                        acc[t][c] = _mm512_fmadd_ps(l, _mm512_mul_ps(sw[t], dx), acc[t][c]);
+                    }
+                }
+                b += 2;
+            }
+            for t in 0..live {
+                for c in 0..C {
+                    let i = i0 + c;
+                    let v = acc[t][c];
+                    let lo = _mm512_castps512_ps256(v);
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+                    let off = dot_f32(&p.o[t * ng..(t + 1) * ng], &a.xs[i * ng..(i + 1) * ng]);
+                    out[t * n + i] = hsum(_mm256_add_ps(lo, hi)) + off;
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) fn peak512(iters: usize) -> (u64, i64) {
+        let u = _mm512_set1_epi8(3);
+        let q = _mm512_set1_epi8(std::hint::black_box(5));
+        let mut acc = [_mm512_setzero_si512(); 12];
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbusd_epi32(*a, u, q);
+            }
+        }
+        let mut s = _mm512_setzero_si512();
+        for a in acc {
+            s = _mm512_add_epi32(s, a);
+        }
+        (iters as u64 * 12 * 64, i64::from(_mm512_reduce_add_epi32(s)))
+    }
+
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn k_vnni512(p: &PanelView, a: &ActView, live: usize, out: &mut [f32]) {
+        let main = a.n / 4 * 4;
+        let mut i = 0;
+        while i < main {
+            if p.split {
+                tile512::<4, true>(p, a, i, live, out);
+            } else {
+                tile512::<4, false>(p, a, i, live, out);
+            }
+            i += 4;
+        }
+        while i < a.n {
+            if p.split {
+                tile512::<1, true>(p, a, i, live, out);
+            } else {
+                tile512::<1, false>(p, a, i, live, out);
+            }
+            i += 1;
         }
     }
 
@@ -388,12 +680,6 @@ mod x86 {
         };
     }
 
-    kernel!(
-        k_vnni512,
-        Vnni512,
-        4,
-        "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"
-    );
     kernel!(k_vnniavx, VnniAvx, 2, "avx2,fma,avxvnni");
     kernel!(k_avx2, Maddubs, 2, "avx2,fma");
     kernel!(k_avx2_8, Maddubs8, 2, "avx2,fma");
@@ -445,11 +731,79 @@ mod x86 {
         l
     }
 
+    /// The scale `d` (the f16 at byte 0 of every block of `row`) into `s`, and into `o` either `k·d` (`Some(k)`:
+    /// the offsets `−8·d`, `−128·d`, rounded as the reference does) or the f16 at byte 2 (`None`: Q4_1's min).
+    /// Eight blocks at a time: one gather of their first four bytes, one shuffle, two `vcvtph2ps`.
+    #[target_feature(enable = "avx2,f16c")]
+    fn block_scales(row: &[u8], bb: usize, s: &mut [f32], o: &mut [f32], k: Option<f32>) {
+        let nb = row.len() / bb;
+        assert!(bb >= 4 && s.len() >= nb && o.len() >= nb);
+        let full = nb / 8 * 8;
+        let step = _mm256_mullo_epi32(
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            _mm256_set1_epi32(bb as i32),
+        );
+        // Per 128-bit lane: the low halves of the four dwords, then their high halves.
+        let split = _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10,
+            11, 14, 15,
+        );
+        for b0 in (0..full).step_by(8) {
+            let idx = _mm256_add_epi32(step, _mm256_set1_epi32((b0 * bb) as i32));
+            // SAFETY: the eight dwords read start at (b0 + j)·bb for j < 8 and end by (b0 + 7)·bb + 4 ≤
+            // (b0 + 8)·bb ≤ nb·bb ≤ row.len() (bb ≥ 4, asserted); gathers have no alignment requirement.
+            let g = unsafe { _mm256_i32gather_epi32::<1>(row.as_ptr().cast(), idx) };
+            let p = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(g, split));
+            let d = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+            store8(&mut s[b0..], d);
+            match k {
+                Some(k) => store8(&mut o[b0..], _mm256_mul_ps(_mm256_set1_ps(k), d)),
+                None => store8(&mut o[b0..], _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(p))),
+            }
+        }
+        for b in full..nb {
+            let d = half(row, b * bb);
+            s[b] = d;
+            o[b] = match k {
+                Some(k) => k * d,
+                None => half(row, b * bb + 2),
+            };
+        }
+    }
+
+    /// One f16 (F16C).
+    #[inline(always)]
+    fn half(block: &[u8], at: usize) -> f32 {
+        let h = u16::from_le_bytes([block[at], block[at + 1]]);
+        // SAFETY: register-only F16C/SSE2 operations; only called from functions that enable F16C.
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) }
+    }
+
+    /// Converts f16 bytes to f32 with F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn f16_row(bytes: &[u8], out: &mut [f32]) {
+        let full = (bytes.len() / 2).min(out.len()) / 8 * 8;
+        for k in (0..full).step_by(8) {
+            store8(&mut out[k..], _mm256_cvtph_ps(load16(&bytes[2 * k..])));
+        }
+        for k in full..(bytes.len() / 2).min(out.len()) {
+            out[k] = reference::half_at(bytes, 2 * k);
+        }
+    }
+
+    /// Stores 8 floats.
+    #[inline(always)]
+    fn store8(s: &mut [f32], v: __m256) {
+        assert!(s.len() >= 8);
+        // SAFETY: `s` holds at least 8 writable floats (asserted above); the store is unaligned.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), v) }
+    }
+
     /// Unpacks one row with AVX2 (Q4_0, Q4_1, Q8_0 and the k-quants' codes; scales as the reference does).
     ///
     /// # Safety
-    /// The CPU must have AVX2.
-    #[target_feature(enable = "avx2")]
+    /// The CPU must have AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn unpack_row(format: BlockFormat, row: &[u8], v: RowView<'_>) {
         let bb = format.block_bytes();
         let low = _mm_set1_epi8(0x0F);
@@ -458,31 +812,27 @@ mod x86 {
             BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
                 let off = if format == BlockFormat::Q4_0 { 2 } else { 4 };
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let d = reference::half_at(block, 0);
                     let q = load16(&block[off..]);
                     let u = &mut v.u[32 * b..32 * b + 32];
                     store16(&mut u[..16], _mm_and_si128(q, low));
                     store16(&mut u[16..], _mm_and_si128(_mm_srli_epi16(q, 4), low));
-                    v.s[b] = d;
-                    v.o[b] = if format == BlockFormat::Q4_0 {
-                        -8.0 * d
-                    } else {
-                        reference::half_at(block, 2)
-                    };
+                }
+                if format == BlockFormat::Q4_0 {
+                    block_scales(row, bb, v.s, v.o, Some(-8.0));
+                } else {
+                    block_scales(row, bb, v.s, v.o, None);
                 }
             }
             BlockFormat::Q8_0 => {
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let d = reference::half_at(block, 0);
                     let q = load32(&block[2..]);
                     store32(&mut v.u[32 * b..], _mm256_xor_si256(q, _mm256_set1_epi8(-128)));
-                    v.s[b] = d;
-                    v.o[b] = -128.0 * d;
                 }
+                block_scales(row, bb, v.s, v.o, Some(-128.0));
             }
             BlockFormat::Q4K | BlockFormat::Q5K => {
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let (d, min) = (reference::half_at(block, 0), reference::half_at(block, 2));
+                    let (d, min) = (half(block, 0), half(block, 2));
                     for j in 0..8 {
                         let (sc, m) = reference::scale_min_k4(j, &block[4..16]);
                         v.s[8 * b + j] = d * f32::from(sc);
@@ -516,7 +866,7 @@ mod x86 {
             BlockFormat::Q6K => {
                 let three = _mm256_set1_epi8(3);
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let d = reference::half_at(block, 208);
+                    let d = half(block, 208);
                     for k in 0..16 {
                         let s = d * f32::from(block[192 + k] as i8);
                         v.sl[64 * b + 4 * k..64 * b + 4 * k + 4].fill(s);

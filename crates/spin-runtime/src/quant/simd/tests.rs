@@ -81,7 +81,8 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn unpacking_agrees_with_the_reference_and_with_the_dequantised_values() {
     let mut r = rng(1);
     for format in QUANT {
-        let blocks = 3;
+        // Past eight blocks for the gathered scales of the 32-value formats, with a tail.
+        let blocks = if format.block_elems() == 32 { 19 } else { 3 };
         let cols = blocks * format.block_elems();
         let row = random_row(&mut r, format, blocks);
         let want = unpack(None, format, &row, cols);
@@ -149,7 +150,7 @@ fn integer_lane_sums_are_exact_on_every_instruction_set() {
 fn tile_products_and_dots_are_bit_identical_on_every_instruction_set() {
     let mut r = rng(3);
     for format in QUANT {
-        for (blocks, n, live) in [(1, 1, 4), (2, 3, 2), (1, 9, 3), (3, 6, 1)] {
+        for (blocks, n, live) in [(1, 1, 4), (2, 3, 2), (1, 9, 3), (3, 6, 1), (5, 5, 4)] {
             let cols = blocks * format.block_elems();
             let split = format == BlockFormat::Q6K;
             let ng = cols / format.group();
@@ -195,16 +196,20 @@ fn tile_products_and_dots_are_bit_identical_on_every_instruction_set() {
                 n,
                 cols,
             };
-            let mut want = vec![f32::NAN; live * n];
-            portable::quant_tile(&panel, &acts, live, &mut want);
+            let (mut eight, mut paired) = (vec![f32::NAN; live * n], vec![f32::NAN; live * n]);
+            portable::quant_tile::<false>(&panel, &acts, live, &mut eight);
+            portable::quant_tile::<true>(&panel, &acts, live, &mut paired);
+            for (e, p) in eight.iter().zip(&paired) {
+                assert!(
+                    (e - p).abs() <= 1e-5 * e.abs().max(1.0),
+                    "{format:?}: lane orders {e} vs {p}"
+                );
+            }
             for isa in Isa::available() {
                 let mut got = vec![f32::NAN; live * n];
                 super::quant_tile_with(isa, &panel, &acts, live, &mut got);
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "{format:?} {isa:?} blocks {blocks} n {n}"
-                );
+                let want = if isa == Isa::Avx512Vnni { &paired } else { &eight };
+                assert_eq!(bits(&got), bits(want), "{format:?} {isa:?} blocks {blocks} n {n}");
             }
         }
     }
@@ -238,4 +243,60 @@ fn activation_quantisation_rounds_to_the_nearest_step_and_keeps_zero_blocks_zero
     }
     let d0 = super::quantise_block(&[0.0; 32], &mut q);
     assert_eq!((d0, q), (0.0, [0i8; 32]));
+}
+
+#[test]
+fn f16_rows_convert_exactly() {
+    let mut r = rng(5);
+    for len in [1, 8, 13, 64] {
+        let mut bytes: Vec<u8> = (0..2 * len).map(|_| r.random()).collect();
+        // A subnormal, an infinity and a NaN among the random halves.
+        bytes[0..2].copy_from_slice(&0x0001u16.to_le_bytes());
+        if len > 2 {
+            bytes[2..4].copy_from_slice(&0xfc00u16.to_le_bytes());
+            bytes[4..6].copy_from_slice(&0x7e01u16.to_le_bytes());
+        }
+        let mut got = vec![0f32; len];
+        super::f16_row(&bytes, &mut got);
+        let want: Vec<f32> = bytes.chunks_exact(2).map(|h| reference::half_at(h, 0)).collect();
+        // Exact for every number; a NaN stays a NaN (F16C quietens signalling NaNs, the scalar code keeps them).
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "len {len}: {g} vs {w}"
+            );
+        }
+    }
+    assert_eq!(reference::f16_to_f32(0x0001), 2f32.powi(-24));
+    assert_eq!(reference::f16_to_f32(0x3c00), 1.0);
+    assert_eq!(reference::f16_to_f32(0xfbff), -65504.0);
+}
+
+#[test]
+fn row_quantisation_is_the_same_on_every_instruction_set() {
+    let mut r = rng(6);
+    let blocks = 5;
+    let mut x: Vec<f32> = (0..32 * blocks).map(|_| r.random_range(-3.0..3.0)).collect();
+    x[32..64].fill(0.0); // an all-zero block
+    x[70] = 1e-30; // tiny values
+    let run = |isa: Option<Isa>| {
+        let (mut q, mut d) = (vec![0i8; 32 * blocks], vec![0f32; blocks]);
+        let (mut xs32, mut xs16) = (vec![0f32; blocks], vec![0f32; 2 * blocks]);
+        let out = super::QuantisedRows {
+            q: &mut q,
+            d: &mut d,
+            xs32: &mut xs32,
+            xs16: &mut xs16,
+        };
+        match isa {
+            Some(isa) => super::quantise_rows_with(isa, &x, out),
+            None => super::quantise_rows_with(Isa::Portable, &x, out),
+        }
+        (q, bits(&d), bits(&xs32), bits(&xs16))
+    };
+    let want = run(None);
+    assert!(want.0[32..64].iter().all(|&c| c == 0));
+    for isa in Isa::available() {
+        assert_eq!(run(Some(isa)), want, "{isa:?}");
+    }
 }
