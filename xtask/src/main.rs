@@ -21,7 +21,7 @@ use std::time::Instant;
 
 /// multispin project tasks.
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", about)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about)]
 struct Cli {
     #[command(subcommand)]
     task: Task,

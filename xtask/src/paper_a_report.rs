@@ -53,6 +53,19 @@ fn band(t: &Table, pair: &str, col: &str, digits: usize) -> String {
     format!("{lo:.digits$} – {hi:.digits$}")
 }
 
+/// Theorem 1's optimal common length for pair `pair` at `k` devices with the lowest, mean and highest Table I rate,
+/// at ϑ = 40 ms (Fig. 4's centre): (lowest, mean, highest).
+fn theorem1_lengths(cfg: &Config, pair: usize, k: usize) -> (u32, u32, u32) {
+    let p = &cfg.pairs[pair];
+    let t = p.verify_fixed_s + k as f64 * p.verify_per_device_s;
+    let a: Vec<f64> = p.acceptance.values().copied().collect();
+    let lo = a.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = a.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mean = a.iter().sum::<f64>() / a.len() as f64;
+    let l = |x: f64| optimal_uniform_length(x, t, 0.040, 1, 25);
+    (l(lo), l(mean), l(hi))
+}
+
 fn pct(a: f64, b: f64) -> f64 {
     100.0 * (a / b - 1.0)
 }
@@ -129,11 +142,11 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         "\nWhy the Monte Carlo curve lies below the theory and jitters (e.g. {llama} at L = 13: {e13:.1} ± {h13:.1} \
          against {t13:.1} tok/s): the theory line is the *mean over rounds of each round's goodput* E[N/T], the Monte \
          Carlo value is the renewal–reward rate E[N]/E[T]. A round in a deep Rayleigh fade takes long and weighs in \
-         E[T] in full, but counts little in E[N/T]; by Jensen's inequality E[N]/E[T] ≤ E[N/T] whenever N and 1/T are \
-         not positively correlated, and the gap grows with L because a longer draft makes the uplink — the faded part \
+         E[T] in full, but counts little in E[N/T]. Given L, the tokens N depend on acceptance only and the round time \
+         T on the fading only, so E[N/T] = E[N]·E[1/T] ≥ E[N]/E[T] by Jensen's inequality (1/T is convex), and the \
+         gap grows with L because a longer draft makes the uplink — the faded part \
          — a larger share of the round. The error bars (batch means) show that the dips are this heavy-tailed round \
-         time, not a bias: the larger L, the fewer rounds and the wider the interval. The paper's measured curve is \
-         an E[N]/E[T] as well; its theory line is not, which is why its two curves also separate at large L.\n\n\
+         time, not a bias: the longer the draft, the heavier the tail of the round time and the wider the interval.\n\n\
          Paper: Llama-2 peaks near 130–140 tok/s and Qwen3.5 near 200 tok/s with the derived optimum on the peak. \
          Ours: the same unimodal shape; the derived L* sits on the flat top (within 2 % of the peak).\n\n{}",
         t3.to_markdown_ci(4)
@@ -339,14 +352,18 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                  Uni-BW lies above Homo for {qwen} ({:+.1} %) but *below* it for {llama} ({:+.1} %). Why, from the \
                  model: Uni-BW keeps per-device lengths but equal bandwidth, Homo keeps one length but Lemma 1's \
                  bandwidth. Per-device lengths pay when the devices' optimal lengths differ, and by Theorem 1 (Fig. 4) \
-                 they differ most when α is near 1: {qwen}'s Table I rates (0.81–0.97) give optimal lengths from about \
-                 5 to 20, {llama}'s (0.71–0.86) only about 3 to 6. Lemma 1's bandwidth pays when the uplink is a large \
+                 they differ most when α is near 1: at K = 20 and ϑ = 40 ms, Theorem 1 gives {qwen}'s lowest and \
+                 highest Table I rates the optimal lengths {} and {}, {llama}'s only {} and {}. Lemma 1's bandwidth pays when the uplink is a large \
                  share of the round, set by p_k and T̄^S, which the paper does not print. Over the sensitivity band \
                  (T̄^S × 0.5 … × 2, p_k ± 6 dB), Uni-BW − Homo for {llama} at 5 MHz ranges over {} %: {}\n\n",
                 g(llama),
                 g(qwen),
                 ub(qwen),
                 ub(llama),
+                theorem1_lengths(&cfg, 1, 20).0,
+                theorem1_lengths(&cfg, 1, 20).2,
+                theorem1_lengths(&cfg, 0, 20).0,
+                theorem1_lengths(&cfg, 0, 20).2,
                 band(&sens, llama, "uni_bw_vs_homo_5mhz_pct", 1),
                 if band_of(&sens, llama, "uni_bw_vs_homo_5mhz_pct").1 < 0.0 {
                     "negative throughout, so no plausible T̄^S or p_k restores the paper's order in this model. What \
@@ -396,22 +413,32 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                  {qwen} +{:.1} % at K = 4 and +{:.1} % at K = 24. The large-K gains match (Fixed BW&L's B/K shrinks \
                  with K and its L = 8 drafts then wait on the uplink). At small K the gain is set by how far L = 8 is \
                  from the optimum, and two effects meet: with few devices the verification T_ver(K) = T_fix + K·T_lin \
-                 is short, so by Theorem 1 the optimum is short (2–3 for {llama}) and L = 8 wastes drafting time — this \
+                 is short, so by Theorem 1 the optimum is short ({} for {llama} at K = 4 at its mean Table I rate \
+                 and ϑ = 40 ms) and L = 8 wastes drafting time — this \
                  loss *falls* as K grows; the equal split B/K starves the uplink more as K grows — this loss *rises*. \
-                 Hence {llama}'s gain first falls (K = 4 → 8) and then rises: not monotone, where the paper's curve \
-                 is. How large the first effect is depends on the unstated T̄^S (drafting time per token): the \
-                 small-K gain for {llama} spans {} % over the sensitivity band, which {} the paper's ≈21 %. {qwen}'s high acceptance rates put its optimum near 8 at small K, so Fixed \
+                 {} How large the first effect is depends on the unstated T̄^S (drafting time per token): the \
+                 small-K gain for {llama} spans {} % over the sensitivity band, which {} the paper's ≈21 %. {qwen}'s high acceptance rates put its optimum at {} at K = 4 (same reading), nearer L = 8, so Fixed \
                  BW&L loses little there (+{:.1} %, paper ≈29 %; band {} %).\n\n",
                 g(llama, 4.0),
                 g(llama, 8.0),
                 g(llama, 24.0),
                 g(qwen, 4.0),
                 g(qwen, 24.0),
+                theorem1_lengths(&cfg, 0, 4).1,
+                if g(llama, 8.0) < g(llama, 4.0) {
+                    format!(
+                        "Hence {llama}'s gain first falls (K = 4 → 8) and then rises: not monotone, where the \
+                         paper's curve is."
+                    )
+                } else {
+                    format!("Here the second effect dominates from K = 4 on, and {llama}'s gain rises with K.")
+                },
                 band(&sens, llama, "fig8_gain_k4_pct", 0),
                 {
                     let (lo, hi) = band_of(&sens, llama, "fig8_gain_k4_pct");
                     if (lo..=hi).contains(&21.0) { "contains" } else { "does not contain" }
                 },
+                theorem1_lengths(&cfg, 1, 4).1,
                 g(qwen, 4.0),
                 band(&sens, qwen, "fig8_gain_k4_pct", 0),
             ));

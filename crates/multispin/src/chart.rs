@@ -22,21 +22,45 @@ fn draw_chart(
     size: (u32, u32),
     (title, x_label, y_label): (&str, &str, &str),
     (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
+    (legend_at, integer_x): (SeriesLabelPosition, bool),
     body: impl FnOnce(&mut Chart<'_>) -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<(), Failure> {
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         let root = SVGBackend::new(path, size).into_drawing_area();
         root.fill(&WHITE)?;
+        let x_range = x.clone();
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(x, y)?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+            .build_cartesian_2d(x_range, y)?;
+        // An integer axis (rounds, indices) gets integer ticks only, at most one per integer.
+        let ticks = if integer_x {
+            ((x.end.floor() - x.start.ceil()) as usize + 1).clamp(2, 12)
+        } else {
+            10
+        };
+        let x_fmt = |v: &f64| {
+            if !integer_x {
+                format!("{}", (v * 1e9).round() / 1e9)
+            } else if (v - v.round()).abs() < 1e-9 {
+                format!("{}", v.round() as i64)
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .x_labels(ticks)
+            .x_label_formatter(&x_fmt)
+            .draw()?;
         body(&mut chart)?;
         chart
             .configure_series_labels()
+            .position(legend_at)
             .border_style(BLACK)
             .background_style(WHITE)
             .draw()?;
@@ -67,20 +91,34 @@ pub fn svg_lines(
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    let ranges = (x0..x1, 0f64..(y1 * 1.1).max(1e-12));
-    draw_chart(path, (720, 450), (title, x_label, y_label), ranges, |chart| {
-        for (i, (label, pts, markers)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(*label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
-            if *markers {
-                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    // Headroom above the data for the legend (about 20 px per entry of a ~330 px plotting height), so the legend in
+    // the upper right never covers a curve.
+    let legend_share = ((20 * series.len() + 24) as f64 / 330.0).min(0.6);
+    let ranges = (x0..x1, 0f64..(y1 * 1.05 / (1.0 - legend_share)).max(1e-12));
+    let integer_x = series
+        .iter()
+        .all(|s| s.1.iter().all(|p| (p.0 - p.0.round()).abs() < 1e-9));
+    let legend = (SeriesLabelPosition::UpperRight, integer_x);
+    draw_chart(
+        path,
+        (720, 450),
+        (title, x_label, y_label),
+        ranges,
+        legend,
+        |chart| {
+            for (i, (label, pts, markers)) in series.iter().enumerate() {
+                let color = Palette99::pick(i).to_rgba();
+                chart
+                    .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+                    .label(*label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+                if *markers {
+                    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+                }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
 }
 
 /// A predicted-against-measured scatter: one labelled point per entry, with the diagonal y = x on which a perfect
@@ -104,6 +142,8 @@ pub fn svg_scatter_labelled(
         (720, 560),
         (title, x_label, y_label),
         (0f64..top, 0f64..top),
+        // Points near the diagonal leave the lower right empty.
+        (SeriesLabelPosition::LowerRight, false),
         |chart| {
             chart
                 .draw_series(LineSeries::new([(0.0, 0.0), (top, top)], BLACK.mix(0.4)))?
