@@ -1,4 +1,4 @@
-//! `cargo xtask distill`: trains a draft model for a llama2.c target by running the spin-runtime `distill` example
+//! `cargo xtask distill`: trains a draft model for a target (llama2.c, GGUF or model folder) by running the spin-runtime `distill` example
 //! in release mode, so that xtask itself never depends on candle. The options are parsed here first, so `--help`
 //! and a mistyped or missing option answer at once, before a release build of candle (minutes, the first time).
 
@@ -9,10 +9,12 @@ use std::process::{Command, ExitCode};
 /// The distill example's options, with its defaults (checked against the example's usage line by a test).
 #[derive(Debug, Clone, Args)]
 pub struct DistillArgs {
-    /// The llama2.c target checkpoint to distil from (e.g. models/stories260K.bin).
+    /// The target to distil from: a llama2.c checkpoint (e.g. models/stories260K.bin), a GGUF file or a model
+    /// folder (these two need --head-vocab).
     #[arg(long)]
     pub target: PathBuf,
-    /// Where to write the draft checkpoint (llama2.c v0; it shares the target's tokenizer).
+    /// Where to write the draft: a llama2.c v0 checkpoint (sharing the target's tokenizer), or with --head-vocab
+    /// a model folder holding the restricted head's token ids.
     #[arg(long)]
     pub out: PathBuf,
     /// Training steps.
@@ -45,6 +47,22 @@ pub struct DistillArgs {
     /// Seed of the training sequences and the student's initialisation.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Restricted output head over the target's N most frequent tokens (0: a full head, llama2.c targets only);
+    /// the target's top-k distributions are cached once and the student trained on them (needs
+    /// MULTISPIN_SHARED_DATA for the corpora).
+    #[arg(long, default_value_t = 0)]
+    pub head_vocab: u32,
+    /// With --head-vocab: the target probabilities kept per position.
+    #[arg(long, default_value_t = 32)]
+    pub top_k: u32,
+    /// With --head-vocab: TinyStories windows of --seq-len tokens in the training text (besides the target's
+    /// answers to 48 instructions).
+    #[arg(long, default_value_t = 512)]
+    pub story_seqs: u32,
+    /// With --head-vocab: stop training after this many minutes (0: no limit); the steps done are printed, and
+    /// --steps with that number rebuilds the same draft.
+    #[arg(long, default_value_t = 0.0)]
+    pub minutes: f64,
 }
 
 impl DistillArgs {
@@ -67,6 +85,10 @@ impl DistillArgs {
             ("--kv-heads", self.kv_heads.to_string()),
             ("--lr", self.lr.to_string()),
             ("--seed", self.seed.to_string()),
+            ("--head-vocab", self.head_vocab.to_string()),
+            ("--top-k", self.top_k.to_string()),
+            ("--story-seqs", self.story_seqs.to_string()),
+            ("--minutes", self.minutes.to_string()),
         ] {
             a.push(flag.to_owned());
             a.push(v);
@@ -81,7 +103,7 @@ pub fn run(args: &DistillArgs) -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!(
         "distill: building the spin-runtime distill example in release mode (a first build compiles candle: \
-         several minutes), then training {} steps with a line every 10 steps",
+         several minutes), then training {} steps with progress lines",
         args.steps
     );
     let status = Command::new(cargo)

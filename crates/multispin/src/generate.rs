@@ -92,9 +92,7 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
     let t = args.temperature;
     if !(t == 0.0 || (t.is_finite() && t >= MIN_TEMPERATURE)) {
         return Err(Failure::Input(format!(
-            "--temperature: {} is neither 0 (greedy) nor a finite number ≥ {}",
-            crate::number::plain(t),
-            crate::number::plain(MIN_TEMPERATURE)
+            "--temperature: {t:e} is neither 0 (greedy) nor a finite number ≥ {MIN_TEMPERATURE:e}"
         )));
     }
     if args.draft_len == 0 {

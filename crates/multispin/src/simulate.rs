@@ -292,10 +292,10 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     }
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
     let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
-    if target.config().vocab_size != drafter.config().vocab_size {
+    if target.config().vocab_size != drafter.output_vocab() {
         return Err(Failure::Input(format!(
             "draft: vocabulary of {} differs from the target's {}",
-            drafter.config().vocab_size,
+            drafter.output_vocab(),
             target.config().vocab_size
         )));
     }

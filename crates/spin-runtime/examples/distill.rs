@@ -1,13 +1,24 @@
-//! `cargo xtask distill` runs this: trains a small draft model for a llama2.c target (e.g. stories260K) by
-//! distillation and saves it as a llama2.c v0 checkpoint that shares the target's tokenizer.
+//! `cargo xtask distill` runs this: trains a small draft model for a target by distillation.
+//!
+//! A llama2.c target (e.g. stories260K) with `--head-vocab 0`: the student learns from text the target samples and
+//! is saved as a llama2.c v0 checkpoint sharing the target's tokenizer. A GGUF file or model folder (which carry
+//! their tokenizer) with `--head-vocab N > 0`: the target's top-k distributions are cached once from its batched
+//! passes over TinyStories validation (less its first 64 KiB, held out for evaluation; `$MULTISPIN_SHARED_DATA/
+//! corpora`) and over its own greedy and sampled answers to 48 instructions, and a student with a restricted head over
+//! the target's N most frequent tokens (docs/runtime.md, "Restricted draft head") is trained on that cache by KL and
+//! saved as a model folder. Both are deterministic from `--seed`.
 //!
 //! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
-//!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0]
+//!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
+//!        [--story-seqs 512] [--minutes 0]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[path = "distill/head_route.rs"]
+mod head_route;
 
 fn main() -> ExitCode {
     // SAFETY: the first statement of main, before any thread exists.
@@ -39,6 +50,35 @@ fn run() -> Result<(), String> {
     }
     let target_path = PathBuf::from(get("--target").ok_or("--target: missing")?);
     let out = PathBuf::from(get("--out").ok_or("--out: missing")?);
+    let head: usize = num(get("--head-vocab"), "--head-vocab", 0)?;
+    let carries_tokenizer = target_path.is_dir() || target_path.extension().is_some_and(|e| e == "gguf");
+    if head > 0 || carries_tokenizer {
+        if head == 0 {
+            return Err("--head-vocab: a GGUF or folder target needs a restricted head (e.g. 4096)".into());
+        }
+        if !carries_tokenizer {
+            return Err(
+                "--head-vocab: needs a target that carries its tokenizer (GGUF file or model folder)".into(),
+            );
+        }
+        let o = head_route::Opts {
+            head,
+            top_k: num(get("--top-k"), "--top-k", 32)?,
+            story_seqs: num(get("--story-seqs"), "--story-seqs", 512)?,
+            steps: num(get("--steps"), "--steps", 300)?,
+            batch: num(get("--batch"), "--batch", 8)?,
+            seq_len: num(get("--seq-len"), "--seq-len", 64)?,
+            dim: num(get("--dim"), "--dim", 32)?,
+            hidden: num(get("--hidden"), "--hidden", 64)?,
+            layers: num(get("--layers"), "--layers", 2)?,
+            heads: num(get("--heads"), "--heads", 4)?,
+            kv_heads: num(get("--kv-heads"), "--kv-heads", 2)?,
+            lr: num(get("--lr"), "--lr", 3e-3)?,
+            seed: num(get("--seed"), "--seed", 0)?,
+            minutes: num(get("--minutes"), "--minutes", 0.0)?,
+        };
+        return head_route::run(&target_path, &out, &o);
+    }
     let target = llama2c::load_checkpoint(
         &target_path,
         &spin_runtime::select_device().map_err(|e| e.to_string())?,

@@ -88,7 +88,8 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         let mut d = Self::unfilled(model, tokens, prompt_len, params, form, rng)?;
         if tokens.len() > 1 {
             let model = &d.model;
-            model.forward(&mut d.cache, &tokens[..tokens.len() - 1])?;
+            let fed = model_tokens(model, &tokens[..tokens.len() - 1])?;
+            model.forward(&mut d.cache, &fed)?;
         }
         Ok(d)
     }
@@ -111,7 +112,7 @@ impl<M: Deref<Target = Model>> Drafter<M> {
                 format!("{prompt_len} is outside [1, {}]", tokens.len()),
             ));
         }
-        let vocab = model.config().vocab_size;
+        let vocab = model.output_vocab();
         if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(RuntimeError::invalid(
                 "prompt",
@@ -170,9 +171,9 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         self.prompt_len
     }
 
-    /// The vocabulary size of the draft model.
+    /// The vocabulary the drafter samples over (the target's, also for a restricted draft head).
     pub fn vocab(&self) -> usize {
-        self.model.config().vocab_size
+        self.model.output_vocab()
     }
 
     /// The distribution form.
@@ -299,6 +300,19 @@ impl<M: Deref<Target = Model>> Drafter<M> {
     }
 }
 
+/// The ids the draft model is fed for the target tokens `tokens`: the same ids, or the compact ids of a
+/// restricted draft head (`crate::head_vocab`).
+fn model_tokens(model: &Model, tokens: &[u32]) -> Result<Vec<u32>> {
+    match model.head_vocab() {
+        None => Ok(tokens.to_vec()),
+        Some(hv) => {
+            let mut out = Vec::with_capacity(tokens.len());
+            hv.map_tokens(tokens, &mut out)?;
+            Ok(out)
+        }
+    }
+}
+
 /// Drafts `lens[i]` tokens for `drafters[i]` (all on the same model), one padded batch forward per step over the
 /// drafters still drafting; each samples from its own RNG, so the tokens equal those of one-by-one drafting.
 /// The step's wall time is charged to every member (devices draft in parallel on their own hardware).
@@ -327,22 +341,30 @@ pub fn draft_many<M: Deref<Target = Model>>(
                 let d = &drafters[i];
                 let fed = d.cache.len();
                 let n = d.tokens.len();
-                if fed < n {
+                let v = if fed < n {
                     let mut v = d.tokens[fed..].to_vec();
                     v.extend_from_slice(&d.pending);
                     v
                 } else {
                     d.pending[fed - n..].to_vec()
-                }
+                };
+                model_tokens(&d.model, &v)
             })
-            .collect();
+            .collect::<Result<_>>()?;
         if let [i] = members[..] {
             // One drafter: its logits rows straight from its cache's buffer (no tensor on the host path).
             let d = &mut *drafters[i];
             let vocab = d.model.config().vocab_size;
-            let mut q = Vec::with_capacity(vocab);
+            let mut q = Vec::with_capacity(d.model.output_vocab());
             let rows = d.model.forward_logits(&mut d.cache, &inputs[0])?;
-            probs_into(&rows[rows.len() - vocab..], &d.params, &mut q)?;
+            let row = &rows[rows.len() - vocab..];
+            match d.model.head_vocab() {
+                None => probs_into(row, &d.params, &mut q)?,
+                Some(hv) => {
+                    hv.expand_logits(row, &mut d.scratch)?;
+                    probs_into(&d.scratch, &d.params, &mut q)?;
+                }
+            }
             let (t, _) = d.sample_row(q)?;
             d.pending.push(t);
         } else {
@@ -367,7 +389,16 @@ pub fn draft_many<M: Deref<Target = Model>>(
             for (&i, l) in members.iter().zip(&logits) {
                 let last = l.narrow(0, l.dim(0)? - 1, 1)?;
                 let d = &mut drafters[i];
-                let q = prob_rows(&last, &d.params)?.remove(0);
+                let q = match d.model.head_vocab() {
+                    None => prob_rows(&last, &d.params)?.remove(0),
+                    Some(hv) => {
+                        let compact = last.flatten_all()?.to_vec1::<f32>()?;
+                        hv.expand_logits(&compact, &mut d.scratch)?;
+                        let mut q = Vec::with_capacity(hv.full_vocab());
+                        probs_into(&d.scratch, &d.params, &mut q)?;
+                        q
+                    }
+                };
                 let (t, _) = d.sample_row(q)?;
                 d.pending.push(t);
             }

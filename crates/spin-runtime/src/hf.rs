@@ -40,6 +40,10 @@ pub struct HfConfig {
     /// Whether the head shares the embedding.
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// A restricted draft head (`crate::head_vocab`): the target's vocabulary size. The folder's safetensors then
+    /// hold `head_vocab`, the V_d scored target ids (U32), and `vocab_size` is V_d + 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multispin_target_vocab_size: Option<usize>,
 }
 
 fn default_eps() -> f64 {
@@ -110,10 +114,11 @@ pub fn parse_config(bytes: &[u8], what: &str) -> Result<Config> {
 /// Loads a model folder (`config.json` and every `*.safetensors` in it).
 pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
     let cfg_path = dir.join("config.json");
-    let cfg = parse_config(
-        &crate::load::read_limited(&cfg_path, crate::load::MAX_CONFIG_BYTES, "config.json")?,
-        &cfg_path.display().to_string(),
-    )?;
+    let what = cfg_path.display().to_string();
+    let bytes = crate::load::read_limited(&cfg_path, crate::load::MAX_CONFIG_BYTES, "config.json")?;
+    let hf: HfConfig =
+        serde_json::from_slice(&bytes).map_err(|e| RuntimeError::format(&what, e.to_string()))?;
+    let cfg = hf.to_config()?;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| RuntimeError::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -127,10 +132,19 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
         ));
     }
     let mut tensors = HashMap::new();
+    let mut head_ids = None;
     for f in &files {
         let bytes = crate::load::read_limited(f, crate::load::MAX_MODEL_BYTES, "model")?;
-        let part = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
+        let mut part = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
             .map_err(|e| RuntimeError::format(f.display().to_string(), e.to_string()))?;
+        if let Some(ids) = part.remove(HEAD_VOCAB_TENSOR) {
+            let ids = ids
+                .to_dtype(candle_core::DType::U32)
+                .and_then(|t| t.flatten_all()?.to_vec1::<u32>());
+            head_ids = Some(ids.map_err(|e| {
+                RuntimeError::format(format!("{}: {HEAD_VOCAB_TENSOR}", f.display()), e.to_string())
+            })?);
+        }
         for (name, t) in &part {
             crate::load::check_finite_tensor(&f.display().to_string(), name, t)?;
         }
@@ -141,11 +155,75 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
         tensors,
         device: device.clone(),
     };
-    Model::from_source(cfg, &map, device)
+    let model = Model::from_source(cfg, &map, device)?;
+    match (hf.multispin_target_vocab_size, head_ids) {
+        (None, None) => Ok(model),
+        (Some(full), Some(ids)) => {
+            let hv = crate::head_vocab::HeadVocab::new(ids, full)
+                .map_err(|e| RuntimeError::format(dir.display().to_string(), e.to_string()))?;
+            model
+                .with_head_vocab(hv)
+                .map_err(|e| RuntimeError::format(dir.display().to_string(), e.to_string()))
+        }
+        (Some(_), None) => Err(RuntimeError::format(
+            dir.display().to_string(),
+            format!(
+                "config.json names a target vocabulary but no safetensors file holds {HEAD_VOCAB_TENSOR}"
+            ),
+        )),
+        (None, Some(_)) => Err(RuntimeError::format(
+            what,
+            format!(
+                "a safetensors file holds {HEAD_VOCAB_TENSOR} but multispin_target_vocab_size is missing"
+            ),
+        )),
+    }
+}
+
+/// The tensor of a restricted draft head's scored target ids in a model folder's safetensors.
+pub const HEAD_VOCAB_TENSOR: &str = "head_vocab";
+
+/// Writes a model folder for a draft with a restricted head (`crate::head_vocab`): [`write_dir`]'s files with the
+/// head's target ids as the [`HEAD_VOCAB_TENSOR`] tensor and the target's vocabulary size in `config.json`.
+/// `cfg.vocab_size` must be the head's compact vocabulary.
+pub fn write_draft_dir(
+    dir: &Path,
+    cfg: &Config,
+    tensors: &HashMap<String, Tensor>,
+    hv: &crate::head_vocab::HeadVocab,
+) -> Result<()> {
+    if cfg.vocab_size != hv.compact_vocab() {
+        return Err(RuntimeError::invalid(
+            "vocab_size",
+            format!("{} is not the head's {} ids", cfg.vocab_size, hv.compact_vocab()),
+        ));
+    }
+    if cfg.rope != RopeStyle::Halves || cfg.qkv_bias {
+        return Err(RuntimeError::invalid(
+            "config",
+            "a model folder's Llama uses half-split RoPE and no biases",
+        ));
+    }
+    let mut all = tensors.clone();
+    all.insert(
+        HEAD_VOCAB_TENSOR.into(),
+        Tensor::from_slice(hv.ids(), hv.ids().len(), &Device::Cpu)?,
+    );
+    write_folder(dir, cfg, Arch::Llama, &all, Some(hv.full_vocab()))
 }
 
 /// Writes a model folder: `config.json` from `cfg` and one `model.safetensors` (for tests and exports).
 pub fn write_dir(dir: &Path, cfg: &Config, arch: Arch, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    write_folder(dir, cfg, arch, tensors, None)
+}
+
+fn write_folder(
+    dir: &Path,
+    cfg: &Config,
+    arch: Arch,
+    tensors: &HashMap<String, Tensor>,
+    target_vocab: Option<usize>,
+) -> Result<()> {
     let hf = HfConfig {
         architectures: vec![match arch {
             Arch::Llama => "LlamaForCausalLM".into(),
@@ -165,6 +243,7 @@ pub fn write_dir(dir: &Path, cfg: &Config, arch: Arch, tensors: &HashMap<String,
         rms_norm_eps: cfg.rms_eps,
         rope_theta: cfg.rope_theta,
         tie_word_embeddings: cfg.tied_embeddings,
+        multispin_target_vocab_size: target_vocab,
     };
     std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(dir, e))?;
     let p = dir.join("config.json");

@@ -9,6 +9,7 @@ pub mod drafter;
 pub mod embedded;
 pub mod error;
 pub mod gguf;
+pub mod head_vocab;
 pub mod hf;
 mod kernels;
 pub mod llama2c;

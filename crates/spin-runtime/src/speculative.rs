@@ -138,12 +138,12 @@ impl<'m> Speculator<'m> {
         draft_lens: &[usize],
         cfg: SpecConfig,
     ) -> Result<Self> {
-        if target.config().vocab_size != drafter.config().vocab_size {
+        if target.config().vocab_size != drafter.output_vocab() {
             return Err(RuntimeError::invalid(
                 "draft",
                 format!(
                     "vocabulary of {} differs from the target's {}",
-                    drafter.config().vocab_size,
+                    drafter.output_vocab(),
                     target.config().vocab_size
                 ),
             ));

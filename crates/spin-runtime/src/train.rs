@@ -1,9 +1,13 @@
 //! Distilling a small draft model from a target with the same tokenizer: the student (a smaller Llama) is trained
 //! with AdamW on text sampled from the target, minimising the KL divergence KL(p_target ‖ q_student) at every
 //! position, which maximises the expected acceptance Σ_v min(p_v, q_v) only indirectly but is smooth and cheap.
+//!
+//! For a large target (a GGUF file) the target runs once: [`cache_top_k`] keeps its top-k distributions over fixed
+//! token sequences from its batched passes, and a [`HeadStudent`] with a restricted output head
+//! (`crate::head_vocab`) is trained on that cache alone.
 
 use crate::error::{Result, RuntimeError};
-use crate::model::{Config, Model, TensorMap, WeightSource, tensor_shapes};
+use crate::model::{Config, KvCache, Model, TensorMap, WeightSource, tensor_shapes};
 use crate::speculative::{generate_plain_batch, sampling};
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
@@ -112,4 +116,241 @@ pub fn distill(
         });
     }
     Ok(tensors)
+}
+
+/// The target's top-k next-token distributions over fixed-length token sequences, cached once from its own
+/// batched passes (the host route for a GGUF target), so that training a student never runs the target again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopKCache {
+    /// Tokens per sequence.
+    pub seq_len: usize,
+    /// Entries kept per position.
+    pub k: usize,
+    /// The sequences, `seq_len` target ids each, row-major.
+    pub tokens: Vec<u32>,
+    /// Per position, the k most likely target ids (most likely first).
+    pub ids: Vec<u32>,
+    /// Their probabilities under the target at temperature 1 (not renormalised: they sum to the kept mass).
+    pub probs: Vec<f32>,
+}
+
+impl TopKCache {
+    /// The number of cached sequences.
+    pub fn sequences(&self) -> usize {
+        self.tokens.len() / self.seq_len.max(1)
+    }
+
+    /// Expected target-token counts: each position adds its kept probabilities to their ids (vocabulary `vocab`),
+    /// what a restricted head's most frequent tokens are chosen from.
+    pub fn expected_counts(&self, vocab: usize) -> Vec<f64> {
+        let mut c = vec![0.0; vocab];
+        for (&t, &p) in self.ids.iter().zip(&self.probs) {
+            if let Some(x) = c.get_mut(t as usize) {
+                *x += f64::from(p);
+            }
+        }
+        c
+    }
+}
+
+/// Runs `target` over `seqs` (each exactly `seq_len` tokens), `batch` sequences per pass, and keeps the top `k`
+/// probabilities of every position; `log` gets the sequences done after every pass.
+pub fn cache_top_k(
+    target: &Model,
+    seqs: &[Vec<u32>],
+    k: usize,
+    batch: usize,
+    mut log: impl FnMut(usize),
+) -> Result<TopKCache> {
+    let Some(seq_len) = seqs.first().map(Vec::len) else {
+        return Err(RuntimeError::invalid("sequences", "none given"));
+    };
+    let vocab = target.config().vocab_size;
+    if k == 0 || k > vocab || batch == 0 || seq_len == 0 {
+        return Err(RuntimeError::invalid(
+            "k, batch",
+            format!("k must be in [1, {vocab}], batch and the sequence length positive"),
+        ));
+    }
+    if let Some(i) = seqs.iter().position(|s| s.len() != seq_len) {
+        return Err(RuntimeError::invalid(
+            format!("sequences[{i}]"),
+            format!("has {} tokens, not {seq_len}", seqs[i].len()),
+        ));
+    }
+    let mut out = TopKCache {
+        seq_len,
+        k,
+        tokens: seqs.concat(),
+        ids: Vec::with_capacity(seqs.len() * seq_len * k),
+        probs: Vec::with_capacity(seqs.len() * seq_len * k),
+    };
+    let mut order: Vec<u32> = Vec::with_capacity(vocab);
+    let mut p = vec![0f32; vocab];
+    for (done, chunk) in seqs.chunks(batch).enumerate() {
+        let mut caches: Vec<KvCache> = chunk.iter().map(|_| target.new_cache()).collect();
+        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let ins: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
+        for l in target.forward_batch(&mut refs, &ins)? {
+            let rows = l.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            for row in rows {
+                let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                if !m.is_finite() {
+                    return Err(RuntimeError::invalid("logits", "a row without a finite maximum"));
+                }
+                let mut z = 0f64;
+                for (x, &l) in p.iter_mut().zip(&row) {
+                    *x = (l - m).exp();
+                    z += f64::from(*x);
+                }
+                order.clear();
+                order.extend(0..vocab as u32);
+                order.select_nth_unstable_by(k - 1, |&a, &b| {
+                    p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b))
+                });
+                order.truncate(k);
+                order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+                for &t in &order {
+                    out.ids.push(t);
+                    out.probs.push((f64::from(p[t as usize]) / z) as f32);
+                }
+            }
+        }
+        log((done * batch + chunk.len()).min(seqs.len()));
+    }
+    Ok(out)
+}
+
+/// One training batch for a restricted-head student: compact input ids (B, T), the target's kept probabilities
+/// on the head's tokens renormalised per position (B, T, V_d), and each position's weight (1, or 0 where none of
+/// the target's kept tokens is on the head).
+#[derive(Debug, Clone)]
+pub struct HeadBatch {
+    ids: Tensor,
+    target: Tensor,
+    log_target: Tensor,
+    weight: Tensor,
+    weight_sum: f64,
+}
+
+/// A student with a restricted head (`crate::head_vocab`), trained by AdamW on the KL divergence from the
+/// target's top-k distributions restricted to the head, KL(p̃ ‖ q) with p̃ = p on the head's tokens, renormalised.
+pub struct HeadStudent {
+    model: Model,
+    tensors: HashMap<String, Tensor>,
+    opt: AdamW,
+    hv: crate::head_vocab::HeadVocab,
+}
+
+impl HeadStudent {
+    /// A student of shape `cfg` (its vocabulary the head's compact one) initialised from `seed`.
+    pub fn new(cfg: Config, hv: crate::head_vocab::HeadVocab, learning_rate: f64, seed: u64) -> Result<Self> {
+        if cfg.vocab_size != hv.compact_vocab() {
+            return Err(RuntimeError::invalid(
+                "student.vocab_size",
+                format!("{} is not the head's {} ids", cfg.vocab_size, hv.compact_vocab()),
+            ));
+        }
+        let device = Device::Cpu;
+        let init = crate::model::random_tensors(&cfg, 0.02, seed, &device)?;
+        let mut vars = Vec::new();
+        let mut tensors = HashMap::new();
+        for (name, _) in tensor_shapes(&cfg) {
+            let v = Var::from_tensor(&init[&name])?;
+            tensors.insert(name, v.as_tensor().clone());
+            vars.push(v);
+        }
+        let map = TensorMap {
+            what: "student".into(),
+            tensors: tensors.clone(),
+            device: device.clone(),
+        };
+        let mut model = Model::from_source(cfg, &map as &dyn WeightSource, &device)?;
+        model.set_differentiable(true)?;
+        let params = ParamsAdamW {
+            lr: learning_rate,
+            weight_decay: 0.0,
+            ..Default::default()
+        };
+        Ok(Self {
+            model,
+            tensors,
+            opt: AdamW::new(vars, params)?,
+            hv,
+        })
+    }
+
+    /// The batch of cached sequences `rows`.
+    pub fn batch(&self, cache: &TopKCache, rows: &[usize]) -> Result<HeadBatch> {
+        let (t, k, vd) = (cache.seq_len, cache.k, self.hv.ids().len());
+        let mut ids = Vec::with_capacity(rows.len() * t);
+        let mut target = vec![0f32; rows.len() * t * vd];
+        let mut weight = vec![0f32; rows.len() * t];
+        for (b, &r) in rows.iter().enumerate() {
+            if r >= cache.sequences() {
+                return Err(RuntimeError::invalid(
+                    "rows",
+                    format!("{r} is outside the {} cached sequences", cache.sequences()),
+                ));
+            }
+            self.hv.map_tokens(&cache.tokens[r * t..(r + 1) * t], &mut ids)?;
+            for j in 0..t {
+                let at = (r * t + j) * k;
+                let row = &mut target[(b * t + j) * vd..(b * t + j + 1) * vd];
+                let mut kept = 0f32;
+                for (&id, &p) in cache.ids[at..at + k].iter().zip(&cache.probs[at..at + k]) {
+                    let s = self.hv.compact(id)? as usize;
+                    if s < vd {
+                        row[s] += p;
+                        kept += p;
+                    }
+                }
+                if kept > 0.0 {
+                    row.iter_mut().for_each(|x| *x /= kept);
+                    weight[b * t + j] = 1.0;
+                }
+            }
+        }
+        let device = Device::Cpu;
+        let weight_sum = weight.iter().map(|&w| f64::from(w)).sum::<f64>();
+        let target = Tensor::from_vec(target, (rows.len(), t, vd), &device)?;
+        let log_target = (target.clone() + 1e-12)?.log()?;
+        Ok(HeadBatch {
+            ids: Tensor::from_vec(ids, (rows.len(), t), &device)?,
+            target,
+            log_target,
+            weight: Tensor::from_vec(weight, (rows.len(), t), &device)?,
+            weight_sum,
+        })
+    }
+
+    fn loss(&self, b: &HeadBatch) -> Result<Tensor> {
+        let vd = self.hv.ids().len();
+        let logits = self.model.forward_full(&b.ids)?.narrow(D::Minus1, 0, vd)?;
+        let log_q = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let kl = (&b.target * (&b.log_target - log_q)?)?.sum(D::Minus1)?;
+        Ok(((kl * &b.weight)?.sum_all()? / b.weight_sum.max(1.0))?)
+    }
+
+    /// The mean KL(p̃ ‖ q) over the batch's weighted positions, in nats.
+    pub fn kl(&self, b: &HeadBatch) -> Result<f64> {
+        Ok(f64::from(self.loss(b)?.to_scalar::<f32>()?))
+    }
+
+    /// One AdamW step on the batch; returns the KL before the step.
+    pub fn step(&mut self, b: &HeadBatch) -> Result<f64> {
+        let loss = self.loss(b)?;
+        self.opt.backward_step(&loss)?;
+        Ok(f64::from(loss.to_scalar::<f32>()?))
+    }
+
+    /// The student's tensors (Hugging Face names) as trained so far, for [`crate::hf::write_draft_dir`].
+    pub fn tensors(&self) -> &HashMap<String, Tensor> {
+        &self.tensors
+    }
+
+    /// The restricted head.
+    pub fn head_vocab(&self) -> &crate::head_vocab::HeadVocab {
+        &self.hv
+    }
 }

@@ -57,3 +57,64 @@ fn distillation_reduces_kl_and_saves_a_loadable_drafter() {
     };
     assert!(distill(&target, &bad, |_| ()).is_err());
 }
+
+#[test]
+fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
+    use spin_runtime::head_vocab::{HeadVocab, most_frequent};
+    use spin_runtime::train::{HeadStudent, cache_top_k};
+    let tc = cfg(32, 1);
+    let target = model_from_tensors(
+        tc.clone(),
+        model::random_tensors(&tc, 1.0, 1, &Device::Cpu).unwrap(),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let seqs: Vec<Vec<u32>> = (0..6u32)
+        .map(|s| (0..10).map(|j| (s * 7 + j * 3) % 20).collect())
+        .collect();
+    let mut seen = Vec::new();
+    let cache = cache_top_k(&target, &seqs, 5, 4, |n| seen.push(n)).unwrap();
+    assert_eq!(seen, vec![4, 6]);
+    assert_eq!((cache.sequences(), cache.ids.len()), (6, 6 * 10 * 5));
+    // The kept probabilities are the target's own, most likely first.
+    let mut c = target.new_cache();
+    let l = target.forward(&mut c, &seqs[2]).unwrap();
+    let p = candle_nn::ops::softmax_last_dim(&l)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let at = (2 * 10 + 4) * 5;
+    let mut sorted = p[4].clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    for j in 0..5 {
+        assert!((cache.probs[at + j] - p[4][cache.ids[at + j] as usize]).abs() < 1e-5);
+        assert!((cache.probs[at + j] - sorted[j]).abs() < 1e-5);
+    }
+    let counts: Vec<u64> = cache
+        .expected_counts(20)
+        .iter()
+        .map(|&x| (x * 1000.0) as u64)
+        .collect();
+    let hv = HeadVocab::new(most_frequent(&counts, 8), 20).unwrap();
+    let student_cfg = Config {
+        vocab_size: 9,
+        rope: RopeStyle::Halves,
+        ..cfg(16, 1)
+    };
+    let mut s = HeadStudent::new(student_cfg.clone(), hv.clone(), 1e-2, 3).unwrap();
+    let batch = s.batch(&cache, &[0, 3, 5]).unwrap();
+    let before = s.kl(&batch).unwrap();
+    assert_eq!(s.step(&batch).unwrap(), before);
+    let after = s.kl(&batch).unwrap();
+    assert!(after < before, "KL {before} -> {after}");
+    // The trained student saves and loads as a restricted draft.
+    let dir = tempfile::tempdir().unwrap();
+    spin_runtime::hf::write_draft_dir(dir.path(), &student_cfg, s.tensors(), &hv).unwrap();
+    let d = spin_runtime::load_model(dir.path(), &Device::Cpu).unwrap();
+    assert_eq!(d.output_vocab(), 20);
+    // Bad inputs are errors.
+    assert!(s.batch(&cache, &[6]).is_err());
+    assert!(cache_top_k(&target, &seqs, 0, 4, |_| ()).is_err());
+    assert!(cache_top_k(&target, &[vec![1, 2], vec![3]], 2, 4, |_| ()).is_err());
+    assert!(HeadStudent::new(cfg(16, 1), hv, 1e-2, 3).is_err());
+}

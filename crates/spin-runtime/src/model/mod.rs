@@ -61,6 +61,9 @@ pub struct Model {
     qhost: Option<std::sync::Arc<QHostWeights>>,
     /// Whether passes may take the host path or the quantised host route (see [`Model::set_host_path`]).
     host_on: bool,
+    /// A restricted draft head's map to the target's vocabulary (`crate::head_vocab`); `None` for a model that
+    /// scores its whole vocabulary.
+    head_vocab: Option<std::sync::Arc<crate::head_vocab::HeadVocab>>,
 }
 
 impl Model {
@@ -126,6 +129,7 @@ impl Model {
             host: None,
             qhost: None,
             host_on: true,
+            head_vocab: None,
         };
         model.rebuild_fused()?;
         Ok(model)
@@ -255,6 +259,35 @@ impl Model {
     /// default) every pass of any batch runs on the host over the file's blocks; off, passes take the candle route.
     pub fn has_quantised_host_route(&self) -> bool {
         self.qhost.is_some()
+    }
+
+    /// The same model as a restricted draft head over a target's vocabulary: its own vocabulary must be the
+    /// head's compact one (V_d scored ids and "other"); see `crate::head_vocab`.
+    pub fn with_head_vocab(mut self, hv: crate::head_vocab::HeadVocab) -> Result<Model> {
+        if hv.compact_vocab() != self.cfg.vocab_size {
+            return Err(RuntimeError::invalid(
+                "head_vocab",
+                format!(
+                    "lists {} tokens but the model's vocabulary has {} (the listed ones and one \"other\")",
+                    hv.ids().len(),
+                    self.cfg.vocab_size
+                ),
+            ));
+        }
+        self.head_vocab = Some(std::sync::Arc::new(hv));
+        Ok(self)
+    }
+
+    /// The restricted draft head's map, if this model has one.
+    pub fn head_vocab(&self) -> Option<&crate::head_vocab::HeadVocab> {
+        self.head_vocab.as_deref()
+    }
+
+    /// The vocabulary a drafter with this model samples over: the target's for a restricted head, else the model's.
+    pub fn output_vocab(&self) -> usize {
+        self.head_vocab
+            .as_ref()
+            .map_or(self.cfg.vocab_size, |h| h.full_vocab())
     }
 
     /// The model's configuration.

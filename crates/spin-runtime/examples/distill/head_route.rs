@@ -1,0 +1,261 @@
+//! The distill example's route for a real target (GGUF file or model folder): cache the target's top-k
+//! distributions once over held-in TinyStories text and its own answers to instructions, choose the restricted
+//! head's tokens from them, train the student on the cache alone, save a model folder.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spin_runtime::head_vocab::{HeadVocab, most_frequent};
+use spin_runtime::speculative::{generate_plain_batch, sampling};
+use spin_runtime::train::{HeadStudent, cache_top_k};
+use spin_runtime::{Config, RopeStyle, Tokenizer};
+use std::path::Path;
+use std::time::Instant;
+
+/// The options of this route.
+pub struct Opts {
+    pub head: usize,
+    pub top_k: usize,
+    pub story_seqs: usize,
+    pub steps: usize,
+    pub batch: usize,
+    pub seq_len: usize,
+    pub dim: usize,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub lr: f64,
+    pub seed: u64,
+    /// Training stops after this many minutes (0: no limit); the steps done are printed, and `--steps` with that
+    /// number gives the same draft.
+    pub minutes: f64,
+}
+
+/// The first bytes of TinyStories validation, never trained on (the evaluation prompts come from them).
+pub const HELD_OUT_BYTES: usize = 65_536;
+
+/// Instructions whose answers by the target are training text (the evaluation's instruction prompts are others,
+/// listed in scripts/bench-speculative-smollm2.sh).
+const INSTRUCTIONS: [&str; 48] = [
+    "What is the capital of France?",
+    "Explain photosynthesis in simple terms.",
+    "Write a short poem about the sea.",
+    "Give me three tips for better sleep.",
+    "How do I boil an egg?",
+    "What is a prime number?",
+    "Summarise the plot of Cinderella.",
+    "Why is the sky blue?",
+    "List five fruits that are red.",
+    "What does a computer's CPU do?",
+    "Write a haiku about autumn leaves.",
+    "How many legs does a spider have?",
+    "Explain what gravity is to a child.",
+    "What are the primary colours?",
+    "Describe a cat in two sentences.",
+    "How can I save money on groceries?",
+    "What is the difference between weather and climate?",
+    "Tell me a fun fact about octopuses.",
+    "Write a thank-you note to a teacher.",
+    "What is the boiling point of water?",
+    "Explain how a rainbow forms.",
+    "Give me a recipe for pancakes.",
+    "What is the largest planet in our solar system?",
+    "Why do we need to drink water?",
+    "Write a short story about a brave mouse.",
+    "How does a bicycle work?",
+    "What is the meaning of the word 'kind'?",
+    "Name three musical instruments.",
+    "How do bees make honey?",
+    "What should I pack for a beach trip?",
+    "Explain what a noun is.",
+    "Write a limerick about a dog.",
+    "What causes the seasons on Earth?",
+    "How do I make a paper airplane?",
+    "What is the tallest animal?",
+    "Give two reasons to read books.",
+    "Describe the water cycle.",
+    "What is an ecosystem?",
+    "How can I be a good friend?",
+    "What is the sun made of?",
+    "Write a sentence using the word 'gigantic'.",
+    "Why do leaves change colour in autumn?",
+    "What is the opposite of 'ancient'?",
+    "How do fish breathe under water?",
+    "Explain what a volcano is.",
+    "Give me a tip for learning a new language.",
+    "What do plants need to grow?",
+    "Write a birthday message for my grandmother.",
+];
+
+/// The file's chat template rendered for one user message with the generation prompt (as `multispin generate
+/// --chat` renders it).
+fn render_chat(template: &str, user: &str, bos: &str, eos: &str) -> Result<String, String> {
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    env.set_syntax(syntax);
+    minijinja_contrib::add_to_environment(&mut env);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_template("chat", template).map_err(|e| e.to_string())?;
+    let t = env.get_template("chat").map_err(|e| e.to_string())?;
+    t.render(minijinja::context! {
+        messages => vec![minijinja::context! { role => "user", content => user }],
+        add_generation_prompt => true,
+        bos_token => bos,
+        eos_token => eos,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// A progress line at most every 5 s (and always when `last`).
+struct Progress {
+    start: Instant,
+    last: f64,
+}
+
+impl Progress {
+    fn line(&mut self, last: bool, text: impl FnOnce() -> String) {
+        let t = self.start.elapsed().as_secs_f64();
+        if last || t - self.last >= 5.0 {
+            self.last = t;
+            println!("{t:7.1} s  {}", text());
+        }
+    }
+}
+
+/// Training sequences of `seq_len` tokens: consecutive windows of the held-in TinyStories text.
+fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u32>>, String> {
+    let data = std::env::var("MULTISPIN_SHARED_DATA")
+        .map_err(|_| "MULTISPIN_SHARED_DATA: not set (the folder holding corpora/tinystories_val.txt)")?;
+    let path = Path::new(&data).join("corpora/tinystories_val.txt");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cut = text[HELD_OUT_BYTES.min(text.len())..]
+        .find('\n')
+        .map_or(text.len(), |i| HELD_OUT_BYTES + i + 1);
+    let mut ids = Vec::new();
+    for line in text[cut..].split_inclusive('\n') {
+        ids.extend(tok.encode(line, false).map_err(|e| e.to_string())?);
+        if ids.len() >= n * seq_len {
+            break;
+        }
+    }
+    Ok(ids.chunks_exact(seq_len).take(n).map(<[u32]>::to_vec).collect())
+}
+
+pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
+    let device = spin_runtime::select_device().map_err(|e| e.to_string())?;
+    let target = spin_runtime::load_model(target_path, &device).map_err(|e| e.to_string())?;
+    let tc = target.config().clone();
+    let tok = spin_runtime::load_tokenizer(None, target_path, tc.vocab_size).map_err(|e| e.to_string())?;
+    if o.seq_len < 2 || o.seq_len > tc.max_seq_len || o.steps == 0 || o.batch == 0 || o.top_k == 0 {
+        return Err("--seq-len, --steps, --batch, --top-k: out of range".into());
+    }
+    let mut progress = Progress {
+        start: Instant::now(),
+        last: 0.0,
+    };
+    // 1. Text: held-in stories, and the target's own answers (greedy, then two sampled at temperature 0.8).
+    let mut seqs = story_windows(&tok, o.seq_len, o.story_seqs)?;
+    let stories = seqs.len();
+    let template = tok
+        .chat_template()
+        .ok_or("the target's file has no chat template")?;
+    let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+    let mut prompts = Vec::new();
+    for q in INSTRUCTIONS {
+        let text = render_chat(template, q, &name(tok.bos()), &name(tok.eos()))?;
+        let mut p = tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())?;
+        p.truncate(o.seq_len / 2);
+        prompts.push(p);
+    }
+    for (round, temperature) in [0.0, 0.8, 0.8].into_iter().enumerate() {
+        let params = sampling(temperature).map_err(|e| e.to_string())?;
+        let seeds: Vec<u64> = (0..prompts.len() as u64)
+            .map(|i| o.seed.wrapping_mul(7919).wrapping_add(1000 * round as u64 + i))
+            .collect();
+        let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
+        let answers = generate_plain_batch(&target, &prompts, &params, o.seq_len - shortest, &seeds)
+            .map_err(|e| e.to_string())?;
+        for (p, g) in prompts.iter().zip(answers) {
+            let mut s = p.clone();
+            s.extend(g);
+            s.truncate(o.seq_len);
+            seqs.push(s);
+        }
+        progress.line(true, || format!("generated answers, round {} of 3", round + 1));
+    }
+    let n = seqs.len();
+    println!(
+        "{stories} story windows and {} answers of {} tokens; caching the target's top-{} distributions",
+        n - stories,
+        o.seq_len,
+        o.top_k
+    );
+    // 2. The target's top-k distributions, once.
+    let cache = cache_top_k(&target, &seqs, o.top_k, 4, |done| {
+        progress.line(done == n, || format!("cached {done} / {n} sequences"))
+    })
+    .map_err(|e| e.to_string())?;
+    drop(target);
+    // 3. The head: the target's most frequent tokens by expected count (kept probability mass).
+    let counts: Vec<u64> = cache
+        .expected_counts(tc.vocab_size)
+        .iter()
+        .map(|&c| (c * 1e6).round() as u64)
+        .collect();
+    let ids = most_frequent(&counts, o.head);
+    let kept: u64 = ids.iter().map(|&t| counts[t as usize]).sum();
+    let all: u64 = counts.iter().sum();
+    println!(
+        "head: {} tokens hold {:.1} % of the target's kept probability mass",
+        ids.len(),
+        100.0 * kept as f64 / all.max(1) as f64
+    );
+    let hv = HeadVocab::new(ids, tc.vocab_size).map_err(|e| e.to_string())?;
+    // 4. The student, trained on the cache alone.
+    let cfg = Config {
+        vocab_size: hv.compact_vocab(),
+        dim: o.dim,
+        hidden_dim: o.hidden,
+        n_layers: o.layers,
+        n_heads: o.heads,
+        n_kv_heads: o.kv_heads,
+        max_seq_len: tc.max_seq_len,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Halves,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let mut student = HeadStudent::new(cfg.clone(), hv.clone(), o.lr, o.seed).map_err(|e| e.to_string())?;
+    let mut rng = ChaCha8Rng::seed_from_u64(o.seed);
+    let mut recent = Vec::new();
+    let train_start = Instant::now();
+    for step in 0..o.steps {
+        if o.minutes > 0.0 && train_start.elapsed().as_secs_f64() > 60.0 * o.minutes {
+            println!(
+                "time box of {} min reached after {step} steps: --steps {step} rebuilds this draft",
+                o.minutes
+            );
+            break;
+        }
+        let rows: Vec<usize> = (0..o.batch).map(|_| rng.random_range(0..n)).collect();
+        let b = student.batch(&cache, &rows).map_err(|e| e.to_string())?;
+        recent.push(student.step(&b).map_err(|e| e.to_string())?);
+        progress.line(step + 1 == o.steps, || {
+            let kl = recent.iter().sum::<f64>() / recent.len() as f64;
+            recent.clear();
+            format!(
+                "step {:5} / {}  KL {kl:.4} nats/position (mean since the last line)",
+                step + 1,
+                o.steps
+            )
+        });
+    }
+    spin_runtime::hf::write_draft_dir(out, &cfg, student.tensors(), &hv).map_err(|e| e.to_string())?;
+    println!("wrote {}", out.display());
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! A draft model with a restricted output head (V_d listed tokens, q = 0 elsewhere): speculative sampling with its
+//! real q rows is exact (every draft and accept/reject branch enumerated, against the target's exact distribution),
+//! greedy speculation equals greedy decoding token for token, and the draft folder round-trips with its checks.
+
+mod common;
+
+use candle_core::Device;
+use common::tiny;
+use spin_core::enumerate::{Enumerator, enumerate};
+use spin_core::{Dist, verify};
+use spin_runtime::drafter::{DistForm, Drafter, device_rng};
+use spin_runtime::head_vocab::{HeadVocab, most_frequent};
+use spin_runtime::model::{self, model_from_tensors};
+use spin_runtime::speculative::{self, SpecConfig, Speculator, generate_plain, prob_rows};
+use spin_runtime::{Config, Model, RopeStyle};
+use std::collections::HashMap;
+
+/// The scored tokens of the restricted draft (of the tiny models' 24).
+const HEAD: [u32; 6] = [3, 1, 7, 0, 12, 5];
+
+fn restricted(seed: u64) -> Model {
+    let cfg = Config {
+        vocab_size: HEAD.len() + 1,
+        dim: 16,
+        hidden_dim: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: 96,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Halves,
+        qkv_bias: false,
+        tied_embeddings: false,
+    };
+    let w = model::random_tensors(&cfg, 0.6, seed, &Device::Cpu).unwrap();
+    model_from_tensors(cfg, w, &Device::Cpu)
+        .unwrap()
+        .with_head_vocab(HeadVocab::new(HEAD.to_vec(), 24).unwrap())
+        .unwrap()
+}
+
+/// p(· | ctx) of the target at temperature 1, memoised.
+fn p_row(target: &Model, memo: &mut HashMap<Vec<u32>, Vec<f64>>, ctx: &[u32]) -> Vec<f64> {
+    memo.entry(ctx.to_vec())
+        .or_insert_with(|| {
+            let mut c = target.new_cache();
+            let l = target.forward(&mut c, ctx).unwrap();
+            let t1 = speculative::sampling(1.0).unwrap();
+            prob_rows(&l.narrow(0, ctx.len() - 1, 1).unwrap(), &t1).unwrap()[0]
+                .iter()
+                .map(|&x| x as f64)
+                .collect()
+        })
+        .clone()
+}
+
+/// q(· | ctx) as the drafter samples from it (one drafted token, its dense row), memoised.
+fn q_row(draft: &Model, memo: &mut HashMap<Vec<u32>, Vec<f64>>, ctx: &[u32]) -> Vec<f64> {
+    memo.entry(ctx.to_vec())
+        .or_insert_with(|| {
+            let t1 = speculative::sampling(1.0).unwrap();
+            let mut d = Drafter::new(draft, ctx, ctx.len(), t1, DistForm::Dense, device_rng(0, 0)).unwrap();
+            d.draft(1).unwrap();
+            d.last_dists()[0].iter().map(|&x| x as f64).collect()
+        })
+        .clone()
+}
+
+#[test]
+fn restricted_head_speculative_sampling_is_exact_by_enumeration() {
+    let target = tiny(5, 0.6, 2);
+    let draft = restricted(6);
+    let prefix = vec![1u32, 7, 3];
+    let (mut pm, mut qm) = (HashMap::new(), HashMap::new());
+    // The draft's rows: zero off the head, positive on it, over the target's whole vocabulary.
+    let q0 = q_row(&draft, &mut qm, &prefix);
+    assert_eq!(q0.len(), 24);
+    for (t, &q) in q0.iter().enumerate() {
+        assert_eq!(q > 0.0, HEAD.contains(&(t as u32)), "token {t}: q = {q}");
+    }
+    for draft_len in 1..=2usize {
+        let total = 3;
+        // Rounds of at most `draft_len` drafts until `total` tokens are emitted (the last rounds draft fewer).
+        let paths = enumerate(|e: &mut Enumerator| {
+            let mut ctx = prefix.clone();
+            let mut out = Vec::new();
+            while out.len() < total {
+                let l = draft_len.min(total - out.len() - 1);
+                let (mut tokens, mut q_rows) = (Vec::new(), Vec::new());
+                let mut c = ctx.clone();
+                for _ in 0..l {
+                    let q = q_row(&draft, &mut qm, &c);
+                    let y = Dist::new(&q).unwrap().sample(e);
+                    tokens.push(y);
+                    c.push(y);
+                    q_rows.push(q);
+                }
+                let p_rows: Vec<Vec<f64>> = (0..=l)
+                    .map(|j| {
+                        let mut c = ctx.clone();
+                        c.extend(&tokens[..j]);
+                        p_row(&target, &mut pm, &c)
+                    })
+                    .collect();
+                let p: Vec<Dist<f64>> = p_rows.iter().map(|r| Dist::new(r).unwrap()).collect();
+                let q: Vec<Dist<f64>> = q_rows.iter().map(|r| Dist::new(r).unwrap()).collect();
+                let v = verify(&p, &tokens, &q, e).unwrap();
+                let mut emitted = tokens[..v.accepted].to_vec();
+                emitted.push(v.token);
+                ctx.extend(&emitted);
+                out.extend(emitted);
+            }
+            out.truncate(total);
+            out
+        });
+        let mut got: HashMap<Vec<u32>, f64> = HashMap::new();
+        for (seq, pr) in paths {
+            *got.entry(seq).or_default() += pr;
+        }
+        // The target's exact distribution of the same sequences; every other sequence has mass 1 − Σ.
+        let mut tv = 0.0;
+        let mut covered = 0.0;
+        for (seq, &pr) in &got {
+            let mut ctx = prefix.clone();
+            let mut want = 1.0;
+            for &t in seq {
+                want *= p_row(&target, &mut pm, &ctx)[t as usize];
+                ctx.push(t);
+            }
+            covered += want;
+            tv += (pr - want).abs();
+        }
+        tv = 0.5 * (tv + (1.0 - covered).abs());
+        assert!(tv < 1e-5, "draft length {draft_len}: TV {tv:e}");
+        // The sequences the draft alone could not propose come out too (the residual covers them).
+        assert!(got.keys().any(|s| !HEAD.contains(&s[0])));
+    }
+}
+
+#[test]
+fn restricted_head_greedy_speculation_equals_greedy_decoding() {
+    let target = tiny(1, 0.3, 3);
+    let draft = restricted(2);
+    let greedy = speculative::sampling(0.0).unwrap();
+    let prompts = vec![vec![1u32, 5, 9], vec![1], vec![1, 7, 7, 7, 3], vec![1, 4]];
+    let cfg = SpecConfig {
+        params: greedy,
+        max_new_tokens: 30,
+        eos: None,
+        seed: 9,
+    };
+    // Several devices (batched draft steps) and one (the single-sequence step).
+    let mut s = Speculator::new(&target, &draft, &prompts, &[1, 2, 5, 3], cfg.clone()).unwrap();
+    s.run().unwrap();
+    for (k, d) in s.devices.iter().enumerate() {
+        let want = generate_plain(&target, &prompts[k], &greedy, 30, None, 0).unwrap();
+        assert_eq!(d.generated(), want.as_slice(), "device {k}");
+    }
+    let mut one = Speculator::new(&target, &draft, &prompts[2..3], &[4], cfg).unwrap();
+    one.run().unwrap();
+    let want = generate_plain(&target, &prompts[2], &greedy, 30, None, 0).unwrap();
+    assert_eq!(one.devices[0].generated(), want.as_slice());
+}
+
+#[test]
+fn restricted_draft_folder_round_trips_and_bad_heads_are_errors() {
+    let draft = restricted(3);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = draft.config().clone();
+    let w = model::random_tensors(&cfg, 0.6, 3, &Device::Cpu).unwrap();
+    let hv = draft.head_vocab().unwrap().clone();
+    spin_runtime::hf::write_draft_dir(dir.path(), &cfg, &w, &hv).unwrap();
+    let back = spin_runtime::load_model(dir.path(), &Device::Cpu).unwrap();
+    assert_eq!(back.head_vocab(), Some(&hv));
+    assert_eq!(back.output_vocab(), 24);
+    let ctx = [1u32, 12, 3, 9];
+    let mut qm = (HashMap::new(), HashMap::new());
+    assert_eq!(q_row(&draft, &mut qm.0, &ctx), q_row(&back, &mut qm.1, &ctx));
+    // Bad heads.
+    assert!(HeadVocab::new(vec![], 24).is_err());
+    assert!(HeadVocab::new(vec![1, 1], 24).is_err());
+    let e = HeadVocab::new(vec![1, 24], 24).unwrap_err().to_string();
+    assert!(e.contains("head_vocab") && e.contains("24"), "{e}");
+    assert!(HeadVocab::new((0..24).collect(), 24).is_err());
+    let hv5 = HeadVocab::new(vec![1, 2, 3, 4, 5], 24).unwrap();
+    let e = tiny(1, 0.3, 1).with_head_vocab(hv5).unwrap_err().to_string();
+    assert!(e.contains("head_vocab"), "{e}");
+    // A token outside the target's vocabulary is an error, not an "other".
+    assert!(hv.compact(24).is_err());
+    assert_eq!(hv.compact(23).unwrap(), HEAD.len() as u32);
+    assert_eq!(hv.compact(12).unwrap(), 4);
+    // A folder whose config names a target vocabulary without the ids tensor is refused.
+    let plain = tempfile::tempdir().unwrap();
+    spin_runtime::hf::write_dir(plain.path(), &cfg, spin_runtime::hf::Arch::Llama, &w).unwrap();
+    let p = plain.path().join("config.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(&p, text.replacen('{', "{\"multispin_target_vocab_size\": 24,", 1)).unwrap();
+    let e = spin_runtime::load_model(plain.path(), &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("head_vocab"), "{e}");
+    // The draft cannot serve a target of another vocabulary.
+    let big = tiny(1, 0.3, 1);
+    let other_cfg = Config {
+        vocab_size: 30,
+        ..big.config().clone()
+    };
+    let other = model_from_tensors(
+        other_cfg.clone(),
+        model::random_tensors(&other_cfg, 0.3, 1, &Device::Cpu).unwrap(),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let greedy = speculative::sampling(0.0).unwrap();
+    let spec = SpecConfig {
+        params: greedy,
+        max_new_tokens: 3,
+        eos: None,
+        seed: 0,
+    };
+    assert!(Speculator::new(&other, &draft, &[vec![1]], &[2], spec).is_err());
+}
+
+#[test]
+fn most_frequent_orders_by_count_then_id() {
+    assert_eq!(most_frequent(&[3, 0, 5, 3, 1], 3), vec![2, 0, 3]);
+    assert_eq!(most_frequent(&[0, 2, 0], 5), vec![1]);
+}
