@@ -338,18 +338,15 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
                 l.target.forward_batch(&mut cref, &refs).context("timed pass")?;
                 times.push(start.elapsed().as_secs_f64());
             }
-            times.sort_by(f64::total_cmp);
-            let median = if reps % 2 == 1 {
-                times[reps / 2]
-            } else {
-                0.5 * (times[reps / 2 - 1] + times[reps / 2])
-            };
+            let (lo, hi) = times
+                .iter()
+                .fold((f64::INFINITY, 0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
             println!(
                 "pass of {sequences} × {positions} positions after a prefix of {prefix_len}: median {:.3} ms, \
                  min {:.3} ms, max {:.3} ms over {reps} passes",
-                1e3 * median,
-                1e3 * times[0],
-                1e3 * times[reps - 1]
+                1e3 * m::median(&times),
+                1e3 * lo,
+                1e3 * hi
             );
             Ok(())
         }
