@@ -1,6 +1,10 @@
 //! Loading round-trips through every real file format, padded batches against single sequences, and cache
 //! truncation against decoding from scratch, on tiny random-weight models (plus stories260K when the data is there).
 
+// Only the real-model marker of the shared helpers is used here.
+#[allow(dead_code)]
+mod common;
+
 use candle_core::{Device, Tensor};
 use spin_runtime::hf::{self, Arch};
 use spin_runtime::llama2c::{self, Llama2cTokenizer};
@@ -473,11 +477,11 @@ fn llama2c_tokenizer_round_trip_and_merges() {
 fn shared_data() -> Option<std::path::PathBuf> {
     match std::env::var_os("MULTISPIN_SHARED_DATA") {
         None => {
-            real_model_marker(false);
+            common::real_model_marker(false);
             None
         }
         Some(d) => {
-            real_model_marker(true);
+            common::real_model_marker(true);
             let dir = std::path::PathBuf::from(d).join("models/stories260K");
             for f in ["stories260K.bin", "tok512.bin"] {
                 assert!(
@@ -591,17 +595,4 @@ fn embedded_models_load_and_share_the_tokenizer() {
         std::fs::read(dir.join("tok512.bin")).unwrap(),
         embedded::TOKENIZER
     );
-}
-
-/// Says on the uncaptured stderr whether this real-model test runs or skips, so a plain `cargo test` shows it
-/// (`.ci/run` counts these lines).
-fn real_model_marker(ran: bool) {
-    use std::io::Write as _;
-    let name = std::thread::current().name().unwrap_or("?").to_owned();
-    let what = if ran {
-        "ran"
-    } else {
-        "skipped (MULTISPIN_SHARED_DATA unset)"
-    };
-    let _ = writeln!(std::io::stderr(), "real-model test {name}: {what}");
 }

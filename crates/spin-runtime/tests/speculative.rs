@@ -214,10 +214,10 @@ fn sampled_speculation_matches_the_target_distribution() {
 
 fn stories() -> Option<(Model, spin_runtime::llama2c::Llama2cTokenizer)> {
     let Some(d) = std::env::var_os("MULTISPIN_SHARED_DATA") else {
-        real_model_marker(false);
+        common::real_model_marker(false);
         return None;
     };
-    real_model_marker(true);
+    common::real_model_marker(true);
     let dir = std::path::PathBuf::from(d).join("models/stories260K");
     assert!(
         dir.join("stories260K.bin").is_file(),
@@ -392,17 +392,4 @@ fn one_hot_top1_rows_equal_the_general_sampler() {
             "{bad:?}"
         );
     }
-}
-
-/// Says on the uncaptured stderr whether this real-model test runs or skips, so a plain `cargo test` shows it
-/// (`.ci/run` counts these lines).
-fn real_model_marker(ran: bool) {
-    use std::io::Write as _;
-    let name = std::thread::current().name().unwrap_or("?").to_owned();
-    let what = if ran {
-        "ran"
-    } else {
-        "skipped (MULTISPIN_SHARED_DATA unset)"
-    };
-    let _ = writeln!(std::io::stderr(), "real-model test {name}: {what}");
 }

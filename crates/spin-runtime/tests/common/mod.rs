@@ -9,3 +9,17 @@ use spin_runtime::model;
 pub fn tiny(seed: u64, std: f64, n_layers: usize) -> Model {
     model::tiny_random_model(seed, std, n_layers, &Device::Cpu).unwrap()
 }
+
+/// Says on the uncaptured stderr whether this real-model test runs or skips, so a plain `cargo test` shows it
+/// (`.ci/run` counts these lines). Not every test binary that includes this module has a real-model test.
+#[allow(dead_code)]
+pub fn real_model_marker(ran: bool) {
+    use std::io::Write as _;
+    let name = std::thread::current().name().unwrap_or("?").to_owned();
+    let what = if ran {
+        "ran"
+    } else {
+        "skipped (MULTISPIN_SHARED_DATA unset)"
+    };
+    let _ = writeln!(std::io::stderr(), "real-model test {name}: {what}");
+}
