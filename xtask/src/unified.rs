@@ -43,16 +43,8 @@ fn size(quick: bool) -> Size {
 /// Goodput (rate objective) of the four controllers on one round.
 fn controllers(round: &Round) -> anyhow::Result<[f64; 4]> {
     let rate = |p: spin_optimize::round::RoundPlan| p.rate_tokens_per_s;
-    let a = PaperPlanner {
-        scheme: Scheme::Exact,
-        objective: Objective::Rate,
-    }
-    .plan(round)?;
-    let b = PaperPlanner {
-        scheme: Scheme::Best,
-        objective: Objective::Rate,
-    }
-    .plan(round)?;
+    let a = PaperPlanner::new(Scheme::Exact, Objective::Rate).plan(round)?;
+    let b = PaperPlanner::new(Scheme::Best, Objective::Rate).plan(round)?;
     // Both unified planners start from paper B's `best` plan; `b` has just computed it on the same paper-B
     // scenario (the payload policy does not enter it), so it is passed on rather than searched for twice more.
     let seed = Some(b.draft_lengths.as_slice());

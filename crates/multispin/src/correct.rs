@@ -1,7 +1,7 @@
 //! `multispin correct`: the reactive step of paper B for one verification outcome (modes and DL powers).
 
 use crate::failure::Failure;
-use crate::plan::Format;
+use crate::plan_args::Format;
 use crate::scenario::{self, Loaded};
 use clap::{Args, ValueEnum};
 use rand::SeedableRng;

@@ -14,6 +14,7 @@ mod measure;
 mod number;
 mod plan;
 mod plan_a;
+mod plan_args;
 mod plan_b;
 mod plan_unified;
 mod scenario;
@@ -40,7 +41,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Choose per-device draft lengths (and bandwidth, for paper-A scenarios) for one round.
-    Plan(plan::PlanArgs),
+    Plan(plan_args::PlanArgs),
     /// Choose the uplink/downlink correction mode and downlink power for a set of rejected devices (paper B).
     Correct(correct::CorrectArgs),
     /// Generate text with real models by speculative decoding (drafter plus batched verifier).

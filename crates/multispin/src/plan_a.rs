@@ -2,7 +2,7 @@
 //! plan as JSON or as a table.
 
 use crate::failure::Failure;
-use crate::plan::{Format, PlanArgs};
+use crate::plan_args::{Format, PlanArgs};
 use crate::scenario::PaperA;
 use serde_json::{Value, json};
 use spin_optimize::OptimizeError;

@@ -1,10 +1,11 @@
 //! `multispin plan` for paper-B scenarios: proactive draft lengths scored by SAA with optimal reactive correction.
 
 use crate::failure::Failure;
-use crate::plan::{Format, ObjectiveArg, PlanArgs};
+use crate::plan_args::{Format, PlanArgs};
 use serde::Serialize;
 use spin_optimize::paper_b::proactive;
-use spin_optimize::paper_b::{Evaluator, ModeScheme, Objective, Scenario, ScenarioSpec};
+use spin_optimize::paper_b::{Evaluator, ModeScheme, Scenario, ScenarioSpec};
+use spin_optimize::round::Family;
 
 #[derive(Debug, Serialize)]
 struct Output {
@@ -27,15 +28,11 @@ struct Output {
 
 /// Plans one round for a paper-B scenario.
 pub fn run(spec: ScenarioSpec, args: &PlanArgs) -> Result<(), Failure> {
-    let scheme = args
-        .scheme
-        .0
-        .draft_scheme()
-        .ok_or_else(|| Failure::Input(format!("--scheme: {} is not a paper-b scheme", args.scheme.0)))?;
-    let objective = match args.objective {
-        Some(ObjectiveArg::MeanRatio) => Objective::MeanRatio,
-        Some(ObjectiveArg::Rate) | None => Objective::Rate,
-    };
+    let scheme = args.scheme.0;
+    if scheme.family() != Family::PaperB {
+        return Err(Failure::Input(format!("--scheme: {scheme} is not a paper-b scheme")));
+    }
+    let objective = args.objective();
     let sc = Scenario::new(spec).map_err(Failure::input)?;
     let ev = Evaluator::new(&sc, ModeScheme::Optimal, objective).map_err(Failure::input)?;
     let plan = proactive::plan(&ev, scheme).map_err(Failure::input)?;

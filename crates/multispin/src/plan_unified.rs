@@ -2,19 +2,17 @@
 //! scenario (or on a paper-A/paper-B scenario converted to its special case), printed as JSON or a table.
 
 use crate::failure::Failure;
-use crate::plan::{Format, ObjectiveArg, PlanArgs};
+use crate::plan_args::{Format, PlanArgs};
 use crate::scenario::Loaded;
+use spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN;
 use spin_optimize::paper_b::Objective;
-use spin_optimize::round::{Radio, Round, RoundPlan, planner};
-use spin_optimize::{paper_a, paper_b};
+use spin_optimize::round::{Estimate, Radio, Round, RoundPlan, Scheme, planner};
+use spin_optimize::{paper_a, paper_b, unified};
 
 /// Plans one round of the unified model from any parsed scenario (paper A and paper B become its special cases).
 pub fn run(loaded: Loaded, args: &PlanArgs) -> Result<(), Failure> {
     let scheme = args.scheme.0;
-    let objective = match args.objective {
-        Some(ObjectiveArg::MeanRatio) => Objective::MeanRatio,
-        Some(ObjectiveArg::Rate) | None => Objective::Rate,
-    };
+    let objective = args.objective();
     let round = match loaded {
         Loaded::Unified(spec) => spec.into_round().map_err(Failure::input)?,
         Loaded::PaperA(a) => {
@@ -26,7 +24,14 @@ pub fn run(loaded: Loaded, args: &PlanArgs) -> Result<(), Failure> {
             Round::from_paper_b(&s).map_err(Failure::input)?
         }
     };
-    let plan = planner(scheme, objective).plan(&round).map_err(Failure::input)?;
+    let options = unified::Options {
+        objective,
+        ..unified::Options::default()
+    };
+    let fixed_len = fixed_draft_len(&round, scheme, args.fixed_draft_len)?;
+    let plan = planner(scheme, &options, fixed_len)
+        .plan(&round)
+        .map_err(Failure::input)?;
     match args.format {
         Format::Json => println!(
             "{}",
@@ -35,6 +40,26 @@ pub fn run(loaded: Loaded, args: &PlanArgs) -> Result<(), Failure> {
         Format::Table => print!("{}", table(&round, &plan, objective)),
     }
     Ok(())
+}
+
+/// The length of `fixed`: `--fixed-draft-len` (only with `--scheme fixed`, inside [max(1, min_draft_len),
+/// max_draft_len], paper A's range on this round), else [`FIXED_DRAFT_LEN`] moved into that range.
+fn fixed_draft_len(round: &Round, scheme: Scheme, flag: Option<u32>) -> Result<u32, Failure> {
+    let Some(l) = flag else {
+        return Ok(FIXED_DRAFT_LEN);
+    };
+    if scheme != Scheme::Fixed {
+        return Err(Failure::Input(
+            "--fixed-draft-len: only --scheme fixed takes it".into(),
+        ));
+    }
+    let (lo, hi) = (round.min_draft_len.max(1), round.max_draft_len);
+    if !(lo..=hi).contains(&l) {
+        return Err(Failure::Input(format!(
+            "--fixed-draft-len: {l} is outside [max(1, min_draft_len), max_draft_len] = [{lo}, {hi}]"
+        )));
+    }
+    Ok(l)
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -75,6 +100,13 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
         plan.rate_tokens_per_s,
         plan.mean_ratio_tokens_per_s
     ));
+    out.push_str(&match plan.estimate {
+        Estimate::Exact => "expectation: exact\n".to_string(),
+        Estimate::Saa { samples, .. } => match plan.estimate.ci95(objective) {
+            Some(ci) => format!("expectation: SAA estimate over {samples} samples, 95 % CI ± {ci:.3} tokens/s\n"),
+            None => format!("expectation: SAA estimate over {samples} sample (no interval)\n"),
+        },
+    });
     out.push_str(&format!(
         "round: uplink {:.3} ms + verify {:.3} ms + E[comm] {:.3} ms, {:.3} tokens\n",
         plan.uplink_latency_s * 1e3,

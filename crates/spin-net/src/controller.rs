@@ -5,13 +5,12 @@
 //! lengths, uplink shares and each device's payload (distributions or pairs) jointly with spin-optimize's unified
 //! planner (docs/unified.md), in a fast configuration (see [`unified_options`]).
 
-use crate::error::{NetError, Result};
+use crate::error::Result;
 use crate::link::LinkConfig;
-use serde::Serialize;
-use spin_optimize::paper_a::{self, heterogeneous::Alg1Params};
-use spin_optimize::paper_b::{self, ModeScheme, Objective};
+use spin_optimize::paper_b::{ModeScheme, Objective};
 use spin_optimize::round::{
-    self, CorrectionPolicy, CorrectionSplit, Family, Payload, PayloadPolicy, Radio, RoundDevice,
+    self, CorrectionPolicy, CorrectionSplit, Family, Payload, PayloadPolicy, Radio, Round, RoundDevice,
+    RoundPlan, RoundSpec,
 };
 use spin_optimize::unified;
 
@@ -55,19 +54,6 @@ pub struct ControllerConfig {
     pub saa_samples: u32,
 }
 
-/// A round's plan for the active devices (in the order given).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RoundPlan {
-    /// γ_k.
-    pub draft_len: Vec<u32>,
-    /// b_k in Hz (paper A's split; paper B: the equal share of the token–probability upload; unified: Lemma 3).
-    pub bandwidth_hz: Vec<f64>,
-    /// Per device: whether its draft goes up with the distributions (paper A, or the unified planner's choice).
-    pub send_dists: Vec<bool>,
-    /// The planner's predicted goodput in tokens/s at its own estimates.
-    pub predicted_goodput: f64,
-}
-
 /// The smallest and largest α̂ handed to the planners (their scenarios require α ∈ (0, 1)).
 pub const ALPHA_RANGE: (f64, f64) = (0.01, 0.99);
 
@@ -83,7 +69,68 @@ pub fn alpha_with_prior(mean: f64, samples: u64, prior: f64, prior_weight: f64) 
     a.clamp(ALPHA_RANGE.0, ALPHA_RANGE.1)
 }
 
-/// Plans one round for `devices` with T_ver = `verify_fixed_s` + K·`verify_per_device_s`.
+/// The payload each family's system sends per drafted token: paper A's server receives distributions, paper B's
+/// pairs; the unified planner chooses per device.
+fn payload_policy(scheme: Scheme) -> PayloadPolicy {
+    match scheme.family() {
+        Family::PaperA => PayloadPolicy::Distribution,
+        Family::PaperB => PayloadPolicy::Pair,
+        Family::Unified => PayloadPolicy::Choose,
+    }
+}
+
+/// The round the controller plans for `devices` with T_ver = `verify_fixed_s` + K·`verify_per_device_s`: one
+/// block-fading gain per device serves both directions (reciprocity, as paper B), the draft uplink's spectral
+/// efficiency is the link's at that gain, L ∈ {0..L_max}, pairs are charged `pair_bits`, and the payload policy is
+/// the scheme's system's ([`payload_policy`]).
+pub fn round(
+    cfg: &ControllerConfig,
+    link: &LinkConfig,
+    devices: &[DeviceView],
+    verify_fixed_s: f64,
+    verify_per_device_s: f64,
+    seed: u64,
+) -> Result<Round> {
+    let spec = RoundSpec {
+        bandwidth_hz: link.bandwidth_hz,
+        verify_fixed_s,
+        verify_per_device_s,
+        min_draft_len: 0,
+        max_draft_len: cfg.max_draft_len.max(1),
+        radio: Radio {
+            ul_power_w: link.ul_power_w,
+            dl_power_w: link.dl_power_w,
+            noise_psd_server_w_per_hz: link.noise_psd_server_w_per_hz,
+            noise_psd_device_w_per_hz: link.noise_psd_device_w_per_hz,
+        },
+        payload: Payload {
+            distribution_bits: cfg.payload_bits,
+            pair_bits: cfg.pair_bits,
+            policy: payload_policy(cfg.scheme),
+        },
+        correction_split: CorrectionSplit::Equal,
+        saa_samples: cfg.saa_samples,
+        seed,
+        devices: devices
+            .iter()
+            .map(|d| {
+                Ok(RoundDevice {
+                    acceptance: d.alpha,
+                    draft_token_s: d.draft_token_s,
+                    spectral_efficiency: link.spectral_efficiency(d.gain)?,
+                    uplink_gain: d.gain,
+                    downlink_gain: d.gain,
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    Ok(Round::new(spec)?)
+}
+
+/// Plans one round for `devices` (in the order given) with T_ver = `verify_fixed_s` + K·`verify_per_device_s`:
+/// one [`Round`] ([`round`]), planned by spin-optimize's planner of the scheme ([`round::planner`] with
+/// [`unified_options`]); its `rate_tokens_per_s` is the controller's predicted goodput at its own estimates. The
+/// token budget then caps each device's draft (the planners do not know it).
 pub fn plan_round(
     cfg: &ControllerConfig,
     link: &LinkConfig,
@@ -92,148 +139,27 @@ pub fn plan_round(
     verify_per_device_s: f64,
     seed: u64,
 ) -> Result<RoundPlan> {
+    let options = unified_options(cfg.modes);
     if devices.is_empty() {
-        return Ok(RoundPlan {
-            draft_len: vec![],
-            bandwidth_hz: vec![],
-            send_dists: vec![],
-            predicted_goodput: 0.0,
-        });
+        return Ok(RoundPlan::idle(cfg.scheme, options.correction));
     }
     if cfg.scheme.is_offline_reference() {
         // The type admits them; a server does not run them (the same error as parsing one).
         Scheme::parse_per_round(cfg.scheme.name())?;
     }
-    let k = devices.len();
-    let mut plan = match cfg.scheme.family() {
-        Family::PaperA => {
-            let spec = paper_a::ScenarioSpec {
-                bandwidth_hz: link.bandwidth_hz,
-                distribution_bits: cfg.payload_bits,
-                verify_fixed_s,
-                verify_per_device_s,
-                max_draft_len: cfg.max_draft_len.max(1),
-                min_draft_len: 1,
-                devices: devices
-                    .iter()
-                    .map(|d| {
-                        Ok(paper_a::DeviceSpec {
-                            acceptance: d.alpha,
-                            draft_token_s: d.draft_token_s,
-                            spectral_efficiency: link.spectral_efficiency(d.gain)?,
-                        })
-                    })
-                    .collect::<Result<_>>()?,
-            };
-            let s = paper_a::Scenario::new(&spec)?;
-            let p = round::plan_paper_a(
-                cfg.scheme,
-                &s,
-                cfg.fixed_len.clamp(1, s.max_draft_len),
-                &Alg1Params::default(),
-            )?;
-            RoundPlan {
-                draft_len: p.draft_lengths,
-                bandwidth_hz: p.bandwidth_hz,
-                send_dists: vec![true; k],
-                predicted_goodput: p.goodput_tokens_per_s,
-            }
-        }
-        Family::PaperB => {
-            let scheme = cfg.scheme.draft_scheme().ok_or_else(|| {
-                NetError::invalid("scheme", format!("{} is not a paper-b scheme", cfg.scheme))
-            })?;
-            let spec = paper_b::ScenarioSpec {
-                bandwidth_hz: link.bandwidth_hz,
-                distribution_bits: cfg.payload_bits,
-                verify_fixed_s,
-                verify_per_device_s,
-                max_draft_len: cfg.max_draft_len.max(1),
-                ul_power_w: link.ul_power_w,
-                dl_power_w: link.dl_power_w,
-                noise_psd_server_w_per_hz: link.noise_psd_server_w_per_hz,
-                noise_psd_device_w_per_hz: link.noise_psd_device_w_per_hz,
-                saa_samples: cfg.saa_samples,
-                seed,
-                devices: devices
-                    .iter()
-                    .map(|d| paper_b::DeviceSpec {
-                        acceptance: d.alpha,
-                        draft_token_s: d.draft_token_s,
-                        channel_gain: d.gain,
-                    })
-                    .collect(),
-            };
-            let s = paper_b::Scenario::new(spec)?;
-            let policy = match cfg.modes {
-                ModeScheme::BruteForce => ModeScheme::Optimal,
-                m => m,
-            };
-            let ev = paper_b::Evaluator::new(&s, policy, Objective::Rate)?;
-            let p = paper_b::proactive::plan(&ev, scheme)?;
-            RoundPlan {
-                draft_len: p.draft_lengths,
-                bandwidth_hz: vec![link.bandwidth_hz / k as f64; k],
-                send_dists: vec![false; k],
-                predicted_goodput: p.value,
-            }
-        }
-        Family::Unified => {
-            let spec = round::RoundSpec {
-                bandwidth_hz: link.bandwidth_hz,
-                verify_fixed_s,
-                verify_per_device_s,
-                min_draft_len: 0,
-                max_draft_len: cfg.max_draft_len.max(1),
-                radio: Radio {
-                    ul_power_w: link.ul_power_w,
-                    dl_power_w: link.dl_power_w,
-                    noise_psd_server_w_per_hz: link.noise_psd_server_w_per_hz,
-                    noise_psd_device_w_per_hz: link.noise_psd_device_w_per_hz,
-                },
-                payload: Payload {
-                    distribution_bits: cfg.payload_bits,
-                    pair_bits: cfg.pair_bits,
-                    policy: PayloadPolicy::Choose,
-                },
-                correction_split: CorrectionSplit::Equal,
-                saa_samples: cfg.saa_samples.max(1),
-                seed,
-                devices: devices
-                    .iter()
-                    .map(|d| {
-                        Ok(RoundDevice {
-                            acceptance: d.alpha,
-                            draft_token_s: d.draft_token_s,
-                            spectral_efficiency: link.spectral_efficiency(d.gain)?,
-                            // One block-fading draw per round serves both directions (reciprocity, as paper B).
-                            uplink_gain: d.gain,
-                            downlink_gain: d.gain,
-                        })
-                    })
-                    .collect::<Result<_>>()?,
-            };
-            let r = round::Round::new(spec)?;
-            let p = unified::plan(&r, &unified_options(cfg.modes))?;
-            RoundPlan {
-                draft_len: p.draft_lengths,
-                bandwidth_hz: p.uplink_share_hz,
-                send_dists: p.sends_distributions,
-                predicted_goodput: p.rate_tokens_per_s,
-            }
-        }
-    };
-    // The token budget caps a device's draft (the planners do not know it).
-    for (l, d) in plan.draft_len.iter_mut().zip(devices) {
+    let r = round(cfg, link, devices, verify_fixed_s, verify_per_device_s, seed)?;
+    let mut plan = round::planner(cfg.scheme, &options, cfg.fixed_len).plan(&r)?;
+    for (l, d) in plan.draft_lengths.iter_mut().zip(devices) {
         *l = (*l).min(d.max_len);
     }
     Ok(plan)
 }
 
-/// The unified planner's options in the loop: the rate objective, the round's outcome samples (exact enumeration
-/// up to 4096 outcomes), the server's mode rule, and a search cut down for a per-round budget: paper B's `best`
-/// seed and pair moves only up to 16 devices, and branch and bound only on spaces of at most 2^16 points (so
-/// K ≤ 4 at L_max = 8 proves optimality; larger rounds get the seeded coordinate search).
+/// The planners' options in the loop: the rate objective, the round's outcome samples (exact enumeration up to
+/// 4096 outcomes, for the search and for scoring every scheme's plan), the server's mode rule (brute-force mode
+/// selection is a test reference that gives the optimal modes), and a search cut down for a per-round budget:
+/// paper B's `best` seed and pair moves only up to 16 devices, and branch and bound only on spaces of at most 2^16
+/// points (so K ≤ 4 at L_max = 8 proves optimality; larger rounds get the seeded coordinate search).
 pub fn unified_options(modes: ModeScheme) -> unified::Options {
     unified::Options {
         objective: Objective::Rate,
@@ -347,10 +273,10 @@ mod tests {
                 saa_samples: 64,
             };
             let p = plan_round(&cfg, &link, &devs, 0.02, 0.002, 1).unwrap();
-            assert_eq!(p.draft_len.len(), 4, "{n}");
-            assert!(p.draft_len[3] <= 2, "{n}: the budget caps the draft");
-            assert!(p.predicted_goodput > 0.0, "{n}");
-            let b: f64 = p.bandwidth_hz.iter().sum();
+            assert_eq!(p.draft_lengths.len(), 4, "{n}");
+            assert!(p.draft_lengths[3] <= 2, "{n}: the budget caps the draft");
+            assert!(p.rate_tokens_per_s > 0.0, "{n}");
+            let b: f64 = p.uplink_share_hz.iter().sum();
             assert!(b <= link.bandwidth_hz * (1.0 + 1e-9), "{n}");
         }
     }

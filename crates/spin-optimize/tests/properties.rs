@@ -13,7 +13,8 @@ use spin_optimize::paper_a::exact::{
 use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
 use spin_optimize::paper_a::homogeneous::homo;
 use spin_optimize::paper_a::{self, Optimality, Plan, Scenario};
-use spin_optimize::paper_b::proactive::{self, DraftScheme};
+use spin_optimize::paper_b::proactive;
+use spin_optimize::round::Scheme;
 use spin_optimize::paper_b::reactive::{self, Mode, ModeScheme};
 use spin_optimize::paper_b::scenario::MAX_PLANNING_WORK;
 use spin_optimize::paper_b::{self, Evaluator, Objective};
@@ -228,7 +229,7 @@ proptest! {
         prop_assert!(k * k * (u128::from(sc.max_draft_len) + 1) * u128::from(sc.saa_samples) <= MAX_PLANNING_WORK);
         let ev = Evaluator::new(&sc, ModeScheme::Optimal, objective).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut values = Vec::new();
-        for scheme in [DraftScheme::Greedy, DraftScheme::Best, DraftScheme::Uniform, DraftScheme::CompOnly, DraftScheme::Exhaustive] {
+        for scheme in [Scheme::Greedy, Scheme::Best, Scheme::Uniform, Scheme::CompOnly, Scheme::Exhaustive] {
             let plan = proactive::plan(&ev, scheme).map_err(|e| TestCaseError::fail(format!("{scheme:?}: {e}")))?;
             prop_assert_eq!(plan.draft_lengths.len(), sc.device_count());
             prop_assert!(plan.draft_lengths.iter().all(|&g| g <= sc.max_draft_len));
@@ -266,7 +267,7 @@ proptest! {
         }
         for scheme in [ModeScheme::AllUl, ModeScheme::AllDl, ModeScheme::Random] {
             let ev = Evaluator::new(&sc, scheme, Objective::Rate).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let plan = proactive::plan(&ev, DraftScheme::Greedy).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let plan = proactive::plan(&ev, Scheme::Greedy).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert!(plan.value.is_finite() && plan.value > 0.0);
         }
     }

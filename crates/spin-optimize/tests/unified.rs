@@ -39,10 +39,7 @@ fn paper_a_payload_without_correction_gives_paper_a_numbers() {
         Scheme::Fixed,
         Scheme::BruteForce,
     ] {
-        let ours = PaperPlanner {
-            scheme,
-            objective: Objective::Rate,
-        }
+        let ours = PaperPlanner::new(scheme, Objective::Rate)
         .plan(&round)
         .unwrap();
         // The same plan scored by paper A's eq. 27.
@@ -81,13 +78,15 @@ fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
     let round = Round::from_paper_b(&s).unwrap();
     for objective in [Objective::Rate, Objective::MeanRatio] {
         let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, objective).unwrap();
-        for (scheme, draft) in [
-            (Scheme::Greedy, paper_b::DraftScheme::Greedy),
-            (Scheme::Uniform, paper_b::DraftScheme::Uniform),
-            (Scheme::CompOnly, paper_b::DraftScheme::CompOnly),
-        ] {
-            let theirs = paper_b::proactive::plan(&ev, draft).unwrap();
-            let ours = PaperPlanner { scheme, objective }.plan(&round).unwrap();
+        for scheme in [Scheme::Greedy, Scheme::Uniform, Scheme::CompOnly] {
+            let theirs = paper_b::proactive::plan(&ev, scheme).unwrap();
+            // Scored on the round's samples, as paper B scores it.
+            let ours = PaperPlanner {
+                expectation: Expectation::Saa,
+                ..PaperPlanner::new(scheme, objective)
+            }
+            .plan(&round)
+            .unwrap();
             assert_eq!(ours.draft_lengths, theirs.draft_lengths, "{scheme}");
             assert!(ours.sends_distributions.iter().all(|&d| !d));
             let stats = ev.stats(&theirs.draft_lengths);
@@ -504,8 +503,8 @@ fn unified_is_never_below_either_paper_and_choose_never_below_one_payload() {
         let unified = unified::plan(&round, &options).unwrap();
         for scheme in [Scheme::Exact, Scheme::Best, Scheme::Greedy] {
             let p = PaperPlanner {
-                scheme,
-                objective: Objective::Rate,
+                expectation: Expectation::Saa,
+                ..PaperPlanner::new(scheme, Objective::Rate)
             }
             .plan(&round)
             .unwrap();

@@ -25,7 +25,7 @@ use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, Outcome, RoundTrace, Summary, UplinkPayload};
 
 use crate::controller::{
-    ControllerConfig, DeviceView, RoundPlan, Scheme, alpha_with_prior, fit_verify, plan_round,
+    ControllerConfig, DeviceView, Scheme, alpha_with_prior, fit_verify, plan_round,
 };
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};

@@ -95,7 +95,7 @@ impl Engine {
             pair_bits: self.pair_bits(),
             saa_samples: self.cfg.saa_samples,
         };
-        let plan: RoundPlan = plan_round(
+        let plan: spin_optimize::round::RoundPlan = plan_round(
             &ctl,
             &link,
             &views,
@@ -103,24 +103,24 @@ impl Engine {
             t_lin,
             self.cfg.seed.wrapping_add(round),
         )?;
-        self.predicted.push(plan.predicted_goodput);
+        self.predicted.push(plan.rate_tokens_per_s);
         let mut traces: BTreeMap<usize, DeviceTrace> = BTreeMap::new();
         let mut planned: BTreeMap<usize, Planned> = BTreeMap::new();
         let wall0 = Instant::now();
         for (i, &k) in active.iter().enumerate() {
             let msg = ServerMsg::Plan {
                 round,
-                draft_len: plan.draft_len[i],
-                bandwidth_hz: plan.bandwidth_hz[i],
-                send_dists: plan.send_dists[i],
+                draft_len: plan.draft_lengths[i],
+                bandwidth_hz: plan.uplink_share_hz[i],
+                send_dists: plan.sends_distributions[i],
             };
             let down = self.send(k, msg);
             planned.insert(
                 k,
                 Planned {
-                    gamma: plan.draft_len[i],
-                    bandwidth_hz: plan.bandwidth_hz[i],
-                    send_dists: plan.send_dists[i],
+                    gamma: plan.draft_lengths[i],
+                    bandwidth_hz: plan.uplink_share_hz[i],
+                    send_dists: plan.sends_distributions[i],
                     conn: self.conn_id(k),
                 },
             );
@@ -128,9 +128,9 @@ impl Engine {
                 k,
                 DeviceTrace {
                     device: k,
-                    gamma: plan.draft_len[i],
-                    bandwidth_hz: plan.bandwidth_hz[i],
-                    payload: if plan.send_dists[i] {
+                    gamma: plan.draft_lengths[i],
+                    bandwidth_hz: plan.uplink_share_hz[i],
+                    payload: if plan.sends_distributions[i] {
                         UplinkPayload::Dists
                     } else {
                         UplinkPayload::Pairs
@@ -152,7 +152,7 @@ impl Engine {
             round,
             active: active.to_vec(),
             gains,
-            predicted_goodput: plan.predicted_goodput,
+            predicted_goodput: plan.rate_tokens_per_s,
             planned,
             traces,
             wall0,

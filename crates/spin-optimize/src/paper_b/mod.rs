@@ -10,7 +10,7 @@ pub mod reactive;
 pub mod saa;
 pub mod scenario;
 
-pub use proactive::{DraftScheme, Plan};
+pub use proactive::Plan;
 pub use reactive::{Correction, Link, Mode, ModeScheme};
 pub use saa::{Evaluator, Objective, RoundStats, Samples};
 pub use scenario::{DeviceSpec, Scenario, ScenarioSpec};

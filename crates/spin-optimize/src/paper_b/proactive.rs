@@ -15,6 +15,7 @@
 
 use super::saa::{BOUND_MARGIN, Evaluator, Objective, Scratch, State};
 use crate::OptimizeError;
+use crate::round::scheme::{Family, Scheme};
 use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
 use std::collections::{HashMap, HashSet};
@@ -30,58 +31,6 @@ pub const PAIR_MOVES_MAX_DEVICES: usize = 64;
 /// best point so far. Every step strictly improves the objective, so the search also ends at a local optimum; the
 /// cap makes its worst case a bound rather than a property of the landscape (docs/paper-b.md).
 pub const LOCAL_SEARCH_STEPS_PER_LEVEL: usize = 4;
-
-/// A draft-length control scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DraftScheme {
-    /// Paper B's two-phase greedy.
-    Greedy,
-    /// Multi-start local search with ±1, shift and pair moves (beyond the paper).
-    Best,
-    /// Optimal common draft length.
-    Uniform,
-    /// Computation-only control (ignores T_comm).
-    CompOnly,
-    /// Exhaustive search over {0..γ_max}^K.
-    Exhaustive,
-}
-
-impl DraftScheme {
-    /// The [`crate::round::Scheme`] this draft-length scheme is (the one scheme vocabulary owns the names).
-    pub fn scheme(self) -> crate::round::Scheme {
-        use crate::round::Scheme;
-        match self {
-            DraftScheme::Greedy => Scheme::Greedy,
-            DraftScheme::Best => Scheme::Best,
-            DraftScheme::Uniform => Scheme::Uniform,
-            DraftScheme::CompOnly => Scheme::CompOnly,
-            DraftScheme::Exhaustive => Scheme::Exhaustive,
-        }
-    }
-
-    /// Parses `greedy`, `best`, `uniform`, `comp-only` or `exhaustive` (the paper-B names of
-    /// [`crate::round::Scheme`]).
-    pub fn parse(name: &str) -> Result<Self, OptimizeError> {
-        name.parse::<crate::round::Scheme>()
-            .ok()
-            .and_then(crate::round::Scheme::draft_scheme)
-            .ok_or_else(|| OptimizeError::Invalid {
-                field: "scheme".into(),
-                reason: format!(
-                    "unknown paper-b scheme {name:?}; expected {}",
-                    crate::round::Scheme::name_list(crate::round::Scheme::of_family(
-                        crate::round::Family::PaperB
-                    ))
-                ),
-            })
-    }
-
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        self.scheme().name()
-    }
-}
 
 /// A chosen draft-length vector with its SAA objective value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -99,14 +48,24 @@ impl Plan {
     }
 }
 
-/// Runs `scheme` on the evaluator's scenario.
-pub fn plan(ev: &Evaluator, scheme: DraftScheme) -> Result<Plan, OptimizeError> {
+/// Runs the paper-B `scheme` (`greedy`, `best`, `uniform`, `comp-only` or `exhaustive`) on the evaluator's
+/// scenario. A scheme of another family is an error naming `scheme`, never a silent fallback.
+pub fn plan(ev: &Evaluator, scheme: Scheme) -> Result<Plan, OptimizeError> {
     Ok(match scheme {
-        DraftScheme::Greedy => greedy(ev),
-        DraftScheme::Best => best(ev),
-        DraftScheme::Uniform => uniform(ev),
-        DraftScheme::CompOnly => comp_only(ev),
-        DraftScheme::Exhaustive => exhaustive(ev, EXHAUSTIVE_LIMIT)?,
+        Scheme::Greedy => greedy(ev),
+        Scheme::Best => best(ev),
+        Scheme::Uniform => uniform(ev),
+        Scheme::CompOnly => comp_only(ev),
+        Scheme::Exhaustive => exhaustive(ev, EXHAUSTIVE_LIMIT)?,
+        other => {
+            return Err(OptimizeError::Invalid {
+                field: "scheme".into(),
+                reason: format!(
+                    "{other} is not a paper-b scheme; expected {}",
+                    Scheme::name_list(Scheme::of_family(Family::PaperB))
+                ),
+            });
+        }
     })
 }
 
@@ -973,24 +932,23 @@ mod tests {
 
     #[test]
     fn scheme_names_and_limits() {
-        for s in [
-            DraftScheme::Greedy,
-            DraftScheme::Best,
-            DraftScheme::Uniform,
-            DraftScheme::CompOnly,
-            DraftScheme::Exhaustive,
-        ] {
-            assert_eq!(DraftScheme::parse(s.name()).unwrap(), s);
+        let sc = Scenario::new(example(3)).unwrap();
+        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+        for s in Scheme::ALL {
+            let r = plan(&ev, s);
+            assert_eq!(r.is_ok(), s.family() == Family::PaperB, "{s}");
+            if let Err(e) = r {
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "scheme: {s} is not a paper-b scheme; expected greedy, best, uniform, comp-only or exhaustive"
+                    )
+                );
+            }
         }
-        assert!(
-            DraftScheme::parse("magic")
-                .unwrap_err()
-                .to_string()
-                .starts_with("scheme:")
-        );
         let sc = Scenario::new(example(8)).unwrap();
         let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
-        let err = plan(&ev, DraftScheme::Exhaustive).unwrap_err();
+        let err = plan(&ev, Scheme::Exhaustive).unwrap_err();
         assert!(err.to_string().starts_with("devices:"), "{err}");
     }
 }

@@ -9,7 +9,7 @@ pub mod model;
 pub mod search;
 pub mod testing;
 
-pub use model::{Evaluator, Expectation, Scratch, State};
+pub use model::{Evaluator, Expectation, Scratch, State, lemma3_shares, score};
 pub use search::{
     Options, SearchStats, UnifiedPlanner, plan, plan_with_paper_b_best, plan_with_stats, search_space,
 };

@@ -11,7 +11,9 @@ use crate::OptimizeError;
 use crate::paper_a::bandwidth::equalised_root;
 use crate::paper_b::reactive::split_by_bisection;
 use crate::paper_b::{Link, ModeScheme, Objective, Samples};
-use crate::round::{CorrectionPolicy, PayloadPolicy, Round, RoundPlan, Scheme};
+use crate::round::plan::{CorrectionPolicy, Estimate, RoundPlan};
+use crate::round::scheme::Scheme;
+use crate::round::spec::{PayloadPolicy, Round};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_core::expected_accepted;
@@ -207,6 +209,11 @@ impl Evaluator {
         )?;
         let alpha: Vec<f64> = round.devices.iter().map(|d| d.acceptance).collect();
         let max_len = round.max_draft_len;
+        // Random modes draw their coins with the samples, so `auto` samples for them.
+        let expectation = match expectation {
+            Expectation::Auto { .. } if policy.modes == ModeScheme::Random => Expectation::Saa,
+            e => e,
+        };
         let outcomes = match expectation {
             Expectation::Saa => Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed),
             Expectation::Exact { limit } => Outcomes::exact(&alpha, max_len, limit)?,
@@ -314,6 +321,43 @@ impl Evaluator {
             bucket_start,
             bucket,
         })
+    }
+
+    /// An evaluator without outcomes or outcome tables: enough for uplink latencies and shares, and for the value
+    /// of a plan under a `distribution` policy that no rejection can change (tokens in closed form). Private, so
+    /// that nothing asks it for an outcome it does not hold.
+    fn without_outcomes(round: &Round, policy: CorrectionPolicy) -> Evaluator {
+        Evaluator {
+            k_n: round.len(),
+            alpha: round.devices.iter().map(|d| d.acceptance).collect(),
+            draft_token_s: round.devices.iter().map(|d| d.draft_token_s).collect(),
+            spectral_efficiency: round.devices.iter().map(|d| d.spectral_efficiency).collect(),
+            distribution_bits: round.payload.distribution_bits,
+            pair_bits: round.payload.pair_bits,
+            bandwidth_hz: round.bandwidth_hz,
+            verify_s: round.verify_s(),
+            min_len: round.min_draft_len,
+            max_len: round.max_draft_len,
+            payload: round.payload.policy,
+            policy,
+            link: round.link(),
+            outcomes: Outcomes {
+                count: 0,
+                first: vec![],
+                weight: vec![],
+                coin: vec![],
+                exact: true,
+            },
+            closed_tokens: round.payload.policy == PayloadPolicy::Distribution,
+            order: vec![],
+            position: vec![],
+            by_outcome: vec![],
+            inverse_dl_gain: vec![],
+            ul_table: vec![],
+            token_table: vec![],
+            bucket_start: vec![],
+            bucket: vec![],
+        }
     }
 
     /// Number of devices K.
@@ -634,6 +678,34 @@ impl Evaluator {
                 return Err(OptimizeError::Invalid {
                     field: format!("draft_lengths[{k}]"),
                     reason: format!("{l} is above max_draft_len = {}", self.max_len),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A plan's place in the round's space: every L_k ≥ `min_draft_len` and every payload one the policy allows.
+    fn check_allowed(&self, lens: &[u32], dists: &[bool]) -> Result<(), OptimizeError> {
+        for (k, (&l, &d)) in lens.iter().zip(dists).enumerate() {
+            if l < self.min_len {
+                return Err(OptimizeError::Invalid {
+                    field: format!("draft_lengths[{k}]"),
+                    reason: format!("{l} is below min_draft_len = {}", self.min_len),
+                });
+            }
+            let allowed = if d {
+                self.payload.allows_distribution()
+            } else {
+                self.payload.allows_pair()
+            };
+            if !allowed {
+                return Err(OptimizeError::Invalid {
+                    field: format!("sends_distributions[{k}]"),
+                    reason: format!(
+                        "the round's payload policy is {}; device {k} would send {}",
+                        self.payload.name(),
+                        if d { "distributions" } else { "pairs" }
+                    ),
                 });
             }
         }
@@ -1162,7 +1234,31 @@ impl Evaluator {
         result
     }
 
-    /// Scores a plan with given shares under both objectives (the numbers a [`RoundPlan`] reports).
+    /// The 95 % half-widths of the two objectives' sample averages at a state (rate by the delta method for the
+    /// ratio of means E[ΣN]/E[T], mean ratio from the spread of ΣN/T); `None` below two samples.
+    fn ci95(&self, state: &State, base: f64) -> (Option<f64>, Option<f64>) {
+        let n = state.tokens.len();
+        if n < 2 || state.comm.len() != n {
+            return (None, None);
+        }
+        let nf = n as f64;
+        let rate = state.token_mean / (base + state.comm_mean);
+        let t_mean = base + state.comm_mean;
+        let residual = |s: usize| f64::from(state.tokens[s]) - rate * (base + state.comm[s]);
+        let r_mean = (0..n).map(residual).sum::<f64>() / nf;
+        let r_var = (0..n).map(|s| (residual(s) - r_mean).powi(2)).sum::<f64>() / (nf - 1.0);
+        let ratio = |s: usize| f64::from(state.tokens[s]) / (base + state.comm[s]);
+        let q_mean = (0..n).map(ratio).sum::<f64>() / nf;
+        let q_var = (0..n).map(|s| (ratio(s) - q_mean).powi(2)).sum::<f64>() / (nf - 1.0);
+        (
+            Some(Z95 * (r_var / nf).sqrt() / t_mean),
+            Some(Z95 * (q_var / nf).sqrt()),
+        )
+    }
+
+    /// Scores a plan with given shares under both objectives (the numbers a [`RoundPlan`] reports), with how they
+    /// were taken: exact (enumerated outcomes, or the closed form of a plan no rejection changes), else SAA with
+    /// its 95 % intervals.
     pub fn round_plan(
         &self,
         scheme: Scheme,
@@ -1172,9 +1268,21 @@ impl Evaluator {
         proven_optimal: bool,
     ) -> Result<RoundPlan, OptimizeError> {
         self.check(lens, dists)?;
+        self.check_allowed(lens, dists)?;
         let uplink = self.uplink_latency_with_shares(lens, dists, shares)?;
         let rate = self.state_at(lens, dists, uplink, Objective::Rate);
         let ratio = self.state_at(lens, dists, uplink, Objective::MeanRatio);
+        let closed = self.closed_tokens && !self.rejectable(lens, dists);
+        let estimate = if closed || self.outcomes.exact {
+            Estimate::Exact
+        } else {
+            let (rate_ci, ratio_ci) = self.ci95(&rate, uplink + self.verify_s);
+            Estimate::Saa {
+                samples: self.outcomes.count as u32,
+                rate_ci95_tokens_per_s: rate_ci,
+                mean_ratio_ci95_tokens_per_s: ratio_ci,
+            }
+        };
         Ok(RoundPlan {
             scheme,
             draft_lengths: lens.to_vec(),
@@ -1188,8 +1296,41 @@ impl Evaluator {
             verify_s: self.verify_s,
             comm_delay_s: rate.comm_mean,
             proven_optimal,
+            estimate,
         })
     }
+}
+
+/// z of the two-sided 95 % normal interval.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// The one evaluator of every printed plan: scores `lens`, `dists` (true = distributions per token) and the draft
+/// uplink `shares` of `round` with the unified model under `policy` and `expectation` ([`Evaluator::round_plan`]).
+/// A plan under a `distribution` policy has no correction phase, so its value is exact in closed form and no
+/// outcome is drawn or enumerated for it.
+#[allow(clippy::too_many_arguments)]
+pub fn score(
+    round: &Round,
+    expectation: Expectation,
+    policy: CorrectionPolicy,
+    scheme: Scheme,
+    lens: &[u32],
+    dists: &[bool],
+    shares: &[f64],
+    proven_optimal: bool,
+) -> Result<RoundPlan, OptimizeError> {
+    let light = Evaluator::without_outcomes(round, policy);
+    if light.closed_tokens && dists.len() == light.k_n && !light.rejectable(lens, dists) {
+        return light.round_plan(scheme, lens, dists, shares, proven_optimal);
+    }
+    Evaluator::new(round, expectation, policy)?.round_plan(scheme, lens, dists, shares, proven_optimal)
+}
+
+/// Lemma 3's draft-uplink shares for `lens` and `dists` on `round` (0 for a device without bits to send).
+pub fn lemma3_shares(round: &Round, lens: &[u32], dists: &[bool]) -> Result<Vec<f64>, OptimizeError> {
+    let ev = Evaluator::without_outcomes(round, CorrectionPolicy::default());
+    ev.check(lens, dists)?;
+    Ok(ev.lemma3_shares(lens, dists).1)
 }
 
 /// Reusable buffers of [`Evaluator::try_moves`] and [`Evaluator::box_bound`].

@@ -11,7 +11,9 @@ use super::model::{Change, Evaluator, Expectation, Scratch, State};
 use crate::OptimizeError;
 use crate::paper_a;
 use crate::paper_b::{self, ModeScheme, Objective};
-use crate::round::{CorrectionPolicy, PayloadPolicy, Planner, Round, RoundPlan, Scheme};
+use crate::round::plan::{CorrectionPolicy, RoundPlan};
+use crate::round::scheme::Scheme;
+use crate::round::spec::{PayloadPolicy, Round};
 
 /// Options of the unified planner.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,21 +64,11 @@ pub struct SearchStats {
     pub proven_optimal: bool,
 }
 
-/// The unified model's planner as a [`Planner`].
+/// The unified model's planner as a [`crate::round::Planner`] (the impl is in `round::planner`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct UnifiedPlanner {
     /// Its options.
     pub options: Options,
-}
-
-impl Planner for UnifiedPlanner {
-    fn scheme(&self) -> Scheme {
-        Scheme::Unified
-    }
-
-    fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
-        plan_with_stats(round, &self.options).map(|(p, _)| p)
-    }
 }
 
 /// Plans `round` with the unified planner.

@@ -1,0 +1,227 @@
+//! The [`Planner`] trait and its implementations: paper A's and paper B's schemes ([`PaperPlanner`]) and the
+//! unified planner, each over one [`Round`] and returning one [`RoundPlan`] scored by the unified model.
+
+use super::plan::{CorrectionPolicy, RoundPlan};
+use super::scheme::{Family, Scheme};
+use super::spec::{PayloadPolicy, Round};
+use crate::OptimizeError;
+use crate::paper_a;
+use crate::paper_b::{self, Objective};
+use crate::unified;
+
+/// Runs the paper-A planner of `scheme` on `s`: `fixed` drafts `fixed_draft_len` tokens (the caller chooses and
+/// checks it), `paper-alg1` uses `alg1`, `brute-force` enumerates up to [`paper_a::brute::BRUTE_FORCE_LIMIT`]
+/// plans. A scheme of another family is an error naming `scheme`, never a silent fallback.
+pub fn plan_paper_a(
+    scheme: Scheme,
+    s: &paper_a::Scenario,
+    fixed_draft_len: u32,
+    alg1: &paper_a::heterogeneous::Alg1Params,
+) -> Result<paper_a::Plan, OptimizeError> {
+    match scheme {
+        Scheme::Exact => paper_a::exact::exact(s),
+        Scheme::PaperAlg1 => paper_a::heterogeneous::paper_alg1(s, alg1),
+        Scheme::Homo => paper_a::homogeneous::homo(s),
+        Scheme::UniBw => paper_a::baselines::uni_bw(s),
+        Scheme::Fixed => paper_a::baselines::fixed(s, fixed_draft_len),
+        Scheme::BruteForce => paper_a::brute::brute_force(s, paper_a::brute::BRUTE_FORCE_LIMIT),
+        other => Err(OptimizeError::Invalid {
+            field: "scheme".into(),
+            reason: format!("{other} is not a paper-a scheme"),
+        }),
+    }
+}
+
+/// A planner: one round in, one plan out, scored by the unified model ([`unified::score`]).
+pub trait Planner {
+    /// The scheme this planner implements.
+    fn scheme(&self) -> Scheme;
+    /// Plans `round`.
+    fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError>;
+}
+
+/// Runs one of the papers' planners on a [`Round`], inside the round's draft-length range and payload policy, and
+/// scores its plan with the unified model.
+///
+/// Paper-A schemes plan L and the draft-uplink shares in paper A's system (no correction phase, L ≥ max(1,
+/// `min_draft_len`)), with distributions per token; under `payload: pair` they plan the same way with the pair
+/// size as the per-token upload and send pairs (paper A has no distributions to drop, so uncharged pairs,
+/// `pair_bits = 0`, leave it nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
+/// system (pairs neglected, the correction's mode rule, equal split) on the round's samples; a γ_k below
+/// `min_draft_len` is raised to it; the plan sends pairs over equal draft-uplink shares B/K (paper B allocates
+/// none), or, under `payload: distribution`, distributions over Lemma-3 shares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaperPlanner {
+    /// The scheme to run (a paper-A or paper-B one).
+    pub scheme: Scheme,
+    /// The objective paper-B schemes maximise and plans are reported under.
+    pub objective: Objective,
+    /// The correction rule: paper-B schemes plan under its mode rule, and the plan is scored under it.
+    pub correction: CorrectionPolicy,
+    /// How the plan's value is taken (the unified planner's default: exact up to 4096 outcomes, else SAA).
+    pub expectation: unified::Expectation,
+    /// The draft length of `fixed`, moved into [max(1, `min_draft_len`), `max_draft_len`] when outside.
+    pub fixed_draft_len: u32,
+    /// Algorithm 1's grids for `paper-alg1`.
+    pub alg1: paper_a::heterogeneous::Alg1Params,
+}
+
+impl PaperPlanner {
+    /// `scheme` under `objective` with the unified planner's defaults for the rest: optimal modes, equal split,
+    /// exact expectation up to 4096 outcomes, the fixed length [`paper_a::baselines::FIXED_DRAFT_LEN`] and
+    /// Algorithm 1's default grids.
+    pub fn new(scheme: Scheme, objective: Objective) -> PaperPlanner {
+        let options = unified::Options::default();
+        PaperPlanner {
+            scheme,
+            objective,
+            correction: options.correction,
+            expectation: options.expectation,
+            fixed_draft_len: paper_a::baselines::FIXED_DRAFT_LEN,
+            alg1: paper_a::heterogeneous::Alg1Params::default(),
+        }
+    }
+
+    /// Paper A's decisions on `round`: draft lengths, shares, payload, and whether paper A proved them optimal in
+    /// the unified model too (no correction phase and L ≥ 1 in the round's range: its objective is then paper A's).
+    fn paper_a(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool, bool), OptimizeError> {
+        let policy = round.payload.policy;
+        let dists = policy.allows_distribution();
+        let token_bits = if dists {
+            round.payload.distribution_bits
+        } else if round.payload.pair_bits > 0.0 {
+            round.payload.pair_bits
+        } else {
+            return Err(OptimizeError::Invalid {
+                field: "payload".into(),
+                reason: format!(
+                    "{} plans the per-token upload of distributions or charged pairs; this round sends only \
+                     uncharged pairs (pair_bits = 0): plan it with a paper-b scheme or unified",
+                    self.scheme
+                ),
+            });
+        };
+        let s = round.to_paper_a_with_token_bits(token_bits)?;
+        let fixed = self.fixed_draft_len.clamp(s.min_draft_len, s.max_draft_len);
+        let p = plan_paper_a(self.scheme, &s, fixed, &self.alg1)?;
+        let proven = policy == PayloadPolicy::Distribution
+            && round.min_draft_len >= 1
+            && p.optimality == paper_a::Optimality::Optimal;
+        Ok((p.draft_lengths, p.bandwidth_hz, dists, proven))
+    }
+
+    /// Paper B's decisions on `round`: draft lengths, shares and payload.
+    fn paper_b(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool), OptimizeError> {
+        let k = round.len();
+        let s = round.to_paper_b()?;
+        let ev = paper_b::Evaluator::new(&s, self.correction.modes, self.objective)?;
+        let p = paper_b::proactive::plan(&ev, self.scheme)?;
+        let lens: Vec<u32> = p
+            .draft_lengths
+            .into_iter()
+            .map(|g| g.max(round.min_draft_len))
+            .collect();
+        if round.payload.policy.allows_pair() {
+            Ok((lens, vec![round.bandwidth_hz / k as f64; k], false))
+        } else {
+            let shares = unified::lemma3_shares(round, &lens, &vec![true; k])?;
+            Ok((lens, shares, true))
+        }
+    }
+}
+
+impl Planner for PaperPlanner {
+    fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
+        let k = round.len();
+        let (lens, shares, dists, proven) = match self.scheme.family() {
+            Family::PaperA => self.paper_a(round)?,
+            Family::PaperB => {
+                let (lens, shares, dists) = self.paper_b(round)?;
+                (lens, shares, dists, false)
+            }
+            Family::Unified => {
+                return unified::UnifiedPlanner {
+                    options: unified::Options {
+                        objective: self.objective,
+                        expectation: self.expectation,
+                        correction: self.correction,
+                        ..unified::Options::default()
+                    },
+                }
+                .plan(round);
+            }
+        };
+        unified::score(
+            round,
+            self.expectation,
+            self.correction,
+            self.scheme,
+            &lens,
+            &vec![dists; k],
+            &shares,
+            proven,
+        )
+    }
+}
+
+impl Planner for unified::UnifiedPlanner {
+    fn scheme(&self) -> Scheme {
+        Scheme::Unified
+    }
+
+    fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
+        unified::plan(round, &self.options)
+    }
+}
+
+/// The planner of `scheme`: the unified planner with `options`, or a [`PaperPlanner`] that takes the objective,
+/// the correction rule and the expectation from `options` and drafts `fixed_draft_len` tokens under `fixed`.
+pub fn planner(scheme: Scheme, options: &unified::Options, fixed_draft_len: u32) -> Box<dyn Planner> {
+    match scheme {
+        Scheme::Unified => Box::new(unified::UnifiedPlanner { options: *options }),
+        _ => Box::new(PaperPlanner {
+            scheme,
+            objective: options.objective,
+            correction: options.correction,
+            expectation: options.expectation,
+            fixed_draft_len,
+            alg1: paper_a::heterogeneous::Alg1Params::default(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_paper_a_refuses_other_papers_schemes() {
+        let s = paper_a::Scenario::new(&paper_a::ScenarioSpec {
+            bandwidth_hz: 1e6,
+            distribution_bits: 1000.0,
+            verify_fixed_s: 0.02,
+            verify_per_device_s: 0.002,
+            max_draft_len: 4,
+            min_draft_len: 1,
+            devices: vec![paper_a::DeviceSpec {
+                acceptance: 0.8,
+                draft_token_s: 0.01,
+                spectral_efficiency: 2.0,
+            }],
+        })
+        .unwrap();
+        let alg1 = paper_a::heterogeneous::Alg1Params::default();
+        for scheme in Scheme::ALL {
+            let r = plan_paper_a(scheme, &s, 2, &alg1);
+            assert_eq!(r.is_ok(), scheme.family() == Family::PaperA, "{scheme}");
+            if let Err(e) = r {
+                assert_eq!(e.to_string(), format!("scheme: {scheme} is not a paper-a scheme"));
+            }
+        }
+    }
+
+}
