@@ -30,7 +30,9 @@ struct Output {
 pub fn run(spec: ScenarioSpec, args: &PlanArgs) -> Result<(), Failure> {
     let scheme = args.scheme.0;
     if scheme.family() != Family::PaperB {
-        return Err(Failure::Input(format!("--scheme: {scheme} is not a paper-b scheme")));
+        return Err(Failure::Input(format!(
+            "--scheme: {scheme} is not a paper-b scheme"
+        )));
     }
     let objective = args.objective();
     let sc = Scenario::new(spec).map_err(Failure::input)?;

@@ -103,7 +103,9 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
     out.push_str(&match plan.estimate {
         Estimate::Exact => "expectation: exact\n".to_string(),
         Estimate::Saa { samples, .. } => match plan.estimate.ci95(objective) {
-            Some(ci) => format!("expectation: SAA estimate over {samples} samples, 95 % CI ± {ci:.3} tokens/s\n"),
+            Some(ci) => {
+                format!("expectation: SAA estimate over {samples} samples, 95 % CI ± {ci:.3} tokens/s\n")
+            }
             None => format!("expectation: SAA estimate over {samples} sample (no interval)\n"),
         },
     });

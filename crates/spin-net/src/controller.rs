@@ -83,7 +83,7 @@ fn payload_policy(scheme: Scheme) -> PayloadPolicy {
 /// block-fading gain per device serves both directions (reciprocity, as paper B), the draft uplink's spectral
 /// efficiency is the link's at that gain, L ∈ {0..L_max}, pairs are charged `pair_bits`, and the payload policy is
 /// the scheme's system's ([`payload_policy`]).
-pub fn round(
+pub fn build_round(
     cfg: &ControllerConfig,
     link: &LinkConfig,
     devices: &[DeviceView],
@@ -128,7 +128,7 @@ pub fn round(
 }
 
 /// Plans one round for `devices` (in the order given) with T_ver = `verify_fixed_s` + K·`verify_per_device_s`:
-/// one [`Round`] ([`round`]), planned by spin-optimize's planner of the scheme ([`round::planner`] with
+/// one [`Round`] ([`build_round`]), planned by spin-optimize's planner of the scheme ([`round::planner`] with
 /// [`unified_options`]); its `rate_tokens_per_s` is the controller's predicted goodput at its own estimates. The
 /// token budget then caps each device's draft (the planners do not know it).
 pub fn plan_round(
@@ -147,7 +147,7 @@ pub fn plan_round(
         // The type admits them; a server does not run them (the same error as parsing one).
         Scheme::parse_per_round(cfg.scheme.name())?;
     }
-    let r = round(cfg, link, devices, verify_fixed_s, verify_per_device_s, seed)?;
+    let r = build_round(cfg, link, devices, verify_fixed_s, verify_per_device_s, seed)?;
     let mut plan = round::planner(cfg.scheme, &options, cfg.fixed_len).plan(&r)?;
     for (l, d) in plan.draft_lengths.iter_mut().zip(devices) {
         *l = (*l).min(d.max_len);

@@ -14,10 +14,10 @@ use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
 use spin_optimize::paper_a::homogeneous::homo;
 use spin_optimize::paper_a::{self, Optimality, Plan, Scenario};
 use spin_optimize::paper_b::proactive;
-use spin_optimize::round::Scheme;
 use spin_optimize::paper_b::reactive::{self, Mode, ModeScheme};
 use spin_optimize::paper_b::scenario::MAX_PLANNING_WORK;
 use spin_optimize::paper_b::{self, Evaluator, Objective};
+use spin_optimize::round::Scheme;
 
 /// 10^x for x drawn uniformly from `lo..hi`: scales over many decades.
 fn decades(lo: f64, hi: f64) -> impl Strategy<Value = f64> {

@@ -39,9 +39,7 @@ fn paper_a_payload_without_correction_gives_paper_a_numbers() {
         Scheme::Fixed,
         Scheme::BruteForce,
     ] {
-        let ours = PaperPlanner::new(scheme, Objective::Rate)
-        .plan(&round)
-        .unwrap();
+        let ours = PaperPlanner::new(scheme, Objective::Rate).plan(&round).unwrap();
         // The same plan scored by paper A's eq. 27.
         let (tau, latency) = s.evaluate(&ours.draft_lengths, &ours.uplink_share_hz).unwrap();
         assert!(
@@ -605,4 +603,226 @@ fn oversized_rounds_are_refused_before_allocating() {
         .unwrap_err()
         .to_string();
     assert!(msg.starts_with("saa_samples:"), "{msg}");
+}
+
+#[test]
+fn paper_schemes_plan_inside_the_rounds_range_and_payload_policy() {
+    // Every paper scheme on unified rounds with L ∈ {0..L_max} (and {2..L_max}) under each payload policy: the
+    // plan lies in the round's space, and the evaluator refuses one that does not.
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let schemes = Scheme::PER_ROUND.into_iter().filter(|s| *s != Scheme::Unified);
+    let schemes: Vec<Scheme> = schemes.collect();
+    for policy in [
+        PayloadPolicy::Distribution,
+        PayloadPolicy::Pair,
+        PayloadPolicy::Choose,
+    ] {
+        for l_min in [0, 2] {
+            let round = random_round(&mut rng, 4, l_min, 6, policy);
+            for &scheme in &schemes {
+                let p = PaperPlanner::new(scheme, Objective::Rate).plan(&round).unwrap();
+                for (k, (&l, &d)) in p.draft_lengths.iter().zip(&p.sends_distributions).enumerate() {
+                    assert!((l_min..=6).contains(&l), "{scheme} {policy:?}: L[{k}] = {l}");
+                    let allowed = if d {
+                        policy.allows_distribution()
+                    } else {
+                        policy.allows_pair()
+                    };
+                    assert!(
+                        allowed,
+                        "{scheme} {policy:?}: device {k} sends distributions = {d}"
+                    );
+                }
+                // Pairs are sent by paper B's schemes whenever allowed, distributions by paper A's.
+                let want_dists = match scheme.family() {
+                    spin_optimize::round::Family::PaperA => policy.allows_distribution(),
+                    _ => !policy.allows_pair(),
+                };
+                assert!(
+                    p.sends_distributions.iter().all(|&d| d == want_dists),
+                    "{scheme} {policy:?}"
+                );
+            }
+            let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
+            let shares = vec![round.bandwidth_hz / 4.0; 4];
+            if l_min > 0 {
+                let e = ev
+                    .round_plan(
+                        Scheme::Fixed,
+                        &[l_min - 1, 3, 3, 3],
+                        &[policy != PayloadPolicy::Pair; 4],
+                        &shares,
+                        false,
+                    )
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.starts_with("draft_lengths[0]: "), "{e}");
+            }
+            if policy != PayloadPolicy::Choose {
+                let outside = policy == PayloadPolicy::Pair;
+                let e = ev
+                    .round_plan(Scheme::Fixed, &[3; 4], &[outside; 4], &shares, false)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.starts_with("sends_distributions[0]: "), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn paper_a_schemes_take_the_pair_size_when_only_pairs_are_allowed() {
+    // A band so narrow that a distribution per token costs seconds: under `pair` paper A plans the pair upload
+    // (and beats its distribution plan by far); with uncharged pairs there is nothing for it to plan.
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let mut spec = random_round(&mut rng, 2, 0, 4, PayloadPolicy::Pair)
+        .spec()
+        .clone();
+    spec.bandwidth_hz = 2e4;
+    let pairs = Round::new(spec.clone()).unwrap();
+    let p = PaperPlanner::new(Scheme::Exact, Objective::Rate)
+        .plan(&pairs)
+        .unwrap();
+    assert!(p.sends_distributions.iter().all(|&d| !d));
+    spec.payload.policy = PayloadPolicy::Distribution;
+    let dists = PaperPlanner::new(Scheme::Exact, Objective::Rate)
+        .plan(&Round::new(spec.clone()).unwrap())
+        .unwrap();
+    assert!(
+        p.rate_tokens_per_s > 2.0 * dists.rate_tokens_per_s,
+        "{} vs {}",
+        p.rate_tokens_per_s,
+        dists.rate_tokens_per_s
+    );
+    spec.payload.policy = PayloadPolicy::Pair;
+    spec.payload.pair_bits = 0.0;
+    let e = PaperPlanner::new(Scheme::Exact, Objective::Rate)
+        .plan(&Round::new(spec).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("payload: exact plans"), "{e}");
+}
+
+#[test]
+fn printed_values_are_the_exact_model_values_where_the_expectation_is_exact() {
+    // Small rounds (5^3 = 125 outcomes): every scheme's plan is scored exactly, bit for bit the exact evaluator's
+    // value at that plan, and none is above the unified planner's proven optimum.
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    for policy in [
+        PayloadPolicy::Pair,
+        PayloadPolicy::Choose,
+        PayloadPolicy::Distribution,
+    ] {
+        for _ in 0..3 {
+            let round = random_round(&mut rng, 3, 0, 4, policy);
+            let exact = Evaluator::new(
+                &round,
+                Expectation::Exact { limit: 4096 },
+                CorrectionPolicy::default(),
+            )
+            .unwrap();
+            let unified = unified::plan(&round, &Options::default()).unwrap();
+            assert!(unified.proven_optimal && unified.estimate.is_exact());
+            for scheme in Scheme::PER_ROUND {
+                let p = spin_optimize::round::planner(scheme, &Options::default(), 2)
+                    .plan(&round)
+                    .unwrap();
+                assert!(p.estimate.is_exact(), "{scheme}: {:?}", p.estimate);
+                let at = exact
+                    .round_plan(
+                        scheme,
+                        &p.draft_lengths,
+                        &p.sends_distributions,
+                        &p.uplink_share_hz,
+                        false,
+                    )
+                    .unwrap();
+                assert_eq!(
+                    p.rate_tokens_per_s.to_bits(),
+                    at.rate_tokens_per_s.to_bits(),
+                    "{scheme}"
+                );
+                assert_eq!(
+                    p.mean_ratio_tokens_per_s.to_bits(),
+                    at.mean_ratio_tokens_per_s.to_bits(),
+                    "{scheme}"
+                );
+                assert!(
+                    p.rate_tokens_per_s <= unified.rate_tokens_per_s * (1.0 + 1e-12),
+                    "{scheme} {policy:?}: {} above the optimum {}",
+                    p.rate_tokens_per_s,
+                    unified.rate_tokens_per_s
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sampled_values_come_with_their_sample_count_and_an_interval_that_holds_the_exact_value() {
+    // 7^4 = 2401 outcomes: scored by SAA on 400 samples, then exactly; the exact value lies within the printed
+    // 95 % interval (widened 1.5×, a fixed-seed check, not a coverage claim) and the interval shrinks with N.
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for _ in 0..4 {
+        let mut spec = random_round(&mut rng, 4, 0, 6, PayloadPolicy::Pair)
+            .spec()
+            .clone();
+        spec.saa_samples = 400;
+        let round = Round::new(spec.clone()).unwrap();
+        let saa = PaperPlanner {
+            expectation: Expectation::Saa,
+            fixed_draft_len: 3,
+            ..PaperPlanner::new(Scheme::Fixed, Objective::Rate)
+        };
+        let p = saa.plan(&round).unwrap();
+        assert_eq!(p.draft_lengths, [3; 4]);
+        let spin_optimize::round::Estimate::Saa { samples, .. } = p.estimate else {
+            panic!("{:?}", p.estimate)
+        };
+        assert_eq!(samples, 400);
+        let exact = Evaluator::new(
+            &round,
+            Expectation::Exact { limit: 4096 },
+            CorrectionPolicy::default(),
+        )
+        .unwrap()
+        .round_plan(
+            Scheme::Fixed,
+            &p.draft_lengths,
+            &p.sends_distributions,
+            &p.uplink_share_hz,
+            false,
+        )
+        .unwrap();
+        for objective in [Objective::Rate, Objective::MeanRatio] {
+            let ci = p.estimate.ci95(objective).unwrap();
+            assert!(ci > 0.0);
+            assert!(
+                (p.goodput(objective) - exact.goodput(objective)).abs() <= 1.5 * ci,
+                "{objective:?}: {} ± {ci} vs exact {}",
+                p.goodput(objective),
+                exact.goodput(objective)
+            );
+        }
+        spec.saa_samples = 1600;
+        let big = Evaluator::new(
+            &Round::new(spec).unwrap(),
+            Expectation::Saa,
+            CorrectionPolicy::default(),
+        )
+        .unwrap()
+        .round_plan(
+            Scheme::Fixed,
+            &p.draft_lengths,
+            &p.sends_distributions,
+            &p.uplink_share_hz,
+            false,
+        )
+        .unwrap();
+        let (a, b) = (
+            p.estimate.ci95(Objective::Rate).unwrap(),
+            big.estimate.ci95(Objective::Rate).unwrap(),
+        );
+        assert!(b < 0.75 * a, "{b} vs {a}");
+    }
 }

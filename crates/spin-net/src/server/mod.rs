@@ -24,9 +24,7 @@ pub use round::has_mass;
 use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, Outcome, RoundTrace, Summary, UplinkPayload};
 
-use crate::controller::{
-    ControllerConfig, DeviceView, Scheme, alpha_with_prior, fit_verify, plan_round,
-};
+use crate::controller::{ControllerConfig, DeviceView, Scheme, alpha_with_prior, fit_verify, plan_round};
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};
 use crate::proto::{

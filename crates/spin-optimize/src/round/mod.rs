@@ -20,6 +20,6 @@ pub use plan::{CorrectionPolicy, Estimate, RoundPlan};
 pub use planner::{PaperPlanner, Planner, plan_paper_a, planner};
 pub use scheme::{Family, Scheme};
 pub use spec::{
-    CorrectionSplit, DistributionFormat, MAX_DRAFT_LEN_LIMIT, Payload, PayloadPolicy, Radio, Round, RoundDevice,
-    RoundSpec, full_band_spectral_efficiency,
+    CorrectionSplit, DistributionFormat, MAX_DRAFT_LEN_LIMIT, Payload, PayloadPolicy, Radio, Round,
+    RoundDevice, RoundSpec, full_band_spectral_efficiency,
 };

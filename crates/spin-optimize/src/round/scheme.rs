@@ -277,5 +277,4 @@ mod tests {
         assert_eq!(Scheme::name_list([Scheme::Unified]), "unified");
         assert_eq!(Scheme::name_list([]), "");
     }
-
 }
