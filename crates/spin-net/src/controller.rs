@@ -71,7 +71,7 @@ pub fn alpha_with_prior(mean: f64, samples: u64, prior: f64, prior_weight: f64) 
 
 /// The payload each family's system sends per drafted token: paper A's server receives distributions, paper B's
 /// pairs; the unified planner chooses per device.
-fn payload_policy(scheme: Scheme) -> PayloadPolicy {
+pub fn payload_policy(scheme: Scheme) -> PayloadPolicy {
     match scheme.family() {
         Family::PaperA => PayloadPolicy::Distribution,
         Family::PaperB => PayloadPolicy::Pair,
@@ -128,7 +128,7 @@ pub fn build_round(
 }
 
 /// Plans one round for `devices` (in the order given) with T_ver = `verify_fixed_s` + K·`verify_per_device_s`:
-/// one [`Round`] ([`build_round`]), planned by spin-optimize's planner of the scheme ([`round::planner`] with
+/// one [`Round`] ([`build_round`]), planned by spin-optimize's planner of the scheme ([`round::planner()`] with
 /// [`unified_options`]); its `rate_tokens_per_s` is the controller's predicted goodput at its own estimates. The
 /// token budget then caps each device's draft (the planners do not know it).
 pub fn plan_round(

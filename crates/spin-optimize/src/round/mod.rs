@@ -6,8 +6,8 @@
 //! two special cases ([`Round::from_paper_a`], [`Round::from_paper_b`]). The payload sizes come from
 //! `spin_core::dist::payload_bits` (D = V_eff(⌈log₂V⌉ + Q)), the radio formulas from `spin-channel`.
 //!
-//! [`spec`] holds the round, [`plan`] the plan, [`scheme`] the scheme names, [`planner`] the [`Planner`] trait and
-//! its implementations, [`file`] the unified scenario file.
+//! [`spec`] holds the round, [`plan`] the plan, [`scheme`] the scheme names, [`planner`](mod@planner) the [`Planner`] trait and
+//! its implementations, [`file`](mod@file) the unified scenario file.
 
 pub mod file;
 pub mod plan;
