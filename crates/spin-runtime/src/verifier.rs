@@ -8,7 +8,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
-use crate::speculative::prob_rows;
+use crate::probs::prob_rows;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};
