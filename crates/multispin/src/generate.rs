@@ -271,7 +271,7 @@ fn run_batch(
     tok: &Tokenizer,
     params: &SamplingParams,
 ) -> Result<(), Failure> {
-    let bytes = spin_runtime::load::read_limited(file, MAX_PROMPT_BYTES as u64, "prompts")
+    let bytes = spin_runtime::limits::read_limited(file, MAX_PROMPT_BYTES as u64, "prompts")
         .map_err(|e| Failure::Input(format!("--prompts: {}", flat(&e.to_string()))))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| Failure::Input(format!("--prompts: {} is not UTF-8 text: {e}", file.display())))?;

@@ -95,6 +95,10 @@ pub struct Scenario {
 }
 
 /// The largest L_max accepted (E[N|L] and the planners are well defined beyond it, but no use case needs it).
+/// It bounds the planners' tables, not a representation, so it is not paper B's limit
+/// ([`crate::paper_b::scenario::MAX_DRAFT_LEN_LIMIT`], 1000, which the SAA samples' 16-bit positions set and the
+/// unified round shares); the networked server caps the drafts it runs lower still
+/// (`spin_net::server::MAX_SERVED_DRAFT_LEN`, 64), since each of them is drafted, sent and verified in a live round.
 pub const MAX_DRAFT_LEN_LIMIT: u32 = 1024;
 
 /// The most devices a paper-A scenario may have. Every planner's memory is O(K·(L_max − L_min + 1)) and

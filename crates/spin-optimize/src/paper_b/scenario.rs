@@ -7,7 +7,8 @@ use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
 use std::ops::Deref;
 
-/// The largest draft length a scenario may allow (outcome samples store positions in 16 bits).
+/// The largest draft length a scenario may allow (outcome samples store positions in 16 bits). Paper A's planners
+/// allow 1024 ([`crate::paper_a::scenario::MAX_DRAFT_LEN_LIMIT`]): their limit bounds tables, not a representation.
 pub const MAX_DRAFT_LEN_LIMIT: u32 = 1000;
 /// The largest number of SAA samples a scenario may ask for.
 pub const SAA_SAMPLES_LIMIT: u32 = 10_000_000;
