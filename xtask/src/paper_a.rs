@@ -549,7 +549,7 @@ pub fn sensitivity(cfg: &Config, ctx: &Ctx) -> Result<Table> {
     for (pi, base_pair) in cfg.pairs.iter().enumerate() {
         for &(name, draft, power_db, cen) in &SENSITIVITY {
             let mut v = c.clone();
-            v.channel.ul_power_w = cfg.channel.ul_power_w * 10f64.powf(power_db / 10.0);
+            v.channel.ul_power_w = cfg.channel.ul_power_w * spin_channel::units::db_to_linear(power_db);
             let mut pair = base_pair.clone();
             pair.draft_token_s *= draft;
             pair.server_draft_fixed_s *= cen;
