@@ -422,6 +422,13 @@ fn unified_scenarios_take_unit_pairs() {
     assert!(a.status.success(), "{}", stderr(&a));
     assert!(b.status.success(), "{}", stderr(&b));
     assert_eq!(a.stdout, b.stdout);
-    let both = si.replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_hz\": 1.0e7, \"bandwidth_mhz\": 10", 1);
-    assert_input_error(&plan("both.json", &both), "bandwidth_hz, bandwidth_mhz: give exactly one");
+    let both = si.replacen(
+        "\"bandwidth_hz\": 1.0e7",
+        "\"bandwidth_hz\": 1.0e7, \"bandwidth_mhz\": 10",
+        1,
+    );
+    assert_input_error(
+        &plan("both.json", &both),
+        "bandwidth_hz, bandwidth_mhz: give exactly one",
+    );
 }
