@@ -3,7 +3,7 @@
 //! the devices is the binary's work (with `spin-channel`'s code); this module only reads the file.
 
 use crate::FileError;
-use crate::pair::optional_one_of;
+use crate::pair::{one_of, optional_one_of};
 use crate::reader::toml_with_positions;
 use serde::Deserialize;
 use spin_channel::PathLoss;
@@ -75,7 +75,8 @@ struct DropFile {
     min_distance_m: f64,
     max_distance_m: f64,
     path_loss_exponent: f64,
-    reference_gain_db: f64,
+    reference_gain_db: Option<f64>,
+    reference_gain: Option<f64>,
     reference_distance_m: f64,
     fading: Fading,
     bandwidth_hz: Option<f64>,
@@ -231,15 +232,26 @@ pub fn parse(text: &str, model: Option<DropModel>, seed: Option<u64>) -> Result<
             format!("{} is not a finite number ≥ 0", f.path_loss_exponent),
         ));
     }
-    if !f.reference_gain_db.is_finite() {
+    // The path-loss law is in dB; a linear gain converts to it.
+    let reference_gain_db = one_of(
+        "",
+        ("reference_gain_db", f.reference_gain_db),
+        ("reference_gain", f.reference_gain),
+        Conversion::LinearToDb,
+    )?;
+    if !reference_gain_db.is_finite() {
         return Err(FileError::new(
             "reference_gain_db",
-            format!("{} is not finite", f.reference_gain_db),
+            format!("{reference_gain_db} is not finite"),
         ));
     }
     let paper_b = match model {
         DropModel::PaperA => {
-            unused(f.dl_power_w.is_some() || f.dl_power_dbm.is_some(), "dl_power", model)?;
+            unused(
+                f.dl_power_w.is_some() || f.dl_power_dbm.is_some(),
+                "dl_power",
+                model,
+            )?;
             unused(
                 f.noise_psd_device_w_per_hz.is_some() || f.noise_psd_device_dbm_per_hz.is_some(),
                 "noise_psd_device",
@@ -281,7 +293,7 @@ pub fn parse(text: &str, model: Option<DropModel>, seed: Option<u64>) -> Result<
             min_distance_m: f.min_distance_m,
             max_distance_m: f.max_distance_m,
             path_loss: PathLoss {
-                gain_at_reference_db: f.reference_gain_db,
+                gain_at_reference_db: reference_gain_db,
                 reference_m: f.reference_distance_m,
                 exponent: f.path_loss_exponent,
             },

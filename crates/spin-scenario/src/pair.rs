@@ -51,22 +51,46 @@ mod tests {
 
     #[test]
     fn a_pair_takes_exactly_one_and_names_both_with_the_prefix() {
-        let mhz = one_of("system.", ("bandwidth_hz", None), ("bandwidth_mhz", Some(10.0)), Conversion::MhzToHz);
+        let mhz = one_of(
+            "system.",
+            ("bandwidth_hz", None),
+            ("bandwidth_mhz", Some(10.0)),
+            Conversion::MhzToHz,
+        );
         assert_eq!(mhz, Ok(1e7));
-        let both = one_of("system.", ("bandwidth_hz", Some(1e7)), ("bandwidth_mhz", Some(10.0)), Conversion::MhzToHz)
-            .unwrap_err();
+        let both = one_of(
+            "system.",
+            ("bandwidth_hz", Some(1e7)),
+            ("bandwidth_mhz", Some(10.0)),
+            Conversion::MhzToHz,
+        )
+        .unwrap_err();
         assert_eq!(
             both.to_string(),
             "system.bandwidth_hz, system.bandwidth_mhz: give exactly one of the pair, not both"
         );
-        let neither = one_of("", ("ul_power_w", None), ("ul_power_dbm", None), Conversion::DbmToW).unwrap_err();
-        assert_eq!(neither.to_string(), "ul_power_w, ul_power_dbm: missing (give exactly one of the pair)");
+        let neither = one_of(
+            "",
+            ("ul_power_w", None),
+            ("ul_power_dbm", None),
+            Conversion::DbmToW,
+        )
+        .unwrap_err();
+        assert_eq!(
+            neither.to_string(),
+            "ul_power_w, ul_power_dbm: missing (give exactly one of the pair)"
+        );
         assert_eq!(
             optional_one_of("", ("a_w", None), ("a_dbm", None), Conversion::DbmToW),
             Ok(None)
         );
-        let list = one_of_list("fig7.", ("dl_power_dbm", None), ("dl_power_w", Some(&[1.0, 0.0][..])), Conversion::WToDbm)
-            .unwrap_err();
+        let list = one_of_list(
+            "fig7.",
+            ("dl_power_dbm", None),
+            ("dl_power_w", Some(&[1.0, 0.0][..])),
+            Conversion::WToDbm,
+        )
+        .unwrap_err();
         assert!(list.to_string().starts_with("fig7.dl_power_w[1]: "), "{list}");
     }
 }

@@ -147,10 +147,11 @@ impl Document {
     pub fn into_struct<T: DeserializeOwned>(self) -> Result<T, FileError> {
         let root = self.root;
         match self.value {
-            Value::Json(v) => {
-                serde_path_to_error::deserialize(v).map_err(|e| at_path(e.path(), root, &e.inner().to_string()))
+            Value::Json(v) => serde_path_to_error::deserialize(v)
+                .map_err(|e| at_path(e.path(), root, &e.inner().to_string())),
+            Value::Toml(v) => {
+                serde_path_to_error::deserialize(v).map_err(|e| at_path(e.path(), root, e.inner().message()))
             }
-            Value::Toml(v) => serde_path_to_error::deserialize(v).map_err(|e| at_path(e.path(), root, e.inner().message())),
         }
     }
 }
@@ -312,7 +313,9 @@ mod tests {
         assert!(doc.has_key("pairs[].verify_per_draft_s"));
         assert!(!doc.has_key("pairs[].vocab"));
         assert!(!doc.has_key("sampling.device_counts"));
-        let e = doc.refuse_renamed(&[("pairs[].verify_per_draft_s", "pairs[].verify_per_device_s")]).unwrap_err();
+        let e = doc
+            .refuse_renamed(&[("pairs[].verify_per_draft_s", "pairs[].verify_per_device_s")])
+            .unwrap_err();
         assert_eq!(
             e.to_string(),
             "pairs[].verify_per_draft_s: renamed to pairs[].verify_per_device_s (docs/cli.md lists the names)"
@@ -323,10 +326,22 @@ mod tests {
 
     #[test]
     fn syntax_errors_say_where_and_name_the_file() {
-        let e = Document::parse("{\"a\": 1,,}", Format::Json, "scenario").err().unwrap();
-        assert!(e.to_string().starts_with("scenario: malformed JSON at line 1, column "), "{e}");
-        let e = Document::parse("a = 1\nb = = 2\n", Format::Toml, "drop").err().unwrap();
-        assert!(e.to_string().starts_with("drop: malformed TOML at line 2, column "), "{e}");
+        let e = Document::parse("{\"a\": 1,,}", Format::Json, "scenario")
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("scenario: malformed JSON at line 1, column "),
+            "{e}"
+        );
+        let e = Document::parse("a = 1\nb = = 2\n", Format::Toml, "drop")
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("drop: malformed TOML at line 2, column "),
+            "{e}"
+        );
         let e = Document::parse("a = \n", Format::Toml, "").err().unwrap();
         assert!(e.to_string().starts_with("malformed TOML at line 1"), "{e}");
     }

@@ -1,10 +1,10 @@
 //! Scenario files: `"model": "paper-a"` (or no model field), `"paper-b"` or `"unified"`, JSON or TOML, read by the
 //! rules of [`crate::reader`] and resolved to the SI specs of `spin-optimize` (docs/cli.md lists the fields).
 
+use crate::FileError;
 use crate::pair::one_of;
 use crate::reader::{Document, Format};
 use crate::unified::{UnifiedFile, UnifiedScenario};
-use crate::FileError;
 use serde::Deserialize;
 use spin_channel::units::Conversion;
 use spin_optimize::paper_a::heterogeneous::Alg1Params;

@@ -215,30 +215,30 @@ impl UnifiedScenario {
         OptimizeError::positive("ul_power_w", self.radio.ul_power_w)?;
         OptimizeError::positive("noise_psd_server_w_per_hz", self.radio.noise_psd_server_w_per_hz)?;
         let radio = self.radio;
-        let devices = self
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(k, d)| {
-                let uplink_gain = OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
-                let spectral_efficiency = match d.spectral_efficiency {
-                    Some(r) => r,
-                    None => full_band_spectral_efficiency(&radio, self.bandwidth_hz, uplink_gain).map_err(|e| {
-                        OptimizeError::Invalid {
-                            field: format!("devices[{k}].spectral_efficiency"),
-                            reason: e.to_string(),
-                        }
-                    })?,
-                };
-                Ok(RoundDevice {
-                    acceptance: d.acceptance,
-                    draft_token_s: d.draft_token_s,
-                    spectral_efficiency,
-                    uplink_gain,
-                    downlink_gain: d.downlink_gain.unwrap_or(uplink_gain),
+        let devices =
+            self.devices
+                .iter()
+                .enumerate()
+                .map(|(k, d)| {
+                    let uplink_gain =
+                        OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
+                    let spectral_efficiency = match d.spectral_efficiency {
+                        Some(r) => r,
+                        None => full_band_spectral_efficiency(&radio, self.bandwidth_hz, uplink_gain)
+                            .map_err(|e| OptimizeError::Invalid {
+                                field: format!("devices[{k}].spectral_efficiency"),
+                                reason: e.to_string(),
+                            })?,
+                    };
+                    Ok(RoundDevice {
+                        acceptance: d.acceptance,
+                        draft_token_s: d.draft_token_s,
+                        spectral_efficiency,
+                        uplink_gain,
+                        downlink_gain: d.downlink_gain.unwrap_or(uplink_gain),
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>, OptimizeError>>()?;
+                .collect::<Result<Vec<_>, OptimizeError>>()?;
         Round::new(RoundSpec {
             bandwidth_hz: self.bandwidth_hz,
             verify_fixed_s: self.verify_fixed_s,

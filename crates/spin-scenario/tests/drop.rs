@@ -35,6 +35,13 @@ fn the_examples_resolve_to_si_units() {
     assert_eq!(parse(&same, None, None).unwrap().acceptance, vec![0.8; 5]);
     let si = A.replace("bandwidth_mhz = 5.0", "bandwidth_hz = 5.0e6");
     assert_eq!(parse(&si, None, None).unwrap().bandwidth_hz, 5e6);
+    let linear = A.replace("reference_gain_db = -30.0", "reference_gain = 1.0e-3");
+    let gain = parse(&linear, None, None)
+        .unwrap()
+        .drop
+        .path_loss
+        .gain_at_reference_db;
+    assert!((gain + 30.0).abs() < 1e-12, "{gain}");
 }
 
 #[test]
@@ -44,8 +51,14 @@ fn errors_name_the_field() {
     assert!(e.contains("(line "), "{e}");
     let e = err(&B.replace("fading = \"rayleigh\"", "fading = \"rician\""), None);
     assert!(e.starts_with("fading: unknown variant `rician`"), "{e}");
-    let e = err(&B.replace("ul_power_dbm = 15.0", "ul_power_dbm = 15.0\nul_power_w = 0.03"), None);
-    assert_eq!(e, "ul_power_w, ul_power_dbm: give exactly one of the pair, not both");
+    let e = err(
+        &B.replace("ul_power_dbm = 15.0", "ul_power_dbm = 15.0\nul_power_w = 0.03"),
+        None,
+    );
+    assert_eq!(
+        e,
+        "ul_power_w, ul_power_dbm: give exactly one of the pair, not both"
+    );
     let e = err(&B.replace("bandwidth_mhz = 0.3", "bandwidth_hz = -1"), None);
     assert_eq!(e, "bandwidth_hz: -1 is not a finite positive number");
     let e = err(&B.replace("seed = 7\n", ""), None);
@@ -57,13 +70,44 @@ fn errors_name_the_field() {
     let e = err(&B.replace("saa_samples = 300", ""), None);
     assert_eq!(e, "saa_samples: missing (a paper-b scenario needs it)");
     let e = err(&B.replace("dl_power_dbm = 30.0", ""), None);
-    assert_eq!(e, "dl_power_w, dl_power_dbm: missing (give exactly one of the pair)");
-    let e = err(&B.replace("devices = 6", &format!("devices = {}", MAX_DROP_DEVICES + 1)), None);
+    assert_eq!(
+        e,
+        "dl_power_w, dl_power_dbm: missing (give exactly one of the pair)"
+    );
+    let e = err(
+        &B.replace("devices = 6", &format!("devices = {}", MAX_DROP_DEVICES + 1)),
+        None,
+    );
     assert!(e.starts_with("devices: 100001 is outside"), "{e}");
-    let e = err(&B.replace("acceptance = [0.95, 0.9, 0.8, 0.6, 0.5, 0.4]", "acceptance = [0.9]"), None);
+    let e = err(
+        &B.replace(
+            "acceptance = [0.95, 0.9, 0.8, 0.6, 0.5, 0.4]",
+            "acceptance = [0.9]",
+        ),
+        None,
+    );
     assert_eq!(e, "acceptance: 1 values for 6 devices");
-    let e = err(&B.replace("path_loss_exponent = 3.5", "path_loss_exponent = -1.0"), None);
+    let e = err(
+        &B.replace("path_loss_exponent = 3.5", "path_loss_exponent = -1.0"),
+        None,
+    );
     assert!(e.starts_with("path_loss_exponent: -1 is not"), "{e}");
+    let e = err(
+        &B.replace(
+            "reference_gain_db = -30.0",
+            "reference_gain_db = -30.0\nreference_gain = 1e-3",
+        ),
+        None,
+    );
+    assert_eq!(
+        e,
+        "reference_gain_db, reference_gain: give exactly one of the pair, not both"
+    );
+    let e = err(
+        &B.replace("reference_gain_db = -30.0", "reference_gain = 0.0"),
+        None,
+    );
+    assert!(e.starts_with("reference_gain: 0 converts to -inf dB"), "{e}");
     let e = err("model = \n", None);
     assert!(e.starts_with("drop: malformed TOML at line 1"), "{e}");
 }

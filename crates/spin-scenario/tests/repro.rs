@@ -34,13 +34,20 @@ fn the_committed_configs_parse() {
 fn paper_a_values_are_checked_by_their_path() {
     let dbm = paper_a::Config::parse(&A.replacen("noise_w = 1.0e-10", "noise_dbm = -70.0", 1)).unwrap();
     assert!((dbm.channel.noise_w / 1e-10 - 1.0).abs() < 1e-12);
-    let e = err_a(&A.replacen("mean_gain_lo = 0.2", "mean_gain_lo = 0.9", 1));
-    assert!(e.starts_with("channel.mean_gain_hi: "), "{e}");
+    let db = paper_a::Config::parse(&A.replacen("mean_gain_hi = 0.5", "mean_gain_hi_db = -3.0", 1)).unwrap();
+    assert!((db.channel.mean_gain_hi - 0.501_187_233_627_272_3).abs() < 1e-12);
     let e = err_a(&A.replacen(
-        "bandwidth_mhz = [5.0, 7.5,",
-        "bandwidth_mhz = [5.0, -7.5,",
+        "mean_gain_lo = 0.2",
+        "mean_gain_lo = 0.2\nmean_gain_lo_db = -7",
         1,
     ));
+    assert_eq!(
+        e,
+        "channel.mean_gain_lo, channel.mean_gain_lo_db: give exactly one of the pair, not both"
+    );
+    let e = err_a(&A.replacen("mean_gain_lo = 0.2", "mean_gain_lo = 0.9", 1));
+    assert!(e.starts_with("channel.mean_gain_hi: "), "{e}");
+    let e = err_a(&A.replacen("bandwidth_mhz = [5.0, 7.5,", "bandwidth_mhz = [5.0, -7.5,", 1));
     assert!(e.starts_with("fig7.bandwidth_mhz[1]: "), "{e}");
     let e = err_a("[system\n");
     assert!(e.starts_with("malformed TOML at line 1"), "{e}");
@@ -61,9 +68,35 @@ fn paper_b_errors_name_the_field_path() {
         "quick_dl_power_dbm = [20.0, 30.0, 40.0]\ndl_power_w = [1.0]",
         1,
     ));
-    assert!(e.starts_with("fig7.dl_power_dbm, fig7.dl_power_w: give exactly one"), "{e}");
-    let e = err_b(&B.replacen("noise_psd_device_dbm_per_hz = -167.0", "noise_psd_device_dbm_per_hz = 9999.0", 1));
-    assert!(e.starts_with("noise_psd_device_dbm_per_hz: 9999 converts to inf"), "{e}");
+    assert!(
+        e.starts_with("fig7.dl_power_dbm, fig7.dl_power_w: give exactly one"),
+        "{e}"
+    );
+    let text = B.replacen(
+        "ratios = [4.0, 16.0]",
+        "ratios_db = [6.020599913279624, 12.041199826559248]",
+        1,
+    );
+    assert_ne!(text, B);
+    let ratios = paper_b::Config::parse(&text).unwrap().fig9.ratios;
+    assert!(
+        (ratios[0] - 4.0).abs() < 1e-12 && (ratios[1] - 16.0).abs() < 1e-12,
+        "{ratios:?}"
+    );
+    let e = err_b(&B.replacen("[fig11]\n", "[fig11]\nquick_ratios_db = [0.0]\n", 1));
+    assert!(
+        e.starts_with("fig11.quick_ratios, fig11.quick_ratios_db: give exactly one"),
+        "{e}"
+    );
+    let e = err_b(&B.replacen(
+        "noise_psd_device_dbm_per_hz = -167.0",
+        "noise_psd_device_dbm_per_hz = 9999.0",
+        1,
+    ));
+    assert!(
+        e.starts_with("noise_psd_device_dbm_per_hz: 9999 converts to inf"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -82,9 +115,7 @@ fn misspelt_config_keys_are_refused_by_name() {
     let b = B;
     assert!(paper_b::Config::parse(b).is_ok());
     let bad_b = format!("unknown_key = 1\n{b}");
-    let err = paper_b::Config::parse(&bad_b)
-        .unwrap_err()
-        .to_string();
+    let err = paper_b::Config::parse(&bad_b).unwrap_err().to_string();
     assert!(err.contains("unknown_key"), "{err}");
 }
 

@@ -191,7 +191,6 @@ fn fuzzed_scenarios_never_panic_and_fail_as_input_errors() {
     assert!(accepted > 0);
 }
 
-
 #[test]
 fn paper_a_optional_fields_take_their_documented_defaults() {
     let json = r#"{ "model": "paper-a", "bandwidth_mhz": 10, "distribution_bits": 31744,
@@ -204,13 +203,20 @@ fn paper_a_optional_fields_take_their_documented_defaults() {
     assert_eq!(a.spec.min_draft_len, 1);
     assert_eq!(a.spec.verify_per_device_s, 0.01272);
     assert_eq!(a.fixed_draft_len, None);
-    assert_eq!(a.alg1, spin_optimize::paper_a::heterogeneous::Alg1Params::default());
+    assert_eq!(
+        a.alg1,
+        spin_optimize::paper_a::heterogeneous::Alg1Params::default()
+    );
     // The old name and the new one of one quantity together are refused.
     let both = json.replace(
         "\"verify_per_draft_s\": 0.01272",
         "\"verify_per_draft_s\": 0.01272, \"verify_per_device_s\": 0.01272",
     );
-    assert!(err(&both).contains("duplicate field `verify_per_device_s`"), "{}", err(&both));
+    assert!(
+        err(&both).contains("duplicate field `verify_per_device_s`"),
+        "{}",
+        err(&both)
+    );
 }
 
 #[test]
@@ -223,5 +229,8 @@ fn a_command_that_needs_one_model_names_the_other() {
         "model: this command needs a paper-b scenario (\"model\": \"paper-b\"), the file is paper-a"
     );
     let e = err(&A.replacen("\"model\": \"paper-a\"", "\"model\": 3", 1));
-    assert_eq!(e, "model: expected \"paper-a\", \"paper-b\" or \"unified\", found 3");
+    assert_eq!(
+        e,
+        "model: expected \"paper-a\", \"paper-b\" or \"unified\", found 3"
+    );
 }

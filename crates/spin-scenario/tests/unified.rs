@@ -43,28 +43,42 @@ fn in_db() -> String {
 
 /// The same file in SI units: the converted values written out exactly (`{:?}` prints the shortest round trip).
 fn in_si() -> String {
-    U.replacen("\"ul_power_w\": 0.0316", &format!("\"ul_power_w\": {:?}", dbm_to_w(15.0)), 1)
-        .replacen("\"dl_power_w\": 1.0", &format!("\"dl_power_w\": {:?}", dbm_to_w(30.0)), 1)
-        .replacen(
-            "\"noise_psd_server_w_per_hz\": 1.26e-20",
-            &format!("\"noise_psd_server_w_per_hz\": {:?}", dbm_per_hz_to_w_per_hz(-169.0)),
-            1,
-        )
-        .replacen(
-            "\"noise_psd_device_w_per_hz\": 2.0e-20",
-            &format!("\"noise_psd_device_w_per_hz\": {:?}", dbm_per_hz_to_w_per_hz(-167.0)),
-            1,
-        )
-        .replacen(
-            "\"uplink_gain\": 2.1e-10",
-            &format!("\"uplink_gain\": {:?}", db_to_linear(-96.8)),
-            1,
-        )
-        .replacen(
-            "\"downlink_gain\": 2.0e-11",
-            &format!("\"downlink_gain\": {:?}", db_to_linear(-107.0)),
-            1,
-        )
+    U.replacen(
+        "\"ul_power_w\": 0.0316",
+        &format!("\"ul_power_w\": {:?}", dbm_to_w(15.0)),
+        1,
+    )
+    .replacen(
+        "\"dl_power_w\": 1.0",
+        &format!("\"dl_power_w\": {:?}", dbm_to_w(30.0)),
+        1,
+    )
+    .replacen(
+        "\"noise_psd_server_w_per_hz\": 1.26e-20",
+        &format!(
+            "\"noise_psd_server_w_per_hz\": {:?}",
+            dbm_per_hz_to_w_per_hz(-169.0)
+        ),
+        1,
+    )
+    .replacen(
+        "\"noise_psd_device_w_per_hz\": 2.0e-20",
+        &format!(
+            "\"noise_psd_device_w_per_hz\": {:?}",
+            dbm_per_hz_to_w_per_hz(-167.0)
+        ),
+        1,
+    )
+    .replacen(
+        "\"uplink_gain\": 2.1e-10",
+        &format!("\"uplink_gain\": {:?}", db_to_linear(-96.8)),
+        1,
+    )
+    .replacen(
+        "\"downlink_gain\": 2.0e-11",
+        &format!("\"downlink_gain\": {:?}", db_to_linear(-107.0)),
+        1,
+    )
 }
 
 #[test]
@@ -91,8 +105,16 @@ fn assert_same(db: &UnifiedScenario, si: &UnifiedScenario) {
     for (name, a, b) in [
         ("ul_power_w", r.ul_power_w, s.ul_power_w),
         ("dl_power_w", r.dl_power_w, s.dl_power_w),
-        ("noise_psd_server_w_per_hz", r.noise_psd_server_w_per_hz, s.noise_psd_server_w_per_hz),
-        ("noise_psd_device_w_per_hz", r.noise_psd_device_w_per_hz, s.noise_psd_device_w_per_hz),
+        (
+            "noise_psd_server_w_per_hz",
+            r.noise_psd_server_w_per_hz,
+            s.noise_psd_server_w_per_hz,
+        ),
+        (
+            "noise_psd_device_w_per_hz",
+            r.noise_psd_device_w_per_hz,
+            s.noise_psd_device_w_per_hz,
+        ),
     ] {
         assert!(same(a, b), "{name}: {a:e} vs {b:e}");
     }
@@ -147,10 +169,24 @@ fn unit_pairs_give_the_same_scenario_as_the_si_spelling() {
 
 #[test]
 fn both_spellings_at_once_are_refused_naming_the_pair() {
-    let both = U.replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_hz\": 1.0e7, \"bandwidth_mhz\": 10", 1);
-    assert_eq!(err(&both), "bandwidth_hz, bandwidth_mhz: give exactly one of the pair, not both");
-    let both = U.replacen("\"dl_power_w\": 1.0", "\"dl_power_w\": 1.0, \"dl_power_dbm\": 30", 1);
-    assert_eq!(err(&both), "dl_power_w, dl_power_dbm: give exactly one of the pair, not both");
+    let both = U.replacen(
+        "\"bandwidth_hz\": 1.0e7",
+        "\"bandwidth_hz\": 1.0e7, \"bandwidth_mhz\": 10",
+        1,
+    );
+    assert_eq!(
+        err(&both),
+        "bandwidth_hz, bandwidth_mhz: give exactly one of the pair, not both"
+    );
+    let both = U.replacen(
+        "\"dl_power_w\": 1.0",
+        "\"dl_power_w\": 1.0, \"dl_power_dbm\": 30",
+        1,
+    );
+    assert_eq!(
+        err(&both),
+        "dl_power_w, dl_power_dbm: give exactly one of the pair, not both"
+    );
     let both = U.replacen(
         "\"noise_psd_device_w_per_hz\": 2.0e-20",
         "\"noise_psd_device_w_per_hz\": 2.0e-20, \"noise_psd_device_dbm_per_hz\": -167",
@@ -160,18 +196,29 @@ fn both_spellings_at_once_are_refused_naming_the_pair() {
         err(&both),
         "noise_psd_device_w_per_hz, noise_psd_device_dbm_per_hz: give exactly one of the pair, not both"
     );
-    let both = U.replacen("\"uplink_gain\": 4.0e-11", "\"uplink_gain\": 4.0e-11, \"uplink_gain_db\": -104", 1);
+    let both = U.replacen(
+        "\"uplink_gain\": 4.0e-11",
+        "\"uplink_gain\": 4.0e-11, \"uplink_gain_db\": -104",
+        1,
+    );
     assert_eq!(
         err(&both),
         "devices[1].uplink_gain, devices[1].uplink_gain_db: give exactly one of the pair, not both"
     );
-    let both = U.replacen("\"downlink_gain\": 2.0e-11", "\"downlink_gain\": 2.0e-11, \"downlink_gain_db\": -107", 1);
+    let both = U.replacen(
+        "\"downlink_gain\": 2.0e-11",
+        "\"downlink_gain\": 2.0e-11, \"downlink_gain_db\": -107",
+        1,
+    );
     assert_eq!(
         err(&both),
         "devices[2].downlink_gain, devices[2].downlink_gain_db: give exactly one of the pair, not both"
     );
     let neither = U.replacen("\"ul_power_w\": 0.0316,", "", 1);
-    assert_eq!(err(&neither), "ul_power_w, ul_power_dbm: missing (give exactly one of the pair)");
+    assert_eq!(
+        err(&neither),
+        "ul_power_w, ul_power_dbm: missing (give exactly one of the pair)"
+    );
     let neither = U.replacen("\"uplink_gain\": 3.3e-12", "\"downlink_gain\": 3.3e-12", 1);
     assert_eq!(
         err(&neither),
@@ -184,21 +231,46 @@ fn errors_name_the_field_path() {
     let e = err(&U.replacen("\"payload\": \"choose\"", "\"payload\": \"dists\"", 1));
     assert!(e.starts_with("payload: unknown variant `dists`"), "{e}");
     let e = err(&U.replacen("\"uplink_gain\": 9.5e-12", "\"uplink_gian\": 9.5e-12", 1));
-    assert!(e.starts_with("devices[2].uplink_gian: unknown field `uplink_gian`"), "{e}");
+    assert!(
+        e.starts_with("devices[2].uplink_gian: unknown field `uplink_gian`"),
+        "{e}"
+    );
     let e = err(&U.replacen("\"seed\": 7,", "", 1));
     assert!(e.contains("missing field `seed`"), "{e}");
-    let e = err(&U.replacen("\"saa_samples\": 1000,", "\"saa_samples\": 1000, \"saa_samples\": 10,", 1));
+    let e = err(&U.replacen(
+        "\"saa_samples\": 1000,",
+        "\"saa_samples\": 1000, \"saa_samples\": 10,",
+        1,
+    ));
     assert!(e.starts_with("saa_samples: duplicate field `saa_samples`"), "{e}");
     let e = err(&U.replacen("\"uplink_gain\": 6.0e-13", "\"uplink_gain_db\": 9999", 1));
-    assert!(e.starts_with("devices[5].uplink_gain_db: 9999 converts to inf"), "{e}");
-    let e = err(&U.replacen("\"correction_split\": \"equal\"", "\"correction_split\": \"greedy\"", 1));
+    assert!(
+        e.starts_with("devices[5].uplink_gain_db: 9999 converts to inf"),
+        "{e}"
+    );
+    let e = err(&U.replacen(
+        "\"correction_split\": \"equal\"",
+        "\"correction_split\": \"greedy\"",
+        1,
+    ));
     assert!(e.starts_with("correction_split: unknown variant `greedy`"), "{e}");
     // Values are checked when the round is built, by the field's name.
-    let u = unified(&U.replacen("\"uplink_gain\": 4.0e-11", "\"uplink_gain\": -1", 1), Format::Json);
+    let u = unified(
+        &U.replacen("\"uplink_gain\": 4.0e-11", "\"uplink_gain\": -1", 1),
+        Format::Json,
+    );
     let e = u.into_round().unwrap_err().to_string();
     assert!(e.starts_with("devices[1].uplink_gain: -1 is outside"), "{e}");
-    let u = unified(&U.replacen("\"quant_bits\": 16", "\"quant_bits\": 99", 1), Format::Json);
-    assert!(u.into_round().unwrap_err().to_string().starts_with("quant_bits: 99 is outside"));
+    let u = unified(
+        &U.replacen("\"quant_bits\": 16", "\"quant_bits\": 99", 1),
+        Format::Json,
+    );
+    assert!(
+        u.into_round()
+            .unwrap_err()
+            .to_string()
+            .starts_with("quant_bits: 99 is outside")
+    );
 }
 
 #[test]
@@ -209,6 +281,9 @@ fn optional_fields_take_their_documented_defaults() {
         .replacen("\"charge_pairs\": true,", "", 1)
         .replacen("\"correction_split\": \"equal\",", "", 1);
     assert_eq!(unified(&bare, Format::Json), unified(U, Format::Json));
-    let pairs_free = unified(&U.replacen("\"charge_pairs\": true", "\"charge_pairs\": false", 1), Format::Json);
+    let pairs_free = unified(
+        &U.replacen("\"charge_pairs\": true", "\"charge_pairs\": false", 1),
+        Format::Json,
+    );
     assert_eq!(pairs_free.into_round().unwrap().payload.pair_bits, 0.0);
 }

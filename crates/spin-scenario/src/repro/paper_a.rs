@@ -63,8 +63,10 @@ struct SystemFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ChannelFile {
-    mean_gain_lo: f64,
-    mean_gain_hi: f64,
+    mean_gain_lo: Option<f64>,
+    mean_gain_lo_db: Option<f64>,
+    mean_gain_hi: Option<f64>,
+    mean_gain_hi_db: Option<f64>,
     noise_w: Option<f64>,
     noise_dbm: Option<f64>,
     ul_power_w: Option<f64>,
@@ -208,8 +210,18 @@ impl Config {
             fixed_draft_len: f.system.fixed_draft_len,
         };
         let channel = PaperAChannel {
-            mean_gain_lo: f.channel.mean_gain_lo,
-            mean_gain_hi: f.channel.mean_gain_hi,
+            mean_gain_lo: one_of(
+                "channel.",
+                ("mean_gain_lo", f.channel.mean_gain_lo),
+                ("mean_gain_lo_db", f.channel.mean_gain_lo_db),
+                Conversion::DbToLinear,
+            )?,
+            mean_gain_hi: one_of(
+                "channel.",
+                ("mean_gain_hi", f.channel.mean_gain_hi),
+                ("mean_gain_hi_db", f.channel.mean_gain_hi_db),
+                Conversion::DbToLinear,
+            )?,
             noise_w: one_of(
                 "channel.",
                 ("noise_w", f.channel.noise_w),
@@ -223,7 +235,9 @@ impl Config {
                 Conversion::DbmToW,
             )?,
         };
-        channel.validate().map_err(|e| FileError::named(e).within("channel."))?;
+        channel
+            .validate()
+            .map_err(|e| FileError::named(e).within("channel."))?;
         let fig7_bandwidth_hz = one_of_list(
             "fig7.",
             ("bandwidth_hz", f.fig7.bandwidth_hz.as_deref()),

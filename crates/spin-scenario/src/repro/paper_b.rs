@@ -78,8 +78,7 @@ struct Fig7File {
 }
 
 /// Figs. 9–10 sweep.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct Fig9 {
     /// P_dl/P_ul of Fig. 9 and Fig. 10.
     pub ratios: Vec<f64>,
@@ -90,13 +89,32 @@ pub struct Fig9 {
 }
 
 /// Fig. 11 sweep.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct Fig11 {
     /// P_dl/P_ul points.
     pub ratios: Vec<f64>,
     /// Points of the quick run.
     pub quick_ratios: Vec<f64>,
+}
+
+/// `[fig9]` as written: the power ratios linear or in dB.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fig9File {
+    ratios: Option<Vec<f64>>,
+    ratios_db: Option<Vec<f64>>,
+    devices: Vec<usize>,
+    quick_devices: Vec<usize>,
+}
+
+/// `[fig11]` as written: the power ratios linear or in dB.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fig11File {
+    ratios: Option<Vec<f64>>,
+    ratios_db: Option<Vec<f64>>,
+    quick_ratios: Option<Vec<f64>>,
+    quick_ratios_db: Option<Vec<f64>>,
 }
 
 /// The whole parameter file, resolved: SI units, except the transmit powers, which stay in dBm because the paper's
@@ -169,8 +187,8 @@ struct ConfigFile {
     pairs: Vec<Pair>,
     fig6: Fig6File,
     fig7: Fig7File,
-    fig9: Fig9,
-    fig11: Fig11,
+    fig9: Fig9File,
+    fig11: Fig11File,
 }
 
 /// Keys of the layout before the scenario-file names, with what replaced them.
@@ -276,27 +294,67 @@ impl Config {
                     dbm,
                 )?,
             },
-            fig9: f.fig9,
-            fig11: f.fig11,
+            fig9: Fig9 {
+                ratios: one_of_list(
+                    "fig9.",
+                    ("ratios", f.fig9.ratios.as_deref()),
+                    ("ratios_db", f.fig9.ratios_db.as_deref()),
+                    Conversion::DbToLinear,
+                )?,
+                devices: f.fig9.devices,
+                quick_devices: f.fig9.quick_devices,
+            },
+            fig11: Fig11 {
+                ratios: one_of_list(
+                    "fig11.",
+                    ("ratios", f.fig11.ratios.as_deref()),
+                    ("ratios_db", f.fig11.ratios_db.as_deref()),
+                    Conversion::DbToLinear,
+                )?,
+                quick_ratios: one_of_list(
+                    "fig11.",
+                    ("quick_ratios", f.fig11.quick_ratios.as_deref()),
+                    ("quick_ratios_db", f.fig11.quick_ratios_db.as_deref()),
+                    Conversion::DbToLinear,
+                )?,
+            },
         };
         // The distribution's format is checked here, before the report prints ⌈log₂V⌉ or a figure sizes D.
         cfg.distribution_format().validate()?;
         if cfg.pairs.len() < 2 {
-            return Err(FileError::new("pairs", format!("paper B has two model pairs (Figs. 7 and 8), found {}", cfg.pairs.len())));
+            return Err(FileError::new(
+                "pairs",
+                format!(
+                    "paper B has two model pairs (Figs. 7 and 8), found {}",
+                    cfg.pairs.len()
+                ),
+            ));
         }
         for (i, p) in cfg.pairs.iter().enumerate() {
             if p.tasks.is_empty() || p.tasks.len() != p.acceptance.len() {
-                return Err(FileError::new(format!("pairs[{i}].acceptance"), format!("one rate per task is needed ({} tasks)", p.tasks.len())));
+                return Err(FileError::new(
+                    format!("pairs[{i}].acceptance"),
+                    format!("one rate per task is needed ({} tasks)", p.tasks.len()),
+                ));
             }
             if let Some(a) = p.acceptance.iter().find(|a| !(**a > 0.0 && **a < 1.0)) {
-                return Err(FileError::new(format!("pairs[{i}].acceptance"), format!("{a} is outside (0, 1)")));
+                return Err(FileError::new(
+                    format!("pairs[{i}].acceptance"),
+                    format!("{a} is outside (0, 1)"),
+                ));
             }
         }
         if cfg.fig9.ratios.len() < 2 {
-            return Err(FileError::new("fig9.ratios", "two ratios are needed (Figs. 9 and 10)"));
+            return Err(FileError::new(
+                "fig9.ratios",
+                "two ratios are needed (Figs. 9 and 10)",
+            ));
         }
         if !(cfg.draft_scale_min > 0.0 && cfg.draft_scale_max >= cfg.draft_scale_min) {
-            return Err(FileError::new("draft_scale_max", "need 0 < draft_scale_min ≤ draft_scale_max"));
+            return Err(FileError::new(
+                "draft_scale_max",
+                "need 0 < draft_scale_min ≤ draft_scale_max",
+            ));
         }
         Ok(cfg)
     }
