@@ -3,8 +3,8 @@
 //! from the model or by a parameter the paper leaves unstated, with its sensitivity band).
 
 use crate::paper_a::{
-    Config, FIG3_BATCHES, SENSITIVITY, alg1_gap, fig3, fig3_figure, fig4, fig4_figures, fig4_fixed_values,
-    fig6, fig6_figure, fig7, fig8, sensitivity, sweep_figures,
+    Config, ConfigRun, FIG3_BATCHES, SENSITIVITY, alg1_gap, fig3, fig3_figure, fig4, fig4_figures,
+    fig4_fixed_values, fig6, fig6_figure, fig7, fig8, sensitivity, sweep_figures,
 };
 use crate::report::{Claim, Ctx, Report, embed};
 use crate::table::{Cell, Table};

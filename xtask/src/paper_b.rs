@@ -7,7 +7,7 @@ mod figures;
 use crate::plot::{Axis, Figure, Marker, Series, label};
 use crate::report::{Claim, Ctx, Report};
 use crate::table::{Cell, Table};
-use config::Config;
+use config::{Config, Load};
 
 /// The numbers of column `name` (text cells skipped).
 fn column(t: &Table, name: &str) -> Vec<f64> {

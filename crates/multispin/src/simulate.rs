@@ -161,7 +161,7 @@ impl ServerArgs {
                 verify_per_device_s: self.verify_per_device_s,
             },
         };
-        let dbm = |x: f64| 10f64.powf((x - 30.0) / 10.0);
+        let dbm = spin_channel::units::dbm_to_w;
         let mut link = LinkConfig::paper_b();
         link.bandwidth_hz = self.bandwidth_hz;
         link.ul_power_w = dbm(self.ul_power_dbm);
