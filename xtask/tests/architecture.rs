@@ -272,8 +272,6 @@ const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
     ("spin-optimize", "round", "paper_b::proactive"),
     ("spin-optimize", "round", "unified::model"),
     ("spin-optimize", "round", "unified::search"),
-    // `Proj::Host` holds the quantised route's `HostRows`, and that route reads the model's projections.
-    ("spin-runtime", "model::qhost", "model::weights"),
 ];
 
 /// A module path as the reports write it.

@@ -20,7 +20,7 @@ mod weights;
 
 pub use cache::KvCache;
 pub use config::{Config, RopeStyle};
-pub(crate) use qhost::HostRows;
+pub(crate) use weights::HostRows;
 pub(crate) use weights::{Embedding, Proj, TensorMap, WeightSource, check_shape};
 pub use weights::{model_from_tensors, random_tensors, tensor_shapes, tiny_random_model};
 
