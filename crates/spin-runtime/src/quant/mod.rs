@@ -108,9 +108,6 @@ pub struct QMatrix {
 /// Weight rows per tile: each tile is unpacked once and applied to every activation row.
 const TILE: usize = 4;
 
-/// How many tiles ahead a single-row product prefetches its weight rows.
-const PREFETCH: usize = 4;
-
 impl QMatrix {
     /// Checks `cols % block_elems == 0` and `data.len() == rows · cols / block_elems · block_bytes`; a
     /// [`RuntimeError::Format`] naming `what` otherwise.
@@ -314,28 +311,6 @@ impl QMatrix {
         if self.format.is_float() {
             panel.float_rows(self, r0, live);
             simd::float_tile(&panel.f, &acts.x, n, self.cols, out);
-            return;
-        }
-        if n == 1 && simd::fused_row(self.format) {
-            // The rows PREFETCH tiles ahead, so that their memory arrives while this tile is computed.
-            let ahead = r0 + PREFETCH * TILE;
-            if ahead < self.rows {
-                let rb = self.row_bytes();
-                let end = (ahead + TILE).min(self.rows);
-                simd::prefetch(&self.data[ahead * rb..end * rb]);
-            }
-            let nch = self.cols / 32;
-            panel.s.resize(TILE * nch, 0.0);
-            panel.o.resize(TILE * nch, 0.0);
-            let rows: [&[u8]; TILE] = std::array::from_fn(|t| self.row(r0 + t.min(live - 1)));
-            let act = ActView {
-                q: &acts.q,
-                d: &acts.d,
-                xs: &acts.xs32,
-                n,
-                cols: self.cols,
-            };
-            simd::fused_row_tile(self.format, rows, &mut panel.s, &mut panel.o, &act, live, out);
             return;
         }
         panel.unpack(self, r0, live);
