@@ -87,7 +87,7 @@ fn proactive(c: &mut Criterion) {
 /// gains 10⁻¹²·(1 + k), paper B's link at 15/30 dBm, 12 800-bit payloads, γ_max = 8, 200 SAA samples, seed 3).
 fn net_scenario() -> Scenario {
     let k = 64;
-    let dbm = |x: f64| 10f64.powf((x - 30.0) / 10.0);
+    let dbm = spin_channel::units::dbm_to_w;
     Scenario::new(ScenarioSpec {
         bandwidth_hz: 10e6,
         distribution_bits: 12_800.0,

@@ -7,6 +7,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_channel::paper_a::PaperAChannel;
 use spin_channel::paper_b::Drop;
+use spin_channel::units::{dbm_per_hz_to_w_per_hz, dbm_to_w};
 use spin_optimize::paper_a::bandwidth::lemma1_bandwidth;
 use spin_optimize::paper_a::exact::exact;
 use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
@@ -87,10 +88,10 @@ fn paper_b_instance() -> paper_b::Scenario {
         verify_fixed_s: 0.0428,
         verify_per_device_s: 0.0076,
         max_draft_len: 20,
-        ul_power_w: 10f64.powf(1.5) * 1e-3,
+        ul_power_w: dbm_to_w(15.0),
         dl_power_w: 1.0,
-        noise_psd_server_w_per_hz: 10f64.powf(-16.9) * 1e-3,
-        noise_psd_device_w_per_hz: 10f64.powf(-16.7) * 1e-3,
+        noise_psd_server_w_per_hz: dbm_per_hz_to_w_per_hz(-169.0),
+        noise_psd_device_w_per_hz: dbm_per_hz_to_w_per_hz(-167.0),
         saa_samples: 1000,
         seed: 7,
         devices: drop

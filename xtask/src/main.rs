@@ -1,7 +1,6 @@
 //! Project tasks: `cargo xtask reproduce` regenerates every figure of both papers as CSV + SVG with a report;
 //! `cargo xtask distill` trains a draft model.
 
-mod config_file;
 mod distill;
 mod paper_a;
 mod paper_a_report;

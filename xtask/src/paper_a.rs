@@ -2,7 +2,6 @@
 //! α), Fig. 6 (P2P / Cen / Multi-SPIN), Fig. 7 (schemes vs bandwidth), Fig. 8 (schemes vs K), plus the exact
 //! planner against Algorithm 1 on small instances. Parameters come from `scenarios/paper-a.toml`.
 
-use crate::config_file;
 use crate::plot::{Axis, BarFigure, Figure, Join, Marker, Series, label};
 use crate::report::Ctx;
 use crate::stats;
@@ -11,11 +10,8 @@ use anyhow::{Context, Result};
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use serde::Deserialize;
-use spin_channel::paper_a::PaperAChannel;
-use spin_channel::units::Conversion;
 use spin_optimize::paper_a::bandwidth::lemma1_bandwidth;
-use spin_optimize::paper_a::baselines::{CenParams, cen, p2p};
+use spin_optimize::paper_a::baselines::{cen, p2p};
 use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
 use spin_optimize::paper_a::exact::exact;
 use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
@@ -24,190 +20,25 @@ use spin_optimize::paper_a::simulate::simulate_rounds;
 use spin_optimize::paper_a::testing::random_scenario;
 use spin_optimize::paper_a::{DeviceSpec, Plan, Scenario, ScenarioSpec};
 use spin_optimize::round::{Scheme, plan_paper_a};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// `scenarios/paper-a.toml`, resolved to SI units.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// System constants.
-    pub system: SystemCfg,
-    /// Channel law.
-    pub channel: PaperAChannel,
-    /// Device compute jitter.
-    pub compute: ComputeCfg,
-    /// Paper-scale sample counts.
-    pub sampling: SamplingCfg,
-    /// Fig. 7's bandwidth axis in Hz.
-    pub fig7_bandwidth_hz: Vec<f64>,
-    /// Fig. 8's device-count axis.
-    pub fig8_devices: Vec<usize>,
-    /// Quick-configuration overrides.
-    pub quick: QuickCfg,
-    /// The two model pairs.
-    pub pairs: Vec<PairCfg>,
-}
+pub use spin_scenario::repro::paper_a::{Config, PairCfg};
 
-/// The file as written: quantities in either unit of a pair.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    system: SystemFile,
-    channel: ChannelFile,
-    compute: ComputeCfg,
-    sampling: SamplingCfg,
-    fig7: Fig7File,
-    fig8: Fig8File,
-    quick: QuickCfg,
-    pairs: Vec<PairCfg>,
-}
-
-/// `[system]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SystemFile {
-    devices: usize,
-    bandwidth_hz: Option<f64>,
-    bandwidth_mhz: Option<f64>,
-    max_draft_len: u32,
-    retained_vocab: u32,
-    prob_bits: u32,
-    fixed_draft_len: u32,
-}
-
-/// `[channel]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChannelFile {
-    mean_gain_lo: f64,
-    mean_gain_hi: f64,
-    noise_w: Option<f64>,
-    noise_dbm: Option<f64>,
-    ul_power_w: Option<f64>,
-    ul_power_dbm: Option<f64>,
-}
-
-/// `[fig7]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Fig7File {
-    bandwidth_hz: Option<Vec<f64>>,
-    bandwidth_mhz: Option<Vec<f64>>,
-}
-
-/// `[fig8]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Fig8File {
-    devices: Vec<usize>,
-}
-
-/// `[system]`.
-#[derive(Debug, Clone)]
-pub struct SystemCfg {
-    /// K.
-    pub devices: usize,
-    /// B in Hz.
-    pub bandwidth_hz: f64,
-    /// L_max.
-    pub max_draft_len: u32,
-    /// |V̂|.
-    pub retained_vocab: u32,
-    /// Q_B.
-    pub prob_bits: u32,
-    /// Fixed BW&L's L̄.
-    pub fixed_draft_len: u32,
-}
-
-/// `[compute]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ComputeCfg {
-    /// Lower jitter factor of T_k^S.
-    pub draft_jitter_lo: f64,
-    /// Upper jitter factor.
-    pub draft_jitter_hi: f64,
-}
-
-/// `[sampling]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SamplingCfg {
-    /// Channel/compute realisations.
-    pub realisations: usize,
-    /// Prompts per device per realisation.
-    pub prompts_per_device: usize,
-    /// Monte-Carlo rounds per L in Fig. 3.
-    pub fig3_rounds: usize,
-    /// |Φ|.
-    pub alg1_phi_points: usize,
-    /// |Λ|.
-    pub alg1_lambda_points: usize,
-    /// ε_λ / λ_hi.
-    pub alg1_lambda_lo_ratio: f64,
-}
-
-/// `[quick]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QuickCfg {
-    /// Realisations in quick mode.
-    pub realisations: usize,
-    /// Prompts per device in quick mode.
-    pub prompts_per_device: usize,
-    /// Fig. 3 rounds in quick mode.
-    pub fig3_rounds: usize,
-    /// |Φ| in quick mode.
-    pub alg1_phi_points: usize,
-    /// |Λ| in quick mode.
-    pub alg1_lambda_points: usize,
-}
-
-/// `[[pairs]]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PairCfg {
-    /// Display name.
-    pub name: String,
-    /// Vocabulary size V.
-    pub vocab: u32,
-    /// T_fix.
-    pub verify_fixed_s: f64,
-    /// T_lin.
-    pub verify_per_device_s: f64,
-    /// T̄^S.
-    pub draft_token_s: f64,
-    /// Cen-SPIN drafting: fixed part per step.
-    pub server_draft_fixed_s: f64,
-    /// Cen-SPIN drafting: per prompt per step.
-    pub server_draft_per_prompt_s: f64,
-    /// Table I acceptance rate per dataset.
-    pub acceptance: BTreeMap<String, f64>,
-}
-
-/// Keys of the layout before the scenario-file names, with what replaced them.
-const RENAMED: &[(&str, &str)] = &[
-    (
-        "sampling.bandwidths_mhz",
-        "fig7.bandwidth_mhz (or fig7.bandwidth_hz)",
-    ),
-    ("sampling.device_counts", "fig8.devices"),
-    ("channel.power_w", "channel.ul_power_w (or channel.ul_power_dbm)"),
-    ("pairs[].verify_per_draft_s", "pairs[].verify_per_device_s"),
-];
-
-impl PairCfg {
-    fn cen(&self) -> CenParams {
-        CenParams {
-            server_draft_fixed_s: self.server_draft_fixed_s,
-            server_draft_per_prompt_s: self.server_draft_per_prompt_s,
-        }
-    }
-}
-
-impl Config {
+/// Reading `scenarios/paper-a.toml` (or the file of `MULTISPIN_PAPER_A_SCENARIO`) and choosing the sizes of a
+/// quick or paper-scale run; the format itself is `spin_scenario::repro::paper_a`.
+pub(crate) trait ConfigRun: Sized {
     /// Loads the file named by `MULTISPIN_PAPER_A_SCENARIO`, else `scenarios/paper-a.toml` of the workspace.
-    pub fn load() -> Result<Self> {
+    fn load() -> Result<Self>;
+    /// Channel/compute realisations of this run.
+    fn realisations(&self, ctx: &Ctx) -> usize;
+    /// Prompts per device of this run.
+    fn prompts(&self, ctx: &Ctx) -> usize;
+    /// Algorithm 1's grid of this run.
+    fn alg1(&self, ctx: &Ctx) -> Alg1Params;
+}
+
+impl ConfigRun for Config {
+    fn load() -> Result<Self> {
         let path = std::env::var_os("MULTISPIN_PAPER_A_SCENARIO")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -217,101 +48,19 @@ impl Config {
                     .join("paper-a.toml")
             });
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {}", path.display()))
-    }
-
-    /// Parses the file text: strict keys, unit pairs resolved to SI, the channel law checked.
-    pub fn parse(text: &str) -> Result<Self> {
-        let f: ConfigFile = config_file::parse_toml(text, RENAMED)?;
-        let system = SystemCfg {
-            devices: f.system.devices,
-            bandwidth_hz: config_file::one_of(
-                "system.",
-                ("bandwidth_hz", f.system.bandwidth_hz),
-                ("bandwidth_mhz", f.system.bandwidth_mhz),
-                Conversion::MhzToHz,
-            )?,
-            max_draft_len: f.system.max_draft_len,
-            retained_vocab: f.system.retained_vocab,
-            prob_bits: f.system.prob_bits,
-            fixed_draft_len: f.system.fixed_draft_len,
-        };
-        let channel = PaperAChannel {
-            mean_gain_lo: f.channel.mean_gain_lo,
-            mean_gain_hi: f.channel.mean_gain_hi,
-            noise_w: config_file::one_of(
-                "channel.",
-                ("noise_w", f.channel.noise_w),
-                ("noise_dbm", f.channel.noise_dbm),
-                Conversion::DbmToW,
-            )?,
-            ul_power_w: config_file::one_of(
-                "channel.",
-                ("ul_power_w", f.channel.ul_power_w),
-                ("ul_power_dbm", f.channel.ul_power_dbm),
-                Conversion::DbmToW,
-            )?,
-        };
-        channel.validate().map_err(|e| anyhow::anyhow!("channel.{e}"))?;
-        let fig7_bandwidth_hz = config_file::one_of_list(
-            "fig7.",
-            ("bandwidth_hz", f.fig7.bandwidth_hz.as_deref()),
-            ("bandwidth_mhz", f.fig7.bandwidth_mhz.as_deref()),
-            Conversion::MhzToHz,
-        )?;
-        if let Some(b) = fig7_bandwidth_hz.iter().find(|b| !(b.is_finite() && **b > 0.0)) {
-            anyhow::bail!("fig7.bandwidth_hz: {b} is not a finite positive bandwidth");
-        }
-        anyhow::ensure!(
-            f.pairs.len() == 2,
-            "pairs: expected two [[pairs]], found {}",
-            f.pairs.len()
-        );
-        Ok(Config {
-            system,
-            channel,
-            compute: f.compute,
-            sampling: f.sampling,
-            fig7_bandwidth_hz,
-            fig8_devices: f.fig8.devices,
-            quick: f.quick,
-            pairs: f.pairs,
-        })
-    }
-
-    /// Q_tok = |V̂|(Q_B + ⌈log₂V⌉) in bits (paper A, eq. 9).
-    pub fn bits_per_token(&self, pair: &PairCfg) -> f64 {
-        let index_bits = 32 - (pair.vocab - 1).leading_zeros();
-        f64::from(self.system.retained_vocab * (self.system.prob_bits + index_bits))
+        Config::parse(&text).with_context(|| format!("in {}", path.display()))
     }
 
     fn realisations(&self, ctx: &Ctx) -> usize {
-        if ctx.quick {
-            self.quick.realisations
-        } else {
-            self.sampling.realisations
-        }
+        self.realisations_for(ctx.quick)
     }
 
     fn prompts(&self, ctx: &Ctx) -> usize {
-        if ctx.quick {
-            self.quick.prompts_per_device
-        } else {
-            self.sampling.prompts_per_device
-        }
+        self.prompts_for(ctx.quick)
     }
 
     fn alg1(&self, ctx: &Ctx) -> Alg1Params {
-        let (p, l) = if ctx.quick {
-            (self.quick.alg1_phi_points, self.quick.alg1_lambda_points)
-        } else {
-            (self.sampling.alg1_phi_points, self.sampling.alg1_lambda_points)
-        };
-        Alg1Params {
-            phi_points: p,
-            lambda_points: l,
-            lambda_lo_ratio: self.sampling.alg1_lambda_lo_ratio,
-        }
+        self.alg1_for(ctx.quick)
     }
 }
 
@@ -800,7 +549,7 @@ pub fn sensitivity(cfg: &Config, ctx: &Ctx) -> Result<Table> {
     for (pi, base_pair) in cfg.pairs.iter().enumerate() {
         for &(name, draft, power_db, cen) in &SENSITIVITY {
             let mut v = c.clone();
-            v.channel.ul_power_w = cfg.channel.ul_power_w * 10f64.powf(power_db / 10.0);
+            v.channel.ul_power_w = cfg.channel.ul_power_w * spin_channel::units::db_to_linear(power_db);
             let mut pair = base_pair.clone();
             pair.draft_token_s *= draft;
             pair.server_draft_fixed_s *= cen;
@@ -1063,92 +812,6 @@ mod tests {
 
     /// The reproduction configs are as strict as the scenario files: a misspelt key is an error naming its path,
     /// not a silently ignored line (issue 13).
-    #[test]
-    fn misspelt_config_keys_are_refused_by_name() {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/paper-a.toml");
-        let text = std::fs::read_to_string(path).unwrap();
-        assert!(Config::parse(&text).is_ok());
-        let bad = text.replacen("bandwidth_hz =", "bandwith_hz =", 1);
-        let err = format!("{:#}", Config::parse(&bad).unwrap_err());
-        assert!(
-            err.starts_with("system.bandwith_hz: unknown field `bandwith_hz`"),
-            "{err}"
-        );
-        let bad = text.replacen("fig3_rounds = 4000", "fig3_rounds = \"many\"", 1);
-        let err = format!("{:#}", Config::parse(&bad).unwrap_err());
-        assert!(err.starts_with("sampling.fig3_rounds: invalid type"), "{err}");
-        let b = std::fs::read_to_string(crate::paper_b::config::Config::default_path()).unwrap();
-        assert!(crate::paper_b::config::Config::parse(&b).is_ok());
-        let bad_b = format!("unknown_key = 1\n{b}");
-        let err = crate::paper_b::config::Config::parse(&bad_b)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown_key"), "{err}");
-    }
-
-    /// The unit pairs of the scenario files: the engineering unit gives the same SI config; both or neither is an
-    /// error naming the pair; keys of the older layout name their replacement.
-    #[test]
-    fn config_units_follow_the_scenario_rules() {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scenarios/paper-a.toml");
-        let text = std::fs::read_to_string(path).unwrap();
-        let si = Config::parse(&text).unwrap();
-        let eng = text
-            .replacen("bandwidth_hz = 1.0e7", "bandwidth_mhz = 10", 1)
-            .replacen("noise_w = 1.0e-10", "noise_dbm = -70", 1)
-            .replacen(
-                "bandwidth_mhz = [5.0, 7.5, 10.0, 12.5, 15.0, 17.5, 20.0]",
-                "bandwidth_hz = [5e6, 7.5e6, 10e6, 12.5e6, 15e6, 17.5e6, 20e6]",
-                1,
-            );
-        let eng = Config::parse(&eng).unwrap();
-        assert_eq!(eng.system.bandwidth_hz, si.system.bandwidth_hz);
-        assert!((eng.channel.noise_w / si.channel.noise_w - 1.0).abs() < 1e-12);
-        assert_eq!(eng.fig7_bandwidth_hz, si.fig7_bandwidth_hz);
-        let both = text.replacen(
-            "bandwidth_hz = 1.0e7",
-            "bandwidth_hz = 1.0e7\nbandwidth_mhz = 10",
-            1,
-        );
-        let err = format!("{:#}", Config::parse(&both).unwrap_err());
-        assert!(
-            err.starts_with("system.bandwidth_hz, system.bandwidth_mhz: give exactly one of the pair"),
-            "{err}"
-        );
-        let neither = text.replacen("ul_power_w = 2.0e-8", "", 1);
-        let err = format!("{:#}", Config::parse(&neither).unwrap_err());
-        assert!(
-            err.starts_with("channel.ul_power_w, channel.ul_power_dbm: missing"),
-            "{err}"
-        );
-        let old = text.replacen("ul_power_w = 2.0e-8", "power_w = 2.0e-8", 1);
-        let err = format!("{:#}", Config::parse(&old).unwrap_err());
-        assert!(
-            err.starts_with("channel.power_w: renamed to channel.ul_power_w"),
-            "{err}"
-        );
-        // A key inside the array of pairs: the second pair carries the old name.
-        let at = text
-            .rfind("verify_per_device_s")
-            .expect("the config names verify_per_device_s");
-        let old = format!(
-            "{}verify_per_draft_s{}",
-            &text[..at],
-            &text[at + "verify_per_device_s".len()..]
-        );
-        let err = format!("{:#}", Config::parse(&old).unwrap_err());
-        assert!(
-            err.starts_with("pairs[].verify_per_draft_s: renamed to pairs[].verify_per_device_s"),
-            "{err}"
-        );
-        let bad = text.replacen("bandwidth_mhz = [5.0,", "bandwidth_mhz = [1e308,", 1);
-        let err = format!("{:#}", Config::parse(&bad).unwrap_err());
-        assert!(
-            err.starts_with("fig7.bandwidth_mhz[0]: 1e308 converts to inf"),
-            "{err}"
-        );
-    }
-
     #[test]
     fn paper_a_fig3_quick() {
         let (cfg, ctx) = quick();

@@ -3,8 +3,8 @@
 //! from the model or by a parameter the paper leaves unstated, with its sensitivity band).
 
 use crate::paper_a::{
-    Config, FIG3_BATCHES, SENSITIVITY, alg1_gap, fig3, fig3_figure, fig4, fig4_figures, fig4_fixed_values,
-    fig6, fig6_figure, fig7, fig8, sensitivity, sweep_figures,
+    Config, ConfigRun, FIG3_BATCHES, SENSITIVITY, alg1_gap, fig3, fig3_figure, fig4, fig4_figures,
+    fig4_fixed_values, fig6, fig6_figure, fig7, fig8, sensitivity, sweep_figures,
 };
 use crate::report::{Claim, Ctx, Report, embed};
 use crate::table::{Cell, Table};
@@ -91,17 +91,25 @@ fn pair_text(v: Option<(f64, f64)>, names: [(&str, f64, &str); 2]) -> String {
 }
 
 /// Regenerates paper A's figures as CSV + SVG and adds one report section per figure and the summary rows.
+/// Regenerates paper A's figures as CSV + SVG and adds one report section per figure and the summary rows.
 pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
     let cfg = Config::load()?;
     let names: Vec<String> = cfg.pairs.iter().map(|p| p.name.clone()).collect();
-    let (llama, qwen) = (names[0].as_str(), names[1].as_str());
     let sens = ctx.timed("paper A sensitivity", || sensitivity(&cfg, ctx))?;
     sens.write_csv(&ctx.path("paper_a_sensitivity.csv"))?;
+    fig3_section(ctx, report, &cfg, &names)?;
+    fig4_section(ctx, report)?;
+    fig6_section(ctx, report, &cfg, &names, &sens)?;
+    fig78_sections(ctx, report, &cfg, &names, &sens)?;
+    sensitivity_and_gap_sections(ctx, report, &cfg, &sens)
+}
 
-    // Fig. 3.
-    let (t3, opt) = ctx.timed("paper A fig 3", || fig3(&cfg, ctx))?;
+/// Fig. 3: goodput against the common draft length, theory against Monte Carlo.
+fn fig3_section(ctx: &Ctx, report: &mut Report, cfg: &Config, names: &[String]) -> Result<()> {
+    let llama = names[0].as_str();
+    let (t3, opt) = ctx.timed("paper A fig 3", || fig3(cfg, ctx))?;
     t3.write_csv(&ctx.path("paper_a_fig3.csv"))?;
-    let f3 = fig3_figure(&t3, &names, &opt)?;
+    let f3 = fig3_figure(&t3, names, &opt)?;
     f3.write_svg(&ctx.path("paper_a_fig3.svg"))?;
     let rounds = if ctx.quick {
         cfg.quick.fig3_rounds
@@ -173,7 +181,11 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         });
     }
 
-    // Fig. 4.
+    Ok(())
+}
+
+/// Fig. 4: Theorem 1's optimal common draft length around the operating point.
+fn fig4_section(ctx: &Ctx, report: &mut Report) -> Result<()> {
     let t4 = ctx.timed("paper A fig 4", fig4);
     t4.write_csv(&ctx.path("paper_a_fig4.csv"))?;
     let mut body = String::from(
@@ -247,10 +259,14 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         ),
     });
 
-    // Fig. 6.
-    let t6 = ctx.timed("paper A fig 6", || fig6(&cfg, ctx))?;
+    Ok(())
+}
+
+/// Fig. 6: P2P-SPIN, Cen-SPIN and Multi-SPIN, with the bands over the unstated parameters.
+fn fig6_section(ctx: &Ctx, report: &mut Report, cfg: &Config, names: &[String], sens: &Table) -> Result<()> {
+    let t6 = ctx.timed("paper A fig 6", || fig6(cfg, ctx))?;
     t6.write_csv(&ctx.path("paper_a_fig6.csv"))?;
-    let f6 = fig6_figure(&t6, &names)?;
+    let f6 = fig6_figure(&t6, names)?;
     f6.write_svg(&ctx.path("paper_a_fig6.svg"))?;
     let mut body = format!(
         "K = 20, B = 10 MHz, mean over realisations × prompts; 95 % intervals over the realisations.\n\n{}\
@@ -274,9 +290,9 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
             ma[r] / cn[r],
             ma[r] / p2[r],
             ex[r] / ma[r],
-            band(&sens, name, "multi_spin_tok_s", 0),
-            band(&sens, name, "x_cen_spin", 2),
-            band(&sens, name, "x_p2p_spin", 2),
+            band(sens, name, "multi_spin_tok_s", 0),
+            band(sens, name, "x_cen_spin", 2),
+            band(sens, name, "x_p2p_spin", 2),
         ));
     }
     body.push_str(
@@ -303,19 +319,30 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
             },
             why: format!(
                 "T̄^S, p_k and the server drafting cost are unstated (calibrated on Llama-2); band {} tok/s, {}×",
-                band(&sens, name, "multi_spin_tok_s", 0),
-                band(&sens, name, "x_cen_spin", 2)
+                band(sens, name, "multi_spin_tok_s", 0),
+                band(sens, name, "x_cen_spin", 2)
             ),
         });
     }
 
-    // Figs. 7 and 8.
-    let t7 = ctx.timed("paper A fig 7", || fig7(&cfg, ctx))?;
-    let t8 = ctx.timed("paper A fig 8", || fig8(&cfg, ctx))?;
+    Ok(())
+}
+
+/// Figs. 7 and 8: the gains over Fixed BW&L against the bandwidth and against K.
+fn fig78_sections(
+    ctx: &Ctx,
+    report: &mut Report,
+    cfg: &Config,
+    names: &[String],
+    sens: &Table,
+) -> Result<()> {
+    let (llama, qwen) = (names[0].as_str(), names[1].as_str());
+    let t7 = ctx.timed("paper A fig 7", || fig7(cfg, ctx))?;
+    let t8 = ctx.timed("paper A fig 8", || fig8(cfg, ctx))?;
     for (fig, table) in [("7", &t7), ("8", &t8)] {
         table.write_csv(&ctx.path(&format!("paper_a_fig{fig}.csv")))?;
         let mut body = String::new();
-        for (svg, f) in sweep_figures(fig, table, &names)? {
+        for (svg, f) in sweep_figures(fig, table, names)? {
             f.write_svg(&ctx.path(&svg))?;
             body.push_str(&embed(&svg, &f.title, &f.all_notes()));
         }
@@ -360,12 +387,12 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                 g(qwen),
                 ub(qwen),
                 ub(llama),
-                theorem1_lengths(&cfg, 1, 20).0,
-                theorem1_lengths(&cfg, 1, 20).2,
-                theorem1_lengths(&cfg, 0, 20).0,
-                theorem1_lengths(&cfg, 0, 20).2,
-                band(&sens, llama, "uni_bw_vs_homo_5mhz_pct", 1),
-                if band_of(&sens, llama, "uni_bw_vs_homo_5mhz_pct").1 < 0.0 {
+                theorem1_lengths(cfg, 1, 20).0,
+                theorem1_lengths(cfg, 1, 20).2,
+                theorem1_lengths(cfg, 0, 20).0,
+                theorem1_lengths(cfg, 0, 20).2,
+                band(sens, llama, "uni_bw_vs_homo_5mhz_pct", 1),
+                if band_of(sens, llama, "uni_bw_vs_homo_5mhz_pct").1 < 0.0 {
                     "negative throughout, so no plausible T̄^S or p_k restores the paper's order in this model. What \
                      does: heterogeneity of α beyond Table I. The paper measures α per prompt, and per-prompt rates \
                      scatter around the dataset means; our devices draw the dataset mean (a ⟨C⟩ of docs/paper-a.md). \
@@ -376,7 +403,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                      parameters."
                 },
             ));
-            for name in &names {
+            for name in names {
                 report.claim(Claim {
                     figure: "A Fig. 7",
                     claim: "Hete over Fixed BW&L at 5 MHz; gap narrows with B",
@@ -385,7 +412,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                     difference: format!("{:+.0} points", g(name) - 88.0),
                     why: format!(
                         "unstated T̄^S and p_k set the uplink's share; band {} %",
-                        band(&sens, name, "fig7_gain_5mhz_pct", 0)
+                        band(sens, name, "fig7_gain_5mhz_pct", 0)
                     ),
                 });
                 report.claim(Claim {
@@ -401,7 +428,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                     why: format!(
                         "per-device L pays with a wide α spread (Qwen3.5), Lemma 1 bandwidth with a large uplink \
                          share (unstated p_k, T̄^S); band {} %",
-                        band(&sens, name, "uni_bw_vs_homo_5mhz_pct", 1)
+                        band(sens, name, "uni_bw_vs_homo_5mhz_pct", 1)
                     ),
                 });
             }
@@ -424,7 +451,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                 g(llama, 24.0),
                 g(qwen, 4.0),
                 g(qwen, 24.0),
-                theorem1_lengths(&cfg, 0, 4).1,
+                theorem1_lengths(cfg, 0, 4).1,
                 if g(llama, 8.0) < g(llama, 4.0) {
                     format!(
                         "Hence {llama}'s gain first falls (K = 4 → 8) and then rises: not monotone, where the \
@@ -433,14 +460,14 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                 } else {
                     format!("Here the second effect dominates from K = 4 on, and {llama}'s gain rises with K.")
                 },
-                band(&sens, llama, "fig8_gain_k4_pct", 0),
+                band(sens, llama, "fig8_gain_k4_pct", 0),
                 {
-                    let (lo, hi) = band_of(&sens, llama, "fig8_gain_k4_pct");
+                    let (lo, hi) = band_of(sens, llama, "fig8_gain_k4_pct");
                     if (lo..=hi).contains(&21.0) { "contains" } else { "does not contain" }
                 },
-                theorem1_lengths(&cfg, 1, 4).1,
+                theorem1_lengths(cfg, 1, 4).1,
                 g(qwen, 4.0),
-                band(&sens, qwen, "fig8_gain_k4_pct", 0),
+                band(sens, qwen, "fig8_gain_k4_pct", 0),
             ));
             for (name, small, large) in [(llama, "≈ +21 %", "≈ +67 %"), (qwen, "≈ +29 %", "> +80 %")] {
                 report.claim(Claim {
@@ -452,7 +479,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                     why: format!(
                         "L = 8 against a short optimum at small K (short T_ver) depends on the unstated T̄^S; band \
                          {} %",
-                        band(&sens, name, "fig8_gain_k4_pct", 0)
+                        band(sens, name, "fig8_gain_k4_pct", 0)
                     ),
                 });
                 report.claim(Claim {
@@ -463,7 +490,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
                     difference: "close".into(),
                     why: format!(
                         "B/K starves Fixed BW&L's uplink; band {} %",
-                        band(&sens, name, "fig8_gain_k24_pct", 0)
+                        band(sens, name, "fig8_gain_k24_pct", 0)
                     ),
                 });
             }
@@ -472,7 +499,11 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         report.section(&format!("Paper A, Fig. {fig}: control schemes"), body);
     }
 
-    // Sensitivity.
+    Ok(())
+}
+
+/// The sensitivity section and Algorithm 1's gap to the exact optimum.
+fn sensitivity_and_gap_sections(ctx: &Ctx, report: &mut Report, cfg: &Config, sens: &Table) -> Result<()> {
     report.section(
         "Paper A: sensitivity to the unstated parameters",
         format!(
@@ -489,7 +520,7 @@ pub fn reproduce(ctx: &Ctx, report: &mut Report) -> Result<()> {
         ),
     );
 
-    let tg = ctx.timed("paper A alg1 gap", || alg1_gap(&cfg, ctx))?;
+    let tg = ctx.timed("paper A alg1 gap", || alg1_gap(cfg, ctx))?;
     tg.write_csv(&ctx.path("paper_a_alg1_gap.csv"))?;
     report.section(
         "Paper A, beyond the paper: Algorithm 1 vs the exact optimum",

@@ -9,7 +9,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use spin_channel::paper_b::PowerBudget;
-use spin_channel::units::dbm_to_w;
+use spin_channel::units::mhz_to_hz;
 use spin_optimize::paper_b::Objective;
 use spin_optimize::round::{PaperPlanner, PayloadPolicy, Planner, Radio, Round, Scheme};
 use spin_optimize::unified::testing::DropRound;
@@ -126,11 +126,12 @@ pub fn tables(ctx: &Ctx) -> anyhow::Result<(Table, Table)> {
     let bandwidths = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0];
     let by_bandwidth = sweep(ctx, "unified: bandwidth", "bandwidth_mhz", &bandwidths, |mhz| {
         DropRound {
-            bandwidth_hz: mhz * 1e6,
+            bandwidth_hz: mhz_to_hz(mhz),
             ..base
         }
     })?;
-    let total = PowerBudget::total_w(dbm_to_w(30.0), dbm_to_w(15.0), sz.devices)?;
+    let paper_b = Radio::paper_b();
+    let total = PowerBudget::total_w(paper_b.dl_power_w, paper_b.ul_power_w, sz.devices)?;
     let ratios = [1.0, 4.0, 16.0, 64.0, 256.0];
     let budgets: Vec<PowerBudget> = ratios
         .iter()

@@ -50,16 +50,6 @@ pub fn net(what: &str, err: spin_net::NetError, input: bool) -> Failure {
     }
 }
 
-/// The source position of a parse error as "line L, column C" (both from 1), from a byte offset into `text`.
-pub fn line_column(text: &str, offset: usize) -> String {
-    let offset = offset.min(text.len());
-    let before = &text.as_bytes()[..offset];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
-    format!("line {line}, column {column}")
-}
-
 impl From<anyhow::Error> for Failure {
     fn from(err: anyhow::Error) -> Self {
         Failure::Runtime(err)
@@ -84,12 +74,5 @@ mod tests {
         ]);
         assert_eq!(text, "io: Connection refused (os error 111)");
         assert_eq!(chain_text(["a".to_string(), "b\nmore".to_string()]), "a: b");
-    }
-
-    #[test]
-    fn positions_count_from_one() {
-        assert_eq!(line_column("ab\ncd", 0), "line 1, column 1");
-        assert_eq!(line_column("ab\ncd", 4), "line 2, column 2");
-        assert_eq!(line_column("é\nx", 99), "line 2, column 2");
     }
 }

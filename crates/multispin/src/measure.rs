@@ -200,156 +200,29 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             draft_len,
             new_tokens,
             temperature,
-        } => {
-            let params = positive_temperature(*temperature)?;
-            positive("--count", *count)?;
-            positive("--words", *words)?;
-            positive("--draft-len", *draft_len)?;
-            at_most("--count", *count, MAX_DEVICES)?;
-            // Two drafted tokens are the least an acceptance estimate needs.
-            if *new_tokens < 2 {
-                return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
-            }
-            let l = load(models)?;
-            let max_seq = l.target.config().max_seq_len;
-            at_most("--new-tokens", *new_tokens, max_seq)?;
-            at_most("--draft-len", *draft_len, max_seq)?;
-            let mut csv = String::from("prompt_set,prompts,alpha_mean,alpha_std\n");
-            let mut bars = Vec::new();
-            for (i, path) in prompts.iter().enumerate() {
-                let text = read_text(path)?;
-                let ps = m::prompts_from_text(&text, &l.tok, *count, *words, models.seed + i as u64)
-                    .map_err(Failure::input)?;
-                fits_context(&l, &ps, *new_tokens, *draft_len)?;
-                let name = path
-                    .file_stem()
-                    .map_or("prompts".into(), |s| s.to_string_lossy().into_owned());
-                let bar = progress(ps.len() * new_tokens, &format!("{name}: tokens"));
-                let alphas = m::acceptance_per_prompt(
-                    &l.target,
-                    &l.drafter,
-                    &ps,
-                    *draft_len,
-                    *new_tokens,
-                    params,
-                    models.seed,
-                    &mut |done| bar.set_position(done as u64),
-                )
-                .context("measuring acceptance")?;
-                bar.finish_and_clear();
-                let (mean, std) = m::mean_std(&alphas);
-                writeln!(csv, "{name},{},{mean:.6},{std:.6}", alphas.len()).expect("writing to a String");
-                println!("{name}: α = {mean:.4} ± {std:.4} over {} prompts", alphas.len());
-                bars.push((name, mean));
-            }
-            write(&models.out.join("acceptance.csv"), &csv)?;
-            let pts: Vec<(f64, f64)> = bars.iter().enumerate().map(|(i, b)| (i as f64, b.1)).collect();
-            svg_lines(
-                &models.out.join("acceptance.svg"),
-                "Acceptance rate per prompt set",
-                "prompt set index",
-                "alpha",
-                &[("alpha", &pts, true)],
-            )?;
-            Ok(())
-        }
+        } => acceptance(
+            models,
+            prompts,
+            *count,
+            *words,
+            *draft_len,
+            *new_tokens,
+            *temperature,
+        ),
         What::VerifyLatency {
             models,
             max_k,
             draft_len,
             prefix_len,
             reps,
-        } => {
-            if *max_k < 2 {
-                return Err(Failure::Input(format!(
-                    "--max-k: {max_k} is below 2 (an affine fit needs two points)"
-                )));
-            }
-            at_most("--max-k", *max_k, m::MAX_VERIFY_BATCH)?;
-            positive("--prefix-len", *prefix_len)?;
-            positive("--reps", *reps)?;
-            at_most("--reps", *reps, 10_000)?;
-            let l = load(models)?;
-            let (robust, draft_s, pts) =
-                verify_latency(&l, *max_k, *draft_len, *prefix_len, *reps, models.seed)?;
-            let fit = robust.fit;
-            let mut csv = String::from("k,verify_s,fit_s\n");
-            for &(k, t) in &pts {
-                writeln!(csv, "{k},{t:.6e},{:.6e}", fit.intercept + fit.slope * k)
-                    .expect("writing to a String");
-            }
-            write(&models.out.join("verify_latency.csv"), &csv)?;
-            let line: Vec<(f64, f64)> = pts
-                .iter()
-                .map(|&(k, _)| (k, fit.intercept + fit.slope * k))
-                .collect();
-            svg_lines(
-                &models.out.join("verify_latency.svg"),
-                "Batched verification latency",
-                "K (drafts in the batch)",
-                "seconds",
-                &[("measured", &pts, true), ("T_fix + K T_lin", &line, false)],
-            )?;
-            println!("{}", describe_fit(&robust, *draft_len));
-            println!("drafting {:.4} ms/token", 1e3 * draft_s);
-            Ok(())
-        }
+        } => verify_latency_fit(models, *max_k, *draft_len, *prefix_len, *reps),
         What::PassCost {
             models,
             positions,
             sequences,
             prefix_len,
             reps,
-        } => {
-            positive("--positions", *positions)?;
-            positive("--sequences", *sequences)?;
-            at_most("--sequences", *sequences, m::MAX_VERIFY_BATCH)?;
-            positive("--reps", *reps)?;
-            at_most("--reps", *reps, 10_000)?;
-            let l = load(models)?;
-            let cfg = l.target.config();
-            let (vocab, max_seq) = (cfg.vocab_size, cfg.max_seq_len);
-            if prefix_len + positions > max_seq {
-                return Err(Failure::Input(format!(
-                    "--positions: {prefix_len} prefix + {positions} new positions exceed the context of \
-                     {max_seq} tokens"
-                )));
-            }
-            // Deterministic, vocabulary-spread tokens: the cost of a pass does not depend on which tokens.
-            let token = |i: usize| ((i * 7919 + 13) % vocab) as u32;
-            let prefix: Vec<u32> = (0..*prefix_len).map(token).collect();
-            let mut base = l.target.new_cache();
-            if !prefix.is_empty() {
-                l.target.forward(&mut base, &prefix).context("prefix pass")?;
-            }
-            let inputs: Vec<Vec<u32>> = (0..*sequences)
-                .map(|s| {
-                    (0..*positions)
-                        .map(|j| token(prefix_len + s * positions + j))
-                        .collect()
-                })
-                .collect();
-            let refs: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
-            let mut times = Vec::with_capacity(*reps);
-            for _ in 0..*reps {
-                let mut caches: Vec<_> = (0..*sequences).map(|_| base.clone()).collect();
-                let mut cref: Vec<&mut spin_runtime::KvCache> = caches.iter_mut().collect();
-                let start = std::time::Instant::now();
-                l.target.forward_batch(&mut cref, &refs).context("timed pass")?;
-                times.push(start.elapsed().as_secs_f64());
-            }
-            let (lo, hi) = times
-                .iter()
-                .fold((f64::INFINITY, 0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
-            println!(
-                "pass of {sequences} × {positions} positions after a prefix of {prefix_len}: median {:.3} ms, \
-                 min {:.3} ms, max {:.3} ms over {reps} passes",
-                1e3 * m::median(&times),
-                1e3 * lo,
-                1e3 * hi
-            );
-            Ok(())
-        }
+        } => pass_cost(models, *positions, *sequences, *prefix_len, *reps),
         What::Goodput {
             models,
             prompts,
@@ -359,119 +232,325 @@ pub fn run(args: &MeasureArgs) -> Result<(), Failure> {
             bandwidth_hz,
             spectral_efficiency,
             temperature,
-        } => {
-            let params = positive_temperature(*temperature)?;
-            for (flag, v) in [
-                ("--bandwidth-hz", *bandwidth_hz),
-                ("--spectral-efficiency", *spectral_efficiency),
-            ] {
-                if !(v > 0.0 && v.is_finite()) {
-                    return Err(Failure::Input(format!(
-                        "{flag}: {v} is not a finite positive number"
-                    )));
-                }
-            }
-            positive("--devices", *devices)?;
-            at_most("--devices", *devices, MAX_DEVICES)?;
-            positive("--max-draft-len", *max_draft_len)?;
-            if *new_tokens < 2 {
-                return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
-            }
-            let l = load(models)?;
-            let max_seq = l.target.config().max_seq_len;
-            at_most("--new-tokens", *new_tokens, max_seq)?;
-            at_most("--max-draft-len", *max_draft_len, max_seq.saturating_sub(33))?;
-            let (robust, draft_s, _) =
-                verify_latency(&l, (*devices).max(2), *max_draft_len, 32, 5, models.seed)?;
-            let fit = robust.fit;
-            let text = read_text(prompts)?;
-            let ps = m::prompts_from_text(&text, &l.tok, *devices, 8, models.seed).map_err(Failure::input)?;
-            fits_context(&l, &ps, *new_tokens, *max_draft_len)?;
-            let uplink = Uplink {
-                bandwidth_hz: *bandwidth_hz,
-                spectral_efficiency: *spectral_efficiency,
-                distribution_bits: m::distribution_bits(l.target.config().vocab_size),
-            };
-            let mut csv = String::from("draft_len,alpha,empirical_tok_s,formula_tok_s\n");
-            let (mut emp, mut form, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
-            let bar = progress(max_draft_len + 1, "draft lengths");
-            for len in 0..=*max_draft_len {
-                let g = m::goodput(
-                    &l.target,
-                    &l.drafter,
-                    &ps,
-                    len,
-                    *new_tokens,
-                    params,
-                    &uplink,
-                    &fit,
-                    models.seed,
-                )
-                .context("measuring goodput")?;
-                writeln!(
-                    csv,
-                    "{len},{:.6},{:.6},{:.6}",
-                    g.alpha, g.empirical_tok_s, g.formula_tok_s
-                )
-                .expect("writing to a String");
-                emp.push((len as f64, g.empirical_tok_s));
-                form.push((len as f64, g.formula_tok_s));
-                if g.alpha.is_finite() {
-                    alphas.push(g.alpha);
-                }
-                bar.inc(1);
-            }
-            bar.finish_and_clear();
-            write(&models.out.join("goodput.csv"), &csv)?;
-            svg_lines(
-                &models.out.join("goodput.svg"),
-                "Sum goodput versus draft length",
-                "draft length L",
-                "tokens/s",
-                &[("empirical", &emp, true), ("paper-A formula", &form, false)],
-            )?;
-            // A scenario needs α in (0, 1) and non-negative latencies; a measurement at the edge is moved inside
-            // and said so, never changed silently.
-            if alphas.is_empty() {
-                return Err(Failure::Runtime(anyhow::anyhow!(
-                    "no draft length gave an acceptance estimate: raise --new-tokens"
-                )));
-            }
-            let measured = m::mean_std(&alphas).0;
-            let alpha = measured.clamp(1e-6, 1.0 - 1e-6);
-            if alpha != measured {
-                eprintln!("note: measured α = {measured} is outside (0, 1); scenario.json uses {alpha}");
-            }
-            if fit.intercept < 0.0 || fit.slope < 0.0 {
-                eprintln!(
-                    "note: the verification fit T_fix = {}, T_lin = {} has a negative term; \
-                     scenario.json uses 0 for it",
-                    crate::number::si(fit.intercept, "s"),
-                    crate::number::si(fit.slope, "s")
-                );
-            }
-            let scenario = serde_json::json!({
-                "model": "paper-a",
-                "bandwidth_hz": bandwidth_hz,
-                "distribution_bits": uplink.distribution_bits,
-                "verify_fixed_s": fit.intercept.max(0.0),
-                "verify_per_device_s": fit.slope.max(0.0),
-                "max_draft_len": max_draft_len,
-                "devices": (0..*devices).map(|_| serde_json::json!({
-                    "acceptance": alpha,
-                    "draft_token_s": draft_s,
-                    "spectral_efficiency": spectral_efficiency,
-                })).collect::<Vec<_>>(),
-            });
-            let json = serde_json::to_string_pretty(&scenario).context("serialising the scenario")?;
-            write(&models.out.join("scenario.json"), &json)?;
-            println!(
-                "wrote goodput.csv, goodput.svg and scenario.json to {} (α = {alpha:.4})",
-                models.out.display()
-            );
-            Ok(())
+        } => goodput(
+            models,
+            prompts,
+            *devices,
+            *max_draft_len,
+            *new_tokens,
+            *bandwidth_hz,
+            *spectral_efficiency,
+            *temperature,
+        ),
+    }
+}
+
+/// `measure acceptance`: the acceptance rate per prompt set, as CSV and SVG.
+fn acceptance(
+    models: &Models,
+    prompts: &[PathBuf],
+    count: usize,
+    words: usize,
+    draft_len: usize,
+    new_tokens: usize,
+    temperature: f64,
+) -> Result<(), Failure> {
+    let params = positive_temperature(temperature)?;
+    positive("--count", count)?;
+    positive("--words", words)?;
+    positive("--draft-len", draft_len)?;
+    at_most("--count", count, MAX_DEVICES)?;
+    // Two drafted tokens are the least an acceptance estimate needs.
+    if new_tokens < 2 {
+        return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
+    }
+    let l = load(models)?;
+    let max_seq = l.target.config().max_seq_len;
+    at_most("--new-tokens", new_tokens, max_seq)?;
+    at_most("--draft-len", draft_len, max_seq)?;
+    let mut csv = String::from("prompt_set,prompts,alpha_mean,alpha_std\n");
+    let mut bars = Vec::new();
+    for (i, path) in prompts.iter().enumerate() {
+        let text = read_text(path)?;
+        let ps = m::prompts_from_text(&text, &l.tok, count, words, models.seed + i as u64)
+            .map_err(Failure::input)?;
+        fits_context(&l, &ps, new_tokens, draft_len)?;
+        let name = path
+            .file_stem()
+            .map_or("prompts".into(), |s| s.to_string_lossy().into_owned());
+        let bar = progress(ps.len() * new_tokens, &format!("{name}: tokens"));
+        let alphas = m::acceptance_per_prompt(
+            &l.target,
+            &l.drafter,
+            &ps,
+            draft_len,
+            new_tokens,
+            params,
+            models.seed,
+            &mut |done| bar.set_position(done as u64),
+        )
+        .context("measuring acceptance")?;
+        bar.finish_and_clear();
+        let (mean, std) = m::mean_std(&alphas);
+        writeln!(csv, "{name},{},{mean:.6},{std:.6}", alphas.len()).expect("writing to a String");
+        println!("{name}: α = {mean:.4} ± {std:.4} over {} prompts", alphas.len());
+        bars.push((name, mean));
+    }
+    write(&models.out.join("acceptance.csv"), &csv)?;
+    let pts: Vec<(f64, f64)> = bars.iter().enumerate().map(|(i, b)| (i as f64, b.1)).collect();
+    svg_lines(
+        &models.out.join("acceptance.svg"),
+        "Acceptance rate per prompt set",
+        "prompt set index",
+        "alpha",
+        &[("alpha", &pts, true)],
+    )?;
+    Ok(())
+}
+
+/// `measure verify-latency`: batched verification latency against K and its robust affine fit.
+fn verify_latency_fit(
+    models: &Models,
+    max_k: usize,
+    draft_len: usize,
+    prefix_len: usize,
+    reps: usize,
+) -> Result<(), Failure> {
+    if max_k < 2 {
+        return Err(Failure::Input(format!(
+            "--max-k: {max_k} is below 2 (an affine fit needs two points)"
+        )));
+    }
+    at_most("--max-k", max_k, m::MAX_VERIFY_BATCH)?;
+    positive("--prefix-len", prefix_len)?;
+    positive("--reps", reps)?;
+    at_most("--reps", reps, 10_000)?;
+    let l = load(models)?;
+    let (robust, draft_s, pts) = verify_latency(&l, max_k, draft_len, prefix_len, reps, models.seed)?;
+    let fit = robust.fit;
+    let mut csv = String::from("k,verify_s,fit_s\n");
+    for &(k, t) in &pts {
+        writeln!(csv, "{k},{t:.6e},{:.6e}", fit.intercept + fit.slope * k).expect("writing to a String");
+    }
+    write(&models.out.join("verify_latency.csv"), &csv)?;
+    let line: Vec<(f64, f64)> = pts
+        .iter()
+        .map(|&(k, _)| (k, fit.intercept + fit.slope * k))
+        .collect();
+    svg_lines(
+        &models.out.join("verify_latency.svg"),
+        "Batched verification latency",
+        "K (drafts in the batch)",
+        "seconds",
+        &[("measured", &pts, true), ("T_fix + K T_lin", &line, false)],
+    )?;
+    println!("{}", describe_fit(&robust, draft_len));
+    println!("drafting {:.4} ms/token", 1e3 * draft_s);
+    Ok(())
+}
+
+/// `measure pass-cost`: the time of one pass over S sequences × P positions after a prefix.
+fn pass_cost(
+    models: &Models,
+    positions: usize,
+    sequences: usize,
+    prefix_len: usize,
+    reps: usize,
+) -> Result<(), Failure> {
+    positive("--positions", positions)?;
+    positive("--sequences", sequences)?;
+    at_most("--sequences", sequences, m::MAX_VERIFY_BATCH)?;
+    positive("--reps", reps)?;
+    at_most("--reps", reps, 10_000)?;
+    let l = load(models)?;
+    let cfg = l.target.config();
+    let (vocab, max_seq) = (cfg.vocab_size, cfg.max_seq_len);
+    if prefix_len + positions > max_seq {
+        return Err(Failure::Input(format!(
+            "--positions: {prefix_len} prefix + {positions} new positions exceed the context of \
+             {max_seq} tokens"
+        )));
+    }
+    // Deterministic, vocabulary-spread tokens: the cost of a pass does not depend on which tokens.
+    let token = |i: usize| ((i * 7919 + 13) % vocab) as u32;
+    let prefix: Vec<u32> = (0..prefix_len).map(token).collect();
+    let mut base = l.target.new_cache();
+    if !prefix.is_empty() {
+        l.target.forward(&mut base, &prefix).context("prefix pass")?;
+    }
+    let inputs: Vec<Vec<u32>> = (0..sequences)
+        .map(|s| {
+            (0..positions)
+                .map(|j| token(prefix_len + s * positions + j))
+                .collect()
+        })
+        .collect();
+    let refs: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let mut caches: Vec<_> = (0..sequences).map(|_| base.clone()).collect();
+        let mut cref: Vec<&mut spin_runtime::KvCache> = caches.iter_mut().collect();
+        let start = std::time::Instant::now();
+        l.target.forward_batch(&mut cref, &refs).context("timed pass")?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    let (lo, hi) = times
+        .iter()
+        .fold((f64::INFINITY, 0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+    println!(
+        "pass of {sequences} × {positions} positions after a prefix of {prefix_len}: median {:.3} ms, \
+         min {:.3} ms, max {:.3} ms over {reps} passes",
+        1e3 * m::median(&times),
+        1e3 * lo,
+        1e3 * hi
+    );
+    Ok(())
+}
+
+/// `measure goodput`: empirical and formula goodput per draft length, and a paper-A scenario file from the
+/// measured numbers.
+#[allow(clippy::too_many_arguments)]
+fn goodput(
+    models: &Models,
+    prompts: &Path,
+    devices: usize,
+    max_draft_len: usize,
+    new_tokens: usize,
+    bandwidth_hz: f64,
+    spectral_efficiency: f64,
+    temperature: f64,
+) -> Result<(), Failure> {
+    let params = positive_temperature(temperature)?;
+    for (flag, v) in [
+        ("--bandwidth-hz", bandwidth_hz),
+        ("--spectral-efficiency", spectral_efficiency),
+    ] {
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(Failure::Input(format!(
+                "{flag}: {v} is not a finite positive number"
+            )));
         }
     }
+    positive("--devices", devices)?;
+    at_most("--devices", devices, MAX_DEVICES)?;
+    positive("--max-draft-len", max_draft_len)?;
+    if new_tokens < 2 {
+        return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
+    }
+    let l = load(models)?;
+    let max_seq = l.target.config().max_seq_len;
+    at_most("--new-tokens", new_tokens, max_seq)?;
+    at_most("--max-draft-len", max_draft_len, max_seq.saturating_sub(33))?;
+    let (robust, draft_s, _) = verify_latency(&l, devices.max(2), max_draft_len, 32, 5, models.seed)?;
+    let fit = robust.fit;
+    let text = read_text(prompts)?;
+    let ps = m::prompts_from_text(&text, &l.tok, devices, 8, models.seed).map_err(Failure::input)?;
+    fits_context(&l, &ps, new_tokens, max_draft_len)?;
+    let uplink = Uplink {
+        bandwidth_hz,
+        spectral_efficiency,
+        distribution_bits: m::distribution_bits(l.target.config().vocab_size),
+    };
+    let mut csv = String::from("draft_len,alpha,empirical_tok_s,formula_tok_s\n");
+    let (mut emp, mut form, mut alphas) = (Vec::new(), Vec::new(), Vec::new());
+    let bar = progress(max_draft_len + 1, "draft lengths");
+    for len in 0..=max_draft_len {
+        let g = m::goodput(
+            &l.target,
+            &l.drafter,
+            &ps,
+            len,
+            new_tokens,
+            params,
+            &uplink,
+            &fit,
+            models.seed,
+        )
+        .context("measuring goodput")?;
+        writeln!(
+            csv,
+            "{len},{:.6},{:.6},{:.6}",
+            g.alpha, g.empirical_tok_s, g.formula_tok_s
+        )
+        .expect("writing to a String");
+        emp.push((len as f64, g.empirical_tok_s));
+        form.push((len as f64, g.formula_tok_s));
+        if g.alpha.is_finite() {
+            alphas.push(g.alpha);
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    write(&models.out.join("goodput.csv"), &csv)?;
+    svg_lines(
+        &models.out.join("goodput.svg"),
+        "Sum goodput versus draft length",
+        "draft length L",
+        "tokens/s",
+        &[("empirical", &emp, true), ("paper-A formula", &form, false)],
+    )?;
+    write_measured_scenario(
+        &models.out,
+        &alphas,
+        &fit,
+        draft_s,
+        &uplink,
+        max_draft_len,
+        devices,
+    )
+}
+
+/// The paper-A scenario file of a goodput measurement (`scenario.json` under `out`): the mean measured
+/// acceptance, the verification fit and the drafting time for every device, on the measured uplink.
+fn write_measured_scenario(
+    out: &Path,
+    alphas: &[f64],
+    fit: &m::AffineFit,
+    draft_s: f64,
+    uplink: &Uplink,
+    max_draft_len: usize,
+    devices: usize,
+) -> Result<(), Failure> {
+    // A scenario needs α in (0, 1) and non-negative latencies; a measurement at the edge is moved inside
+    // and said so, never changed silently.
+    if alphas.is_empty() {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "no draft length gave an acceptance estimate: raise --new-tokens"
+        )));
+    }
+    let measured = m::mean_std(alphas).0;
+    let alpha = measured.clamp(1e-6, 1.0 - 1e-6);
+    if alpha != measured {
+        eprintln!("note: measured α = {measured} is outside (0, 1); scenario.json uses {alpha}");
+    }
+    if fit.intercept < 0.0 || fit.slope < 0.0 {
+        eprintln!(
+            "note: the verification fit T_fix = {}, T_lin = {} has a negative term; \
+             scenario.json uses 0 for it",
+            crate::number::si(fit.intercept, "s"),
+            crate::number::si(fit.slope, "s")
+        );
+    }
+    let scenario = serde_json::json!({
+        "model": "paper-a",
+        "bandwidth_hz": uplink.bandwidth_hz,
+        "distribution_bits": uplink.distribution_bits,
+        "verify_fixed_s": fit.intercept.max(0.0),
+        "verify_per_device_s": fit.slope.max(0.0),
+        "max_draft_len": max_draft_len,
+        "devices": (0..devices).map(|_| serde_json::json!({
+            "acceptance": alpha,
+            "draft_token_s": draft_s,
+            "spectral_efficiency": uplink.spectral_efficiency,
+        })).collect::<Vec<_>>(),
+    });
+    let json = serde_json::to_string_pretty(&scenario).context("serialising the scenario")?;
+    write(&out.join("scenario.json"), &json)?;
+    println!(
+        "wrote goodput.csv, goodput.svg and scenario.json to {} (α = {alpha:.4})",
+        out.display()
+    );
+    Ok(())
 }
 
 type Latency = (m::RobustFit, f64, Vec<(f64, f64)>);

@@ -161,7 +161,7 @@ impl ServerArgs {
                 verify_per_device_s: self.verify_per_device_s,
             },
         };
-        let dbm = |x: f64| 10f64.powf((x - 30.0) / 10.0);
+        let dbm = spin_channel::units::dbm_to_w;
         let mut link = LinkConfig::paper_b();
         link.bandwidth_hz = self.bandwidth_hz;
         link.ul_power_w = dbm(self.ul_power_dbm);
@@ -290,6 +290,33 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
+    let (target, drafter, tok) = load_models(args)?;
+    let devices = sim_devices(args, &tok)?;
+    let id = identity(&target, &tok);
+    let configs = scheme_configs(args, id)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let target = Arc::new(target);
+    let drafter = Arc::new(drafter);
+    let mut results: Vec<(Summary, Vec<RoundTrace>)> = Vec::new();
+    for cfg in configs {
+        let name = cfg.scheme.name();
+        let (outcome, rounds) = simulate_scheme(args, &target, &drafter, id, cfg, &devices)?;
+        let summary = write_scheme(args, name, outcome, &rounds, &devices, &tok, results.is_empty())?;
+        let stopped = summary.stopped.clone();
+        results.push((summary, rounds));
+        if stopped == "shutdown" {
+            eprintln!("interrupted: traces flushed to {}", args.out.display());
+            break;
+        }
+    }
+    write_prediction_check(args, &results)?;
+    write_plots(args, &results)?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// The target, the drafter (with the same vocabulary) and the tokenizer.
+fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure> {
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
     let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
     if target.config().vocab_size != drafter.output_vocab() {
@@ -304,6 +331,11 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         args.server.target.as_deref(),
         target.config().vocab_size,
     )?;
+    Ok((target, drafter, tok))
+}
+
+/// One simulated device per `--devices`, each prompted with a line of the prompts (cycled).
+fn sim_devices(args: &SimulateArgs, tok: &Tokenizer) -> Result<Vec<SimDevice>, Failure> {
     let lines: Vec<String> = match &args.prompts {
         None => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
         Some(p) => {
@@ -323,15 +355,18 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             l
         }
     };
-    let devices: Vec<SimDevice> = (0..args.devices)
+    (0..args.devices)
         .map(|k| {
             Ok(SimDevice {
-                prompt: encode(&tok, &lines[k % lines.len()])?,
+                prompt: encode(tok, &lines[k % lines.len()])?,
                 ..Default::default()
             })
         })
-        .collect::<Result<_, Failure>>()?;
-    let id = identity(&target, &tok);
+        .collect::<Result<_, Failure>>()
+}
+
+/// One server configuration per scheme to run: `--scheme` first, then each `--compare` scheme once.
+fn scheme_configs(args: &SimulateArgs, id: Identity) -> Result<Vec<ServerConfig>, Failure> {
     let mut schemes = vec![args.server.scheme.clone()];
     for s in &args.compare {
         if !schemes.contains(s) {
@@ -352,79 +387,101 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             a.config(id)
         })
         .collect::<Result<_, _>>()?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let target = Arc::new(target);
-    let drafter = Arc::new(drafter);
-    let mut results: Vec<(Summary, Vec<RoundTrace>)> = Vec::new();
-    for cfg in configs {
-        let name = cfg.scheme.name();
-        let trace_path = args.out.join(format!("trace-{name}.jsonl"));
-        let mut trace = std::io::BufWriter::new(
-            std::fs::File::create(&trace_path)
-                .with_context(|| format!("creating {}", trace_path.display()))?,
-        );
-        let total = (args.devices * args.server.max_tokens) as u64;
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tokens ({elapsed})")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar.set_message(name);
-        let mut rounds = Vec::new();
-        let mut write_err: Option<std::io::Error> = None;
-        let outcome = simulate_blocking(target.clone(), drafter.clone(), id, cfg, &devices, |t| {
-            let line = serde_json::to_string(t).unwrap_or_default();
-            // Each round is flushed as it ends, so an interrupted run leaves a complete trace.
-            if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
-                write_err.get_or_insert(e);
-            }
-            bar.inc(t.tokens);
-            rounds.push(t.clone());
-        });
-        bar.finish_and_clear();
-        if let Some(e) = write_err {
-            return Err(Failure::Runtime(anyhow::anyhow!(
-                "writing {}: {e}",
-                trace_path.display()
-            )));
+    Ok(configs)
+}
+
+/// One scheme's simulation, its rounds traced to `trace-<scheme>.jsonl` as they end, with a progress bar.
+fn simulate_scheme(
+    args: &SimulateArgs,
+    target: &Arc<Model>,
+    drafter: &Arc<Model>,
+    id: Identity,
+    cfg: ServerConfig,
+    devices: &[SimDevice],
+) -> Result<(spin_net::sim::SimOutcome, Vec<RoundTrace>), Failure> {
+    let name = cfg.scheme.name();
+    let trace_path = args.out.join(format!("trace-{name}.jsonl"));
+    let mut trace = std::io::BufWriter::new(
+        std::fs::File::create(&trace_path).with_context(|| format!("creating {}", trace_path.display()))?,
+    );
+    let total = (args.devices * args.server.max_tokens) as u64;
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tokens ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(name);
+    let mut rounds = Vec::new();
+    let mut write_err: Option<std::io::Error> = None;
+    let outcome = simulate_blocking(target.clone(), drafter.clone(), id, cfg, devices, |t| {
+        let line = serde_json::to_string(t).unwrap_or_default();
+        // Each round is flushed as it ends, so an interrupted run leaves a complete trace.
+        if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
+            write_err.get_or_insert(e);
         }
-        let outcome = outcome.map_err(Failure::input)?;
-        for (k, d) in outcome.devices.iter().enumerate() {
-            if let Err(e) = d {
-                eprintln!("device {k}: {e}");
-            }
-        }
-        let summary = outcome.summary;
-        let mut json = serde_json::to_value(&summary).context("summary to JSON")?;
-        let texts: Vec<String> = summary
-            .devices
-            .iter()
-            .zip(&devices)
-            .map(|(d, sd)| {
-                let mut all = sd.prompt.clone();
-                all.extend_from_slice(&d.generated);
-                tok.decode(&all).unwrap_or_default()
-            })
-            .collect();
-        json["texts"] = serde_json::to_value(&texts).context("texts to JSON")?;
-        write(
-            &args.out.join(format!("summary-{name}.json")),
-            &serde_json::to_string_pretty(&json).context("summary to JSON")?,
-        )?;
-        write(&args.out.join(format!("rounds-{name}.csv")), &rounds_csv(&rounds))?;
-        if results.is_empty() {
-            println!("{}", device_table(&summary, &texts));
-        }
-        let stopped = summary.stopped.clone();
-        results.push((summary, rounds));
-        if stopped == "shutdown" {
-            eprintln!("interrupted: traces flushed to {}", args.out.display());
-            break;
+        bar.inc(t.tokens);
+        rounds.push(t.clone());
+    });
+    bar.finish_and_clear();
+    if let Some(e) = write_err {
+        return Err(Failure::Runtime(anyhow::anyhow!(
+            "writing {}: {e}",
+            trace_path.display()
+        )));
+    }
+    let outcome = outcome.map_err(Failure::input)?;
+    for (k, d) in outcome.devices.iter().enumerate() {
+        if let Err(e) = d {
+            eprintln!("device {k}: {e}");
         }
     }
-    println!("{}", scheme_table(&results));
-    write(&args.out.join("summary.csv"), &summary_csv(&results))?;
+    Ok((outcome, rounds))
+}
+
+/// One scheme's `summary-<scheme>.json` (with every device's text) and `rounds-<scheme>.csv`; the first
+/// scheme's per-device table is printed.
+fn write_scheme(
+    args: &SimulateArgs,
+    name: &str,
+    outcome: spin_net::sim::SimOutcome,
+    rounds: &[RoundTrace],
+    devices: &[SimDevice],
+    tok: &Tokenizer,
+    first: bool,
+) -> Result<Summary, Failure> {
+    let summary = outcome.summary;
+    let mut json = serde_json::to_value(&summary).context("summary to JSON")?;
+    let texts: Vec<String> = summary
+        .devices
+        .iter()
+        .zip(devices)
+        .map(|(d, sd)| {
+            let mut all = sd.prompt.clone();
+            all.extend_from_slice(&d.generated);
+            tok.decode(&all).unwrap_or_default()
+        })
+        .collect();
+    json["texts"] = serde_json::to_value(&texts).context("texts to JSON")?;
+    write(
+        &args.out.join(format!("summary-{name}.json")),
+        &serde_json::to_string_pretty(&json).context("summary to JSON")?,
+    )?;
+    write(&args.out.join(format!("rounds-{name}.csv")), &rounds_csv(rounds))?;
+    if first {
+        println!("{}", device_table(&summary, &texts));
+    }
+    Ok(summary)
+}
+
+/// The comparison of every scheme run: the scheme table, `summary.csv`, and each scheme's predicted against
+/// measured goodput (`prediction.csv`, `prediction.svg`).
+fn write_prediction_check(
+    args: &SimulateArgs,
+    results: &[(Summary, Vec<RoundTrace>)],
+) -> Result<(), Failure> {
+    println!("{}", scheme_table(results));
+    write(&args.out.join("summary.csv"), &summary_csv(results))?;
     let checks: Vec<_> = results.iter().map(|(s, r)| study::check(s, r)).collect();
     println!("\nprediction check\n{}", study::table(&checks));
     write(&args.out.join("prediction.csv"), &study::csv(&checks))?;
@@ -446,6 +503,12 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         "predicted goodput (tokens / s)",
         &points,
     )?;
+    Ok(())
+}
+
+/// Cumulative goodput over rounds for every scheme (`goodput.svg`) and the first scheme's latency split per round
+/// (`latency.svg`).
+fn write_plots(args: &SimulateArgs, results: &[(Summary, Vec<RoundTrace>)]) -> Result<(), Failure> {
     let goodput: Vec<(String, Vec<(f64, f64)>)> = results
         .iter()
         .map(|(s, r)| {
@@ -507,7 +570,6 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         "seconds",
         &series,
     )?;
-    eprintln!("wrote {}", args.out.display());
     Ok(())
 }
 

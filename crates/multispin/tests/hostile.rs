@@ -393,3 +393,42 @@ fn drop_files_are_strict_and_seeded() {
         "acceptance: 1 values for 6 devices",
     );
 }
+
+/// A unified scenario takes every quantity in either unit of its pair, as paper-A and paper-B files do: the same
+/// file with `bandwidth_mhz` and `dl_power_dbm` (exact conversions) plans the same, and both spellings at once exit 2
+/// naming the pair.
+#[test]
+fn unified_scenarios_take_unit_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let si = std::fs::read_to_string(example("unified.json")).unwrap();
+    let plan = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        multispin(&[
+            "plan",
+            "--scenario",
+            path.to_str().unwrap(),
+            "--scheme",
+            "unified",
+            "--format",
+            "json",
+        ])
+    };
+    let db = si
+        .replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_mhz\": 10", 1)
+        .replacen("\"dl_power_w\": 1.0", "\"dl_power_dbm\": 30", 1);
+    assert_ne!(db, si);
+    let (a, b) = (plan("si.json", &si), plan("db.json", &db));
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(b.status.success(), "{}", stderr(&b));
+    assert_eq!(a.stdout, b.stdout);
+    let both = si.replacen(
+        "\"bandwidth_hz\": 1.0e7",
+        "\"bandwidth_hz\": 1.0e7, \"bandwidth_mhz\": 10",
+        1,
+    );
+    assert_input_error(
+        &plan("both.json", &both),
+        "bandwidth_hz, bandwidth_mhz: give exactly one",
+    );
+}

@@ -71,7 +71,11 @@ mod tests {
         assert_eq!(snr(1e-3, 1e-10, 1e-19, 1e6), 1.0);
         assert!((transfer_time_s(1e6, 1e6, 1.0) - 1.0).abs() < 1e-15);
         // Against rate_bps on paper B's UL setting (34,816 bits, 10 MHz / 4, 15 dBm, −169 dBm/Hz).
-        let (p, n0, b) = (10f64.powf(1.5) * 1e-3, 10f64.powf(-16.9) * 1e-3, 2.5e6);
+        let (p, n0, b) = (
+            crate::units::dbm_to_w(15.0),
+            crate::units::dbm_per_hz_to_w_per_hz(-169.0),
+            2.5e6,
+        );
         for g in [1e-13, 1e-11, 1e-9] {
             let t = transfer_time_s(34_816.0, b, snr(p, g, n0, b));
             let r = rate_bps(b, p, g, n0).unwrap();

@@ -49,6 +49,8 @@ pub enum Conversion {
     DbToLinear,
     /// W to dBm ([`w_to_dbm`]), for files whose first field is logarithmic (a figure axis in dBm).
     WToDbm,
+    /// A linear power ratio to dB ([`linear_to_db`]), for files whose first field is in dB (a path-loss gain).
+    LinearToDb,
 }
 
 impl Conversion {
@@ -60,11 +62,16 @@ impl Conversion {
             Conversion::DbmPerHzToWPerHz => dbm_per_hz_to_w_per_hz(value),
             Conversion::DbToLinear => db_to_linear(value),
             Conversion::WToDbm => w_to_dbm(value),
+            Conversion::LinearToDb => linear_to_db(value),
         };
         match self {
-            Conversion::WToDbm if out.is_finite() => Ok(out),
+            Conversion::WToDbm | Conversion::LinearToDb if out.is_finite() => Ok(out),
             Conversion::WToDbm => Err(format!(
                 "{} W converts to {out} dBm, not a finite number (the power must be positive)",
+                show(value)
+            )),
+            Conversion::LinearToDb => Err(format!(
+                "{} converts to {out} dB, not a finite number (the ratio must be positive)",
                 show(value)
             )),
             _ if out.is_finite() && out > 0.0 => Ok(out),
@@ -175,6 +182,10 @@ mod tests {
         assert!(one_of(("p_dbm", None), ("p_w", Some(0.0)), w).is_err());
         assert!(one_of(("p_dbm", None), ("p_w", Some(-1.0)), w).is_err());
         assert_eq!(one_of(("p_dbm", Some(-20.0)), ("p_w", None), w), Ok(-20.0));
+        let db = Conversion::LinearToDb;
+        assert!((one_of(("g_db", None), ("g", Some(1e-3)), db).unwrap() + 30.0).abs() < 1e-12);
+        let zero = one_of(("g_db", None), ("g", Some(0.0)), db).unwrap_err();
+        assert!(zero.to_string().starts_with("g: 0 converts to -inf dB"), "{zero}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The one error type of spin-net: every protocol, decode, handshake and link failure names its field or cause.
+//! The one error type of spin-net: every protocol, decode, handshake and link failure names its field or cause;
+//! and the refusal codes a peer is sent for them (`ErrorCode`, part of the wire protocol and re-exported by `proto`).
 
-use crate::proto::ErrorCode;
+use serde::{Deserialize, Serialize};
 
 /// Errors of `spin-net`. Messages are lowercase and start with the field or subject at fault.
 #[derive(Debug, thiserror::Error)]
@@ -132,3 +133,27 @@ impl NetError {
 
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, NetError>;
+
+/// Refusal codes (stable numbers on the wire, docs/protocol.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The frame did not decode.
+    Malformed,
+    /// The frame exceeded the size limit.
+    TooLarge,
+    /// Wrong magic or protocol version.
+    Version,
+    /// The vocabulary or tokenizer does not match the target's.
+    Mismatch,
+    /// `Hello.resume` names no resumable session, or its secret is wrong (the two are not told apart).
+    UnknownSession,
+    /// A message that is not valid at this point of the session.
+    Protocol,
+    /// The server is full (devices, connections or sessions that have not drafted yet, docs/system.md).
+    Full,
+    /// `Hello.resume` names a session whose device is still connected (id and secret were right); retry once the
+    /// old connection is gone.
+    Busy,
+    /// `Hello.token` is not one of the server's admission tokens.
+    Unauthorized,
+}

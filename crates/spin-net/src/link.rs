@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use spin_channel::paper_b::Drop;
 use spin_channel::{rayleigh_power_gain, snr, spectral_efficiency};
 use spin_optimize::paper_b::Link;
+use spin_optimize::round::Radio;
 
 /// Radio parameters of a run (SI units).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -28,16 +29,16 @@ pub struct LinkConfig {
 }
 
 impl LinkConfig {
-    /// Paper B §VI-A: B = 10 MHz, P_ul = 15 dBm, P_dl = 30 dBm, N0_ser = −169 dBm/Hz, N0_dev = −167 dBm/Hz,
-    /// distances U[100, 500] m, −30 dB at 1 m, exponent 3.5.
+    /// Paper B §VI-A: B = 10 MHz, the radio of `spin_optimize::round::Radio::paper_b` (P_ul = 15 dBm, P_dl =
+    /// 30 dBm, N0_ser = −169 dBm/Hz, N0_dev = −167 dBm/Hz), distances U[100, 500] m, −30 dB at 1 m, exponent 3.5.
     pub fn paper_b() -> Self {
-        let dbm = |x: f64| 10f64.powf((x - 30.0) / 10.0);
+        let radio = Radio::paper_b();
         LinkConfig {
             bandwidth_hz: 10e6,
-            ul_power_w: dbm(15.0),
-            dl_power_w: dbm(30.0),
-            noise_psd_server_w_per_hz: dbm(-169.0),
-            noise_psd_device_w_per_hz: dbm(-167.0),
+            ul_power_w: radio.ul_power_w,
+            dl_power_w: radio.dl_power_w,
+            noise_psd_server_w_per_hz: radio.noise_psd_server_w_per_hz,
+            noise_psd_device_w_per_hz: radio.noise_psd_device_w_per_hz,
             drop: Drop::PAPER_B,
         }
     }

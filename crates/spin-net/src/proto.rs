@@ -1,6 +1,7 @@
 //! The wire protocol between a device and the server (docs/protocol.md is its reference): message types, the
 //! postcard encoding inside length-delimited frames, the bit-packed distribution payload and the typed decode errors.
 
+pub use crate::error::ErrorCode;
 use crate::error::NetError;
 use serde::{Deserialize, Serialize};
 use spin_core::SparseDist;
@@ -286,30 +287,6 @@ pub enum ServerMsg {
         /// Why.
         reason: String,
     },
-}
-
-/// Refusal codes (stable numbers on the wire, docs/protocol.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ErrorCode {
-    /// The frame did not decode.
-    Malformed,
-    /// The frame exceeded the size limit.
-    TooLarge,
-    /// Wrong magic or protocol version.
-    Version,
-    /// The vocabulary or tokenizer does not match the target's.
-    Mismatch,
-    /// `Hello.resume` names no resumable session, or its secret is wrong (the two are not told apart).
-    UnknownSession,
-    /// A message that is not valid at this point of the session.
-    Protocol,
-    /// The server is full (devices, connections or sessions that have not drafted yet, docs/system.md).
-    Full,
-    /// `Hello.resume` names a session whose device is still connected (id and secret were right); retry once the
-    /// old connection is gone.
-    Busy,
-    /// `Hello.token` is not one of the server's admission tokens.
-    Unauthorized,
 }
 
 /// Encodes a message body (postcard).

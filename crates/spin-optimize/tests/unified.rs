@@ -10,16 +10,59 @@ use spin_optimize::round::{
 };
 use spin_optimize::unified::{self, Evaluator, Expectation, Options, Scratch};
 
+/// The numbers of `scenarios/examples/paper-a.json` (spin-scenario's tests read that file).
 fn paper_a_example() -> paper_a::Scenario {
-    let spec: paper_a::ScenarioSpec =
-        serde_json::from_str(include_str!("../../../scenarios/examples/paper-a.json")).unwrap();
-    paper_a::Scenario::new(&spec).unwrap()
+    let device = |acceptance, draft_token_s, spectral_efficiency| paper_a::DeviceSpec {
+        acceptance,
+        draft_token_s,
+        spectral_efficiency,
+    };
+    paper_a::Scenario::new(&paper_a::ScenarioSpec {
+        bandwidth_hz: 1.0e7,
+        distribution_bits: 31744.0,
+        verify_fixed_s: 0.02268,
+        verify_per_device_s: 0.01272,
+        max_draft_len: 25,
+        min_draft_len: 1,
+        devices: vec![
+            device(0.8582, 0.021, 12.5),
+            device(0.7390, 0.019, 9.1),
+            device(0.7393, 0.023, 14.2),
+            device(0.7126, 0.020, 6.8),
+        ],
+    })
+    .unwrap()
 }
 
+/// The numbers of `scenarios/examples/paper-b.json`.
 fn paper_b_example() -> paper_b::Scenario {
-    let spec: paper_b::ScenarioSpec =
-        serde_json::from_str(include_str!("../../../scenarios/examples/paper-b.json")).unwrap();
-    paper_b::Scenario::new(spec).unwrap()
+    let device = |acceptance, draft_token_s, channel_gain| paper_b::DeviceSpec {
+        acceptance,
+        draft_token_s,
+        channel_gain,
+    };
+    paper_b::Scenario::new(paper_b::ScenarioSpec {
+        bandwidth_hz: 1.0e7,
+        distribution_bits: 34816.0,
+        verify_fixed_s: 0.0428,
+        verify_per_device_s: 0.0076,
+        max_draft_len: 20,
+        ul_power_w: 0.0316,
+        dl_power_w: 1.0,
+        noise_psd_server_w_per_hz: 1.26e-20,
+        noise_psd_device_w_per_hz: 2.0e-20,
+        saa_samples: 1000,
+        seed: 7,
+        devices: vec![
+            device(0.85, 0.0152, 2.1e-10),
+            device(0.80, 0.0161, 4.0e-11),
+            device(0.72, 0.0158, 9.5e-12),
+            device(0.70, 0.0170, 3.3e-12),
+            device(0.85, 0.0166, 1.2e-12),
+            device(0.80, 0.0154, 6.0e-13),
+        ],
+    })
+    .unwrap()
 }
 
 fn close(a: f64, b: f64, rel: f64) -> bool {

@@ -7,28 +7,8 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::Model;
-
-/// The index of the first largest entry of `row`; an error naming `logits` when the row is empty or holds NaN or
-/// +∞ (as `spin_core::probs_from_logits` refuses them).
-pub fn argmax(row: &[f32]) -> Result<u32> {
-    let mut best = 0usize;
-    let mut max = f32::NEG_INFINITY;
-    let mut bad = false;
-    for (i, &x) in row.iter().enumerate() {
-        bad |= x.is_nan() || x == f32::INFINITY;
-        if x > max {
-            max = x;
-            best = i;
-        }
-    }
-    if row.is_empty() || bad || max == f32::NEG_INFINITY {
-        return Err(RuntimeError::invalid(
-            "logits",
-            "need a finite largest entry (empty, NaN, +∞ or all −∞)",
-        ));
-    }
-    Ok(best as u32)
-}
+pub use crate::probs::argmax;
+use crate::probs::probs_into;
 
 /// Greedy decoding of up to `max_new_tokens` tokens after `prompt`, stopping after `eos` when given.
 pub fn greedy(model: &Model, prompt: &[u32], max_new_tokens: usize, eos: Option<u32>) -> Result<Vec<u32>> {
@@ -119,7 +99,7 @@ pub fn plain_batch(
             let t = match params {
                 None => argmax(&row)?,
                 Some(p) => {
-                    crate::speculative::probs_into(&row, p, &mut probs)?;
+                    probs_into(&row, p, &mut probs)?;
                     spin_core::Dist::new(&probs)?.sample(&mut rngs[b])
                 }
             };

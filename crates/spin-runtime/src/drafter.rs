@@ -10,7 +10,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
-use crate::speculative::{prob_rows, probs_into};
+use crate::probs::{prob_rows, probs_into};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};

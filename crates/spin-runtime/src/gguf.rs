@@ -130,7 +130,7 @@ impl GgufSource {
         let found = self
             .qtensor(name)
             .and_then(|q| Ok(q.dequantize(&Device::Cpu)?))
-            .and_then(|t| crate::load::check_finite_tensor(&self.what, name, &t));
+            .and_then(|t| crate::limits::check_finite_tensor(&self.what, name, &t));
         match found {
             Err(e) => e,
             Ok(()) => RuntimeError::format(
@@ -238,7 +238,7 @@ impl WeightSource for GgufSource {
                 // candle's quantised tensor on the device; its blocks are checked once, dequantised.
                 let (g, _) = &names[i];
                 let q = self.qtensor(g)?;
-                crate::load::check_finite_tensor(&self.what, g, &q.dequantize(&Device::Cpu)?)?;
+                crate::limits::check_finite_tensor(&self.what, g, &q.dequantize(&Device::Cpu)?)?;
                 out.push(Proj::Quant {
                     w: QMatMul::from_qtensor(q)?,
                     b: biases[i].take(),
@@ -297,7 +297,7 @@ impl GgufSource {
     fn dense_named(&self, g: &str, shape: &[usize]) -> Result<Tensor> {
         let t = self.qtensor(g)?.dequantize(&self.device)?;
         check_shape(&format!("{}: {g}", self.what), &t, shape)?;
-        crate::load::check_finite_tensor(&self.what, g, &t)?;
+        crate::limits::check_finite_tensor(&self.what, g, &t)?;
         Ok(t)
     }
 }
@@ -330,7 +330,7 @@ fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Resu
 }
 
 /// Reads a GGUF file's header (metadata and tensor infos) without reading its tensors; returns it with the open
-/// file and its length. The file must be a regular file of at most [`crate::load::MAX_MODEL_BYTES`].
+/// file and its length. The file must be a regular file of at most [`crate::limits::MAX_MODEL_BYTES`].
 fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> {
     use std::io::{Read, Seek};
     let what = path.display().to_string();
@@ -339,7 +339,7 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> 
     if !meta.is_file() {
         return Err(RuntimeError::invalid(&what, "is not a regular file"));
     }
-    let limit = crate::load::MAX_MODEL_BYTES;
+    let limit = crate::limits::MAX_MODEL_BYTES;
     if meta.len() > limit {
         return Err(RuntimeError::TooLarge {
             path: what,
@@ -450,7 +450,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
     };
     cfg.validate()
         .map_err(|e| RuntimeError::format(format!("{what}: metadata"), e.to_string()))?;
-    crate::load::check_limits(&cfg, &format!("{what}: metadata"))?;
+    crate::limits::check_limits(&cfg, &format!("{what}: metadata"))?;
     let src = GgufSource {
         what,
         content,

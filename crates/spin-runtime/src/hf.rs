@@ -98,13 +98,13 @@ impl HfConfig {
         };
         cfg.validate()
             .map_err(|e| RuntimeError::format("config.json", e.to_string()))?;
-        crate::load::check_limits(&cfg, "config.json")?;
+        crate::limits::check_limits(&cfg, "config.json")?;
         Ok(cfg)
     }
 }
 
 /// Parses the bytes of a `config.json` into our configuration (validated and within the limits of
-/// [`crate::load::check_limits`]); `what` names the file in errors.
+/// [`crate::limits::check_limits`]); `what` names the file in errors.
 pub fn parse_config(bytes: &[u8], what: &str) -> Result<Config> {
     let hf: HfConfig =
         serde_json::from_slice(bytes).map_err(|e| RuntimeError::format(what, e.to_string()))?;
@@ -115,7 +115,7 @@ pub fn parse_config(bytes: &[u8], what: &str) -> Result<Config> {
 pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
     let cfg_path = dir.join("config.json");
     let what = cfg_path.display().to_string();
-    let bytes = crate::load::read_limited(&cfg_path, crate::load::MAX_CONFIG_BYTES, "config.json")?;
+    let bytes = crate::limits::read_limited(&cfg_path, crate::limits::MAX_CONFIG_BYTES, "config.json")?;
     let hf: HfConfig =
         serde_json::from_slice(&bytes).map_err(|e| RuntimeError::format(&what, e.to_string()))?;
     let cfg = hf.to_config()?;
@@ -134,7 +134,7 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
     let mut tensors = HashMap::new();
     let mut head_ids = None;
     for f in &files {
-        let bytes = crate::load::read_limited(f, crate::load::MAX_MODEL_BYTES, "model")?;
+        let bytes = crate::limits::read_limited(f, crate::limits::MAX_MODEL_BYTES, "model")?;
         let mut part = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
             .map_err(|e| RuntimeError::format(f.display().to_string(), e.to_string()))?;
         if let Some(ids) = part.remove(HEAD_VOCAB_TENSOR) {
@@ -146,7 +146,7 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
             })?);
         }
         for (name, t) in &part {
-            crate::load::check_finite_tensor(&f.display().to_string(), name, t)?;
+            crate::limits::check_finite_tensor(&f.display().to_string(), name, t)?;
         }
         tensors.extend(part);
     }

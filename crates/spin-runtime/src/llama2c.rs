@@ -68,7 +68,7 @@ pub fn parse_header(bytes: &[u8], what: &str) -> Result<Config> {
     };
     cfg.validate()
         .map_err(|e| RuntimeError::format(format!("{what}: header"), e.to_string()))?;
-    crate::load::check_limits(&cfg, &format!("{what}: header"))?;
+    crate::limits::check_limits(&cfg, &format!("{what}: header"))?;
     Ok(cfg)
 }
 
@@ -90,7 +90,7 @@ fn layout(cfg: &Config) -> Vec<(&'static str, Vec<usize>, bool)> {
     ]
 }
 
-/// Floats after the header. Cannot overflow: [`crate::load::check_limits`] bounds every factor (below 2^47 in all).
+/// Floats after the header. Cannot overflow: [`crate::limits::check_limits`] bounds every factor (below 2^47 in all).
 fn expected_floats(cfg: &Config) -> usize {
     let body: usize = layout(cfg)
         .iter()
@@ -107,7 +107,7 @@ fn expected_floats(cfg: &Config) -> usize {
 
 /// Reads a llama2.c v0 checkpoint into a model on `device`.
 ///
-/// The header is read first: it fixes the file size, which must be at most [`crate::load::MAX_MODEL_BYTES`] and is
+/// The header is read first: it fixes the file size, which must be at most [`crate::limits::MAX_MODEL_BYTES`] and is
 /// checked before the weights are read (a regular file by its metadata, anything else through a bounded read).
 pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Model> {
     use std::io::Read;
@@ -127,11 +127,11 @@ pub fn load_checkpoint(path: &Path, device: &Device) -> Result<Model> {
         .map_err(|e| RuntimeError::io(path, e))?;
     let cfg = parse_header(&header, &what)?;
     let want = (HEADER_BYTES + 4 * expected_floats(&cfg)) as u64;
-    if want > crate::load::MAX_MODEL_BYTES {
+    if want > crate::limits::MAX_MODEL_BYTES {
         return Err(RuntimeError::TooLarge {
             path: what,
             kind: "model",
-            limit: crate::load::MAX_MODEL_BYTES,
+            limit: crate::limits::MAX_MODEL_BYTES,
         });
     }
     if meta.is_file() && meta.len() != want {
@@ -215,7 +215,7 @@ fn build_tensors(
     let take =
         |read: &mut dyn FnMut(usize) -> Result<Vec<f32>>, name: &str, shape: &[usize]| -> Result<Tensor> {
             let values = read(shape.iter().product())?;
-            crate::load::check_finite(what, name, &values)?;
+            crate::limits::check_finite(what, name, &values)?;
             Ok(Tensor::from_vec(values, shape, device)?)
         };
     for (name, shape, per_layer) in layout(cfg) {
@@ -323,9 +323,9 @@ impl Llama2cTokenizer {
     pub const MIN_VOCAB: usize = 259;
 
     /// Reads a tokenizer file holding exactly `vocab_size` entries (at most
-    /// [`crate::load::MAX_TOKENIZER_BYTES`] bytes, checked before reading).
+    /// [`crate::limits::MAX_TOKENIZER_BYTES`] bytes, checked before reading).
     pub fn load(path: &Path, vocab_size: usize) -> Result<Self> {
-        let bytes = crate::load::read_limited(path, crate::load::MAX_TOKENIZER_BYTES, "tokenizer")?;
+        let bytes = crate::limits::read_limited(path, crate::limits::MAX_TOKENIZER_BYTES, "tokenizer")?;
         Self::parse(&bytes, vocab_size, &path.display().to_string())
     }
 

@@ -9,48 +9,12 @@
 use crate::drafter::{DistForm, Drafter, device_rng, draft_many};
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
+pub use crate::probs::{prob_rows, probs_into, sampling};
 use crate::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use spin_core::{AlphaEstimator, Dist, SamplingParams, probs_from_logits};
+use spin_core::{AlphaEstimator, Dist, SamplingParams};
 use std::time::Duration;
-
-/// Sampling settings: `temperature = 0` is greedy decoding (top-1, exactly reproducing argmax decoding).
-pub fn sampling(temperature: f64) -> Result<SamplingParams> {
-    if temperature == 0.0 {
-        Ok(SamplingParams::new(1.0, Some(1), None)?)
-    } else {
-        Ok(SamplingParams::new(temperature, None, None)?)
-    }
-}
-
-/// Turns logits (n, vocab) into n probability rows under `params`.
-pub fn prob_rows(logits: &candle_core::Tensor, params: &SamplingParams) -> Result<Vec<Vec<f32>>> {
-    let rows = logits.to_dtype(candle_core::DType::F32)?.to_vec2::<f32>()?;
-    rows.iter()
-        .map(|r| {
-            let mut out = Vec::with_capacity(r.len());
-            probs_into(r, params, &mut out)?;
-            Ok(out)
-        })
-        .collect()
-}
-
-/// Writes one logits row's probabilities under `params` into `out`. Top-1 (temperature 0) is a one-hot row at the
-/// first largest logit, found in one pass ([`crate::decode::argmax`]) instead of 512 exponentials and a
-/// selection: the same row `probs_from_logits` gives (ties go to the smaller id in both), cheap enough for a
-/// drafter whose whole step is a few microseconds (docs/runtime.md, "Draft step").
-pub fn probs_into(row: &[f32], params: &SamplingParams, out: &mut Vec<f32>) -> Result<()> {
-    if params.top_k() == Some(1) {
-        let t = crate::decode::argmax(row)? as usize;
-        out.clear();
-        out.resize(row.len(), 0.0);
-        out[t] = 1.0;
-        return Ok(());
-    }
-    probs_from_logits(row, params, out)?;
-    Ok(())
-}
 
 /// One device's running state (a view the loop refreshes after every round).
 #[derive(Debug, Clone)]

@@ -111,10 +111,10 @@ impl Tokenizer {
         }
     }
 
-    /// Reads `tokenizer.json` (at most [`crate::load::MAX_TOKENIZER_BYTES`], checked before reading); BOS/EOS are
+    /// Reads `tokenizer.json` (at most [`crate::limits::MAX_TOKENIZER_BYTES`], checked before reading); BOS/EOS are
     /// looked up among common names.
     pub fn from_hf_file(path: &std::path::Path) -> Result<Self> {
-        let bytes = crate::load::read_limited(path, crate::load::MAX_TOKENIZER_BYTES, "tokenizer")?;
+        let bytes = crate::limits::read_limited(path, crate::limits::MAX_TOKENIZER_BYTES, "tokenizer")?;
         Self::from_hf_bytes(&bytes, &path.display().to_string())
     }
 

@@ -8,7 +8,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
-use crate::speculative::prob_rows;
+use crate::probs::prob_rows;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};
@@ -245,6 +245,27 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             return Ok((Vec::new(), 0.0));
         }
         let vocab = self.vocab();
+        self.check_submissions(subs)?;
+        let (logits, verify_s) = self.target_pass(subs)?;
+        let positions = subs.iter().map(|s| s.tokens.len()).max().unwrap_or(0) + 1;
+        let flat = self.target_rows(subs, &logits, positions)?;
+        let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
+        let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
+        self.judge_with_distributions(subs, &flat, &targets, &mut decisions)?;
+        self.judge_pairs(subs, &targets, &mut decisions)?;
+        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        for (s, d) in subs.iter().zip(&decisions) {
+            if let Decision::Done { accepted, token, .. } = *d {
+                self.commit(s.device, &s.tokens[..accepted], token)?;
+            }
+        }
+        Ok((decisions, verify_s))
+    }
+
+    /// Every submission names a distinct device that may draft, tokens inside the vocabulary, one distribution
+    /// per token of the vocabulary's size, and fits the context.
+    fn check_submissions(&self, subs: &[Submission<'_>]) -> Result<()> {
+        let vocab = self.vocab();
         let mut seen = vec![false; self.slots.len()];
         for (i, s) in subs.iter().enumerate() {
             let slot = self.slot(s.device)?;
@@ -308,6 +329,12 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The target's batched forward pass over every submission (the unfed tail of its sequence, then its draft),
+    /// and its wall time in seconds.
+    fn target_pass(&mut self, subs: &[Submission<'_>]) -> Result<(Vec<candle_core::Tensor>, f64)> {
         // Target inputs: the unfed tail of each sequence, then its draft.
         let inputs: Vec<Vec<u32>> = subs
             .iter()
@@ -337,10 +364,20 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
             self.model.forward_batch(&mut caches, &refs)?
         };
-        let verify_s = start.elapsed().as_secs_f64();
-        let positions = subs.iter().map(|s| s.tokens.len()).max().unwrap_or(0) + 1;
+        Ok((logits, start.elapsed().as_secs_f64()))
+    }
+
+    /// The target's probability rows at each submission's last `g + 1` positions, padded to `positions` rows per
+    /// submission: (submissions, positions, vocab) row-major.
+    fn target_rows(
+        &self,
+        subs: &[Submission<'_>],
+        logits: &[candle_core::Tensor],
+        positions: usize,
+    ) -> Result<Vec<f32>> {
+        let vocab = self.vocab();
         let mut flat = vec![0f32; subs.len() * positions * vocab];
-        for (i, (s, l)) in subs.iter().zip(&logits).enumerate() {
+        for (i, (s, l)) in subs.iter().zip(logits).enumerate() {
             let n = l.dim(0)?;
             let g = s.tokens.len();
             let rows = prob_rows(&l.narrow(0, n - g - 1, g + 1)?, &self.cfg.params)?;
@@ -349,7 +386,20 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 flat[at..at + vocab].copy_from_slice(r);
             }
         }
-        let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
+        Ok(flat)
+    }
+
+    /// The submissions that carry distributions (dense, or sparse expanded and renormalised), judged in one batch
+    /// in their order (the in-process loop's stream); every one is decided.
+    fn judge_with_distributions(
+        &mut self,
+        subs: &[Submission<'_>],
+        flat: &[f32],
+        targets: &PaddedTargets<'_>,
+        decisions: &mut [Option<Decision>],
+    ) -> Result<()> {
+        let vocab = self.vocab();
+        let positions = targets.positions();
         // Dense forms of every submission that carries distributions (sparse ones expanded and renormalised).
         let mut dense: Vec<Vec<Vec<f32>>> = vec![Vec::new(); subs.len()];
         for (i, s) in subs.iter().enumerate() {
@@ -367,7 +417,6 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         let with_dists: Vec<usize> = (0..subs.len())
             .filter(|&i| !matches!(subs[i].dists, DraftDists::Probs(_)))
             .collect();
-        let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
         if !with_dists.is_empty() {
             // One batch over the submissions with distributions, in their order (the in-process loop's stream).
             let rows_of = |i: usize| -> &[Vec<f32>] {
@@ -415,6 +464,17 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// The submissions that carry (token, probability) pairs only, judged one by one; a rejection leaves the
+    /// device waiting for its correction.
+    fn judge_pairs(
+        &mut self,
+        subs: &[Submission<'_>],
+        targets: &PaddedTargets<'_>,
+        decisions: &mut [Option<Decision>],
+    ) -> Result<()> {
         for (i, s) in subs.iter().enumerate() {
             let DraftDists::Probs(probs) = s.dists else {
                 continue;
@@ -443,13 +503,7 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 }
             });
         }
-        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-        for (s, d) in subs.iter().zip(&decisions) {
-            if let Decision::Done { accepted, token, .. } = *d {
-                self.commit(s.device, &s.tokens[..accepted], token)?;
-            }
-        }
-        Ok((decisions, verify_s))
+        Ok(())
     }
 
     /// The target's p_r of a pending device, truncated to `v_eff` and quantised to `q_bits` (the DL payload).

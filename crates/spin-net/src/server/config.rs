@@ -4,6 +4,12 @@
 use super::*;
 
 /// Which clock a round is accounted on.
+/// The longest draft the server lets a round plan (`max_draft_len`): every draft is drafted, sent and verified in a
+/// live round (K · (L_max + 1) positions in one batched pass, up to L_max distributions in each uplink message),
+/// so this is far below what the offline planners accept (`spin_optimize::paper_a::scenario::MAX_DRAFT_LEN_LIMIT`,
+/// 1024, and `spin_optimize::paper_b::scenario::MAX_DRAFT_LEN_LIMIT`, 1000, which bound tables and samples).
+pub const MAX_SERVED_DRAFT_LEN: u32 = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Clock {
@@ -171,10 +177,10 @@ impl ServerConfig {
         if self.v_eff == 0 {
             return Err(NetError::invalid("v_eff", "must be at least 1"));
         }
-        if self.max_draft_len == 0 || self.max_draft_len > 64 {
+        if self.max_draft_len == 0 || self.max_draft_len > MAX_SERVED_DRAFT_LEN {
             return Err(NetError::invalid(
                 "max_draft_len",
-                format!("{} is outside [1, 64]", self.max_draft_len),
+                format!("{} is outside [1, {MAX_SERVED_DRAFT_LEN}]", self.max_draft_len),
             ));
         }
         if self.round_deadline_s.is_nan() || self.round_deadline_s <= 0.0 {

@@ -1,6 +1,6 @@
 //! A validated paper-A scenario (SI units) and the evaluation of eq. 27 at any plan.
 //!
-//! The serde form [`ScenarioSpec`] mirrors the scenario file; [`Scenario::new`] checks every field once and names
+//! [`ScenarioSpec`] holds the SI values (`spin-scenario` reads the files into it); [`Scenario::new`] checks every field once and names
 //! the offending one (`devices[3].acceptance: 1.2 is outside (0, 1)`), so every planner downstream is infallible
 //! on its inputs.
 
@@ -8,8 +8,8 @@ use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
 
-/// One device as written in a scenario file.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// One device of a scenario, SI units (unvalidated).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeviceSpec {
     /// Per-token acceptance rate α_k ∈ (0, 1).
     pub acceptance: f64,
@@ -19,8 +19,8 @@ pub struct DeviceSpec {
     pub spectral_efficiency: f64,
 }
 
-/// A paper-A scenario as written in a file. Unknown fields are ignored (files may carry `model`, comments, …).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A paper-A scenario, SI units (unvalidated; [`Scenario::new`] checks it).
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScenarioSpec {
     /// Total uplink bandwidth B in Hz (> 0).
     pub bandwidth_hz: f64,
@@ -32,15 +32,10 @@ pub struct ScenarioSpec {
     pub verify_per_device_s: f64,
     /// Largest allowed draft length L_max (≥ 1).
     pub max_draft_len: u32,
-    /// Smallest allowed draft length (optional, default 1; paper A requires L_k ∈ Z₊).
-    #[serde(default = "default_min_draft_len")]
+    /// Smallest allowed draft length (scenario files default it to 1; paper A requires L_k ∈ Z₊).
     pub min_draft_len: u32,
     /// The devices (at least one).
     pub devices: Vec<DeviceSpec>,
-}
-
-fn default_min_draft_len() -> u32 {
-    1
 }
 
 /// One validated device, with a_k = Q_tok / r_k precomputed (bandwidth-seconds per drafted token).
@@ -95,6 +90,10 @@ pub struct Scenario {
 }
 
 /// The largest L_max accepted (E[N|L] and the planners are well defined beyond it, but no use case needs it).
+/// It bounds the planners' tables, not a representation, so it is not paper B's limit
+/// ([`crate::paper_b::scenario::MAX_DRAFT_LEN_LIMIT`], 1000, which the SAA samples' 16-bit positions set and the
+/// unified round shares); the networked server caps the drafts it runs lower still
+/// (`spin_net::server::MAX_SERVED_DRAFT_LEN`, 64), since each of them is drafted, sent and verified in a live round.
 pub const MAX_DRAFT_LEN_LIMIT: u32 = 1024;
 
 /// The most devices a paper-A scenario may have. Every planner's memory is O(K·(L_max − L_min + 1)) and
@@ -392,17 +391,6 @@ mod tests {
                 spectral_efficiency: 12.5,
             }],
         }
-    }
-
-    #[test]
-    fn json_without_optional_fields_parses() {
-        let json = r#"{ "model": "paper-a", "bandwidth_hz": 1.0e7, "distribution_bits": 31744,
-          "verify_fixed_s": 0.02268, "verify_per_device_s": 0.01272, "max_draft_len": 25,
-          "devices": [ {"acceptance": 0.86, "draft_token_s": 0.021, "spectral_efficiency": 12.5} ] }"#;
-        let parsed: ScenarioSpec = serde_json::from_str(json).unwrap();
-        assert_eq!(parsed, spec());
-        let s = Scenario::new(&parsed).unwrap();
-        assert!((s.verify_s() - (0.02268 + 0.01272)).abs() < 1e-15);
     }
 
     type Mutation = Box<dyn Fn(&mut ScenarioSpec)>;

@@ -4,10 +4,10 @@
 //! (`devices[3].acceptance: 1.2 is outside (0, 1)`), so the solvers downstream cannot fail on their inputs.
 
 use crate::OptimizeError;
-use serde::{Deserialize, Serialize};
 use std::ops::Deref;
 
-/// The largest draft length a scenario may allow (outcome samples store positions in 16 bits).
+/// The largest draft length a scenario may allow (outcome samples store positions in 16 bits). Paper A's planners
+/// allow 1024 ([`crate::paper_a::scenario::MAX_DRAFT_LEN_LIMIT`]): their limit bounds tables, not a representation.
 pub const MAX_DRAFT_LEN_LIMIT: u32 = 1000;
 /// The largest number of SAA samples a scenario may ask for.
 pub const SAA_SAMPLES_LIMIT: u32 = 10_000_000;
@@ -132,8 +132,8 @@ pub(crate) mod check {
     }
 }
 
-/// One device as written in a scenario file.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// One device of a scenario, SI units (unvalidated).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeviceSpec {
     /// Per-token acceptance rate α_k ∈ (0, 1).
     pub acceptance: f64,
@@ -143,8 +143,8 @@ pub struct DeviceSpec {
     pub channel_gain: f64,
 }
 
-/// A paper-B scenario as written in a file. Unknown fields are ignored (files carry `"model": "paper-b"`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A paper-B scenario, SI units (unvalidated; [`Scenario::new`] checks it; `spin-scenario` reads the files into it).
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScenarioSpec {
     /// Total bandwidth B in Hz, split equally among the rejected devices (> 0).
     pub bandwidth_hz: f64,
@@ -164,18 +164,12 @@ pub struct ScenarioSpec {
     pub noise_psd_server_w_per_hz: f64,
     /// Noise power spectral density at the devices N0_dev in W/Hz (> 0; −167 dBm/Hz ≈ 2.0e−20).
     pub noise_psd_device_w_per_hz: f64,
-    /// Number of outcome samples N_SAA of the sample-average approximation (default 1000).
-    #[serde(default = "default_saa_samples")]
+    /// Number of outcome samples N_SAA of the sample-average approximation.
     pub saa_samples: u32,
-    /// Seed of the outcome samples (and of random mode selection), default 0.
-    #[serde(default)]
+    /// Seed of the outcome samples (and of random mode selection).
     pub seed: u64,
     /// The devices (at least one).
     pub devices: Vec<DeviceSpec>,
-}
-
-fn default_saa_samples() -> u32 {
-    1000
 }
 
 /// A validated paper-B scenario; read its fields through `Deref` to [`ScenarioSpec`].
@@ -346,20 +340,5 @@ pub(crate) mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(msg, "devices[3].acceptance: 1.2 is outside (0, 1)");
-    }
-
-    #[test]
-    fn reads_the_issue_example() {
-        let json = r#"{ "model": "paper-b", "bandwidth_hz": 1.0e7, "distribution_bits": 34816,
-          "verify_fixed_s": 0.0428, "verify_per_device_s": 0.0076, "max_draft_len": 20,
-          "ul_power_w": 0.0316, "dl_power_w": 1.0,
-          "noise_psd_server_w_per_hz": 1.26e-20, "noise_psd_device_w_per_hz": 2.0e-20,
-          "saa_samples": 1000, "seed": 7,
-          "devices": [ {"acceptance": 0.8, "draft_token_s": 0.0152, "channel_gain": 1.0e-11} ] }"#;
-        let spec: ScenarioSpec = serde_json::from_str(json).unwrap();
-        let s = Scenario::new(spec).unwrap();
-        assert_eq!(s.device_count(), 1);
-        assert!((s.verify_s() - 0.0504).abs() < 1e-15);
-        assert_eq!(s.saa_samples, 1000);
     }
 }

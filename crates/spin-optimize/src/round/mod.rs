@@ -7,15 +7,13 @@
 //! `spin_core::dist::payload_bits` (D = V_eff(⌈log₂V⌉ + Q)), the radio formulas from `spin-channel`.
 //!
 //! [`spec`] holds the round, [`plan`] the plan, [`scheme`] the scheme names, [`planner`](mod@planner) the [`Planner`] trait and
-//! its implementations, [`file`](mod@file) the unified scenario file.
+//! its implementations.
 
-pub mod file;
 pub mod plan;
 pub mod planner;
 pub mod scheme;
 pub mod spec;
 
-pub use file::{ScenarioDevice, ScenarioSpec};
 pub use plan::{CorrectionPolicy, Estimate, RoundPlan};
 pub use planner::{PaperPlanner, Planner, plan_paper_a, planner};
 pub use scheme::{Family, Scheme};

@@ -3,6 +3,7 @@
 
 use super::Model;
 use crate::error::{Result, RuntimeError};
+use crate::kernels::{AttnScratch, HeadLanes};
 use candle_core::{DType, Tensor};
 
 /// The keys and values one sequence has seen, per layer.
@@ -12,7 +13,7 @@ pub struct KvCache {
     pub(super) len: usize,
     pub(super) kv_dim: usize,
     /// Buffers of the host path's steps for this sequence (empty until it takes one).
-    pub(super) host: super::host::HostBuffers,
+    pub(super) host: HostBuffers,
 }
 
 /// One layer of a [`KvCache`].
@@ -147,5 +148,40 @@ impl Model {
             (Tensor::stack(&ks, 0)?, Tensor::stack(&vs, 0)?)
         };
         Ok((k_all.t()?.contiguous()?, v_all.contiguous()?, updates))
+    }
+}
+
+/// The working buffers of a host step, kept in the sequence's [`KvCache`] so that steps after the first
+/// allocate nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostBuffers {
+    /// Residual stream (T, dim).
+    pub(super) x: Vec<f32>,
+    /// Normed residual (T, dim).
+    pub(super) xb: Vec<f32>,
+    /// q|k|v rows (T, dim + 2·kv_dim).
+    pub(super) qkv: Vec<f32>,
+    /// Attention output (T, dim).
+    pub(super) att: Vec<f32>,
+    /// gate|up rows (T, 2·hidden_dim).
+    pub(super) gate_up: Vec<f32>,
+    /// SwiGLU product (T, hidden_dim).
+    pub(super) hidden: Vec<f32>,
+    /// Logits (T, vocab).
+    pub(super) logits: Vec<f32>,
+    /// Keys visible to each query.
+    pub(super) visible: Vec<usize>,
+    pub(super) attn: AttnScratch,
+    /// Per layer, the cache's keys and values again in the layout of one-token steps ([`HeadLanes`]), extended
+    /// from the cache when such a step needs them and cut when the cache is truncated.
+    pub(super) lanes: Vec<HeadLanes>,
+}
+
+impl HostBuffers {
+    /// Forgets the one-token layout's positions from `len` on (the cache was truncated to `len`).
+    pub(super) fn truncate(&mut self, len: usize) {
+        for l in &mut self.lanes {
+            l.truncate(len);
+        }
     }
 }

@@ -15,7 +15,7 @@ use super::cache::LayerKv;
 use super::weights::{transpose_cat_panels, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
-use crate::kernels::{Attention, AttnScratch, HeadLanes, OneQuery, Past, SwiGluRows, fmadd, has_fma};
+use crate::kernels::{Attention, HeadLanes, OneQuery, Past, SwiGluRows, fmadd, has_fma};
 use candle_core::Tensor;
 
 /// Models with more weights than this keep only the candle route: their products are worth every core.
@@ -107,41 +107,6 @@ impl HostWeights {
             norm: host(&model.norm)?,
             head_t: panels(&[head.weight()])?,
         }))
-    }
-}
-
-/// The working buffers of a host step, kept in the sequence's [`KvCache`] so that steps after the first
-/// allocate nothing.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HostBuffers {
-    /// Residual stream (T, dim).
-    x: Vec<f32>,
-    /// Normed residual (T, dim).
-    xb: Vec<f32>,
-    /// q|k|v rows (T, dim + 2·kv_dim).
-    qkv: Vec<f32>,
-    /// Attention output (T, dim).
-    att: Vec<f32>,
-    /// gate|up rows (T, 2·hidden_dim).
-    gate_up: Vec<f32>,
-    /// SwiGLU product (T, hidden_dim).
-    hidden: Vec<f32>,
-    /// Logits (T, vocab).
-    pub(super) logits: Vec<f32>,
-    /// Keys visible to each query.
-    visible: Vec<usize>,
-    attn: AttnScratch,
-    /// Per layer, the cache's keys and values again in the layout of one-token steps ([`HeadLanes`]), extended
-    /// from the cache when such a step needs them and cut when the cache is truncated.
-    lanes: Vec<HeadLanes>,
-}
-
-impl HostBuffers {
-    /// Forgets the one-token layout's positions from `len` on (the cache was truncated to `len`).
-    pub(super) fn truncate(&mut self, len: usize) {
-        for l in &mut self.lanes {
-            l.truncate(len);
-        }
     }
 }
 

@@ -5,10 +5,10 @@
 //! padded) and distillation training: with `differentiable` set it uses only ops that candle can back-propagate.
 
 //! The folder splits it as candle splits its models: `config` (shape and numerics), `weights` (projections,
-//! weight sources, the fused CPU copies), `cache` (per-sequence KV caches), `attention` (rotary embeddings and
-//! attention), `mlp` (the SwiGLU block), `host` (the single-sequence host path of small dense models, no candle op
-//! per step) and `qhost` (the quantised host route: a GGUF model's whole pass over its own weight blocks, for any
-//! batch).
+//! weight sources, the fused CPU copies), `cache` (per-sequence KV caches and the host path's buffers they keep),
+//! `attention` (rotary embeddings and attention), `mlp` (the SwiGLU block), `host` (the single-sequence host path
+//! of small dense models, no candle op per step) and `qhost` (the quantised host route: a GGUF model's whole pass
+//! over its own weight blocks, for any batch).
 
 mod attention;
 mod cache;
@@ -20,14 +20,14 @@ mod weights;
 
 pub use cache::KvCache;
 pub use config::{Config, RopeStyle};
-pub(crate) use qhost::HostRows;
+pub(crate) use weights::HostRows;
 pub(crate) use weights::{Embedding, Proj, TensorMap, WeightSource, check_shape};
 pub use weights::{model_from_tensors, random_tensors, tensor_shapes, tiny_random_model};
 
 use crate::error::{Result, RuntimeError};
-use cache::{GroupPass, KvUpdate, LayerKv};
+use cache::{GroupPass, HostBuffers, KvUpdate, LayerKv};
 use candle_core::{D, Device, Tensor};
-use host::{HostBuffers, HostWeights};
+use host::HostWeights;
 use qhost::QHostWeights;
 use rayon::prelude::*;
 use weights::{Fused, Layer, rope_tables};

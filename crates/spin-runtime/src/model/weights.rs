@@ -1,12 +1,12 @@
 //! Where the weights come from and how they are kept: projections (dense or quantised), the named-tensor
 //! source the loaders share, the fused and transposed copies of the CPU fast path, random weights for tests.
 
-use super::qhost::HostRows;
 use super::{Config, Model};
 use crate::error::{Result, RuntimeError};
-use crate::quant::QMatrix;
-use candle_core::quantized::QMatMul;
+use crate::quant::{BlockFormat, QMatrix};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{CpuStorage, DType, Device, Module, Storage, Tensor};
+use std::sync::{Arc, OnceLock};
 
 /// A linear projection y = x Wᵀ (+ b), with dense or quantised weights.
 #[derive(Debug, Clone)]
@@ -568,5 +568,121 @@ mod tests {
             assert_eq!(start, panels.len());
         }
         Ok(())
+    }
+}
+
+/// The ggml type of a block format (the inverse of `BlockFormat::from_ggml`).
+pub(crate) fn ggml_of(f: BlockFormat) -> GgmlDType {
+    match f {
+        BlockFormat::F32 => GgmlDType::F32,
+        BlockFormat::F16 => GgmlDType::F16,
+        BlockFormat::Q4_0 => GgmlDType::Q4_0,
+        BlockFormat::Q4_1 => GgmlDType::Q4_1,
+        BlockFormat::Q5_0 => GgmlDType::Q5_0,
+        BlockFormat::Q8_0 => GgmlDType::Q8_0,
+        BlockFormat::Q4K => GgmlDType::Q4K,
+        BlockFormat::Q5K => GgmlDType::Q5K,
+        BlockFormat::Q6K => GgmlDType::Q6K,
+    }
+}
+
+/// Rows `first .. first + rows` of a host matrix that may be shared with the projections stacked beside it
+/// (q|k|v, gate|up): what a quantised projection of a GGUF model on the CPU holds.
+#[derive(Debug, Clone)]
+pub(crate) struct HostRows {
+    pub(crate) m: Arc<QMatrix>,
+    pub(crate) first: usize,
+    pub(crate) rows: usize,
+    /// The same rows as candle's quantised matrix, for the candle route (built on first use: a model that stays
+    /// on the host route never holds a second copy of its weights).
+    candle: Arc<OnceLock<QMatMul>>,
+}
+
+impl HostRows {
+    /// All rows of `m`.
+    pub(crate) fn whole(m: Arc<QMatrix>) -> HostRows {
+        let rows = m.rows();
+        HostRows::part(m, 0, rows)
+    }
+
+    /// Rows `first .. first + rows` of `m` (the caller keeps them inside `m`).
+    pub(crate) fn part(m: Arc<QMatrix>, first: usize, rows: usize) -> HostRows {
+        HostRows {
+            m,
+            first,
+            rows,
+            candle: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Input width.
+    pub(crate) fn cols(&self) -> usize {
+        self.m.cols()
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.m.cols() / self.m.format().block_elems() * self.m.format().block_bytes()
+    }
+
+    /// The block bytes of these rows.
+    fn bytes(&self) -> &[u8] {
+        let rb = self.row_bytes();
+        &self.m.data()[self.first * rb..(self.first + self.rows) * rb]
+    }
+
+    /// Whether these rows are the whole matrix.
+    fn is_whole(&self) -> bool {
+        self.first == 0 && self.rows == self.m.rows()
+    }
+
+    /// These rows as a matrix of their own (shared when they are the whole matrix, copied otherwise).
+    pub(super) fn matrix(&self, what: &str) -> Result<Arc<QMatrix>> {
+        if self.is_whole() {
+            return Ok(self.m.clone());
+        }
+        let m = QMatrix::new(
+            what,
+            self.m.format(),
+            self.rows,
+            self.cols(),
+            self.bytes().to_vec(),
+        )?;
+        Ok(Arc::new(m))
+    }
+
+    /// The rows as candle's quantised matrix on the CPU, built on first use.
+    pub(crate) fn qmatmul(&self) -> Result<&QMatMul> {
+        if self.candle.get().is_none() {
+            let bytes = self.bytes();
+            // candle reinterprets the bytes as blocks and asserts their alignment (at most that of an f32); a
+            // `Vec<u8>` from the system allocator is aligned far beyond it, so this only guards the assertion.
+            if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
+                return Err(RuntimeError::invalid(
+                    "weights",
+                    "host matrix bytes are misaligned",
+                ));
+            }
+            let storage = QStorage::from_data(
+                std::borrow::Cow::Borrowed(bytes),
+                &Device::Cpu,
+                ggml_of(self.m.format()),
+            )?;
+            let q = QTensor::new(storage, (self.rows, self.cols()))?;
+            // Two threads may both build it; one result is kept, both are the same.
+            let _ = self.candle.set(QMatMul::from_qtensor(q)?);
+        }
+        self.candle
+            .get()
+            .ok_or_else(|| RuntimeError::invalid("weights", "candle matrix missing"))
+    }
+
+    /// The rows dequantised to a dense (rows, cols) f32 tensor on the CPU.
+    pub(crate) fn dequantize(&self) -> Result<Tensor> {
+        let cols = self.cols();
+        let mut out = vec![0f32; self.rows * cols];
+        for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+            self.m.dequantize_row(self.first + r, row);
+        }
+        Ok(Tensor::from_vec(out, (self.rows, cols), &Device::Cpu)?)
     }
 }

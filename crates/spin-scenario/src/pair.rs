@@ -1,0 +1,96 @@
+//! Unit pairs: one quantity under either of two names (`bandwidth_hz | bandwidth_mhz`), exactly one of them given,
+//! the second converted by `spin_channel::units` (the rule of every file family). A section prefix (`system.`,
+//! `devices[3].`) names the fields as the file path does.
+
+use crate::FileError;
+use spin_channel::units::{self, Conversion};
+
+/// One quantity under either name of a unit pair: `first` in the unit the program uses, `second` converted by
+/// `conversion`. Errors name both fields (`ul_power_w, ul_power_dbm: give exactly one of the pair, not both`) or
+/// the converted one.
+pub fn one_of(
+    prefix: &str,
+    first: (&str, Option<f64>),
+    second: (&str, Option<f64>),
+    conversion: Conversion,
+) -> Result<f64, FileError> {
+    let a = format!("{prefix}{}", first.0);
+    let b = format!("{prefix}{}", second.0);
+    units::one_of((&a, first.1), (&b, second.1), conversion).map_err(FileError::from)
+}
+
+/// [`one_of`] where the pair may be left out altogether: `None` when neither name is given.
+pub fn optional_one_of(
+    prefix: &str,
+    first: (&str, Option<f64>),
+    second: (&str, Option<f64>),
+    conversion: Conversion,
+) -> Result<Option<f64>, FileError> {
+    if first.1.is_none() && second.1.is_none() {
+        return Ok(None);
+    }
+    one_of(prefix, first, second, conversion).map(Some)
+}
+
+/// A sweep axis under either name of a unit pair, converted element by element (an error names the element,
+/// `fig7.dl_power_w[2]`).
+pub fn one_of_list(
+    prefix: &str,
+    first: (&str, Option<&[f64]>),
+    second: (&str, Option<&[f64]>),
+    conversion: Conversion,
+) -> Result<Vec<f64>, FileError> {
+    let a = format!("{prefix}{}", first.0);
+    let b = format!("{prefix}{}", second.0);
+    units::one_of_list((&a, first.1), (&b, second.1), conversion).map_err(FileError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pair_takes_exactly_one_and_names_both_with_the_prefix() {
+        let mhz = one_of(
+            "system.",
+            ("bandwidth_hz", None),
+            ("bandwidth_mhz", Some(10.0)),
+            Conversion::MhzToHz,
+        );
+        assert_eq!(mhz, Ok(1e7));
+        let both = one_of(
+            "system.",
+            ("bandwidth_hz", Some(1e7)),
+            ("bandwidth_mhz", Some(10.0)),
+            Conversion::MhzToHz,
+        )
+        .unwrap_err();
+        assert_eq!(
+            both.to_string(),
+            "system.bandwidth_hz, system.bandwidth_mhz: give exactly one of the pair, not both"
+        );
+        let neither = one_of(
+            "",
+            ("ul_power_w", None),
+            ("ul_power_dbm", None),
+            Conversion::DbmToW,
+        )
+        .unwrap_err();
+        assert_eq!(
+            neither.to_string(),
+            "ul_power_w, ul_power_dbm: missing (give exactly one of the pair)"
+        );
+        assert_eq!(
+            optional_one_of("", ("a_w", None), ("a_dbm", None), Conversion::DbmToW),
+            Ok(None)
+        );
+        let list = one_of_list(
+            "fig7.",
+            ("dl_power_dbm", None),
+            ("dl_power_w", Some(&[1.0, 0.0][..])),
+            Conversion::WToDbm,
+        )
+        .unwrap_err();
+        assert!(list.to_string().starts_with("fig7.dl_power_w[1]: "), "{list}");
+    }
+}

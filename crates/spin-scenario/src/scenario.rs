@@ -1,0 +1,256 @@
+//! Scenario files: `"model": "paper-a"` (or no model field), `"paper-b"` or `"unified"`, JSON or TOML, read by the
+//! rules of [`crate::reader`] and resolved to the SI specs of `spin-optimize` (docs/cli.md lists the fields).
+
+use crate::FileError;
+use crate::pair::one_of;
+use crate::reader::{Document, Format};
+use crate::unified::{UnifiedFile, UnifiedScenario};
+use serde::Deserialize;
+use spin_channel::units::Conversion;
+use spin_optimize::paper_a::heterogeneous::Alg1Params;
+use spin_optimize::{paper_a, paper_b};
+
+/// Which control model a scenario file describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model {
+    /// Paper A: draft lengths and OFDMA uplink bandwidth.
+    PaperA,
+    /// Paper B: uplink/downlink correction and proactive draft lengths.
+    PaperB,
+    /// The unified model of both papers (docs/unified.md).
+    Unified,
+}
+
+impl Model {
+    /// The `model` field's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::PaperA => "paper-a",
+            Model::PaperB => "paper-b",
+            Model::Unified => "unified",
+        }
+    }
+}
+
+/// A paper-A scenario with the planner settings a file may carry.
+#[derive(Debug, Clone)]
+pub struct PaperA {
+    /// The SI spec.
+    pub spec: paper_a::ScenarioSpec,
+    /// `fixed_draft_len`, when given.
+    pub fixed_draft_len: Option<u32>,
+    /// Algorithm 1's grid (documented defaults 100, 100, 1e-6).
+    pub alg1: Alg1Params,
+}
+
+/// A parsed scenario file.
+#[derive(Debug, Clone)]
+pub enum Loaded {
+    /// `"model": "paper-a"` (or no model field).
+    PaperA(PaperA),
+    /// `"model": "paper-b"`.
+    PaperB(paper_b::ScenarioSpec),
+    /// `"model": "unified"` (docs/unified.md).
+    Unified(UnifiedScenario),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaperADeviceFile {
+    acceptance: f64,
+    draft_token_s: f64,
+    spectral_efficiency: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaperAFile {
+    #[serde(rename = "model")]
+    _model: Option<String>,
+    bandwidth_hz: Option<f64>,
+    bandwidth_mhz: Option<f64>,
+    // One name per quantity across both papers; the names paper-A files had before stay accepted.
+    #[serde(alias = "bits_per_draft_token")]
+    distribution_bits: f64,
+    verify_fixed_s: f64,
+    #[serde(alias = "verify_per_draft_s")]
+    verify_per_device_s: f64,
+    max_draft_len: u32,
+    min_draft_len: Option<u32>,
+    fixed_draft_len: Option<u32>,
+    alg1_phi_points: Option<usize>,
+    alg1_lambda_points: Option<usize>,
+    alg1_lambda_lo_ratio: Option<f64>,
+    devices: Vec<PaperADeviceFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaperBDeviceFile {
+    acceptance: f64,
+    draft_token_s: f64,
+    channel_gain: Option<f64>,
+    channel_gain_db: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PaperBFile {
+    #[serde(rename = "model")]
+    _model: String,
+    bandwidth_hz: Option<f64>,
+    bandwidth_mhz: Option<f64>,
+    distribution_bits: f64,
+    verify_fixed_s: f64,
+    verify_per_device_s: f64,
+    max_draft_len: u32,
+    ul_power_w: Option<f64>,
+    ul_power_dbm: Option<f64>,
+    dl_power_w: Option<f64>,
+    dl_power_dbm: Option<f64>,
+    noise_psd_server_w_per_hz: Option<f64>,
+    noise_psd_server_dbm_per_hz: Option<f64>,
+    noise_psd_device_w_per_hz: Option<f64>,
+    noise_psd_device_dbm_per_hz: Option<f64>,
+    saa_samples: u32,
+    seed: u64,
+    devices: Vec<PaperBDeviceFile>,
+}
+
+/// Parses scenario text of any model.
+pub fn parse(text: &str, format: Format) -> Result<Loaded, FileError> {
+    parse_expecting(text, format, None)
+}
+
+/// [`parse`] for a command that takes only `expect` scenarios: a file of another model is refused by its `model`
+/// field before its other fields are checked.
+pub fn parse_expecting(text: &str, format: Format, expect: Option<Model>) -> Result<Loaded, FileError> {
+    let doc = Document::parse(text, format, "scenario")?;
+    let model = match doc.top_level_str("model") {
+        None => Model::PaperA,
+        Some(Ok(s)) if s == "paper-a" => Model::PaperA,
+        Some(Ok(s)) if s == "paper-b" => Model::PaperB,
+        Some(Ok(s)) if s == "unified" => Model::Unified,
+        Some(other) => {
+            let found = match other {
+                Ok(s) => serde_json::Value::String(s).to_string(),
+                Err(json) => json,
+            };
+            return Err(FileError::new(
+                "model",
+                format!("expected \"paper-a\", \"paper-b\" or \"unified\", found {found}"),
+            ));
+        }
+    };
+    if let Some(want) = expect
+        && want != model
+    {
+        return Err(FileError::new(
+            "model",
+            format!(
+                "this command needs a {} scenario (\"model\": \"{}\"), the file is {}",
+                want.name(),
+                want.name(),
+                model.name()
+            ),
+        ));
+    }
+    match model {
+        Model::PaperA => paper_a_from(doc.into_struct()?).map(Loaded::PaperA),
+        Model::PaperB => paper_b_from(doc.into_struct()?).map(Loaded::PaperB),
+        Model::Unified => UnifiedScenario::from_file(doc.into_struct::<UnifiedFile>()?).map(Loaded::Unified),
+    }
+}
+
+fn paper_a_from(f: PaperAFile) -> Result<PaperA, FileError> {
+    let defaults = Alg1Params::default();
+    Ok(PaperA {
+        spec: paper_a::ScenarioSpec {
+            bandwidth_hz: one_of(
+                "",
+                ("bandwidth_hz", f.bandwidth_hz),
+                ("bandwidth_mhz", f.bandwidth_mhz),
+                Conversion::MhzToHz,
+            )?,
+            distribution_bits: f.distribution_bits,
+            verify_fixed_s: f.verify_fixed_s,
+            verify_per_device_s: f.verify_per_device_s,
+            max_draft_len: f.max_draft_len,
+            min_draft_len: f.min_draft_len.unwrap_or(1),
+            devices: f
+                .devices
+                .into_iter()
+                .map(|d| paper_a::DeviceSpec {
+                    acceptance: d.acceptance,
+                    draft_token_s: d.draft_token_s,
+                    spectral_efficiency: d.spectral_efficiency,
+                })
+                .collect(),
+        },
+        fixed_draft_len: f.fixed_draft_len,
+        alg1: Alg1Params {
+            phi_points: f.alg1_phi_points.unwrap_or(defaults.phi_points),
+            lambda_points: f.alg1_lambda_points.unwrap_or(defaults.lambda_points),
+            lambda_lo_ratio: f.alg1_lambda_lo_ratio.unwrap_or(defaults.lambda_lo_ratio),
+        },
+    })
+}
+
+fn paper_b_from(f: PaperBFile) -> Result<paper_b::ScenarioSpec, FileError> {
+    let devices = f
+        .devices
+        .into_iter()
+        .enumerate()
+        .map(|(k, d)| {
+            Ok(paper_b::DeviceSpec {
+                acceptance: d.acceptance,
+                draft_token_s: d.draft_token_s,
+                channel_gain: one_of(
+                    &format!("devices[{k}]."),
+                    ("channel_gain", d.channel_gain),
+                    ("channel_gain_db", d.channel_gain_db),
+                    Conversion::DbToLinear,
+                )?,
+            })
+        })
+        .collect::<Result<Vec<_>, FileError>>()?;
+    Ok(paper_b::ScenarioSpec {
+        bandwidth_hz: one_of(
+            "",
+            ("bandwidth_hz", f.bandwidth_hz),
+            ("bandwidth_mhz", f.bandwidth_mhz),
+            Conversion::MhzToHz,
+        )?,
+        distribution_bits: f.distribution_bits,
+        verify_fixed_s: f.verify_fixed_s,
+        verify_per_device_s: f.verify_per_device_s,
+        max_draft_len: f.max_draft_len,
+        ul_power_w: one_of(
+            "",
+            ("ul_power_w", f.ul_power_w),
+            ("ul_power_dbm", f.ul_power_dbm),
+            Conversion::DbmToW,
+        )?,
+        dl_power_w: one_of(
+            "",
+            ("dl_power_w", f.dl_power_w),
+            ("dl_power_dbm", f.dl_power_dbm),
+            Conversion::DbmToW,
+        )?,
+        noise_psd_server_w_per_hz: one_of(
+            "",
+            ("noise_psd_server_w_per_hz", f.noise_psd_server_w_per_hz),
+            ("noise_psd_server_dbm_per_hz", f.noise_psd_server_dbm_per_hz),
+            Conversion::DbmPerHzToWPerHz,
+        )?,
+        noise_psd_device_w_per_hz: one_of(
+            "",
+            ("noise_psd_device_w_per_hz", f.noise_psd_device_w_per_hz),
+            ("noise_psd_device_dbm_per_hz", f.noise_psd_device_dbm_per_hz),
+            Conversion::DbmPerHzToWPerHz,
+        )?,
+        saa_samples: f.saa_samples,
+        seed: f.seed,
+        devices,
+    })
+}
