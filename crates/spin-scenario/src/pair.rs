@@ -45,6 +45,48 @@ pub fn one_of_list(
     units::one_of_list((&a, first.1), (&b, second.1), conversion).map_err(FileError::from)
 }
 
+/// The radio block of a scenario file as written: each quantity as its (SI, dB) unit pair, e.g.
+/// `ul_power: (ul_power_w, ul_power_dbm)`. Paper-B and unified scenarios share it.
+pub(crate) struct RadioPairs {
+    pub ul_power: (Option<f64>, Option<f64>),
+    pub dl_power: (Option<f64>, Option<f64>),
+    pub noise_psd_server: (Option<f64>, Option<f64>),
+    pub noise_psd_device: (Option<f64>, Option<f64>),
+}
+
+impl RadioPairs {
+    /// The radio in SI units, each pair resolved by [`one_of`] in the file's field order (a top-level block: the
+    /// errors name the fields without a prefix).
+    pub(crate) fn resolve(self) -> Result<spin_optimize::round::Radio, FileError> {
+        Ok(spin_optimize::round::Radio {
+            ul_power_w: one_of(
+                "",
+                ("ul_power_w", self.ul_power.0),
+                ("ul_power_dbm", self.ul_power.1),
+                Conversion::DbmToW,
+            )?,
+            dl_power_w: one_of(
+                "",
+                ("dl_power_w", self.dl_power.0),
+                ("dl_power_dbm", self.dl_power.1),
+                Conversion::DbmToW,
+            )?,
+            noise_psd_server_w_per_hz: one_of(
+                "",
+                ("noise_psd_server_w_per_hz", self.noise_psd_server.0),
+                ("noise_psd_server_dbm_per_hz", self.noise_psd_server.1),
+                Conversion::DbmPerHzToWPerHz,
+            )?,
+            noise_psd_device_w_per_hz: one_of(
+                "",
+                ("noise_psd_device_w_per_hz", self.noise_psd_device.0),
+                ("noise_psd_device_dbm_per_hz", self.noise_psd_device.1),
+                Conversion::DbmPerHzToWPerHz,
+            )?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

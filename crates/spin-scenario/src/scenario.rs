@@ -2,7 +2,7 @@
 //! rules of [`crate::reader`] and resolved to the SI specs of `spin-optimize` (docs/cli.md lists the fields).
 
 use crate::FileError;
-use crate::pair::one_of;
+use crate::pair::{RadioPairs, one_of};
 use crate::reader::{Document, Format};
 use crate::unified::{UnifiedFile, UnifiedScenario};
 use serde::Deserialize;
@@ -214,41 +214,29 @@ fn paper_b_from(f: PaperBFile) -> Result<paper_b::ScenarioSpec, FileError> {
             })
         })
         .collect::<Result<Vec<_>, FileError>>()?;
+    let bandwidth_hz = one_of(
+        "",
+        ("bandwidth_hz", f.bandwidth_hz),
+        ("bandwidth_mhz", f.bandwidth_mhz),
+        Conversion::MhzToHz,
+    )?;
+    let radio = RadioPairs {
+        ul_power: (f.ul_power_w, f.ul_power_dbm),
+        dl_power: (f.dl_power_w, f.dl_power_dbm),
+        noise_psd_server: (f.noise_psd_server_w_per_hz, f.noise_psd_server_dbm_per_hz),
+        noise_psd_device: (f.noise_psd_device_w_per_hz, f.noise_psd_device_dbm_per_hz),
+    }
+    .resolve()?;
     Ok(paper_b::ScenarioSpec {
-        bandwidth_hz: one_of(
-            "",
-            ("bandwidth_hz", f.bandwidth_hz),
-            ("bandwidth_mhz", f.bandwidth_mhz),
-            Conversion::MhzToHz,
-        )?,
+        bandwidth_hz,
         distribution_bits: f.distribution_bits,
         verify_fixed_s: f.verify_fixed_s,
         verify_per_device_s: f.verify_per_device_s,
         max_draft_len: f.max_draft_len,
-        ul_power_w: one_of(
-            "",
-            ("ul_power_w", f.ul_power_w),
-            ("ul_power_dbm", f.ul_power_dbm),
-            Conversion::DbmToW,
-        )?,
-        dl_power_w: one_of(
-            "",
-            ("dl_power_w", f.dl_power_w),
-            ("dl_power_dbm", f.dl_power_dbm),
-            Conversion::DbmToW,
-        )?,
-        noise_psd_server_w_per_hz: one_of(
-            "",
-            ("noise_psd_server_w_per_hz", f.noise_psd_server_w_per_hz),
-            ("noise_psd_server_dbm_per_hz", f.noise_psd_server_dbm_per_hz),
-            Conversion::DbmPerHzToWPerHz,
-        )?,
-        noise_psd_device_w_per_hz: one_of(
-            "",
-            ("noise_psd_device_w_per_hz", f.noise_psd_device_w_per_hz),
-            ("noise_psd_device_dbm_per_hz", f.noise_psd_device_dbm_per_hz),
-            Conversion::DbmPerHzToWPerHz,
-        )?,
+        ul_power_w: radio.ul_power_w,
+        dl_power_w: radio.dl_power_w,
+        noise_psd_server_w_per_hz: radio.noise_psd_server_w_per_hz,
+        noise_psd_device_w_per_hz: radio.noise_psd_device_w_per_hz,
         saa_samples: f.saa_samples,
         seed: f.seed,
         devices,

@@ -2,7 +2,7 @@
 //! unit of its pair, resolved to SI units in [`UnifiedScenario`] and validated into a `spin_optimize::round::Round`.
 
 use crate::FileError;
-use crate::pair::{one_of, optional_one_of};
+use crate::pair::{RadioPairs, one_of, optional_one_of};
 use serde::Deserialize;
 use spin_channel::units::Conversion;
 use spin_optimize::OptimizeError;
@@ -161,32 +161,13 @@ impl UnifiedScenario {
             verify_per_device_s: f.verify_per_device_s,
             min_draft_len: f.min_draft_len,
             max_draft_len: f.max_draft_len,
-            radio: Radio {
-                ul_power_w: one_of(
-                    "",
-                    ("ul_power_w", f.ul_power_w),
-                    ("ul_power_dbm", f.ul_power_dbm),
-                    Conversion::DbmToW,
-                )?,
-                dl_power_w: one_of(
-                    "",
-                    ("dl_power_w", f.dl_power_w),
-                    ("dl_power_dbm", f.dl_power_dbm),
-                    Conversion::DbmToW,
-                )?,
-                noise_psd_server_w_per_hz: one_of(
-                    "",
-                    ("noise_psd_server_w_per_hz", f.noise_psd_server_w_per_hz),
-                    ("noise_psd_server_dbm_per_hz", f.noise_psd_server_dbm_per_hz),
-                    Conversion::DbmPerHzToWPerHz,
-                )?,
-                noise_psd_device_w_per_hz: one_of(
-                    "",
-                    ("noise_psd_device_w_per_hz", f.noise_psd_device_w_per_hz),
-                    ("noise_psd_device_dbm_per_hz", f.noise_psd_device_dbm_per_hz),
-                    Conversion::DbmPerHzToWPerHz,
-                )?,
-            },
+            radio: RadioPairs {
+                ul_power: (f.ul_power_w, f.ul_power_dbm),
+                dl_power: (f.dl_power_w, f.dl_power_dbm),
+                noise_psd_server: (f.noise_psd_server_w_per_hz, f.noise_psd_server_dbm_per_hz),
+                noise_psd_device: (f.noise_psd_device_w_per_hz, f.noise_psd_device_dbm_per_hz),
+            }
+            .resolve()?,
             payload: match f.payload.unwrap_or(PayloadFile::Choose) {
                 PayloadFile::Distribution => PayloadPolicy::Distribution,
                 PayloadFile::Pair => PayloadPolicy::Pair,
