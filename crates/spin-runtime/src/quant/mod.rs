@@ -313,6 +313,20 @@ impl QMatrix {
             simd::float_tile(&panel.f, &acts.x, n, self.cols, out);
             return;
         }
+        if n == 1 && simd::fused_row(self.format) {
+            let nch = self.cols / 32;
+            panel.o.resize(TILE * nch, 0.0);
+            let rows: [&[u8]; TILE] = std::array::from_fn(|t| self.row(r0 + t.min(live - 1)));
+            let act = ActView {
+                q: &acts.q,
+                d: &acts.d,
+                xs: &acts.xs32,
+                n,
+                cols: self.cols,
+            };
+            simd::fused_row_tile(self.format, rows, &mut panel.o, &act, live, out);
+            return;
+        }
         panel.unpack(self, r0, live);
         let view = PanelView {
             u: &panel.u,

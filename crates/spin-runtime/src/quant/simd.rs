@@ -141,6 +141,40 @@ pub(crate) fn quant_tile_with(isa: Isa, p: &PanelView, a: &ActView, live: usize,
     portable::quant_tile::<false>(p, a, live, out);
 }
 
+/// Whether [`fused_row_tile`] runs for `format` on this CPU: one activation row against weight rows read straight
+/// from their blocks (AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q8_0).
+pub(crate) fn fused_row(format: BlockFormat) -> bool {
+    Isa::best() == Isa::Avx512Vnni
+        && matches!(
+            format,
+            BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q5_0 | BlockFormat::Q8_0
+        )
+}
+
+/// One activation row (`a.n == 1`) against the weight rows `rows` (TILE rows of one matrix, the ones from
+/// `live` on ignored) without unpacking them into a panel: each block's codes are expanded in registers and used
+/// at once, each block's scale read from its own bytes as the codes are; the offsets go to `o` (TILE × cols/32). The same instructions in the same
+/// order as [`quant_tile`] on the unpacked panel, so the same bits (tested). Only where [`fused_row`] says so.
+///
+/// # Panics
+/// If [`fused_row`] is false for `format`, or the shapes disagree (caller bugs).
+pub(crate) fn fused_row_tile(
+    format: BlockFormat,
+    rows: [&[u8]; TILE],
+    o: &mut [f32],
+    a: &ActView,
+    live: usize,
+    out: &mut [f32],
+) {
+    assert!(fused_row(format) && a.n == 1 && live <= TILE && out.len() >= live);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `fused_row` holds, so `Isa::best` is Avx512Vnni: AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C were
+    // detected, the features `x86::fused512` enables.
+    unsafe {
+        x86::fused512(format, rows, o, a, live, out)
+    };
+}
+
 /// One tile of TILE f32 weight rows (`f`, TILE × cols) against n f32 activation rows: `out[t·n + i]`, t < out/n.
 pub(crate) fn float_tile(f: &[f32], x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
     float_tile_with(Isa::best(), f, x, n, cols, out);
@@ -611,6 +645,148 @@ mod x86 {
                     let off = dot_f32(&p.o[t * ng..(t + 1) * ng], &a.xs[i * ng..(i + 1) * ng]);
                     out[t * n + i] = hsum(_mm256_add_ps(lo, hi)) + off;
                 }
+            }
+        }
+    }
+
+    /// The 32 codes of the block at `at` (Q4_0, Q4_1, Q5_0 or Q8_0), in the order `unpack_row` stores them.
+    ///
+    /// # Safety
+    /// `at` points to one whole block of `format`; the caller enables AVX2.
+    #[inline(always)]
+    unsafe fn block_codes(format: BlockFormat, at: *const u8) -> __m256i {
+        // SAFETY: every load reads inside the block at `at` (Q4_0: bytes 2..18 of 18, Q4_1: 4..20 of 20, Q5_0:
+        // 2..22 of 22, Q8_0: 2..34 of 34); loads are unaligned; the rest are AVX2 register operations.
+        unsafe {
+            let low = _mm_set1_epi8(0x0F);
+            match format {
+                BlockFormat::Q8_0 => {
+                    _mm256_xor_si256(_mm256_loadu_si256(at.add(2).cast()), _mm256_set1_epi8(-128))
+                }
+                BlockFormat::Q5_0 => {
+                    let q = _mm_loadu_si128(at.add(6).cast());
+                    let qh = u32::from_le_bytes([*at.add(2), *at.add(3), *at.add(4), *at.add(5)]);
+                    let bits = _mm256_set1_epi32(qh as i32);
+                    let spread = _mm256_shuffle_epi8(
+                        bits,
+                        _mm256_setr_epi8(
+                            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                            3, 3, 3, 3, 3,
+                        ),
+                    );
+                    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                    let hi = _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask),
+                        _mm256_set1_epi8(16),
+                    );
+                    let lo =
+                        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+                    _mm256_or_si256(lo, hi)
+                }
+                _ => {
+                    let off = if format == BlockFormat::Q4_0 { 2 } else { 4 };
+                    let q = _mm_loadu_si128(at.add(off).cast());
+                    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low))
+                }
+            }
+        }
+    }
+
+    /// [`super::fused_row_tile`]: `tile512::<1, false>` with each pair of blocks' codes expanded in registers
+    /// (block b in lanes 0–7, b + 1 in lanes 8–15, as the panel's 64-byte load puts them).
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) fn fused512(
+        format: BlockFormat,
+        rows: [&[u8]; TILE],
+        o: &mut [f32],
+        a: &ActView,
+        live: usize,
+        out: &mut [f32],
+    ) {
+        let cols = a.cols;
+        let (be, bb) = (format.block_elems(), format.block_bytes());
+        let nch = cols / 32;
+        assert!(be == 32 && cols.is_multiple_of(32) && a.n == 1 && live <= TILE && out.len() >= live);
+        assert!(a.q.len() >= cols && a.d.len() >= nch && a.xs.len() >= nch);
+        assert!(o.len() >= TILE * nch);
+        assert!(rows.iter().all(|r| r.len() == nch * bb));
+        let k = match format {
+            BlockFormat::Q4_0 => Some(-8.0),
+            BlockFormat::Q8_0 => Some(-128.0),
+            BlockFormat::Q5_0 => Some(-16.0),
+            _ => None,
+        };
+        let mins = format == BlockFormat::Q4_1;
+        let kf = k.unwrap_or(0.0);
+        let (qp, dp) = (a.q.as_ptr(), a.d.as_ptr());
+        let rp: [*const u8; TILE] = std::array::from_fn(|t| rows[if t < live { t } else { 0 }].as_ptr());
+        let op = o.as_mut_ptr();
+        // SAFETY: block reads start at b·bb < nch·bb = rows[t].len() (asserted) and stay inside that block
+        // (`block_codes`; the scale dword is bytes 0..4 of a block of at least 18); activation reads at 32·b +
+        // [0, 64) ≤ cols (two chunks) or a masked 32 bytes (the odd last chunk), scale pairs at b, b + 1 < nch of
+        // `a.d`; offsets are written at t·nch + b (+ 1 when b + 1 < nch) < TILE·nch ≤ o.len() (asserted); the
+        // features are enabled on this function, whose only caller detected them.
+        unsafe {
+            let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+            let pair = |ptr: *const f32| {
+                _mm512_permutexvar_ps(
+                    idx,
+                    _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(ptr.cast()))),
+                )
+            };
+            let dword = |at: *const u8| _mm_cvtsi32_si128(at.cast::<i32>().read_unaligned());
+            // Row by row, so that memory is read in order (interleaving the rows of a tile measured slower).
+            let mut acc = [_mm512_setzero_ps(); TILE];
+            for t in 0..live {
+                let mut b = 0;
+                while b < nch {
+                    let two = b + 1 < nch;
+                    let (x, dx) = if two {
+                        (_mm512_loadu_si512(qp.add(32 * b).cast()), pair(dp.add(b)))
+                    } else {
+                        (
+                            _mm512_maskz_loadu_epi8(0xFFFF_FFFF, qp.add(32 * b).cast()),
+                            _mm512_set1_ps(*dp.add(b)),
+                        )
+                    };
+                    let at = rp[t].add(b * bb);
+                    let lo = block_codes(format, at);
+                    // The scales (and Q4_1's mins) of blocks b and b + 1 from their first dwords: the halves
+                    // interleave to [d_b, d_b+1, m_b, m_b+1], converted exactly by F16C.
+                    let next = if two {
+                        dword(at.add(bb))
+                    } else {
+                        _mm_setzero_si128()
+                    };
+                    let dm = _mm_cvtph_ps(_mm_unpacklo_epi16(dword(at), next));
+                    let offs = if mins {
+                        _mm_movehl_ps(dm, dm)
+                    } else {
+                        _mm_mul_ps(_mm_set1_ps(kf), dm)
+                    };
+                    let (w, sw) = if two {
+                        let hi = block_codes(format, at.add(bb));
+                        _mm_storel_pd(op.add(t * nch + b).cast(), _mm_castps_pd(offs));
+                        (
+                            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi),
+                            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(dm)),
+                        )
+                    } else {
+                        _mm_store_ss(op.add(t * nch + b), offs);
+                        (_mm512_zextsi256_si512(lo), _mm512_set1_ps(_mm_cvtss_f32(dm)))
+                    };
+                    let l = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x));
+                    acc[t] = _mm512_fmadd_ps(l, _mm512_mul_ps(sw, dx), acc[t]);
+                    b += 2;
+                }
+            }
+            for t in 0..live {
+                let v = acc[t];
+                let lo = _mm512_castps512_ps256(v);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+                let off = dot_f32(&o[t * nch..(t + 1) * nch], &a.xs[..nch]);
+                out[t] = hsum(_mm256_add_ps(lo, hi)) + off;
             }
         }
     }

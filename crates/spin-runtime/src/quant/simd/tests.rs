@@ -302,3 +302,60 @@ fn row_quantisation_is_the_same_on_every_instruction_set() {
         assert_eq!(run(Some(isa)), want, "{isa:?}");
     }
 }
+
+#[test]
+fn fused_rows_give_the_bits_of_the_unpacked_tile() {
+    let mut r = rng(11);
+    let mut ran = 0;
+    for format in QUANT {
+        if !super::fused_row(format) {
+            continue;
+        }
+        for (blocks, live) in [(1, 4), (2, 4), (3, 2), (5, 1), (18, 3), (48, 4)] {
+            let cols = blocks * 32;
+            let rows: Vec<Vec<u8>> = (0..TILE).map(|_| random_row(&mut r, format, blocks)).collect();
+            let mut u = vec![0u8; TILE * cols];
+            let mut s = vec![0f32; TILE * blocks];
+            let mut o = vec![0f32; TILE * blocks];
+            for t in 0..live {
+                let view = RowView {
+                    u: &mut u[t * cols..(t + 1) * cols],
+                    s: &mut s[t * blocks..(t + 1) * blocks],
+                    sl: &mut [],
+                    o: &mut o[t * blocks..(t + 1) * blocks],
+                };
+                reference::unpack_row(format, &rows[t], view);
+            }
+            let q: Vec<i8> = (0..cols).map(|_| r.random_range(-127..=127)).collect();
+            let d: Vec<f32> = (0..blocks).map(|_| r.random_range(0.0..0.1)).collect();
+            let xs: Vec<f32> = (0..blocks).map(|_| r.random_range(-3.0..3.0)).collect();
+            let panel = PanelView {
+                u: &u,
+                s: &s,
+                sl: &[],
+                o: &o,
+                cols,
+                split: false,
+                max_code: 255,
+            };
+            let acts = ActView {
+                q: &q,
+                d: &d,
+                xs: &xs,
+                n: 1,
+                cols,
+            };
+            let mut want = vec![f32::NAN; live];
+            portable::quant_tile::<true>(&panel, &acts, live, &mut want);
+            let refs: [&[u8]; TILE] = std::array::from_fn(|t| rows[t].as_slice());
+            let mut fo = vec![f32::NAN; TILE * blocks];
+            let mut got = vec![f32::NAN; live];
+            super::fused_row_tile(format, refs, &mut fo, &acts, live, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{format:?} blocks {blocks} live {live}");
+            ran += 1;
+        }
+    }
+    if Isa::best() == Isa::Avx512Vnni {
+        assert_eq!(ran, 4 * 6, "every fused format ran");
+    }
+}
