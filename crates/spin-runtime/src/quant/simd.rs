@@ -694,7 +694,6 @@ mod x86 {
 
     /// [`super::fused_row_tile`]: `tile512::<1, false>` with each pair of blocks' codes expanded in registers
     /// (block b in lanes 0–7, b + 1 in lanes 8–15, as the panel's 64-byte load puts them).
-    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) fn fused512(
         format: BlockFormat,
@@ -704,6 +703,37 @@ mod x86 {
         live: usize,
         out: &mut [f32],
     ) {
+        // One copy of the loop per format, so that the code expansion is chosen once, not per block.
+        match format {
+            BlockFormat::Q4_0 => fused_rows::<Q4_0>(rows, o, a, live, out),
+            BlockFormat::Q4_1 => fused_rows::<Q4_1>(rows, o, a, live, out),
+            BlockFormat::Q5_0 => fused_rows::<Q5_0>(rows, o, a, live, out),
+            BlockFormat::Q8_0 => fused_rows::<Q8_0>(rows, o, a, live, out),
+            _ => unreachable!("fused512 runs only where `fused_row` holds"),
+        }
+    }
+
+    const Q4_0: u8 = 0;
+    const Q4_1: u8 = 1;
+    const Q5_0: u8 = 2;
+    const Q8_0: u8 = 3;
+
+    /// The body of [`fused512`] for the format `F` (one of the constants above), inlined into it.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn fused_rows<const F: u8>(
+        rows: [&[u8]; TILE],
+        o: &mut [f32],
+        a: &ActView,
+        live: usize,
+        out: &mut [f32],
+    ) {
+        let format = match F {
+            Q4_0 => BlockFormat::Q4_0,
+            Q4_1 => BlockFormat::Q4_1,
+            Q5_0 => BlockFormat::Q5_0,
+            _ => BlockFormat::Q8_0,
+        };
         let cols = a.cols;
         let (be, bb) = (format.block_elems(), format.block_bytes());
         let nch = cols / 32;
@@ -726,7 +756,7 @@ mod x86 {
         // (`block_codes`; the scale dword is bytes 0..4 of a block of at least 18); activation reads at 32·b +
         // [0, 64) ≤ cols (two chunks) or a masked 32 bytes (the odd last chunk), scale pairs at b, b + 1 < nch of
         // `a.d`; offsets are written at t·nch + b (+ 1 when b + 1 < nch) < TILE·nch ≤ o.len() (asserted); the
-        // features are enabled on this function, whose only caller detected them.
+        // features are enabled by `fused512`, the only caller, which runs after they were detected.
         unsafe {
             let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
             let pair = |ptr: *const f32| {
