@@ -10,6 +10,7 @@
 //! virtual machines that advertise it).
 #![allow(unsafe_code)]
 
+use super::interleave;
 use super::reference::{self, RowView};
 use super::{ActView, BlockFormat, PanelView, TILE};
 use std::sync::OnceLock;
@@ -141,38 +142,50 @@ pub(crate) fn quant_tile_with(isa: Isa, p: &PanelView, a: &ActView, live: usize,
     portable::quant_tile::<false>(p, a, live, out);
 }
 
-/// Whether [`fused_row_tile`] runs for `format` on this CPU: one activation row against weight rows read straight
-/// from their blocks (AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q8_0).
-pub(crate) fn fused_row(format: BlockFormat) -> bool {
+/// Whether the interleaved kernel ([`il_tile`]) runs vectorised on this CPU (AVX-512 VNNI); elsewhere the
+/// matrices keep the file's layout and the panel kernels.
+pub(crate) fn interleaved() -> bool {
     Isa::best() == Isa::Avx512Vnni
-        && matches!(
-            format,
-            BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q5_0 | BlockFormat::Q8_0
-        )
 }
 
-/// One activation row (`a.n == 1`) against the weight rows `rows` (TILE rows of one matrix, the ones from
-/// `live` on ignored) without unpacking them into a panel: each block's codes are expanded in registers and used
-/// at once, each block's scale read from its own bytes as the codes are; the offsets go to `o` (TILE × cols/32). The same instructions in the same
-/// order as [`quant_tile`] on the unpacked panel, so the same bits (tested). Only where [`fused_row`] says so.
+/// One interleaved tile (`tile`: its cols/32 tile-blocks, see `interleave.rs`) against activation rows `rows`:
+/// `out[c · ROWS + r]` for the c-th of them. Vectorised where [`interleaved`] holds, the portable
+/// `interleave::tile_product` (the same arithmetic in the same order, so the same bits) elsewhere.
 ///
 /// # Panics
-/// If [`fused_row`] is false for `format`, or the shapes disagree (caller bugs).
-pub(crate) fn fused_row_tile(
+/// If the lengths disagree (caller bugs).
+pub(crate) fn il_tile(
     format: BlockFormat,
-    rows: [&[u8]; TILE],
-    o: &mut [f32],
-    a: &ActView,
-    live: usize,
+    tile: &[u8],
+    a: &interleave::Acts,
+    rows: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    assert!(fused_row(format) && a.n == 1 && live <= TILE && out.len() >= live);
+    il_tile_with(Isa::best(), format, tile, a, rows, out);
+}
+
+pub(crate) fn il_tile_with(
+    isa: Isa,
+    format: BlockFormat,
+    tile: &[u8],
+    a: &interleave::Acts,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    let nb = a.cols / 32;
+    assert!(interleave::supported(format) && a.cols.is_multiple_of(32));
+    assert!(tile.len() >= nb * interleave::tile_block_bytes(format));
+    assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
+    assert!(out.len() >= rows.len() * interleave::ROWS);
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: `fused_row` holds, so `Isa::best` is Avx512Vnni: AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C were
-    // detected, the features `x86::fused512` enables.
-    unsafe {
-        x86::fused512(format, rows, o, a, live, out)
-    };
+    if isa == Isa::Avx512Vnni {
+        // SAFETY: `Isa::Avx512Vnni` comes only from `Isa::available`, after AVX-512 F/BW/VL/VNNI, AVX2, FMA and
+        // F16C were detected, the features `x86::il512` enables; the lengths it relies on are asserted above.
+        unsafe { x86::il512(format, tile, a, rows, out) };
+        return;
+    }
+    let _ = isa;
+    interleave::tile_product(format, tile, a, rows, out);
 }
 
 /// One tile of TILE f32 weight rows (`f`, TILE × cols) against n f32 activation rows: `out[t·n + i]`, t < out/n.
@@ -649,174 +662,124 @@ mod x86 {
         }
     }
 
-    /// The 32 codes of the block at `at` (Q4_0, Q4_1, Q5_0 or Q8_0), in the order `unpack_row` stores them.
-    ///
-    /// # Safety
-    /// `at` points to one whole block of `format`; the caller enables AVX2.
-    #[inline(always)]
-    unsafe fn block_codes(format: BlockFormat, at: *const u8) -> __m256i {
-        // SAFETY: every load reads inside the block at `at` (Q4_0: bytes 2..18 of 18, Q4_1: 4..20 of 20, Q5_0:
-        // 2..22 of 22, Q8_0: 2..34 of 34); loads are unaligned; the rest are AVX2 register operations.
-        unsafe {
-            let low = _mm_set1_epi8(0x0F);
-            match format {
-                BlockFormat::Q8_0 => {
-                    _mm256_xor_si256(_mm256_loadu_si256(at.add(2).cast()), _mm256_set1_epi8(-128))
-                }
-                BlockFormat::Q5_0 => {
-                    let q = _mm_loadu_si128(at.add(6).cast());
-                    let qh = u32::from_le_bytes([*at.add(2), *at.add(3), *at.add(4), *at.add(5)]);
-                    let bits = _mm256_set1_epi32(qh as i32);
-                    let spread = _mm256_shuffle_epi8(
-                        bits,
-                        _mm256_setr_epi8(
-                            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                            3, 3, 3, 3, 3,
-                        ),
-                    );
-                    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-                    let hi = _mm256_and_si256(
-                        _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask),
-                        _mm256_set1_epi8(16),
-                    );
-                    let lo =
-                        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
-                    _mm256_or_si256(lo, hi)
-                }
-                _ => {
-                    let off = if format == BlockFormat::Q4_0 { 2 } else { 4 };
-                    let q = _mm_loadu_si128(at.add(off).cast());
-                    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low))
-                }
-            }
-        }
-    }
-
-    /// [`super::fused_row_tile`]: `tile512::<1, false>` with each pair of blocks' codes expanded in registers
-    /// (block b in lanes 0–7, b + 1 in lanes 8–15, as the panel's 64-byte load puts them).
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(super) fn fused512(
-        format: BlockFormat,
-        rows: [&[u8]; TILE],
-        o: &mut [f32],
-        a: &ActView,
-        live: usize,
-        out: &mut [f32],
-    ) {
-        // One copy of the loop per format, so that the code expansion is chosen once, not per block.
-        match format {
-            BlockFormat::Q4_0 => fused_rows::<Q4_0>(rows, o, a, live, out),
-            BlockFormat::Q4_1 => fused_rows::<Q4_1>(rows, o, a, live, out),
-            BlockFormat::Q5_0 => fused_rows::<Q5_0>(rows, o, a, live, out),
-            BlockFormat::Q8_0 => fused_rows::<Q8_0>(rows, o, a, live, out),
-            _ => unreachable!("fused512 runs only where `fused_row` holds"),
-        }
-    }
-
+    // The formats of the interleaved kernel as const parameters: one copy of its loop per format.
     const Q4_0: u8 = 0;
     const Q4_1: u8 = 1;
     const Q5_0: u8 = 2;
     const Q8_0: u8 = 3;
 
-    /// The body of [`fused512`] for the format `F` (one of the constants above), inlined into it.
-    #[allow(clippy::needless_range_loop)]
-    #[inline(always)]
-    fn fused_rows<const F: u8>(
-        rows: [&[u8]; TILE],
-        o: &mut [f32],
-        a: &ActView,
-        live: usize,
+    /// [`super::il_tile`] on AVX-512 VNNI: activation rows in groups of four, then one at a time.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) fn il512(
+        format: BlockFormat,
+        tile: &[u8],
+        a: &interleave::Acts,
+        rows: std::ops::Range<usize>,
         out: &mut [f32],
     ) {
+        match format {
+            BlockFormat::Q4_0 => il_rows::<Q4_0>(tile, a, rows, out),
+            BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
+            BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
+            BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
+            _ => unreachable!("il512 runs only on interleaved formats"),
+        }
+    }
+
+    #[inline(always)]
+    fn il_rows<const F: u8>(
+        tile: &[u8],
+        a: &interleave::Acts,
+        rows: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) {
+        let (start, n) = (rows.start, rows.len());
+        let main = n / 4 * 4;
+        let mut c = 0;
+        while c < main {
+            il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            c += 4;
+        }
+        while c < n {
+            il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            c += 1;
+        }
+    }
+
+    /// One tile against activation rows i0 .. i0 + C, into `out[c · 16 + r]`.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn il_group<const F: u8, const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
         let format = match F {
             Q4_0 => BlockFormat::Q4_0,
             Q4_1 => BlockFormat::Q4_1,
             Q5_0 => BlockFormat::Q5_0,
             _ => BlockFormat::Q8_0,
         };
-        let cols = a.cols;
-        let (be, bb) = (format.block_elems(), format.block_bytes());
-        let nch = cols / 32;
-        assert!(be == 32 && cols.is_multiple_of(32) && a.n == 1 && live <= TILE && out.len() >= live);
-        assert!(a.q.len() >= cols && a.d.len() >= nch && a.xs.len() >= nch);
-        assert!(o.len() >= TILE * nch);
-        assert!(rows.iter().all(|r| r.len() == nch * bb));
-        let k = match format {
-            BlockFormat::Q4_0 => Some(-8.0),
-            BlockFormat::Q8_0 => Some(-128.0),
-            BlockFormat::Q5_0 => Some(-16.0),
-            _ => None,
-        };
-        let mins = format == BlockFormat::Q4_1;
-        let kf = k.unwrap_or(0.0);
-        let (qp, dp) = (a.q.as_ptr(), a.d.as_ptr());
-        let rp: [*const u8; TILE] = std::array::from_fn(|t| rows[if t < live { t } else { 0 }].as_ptr());
-        let op = o.as_mut_ptr();
-        // SAFETY: block reads start at b·bb < nch·bb = rows[t].len() (asserted) and stay inside that block
-        // (`block_codes`; the scale dword is bytes 0..4 of a block of at least 18); activation reads at 32·b +
-        // [0, 64) ≤ cols (two chunks) or a masked 32 bytes (the odd last chunk), scale pairs at b, b + 1 < nch of
-        // `a.d`; offsets are written at t·nch + b (+ 1 when b + 1 < nch) < TILE·nch ≤ o.len() (asserted); the
-        // features are enabled by `fused512`, the only caller, which runs after they were detected.
+        let (cols, nb) = (a.cols, a.cols / 32);
+        let tb = interleave::tile_block_bytes(format);
+        let ca = interleave::codes_at(format);
+        // Every read below is inside these bounds (checked once per group, not per load).
+        assert!(tile.len() >= nb * tb && a.q.len() >= (i0 + C) * cols);
+        assert!(a.d.len() >= (i0 + C) * nb && a.xs.len() >= (i0 + C) * nb && out.len() >= C * 16);
+        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
+        // SAFETY: tile reads are at b·tb + [0, tb) < nb·tb (the parts' offsets and sizes of `interleave.rs` add
+        // up to tb: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at 32, codes 256 or 512 at `ca`);
+        // activation code reads at (i0 + c)·cols + 32·b + [0, 32), scale reads at (i0 + c)·nb + b, stores at
+        // c·16 + [0, 16) for c < C, all within the lengths asserted above; loads and stores are unaligned; the
+        // features are enabled by `il512`, the only caller, which runs after they were detected.
         unsafe {
-            let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-            let pair = |ptr: *const f32| {
-                _mm512_permutexvar_ps(
-                    idx,
-                    _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(ptr.cast()))),
-                )
-            };
-            let dword = |at: *const u8| _mm_cvtsi32_si128(at.cast::<i32>().read_unaligned());
-            // Row by row, so that memory is read in order (interleaving the rows of a tile measured slower).
-            let mut acc = [_mm512_setzero_ps(); TILE];
-            for t in 0..live {
-                let mut b = 0;
-                while b < nch {
-                    let two = b + 1 < nch;
-                    let (x, dx) = if two {
-                        (_mm512_loadu_si512(qp.add(32 * b).cast()), pair(dp.add(b)))
-                    } else {
-                        (
-                            _mm512_maskz_loadu_epi8(0xFFFF_FFFF, qp.add(32 * b).cast()),
-                            _mm512_set1_ps(*dp.add(b)),
-                        )
-                    };
-                    let at = rp[t].add(b * bb);
-                    let lo = block_codes(format, at);
-                    // The scales (and Q4_1's mins) of blocks b and b + 1 from their first dwords: the halves
-                    // interleave to [d_b, d_b+1, m_b, m_b+1], converted exactly by F16C.
-                    let next = if two {
-                        dword(at.add(bb))
-                    } else {
-                        _mm_setzero_si128()
-                    };
-                    let dm = _mm_cvtph_ps(_mm_unpacklo_epi16(dword(at), next));
-                    let offs = if mins {
-                        _mm_movehl_ps(dm, dm)
-                    } else {
-                        _mm_mul_ps(_mm_set1_ps(kf), dm)
-                    };
-                    let (w, sw) = if two {
-                        let hi = block_codes(format, at.add(bb));
-                        _mm_storel_pd(op.add(t * nch + b).cast(), _mm_castps_pd(offs));
-                        (
-                            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi),
-                            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(dm)),
-                        )
-                    } else {
-                        _mm_store_ss(op.add(t * nch + b), offs);
-                        (_mm512_zextsi256_si512(lo), _mm512_set1_ps(_mm_cvtss_f32(dm)))
-                    };
-                    let l = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x));
-                    acc[t] = _mm512_fmadd_ps(l, _mm512_mul_ps(sw, dx), acc[t]);
-                    b += 2;
+            let nib = _mm512_set1_epi8(0x0F);
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut off = [_mm512_setzero_ps(); C];
+            for b in 0..nb {
+                let p = tp.add(b * tb);
+                let s = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                let o = match F {
+                    Q4_1 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast())),
+                    Q4_0 => _mm512_mul_ps(_mm512_set1_ps(-8.0), s),
+                    Q5_0 => _mm512_mul_ps(_mm512_set1_ps(-16.0), s),
+                    _ => _mm512_mul_ps(_mm512_set1_ps(-128.0), s),
+                };
+                let cp = p.add(ca);
+                let mut w = [_mm512_setzero_si512(); 8];
+                if F == Q8_0 {
+                    for g in 0..8 {
+                        w[g] = _mm512_loadu_si512(cp.add(64 * g).cast());
+                    }
+                } else {
+                    for h in 0..4 {
+                        let v = _mm512_loadu_si512(cp.add(64 * h).cast());
+                        w[h] = _mm512_and_si512(v, nib);
+                        w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
+                    }
+                    if F == Q5_0 {
+                        let sixteen = _mm512_set1_epi8(16);
+                        for g in 0..8 {
+                            let k: __mmask64 = p.add(32 + 8 * g).cast::<u64>().read_unaligned();
+                            w[g] = _mm512_mask_add_epi8(w[g], k, w[g], sixteen);
+                        }
+                    }
+                }
+                for c in 0..C {
+                    let i = i0 + c;
+                    let xq = qp.add(i * cols + 32 * b);
+                    let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
+                    // Two chains of four, added at the end (integer sums: exact in any order).
+                    let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
+                    let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
+                    for g in (2..8).step_by(2) {
+                        even = _mm512_dpbusd_epi32(even, w[g], x4(g));
+                        odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
+                    }
+                    let isum = _mm512_add_epi32(even, odd);
+                    let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
+                    off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
                 }
             }
-            for t in 0..live {
-                let v = acc[t];
-                let lo = _mm512_castps512_ps256(v);
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-                let off = dot_f32(&o[t * nch..(t + 1) * nch], &a.xs[..nch]);
-                out[t] = hsum(_mm256_add_ps(lo, hi)) + off;
+            for c in 0..C {
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
             }
         }
     }
