@@ -378,7 +378,7 @@ impl QMatrix {
     /// the current pool whole.
     fn run_interleaved(&self, acts: &Acts, n: usize, out: &mut [f32]) {
         const R: usize = interleave::ROWS;
-        let tile_bytes = self.cols / 32 * interleave::tile_block_bytes(self.format);
+        let tile_bytes = self.cols / self.format.block_elems() * interleave::tile_block_bytes(self.format);
         let a = interleave::Acts {
             q: &acts.q,
             d: &acts.d,

@@ -172,9 +172,9 @@ pub(crate) fn il_tile_with(
     rows: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    let nb = a.cols / 32;
-    assert!(interleave::supported(format) && a.cols.is_multiple_of(32));
-    assert!(tile.len() >= nb * interleave::tile_block_bytes(format));
+    let (nb, be) = (a.cols / 32, format.block_elems());
+    assert!(interleave::supported(format) && a.cols.is_multiple_of(be));
+    assert!(tile.len() >= a.cols / be * interleave::tile_block_bytes(format));
     assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
     assert!(out.len() >= rows.len() * interleave::ROWS);
     #[cfg(target_arch = "x86_64")]
@@ -667,6 +667,7 @@ mod x86 {
     const Q4_1: u8 = 1;
     const Q5_0: u8 = 2;
     const Q8_0: u8 = 3;
+    const Q4K: u8 = 4;
 
     /// [`super::il_tile`] on AVX-512 VNNI: activation rows in groups of four, then one at a time.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -682,6 +683,7 @@ mod x86 {
             BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
             BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
             BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
+            BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out),
             _ => unreachable!("il512 runs only on interleaved formats"),
         }
     }
@@ -697,11 +699,19 @@ mod x86 {
         let main = n / 4 * 4;
         let mut c = 0;
         while c < main {
-            il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            if F == Q4K {
+                il_group_q4k::<4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            } else {
+                il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            }
             c += 4;
         }
         while c < n {
-            il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            if F == Q4K {
+                il_group_q4k::<1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            } else {
+                il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            }
             c += 1;
         }
     }
@@ -776,6 +786,85 @@ mod x86 {
                     let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
                     off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
+                }
+            }
+            for c in 0..C {
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
+            }
+        }
+    }
+
+    /// [`il_group`] for Q4_K: per super-block the 6-bit sub-block scales and mins of the 16 rows are unpacked in
+    /// 128-bit vectors (byte k of every row together), then each 32-value sub-block is applied as a block is.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn il_group_q4k<const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+        let (cols, nch, nsb) = (a.cols, a.cols / 32, a.cols / 256);
+        let tb = interleave::tile_block_bytes(BlockFormat::Q4K);
+        assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
+        assert!(a.d.len() >= (i0 + C) * nch && a.xs.len() >= (i0 + C) * nch && out.len() >= C * 16);
+        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
+        // SAFETY: tile reads are at b·tb + [0, tb) < nsb·tb (scales 32 bytes at 0, mins 32 at 32, twelve
+        // 16-byte scale vectors at 64 .. 256, codes 2048 bytes at 256: tb = 2304); activation reads at
+        // (i0 + c)·cols + 32·ch + [0, 32) and (i0 + c)·nch + ch for ch < nch, stores at c·16 + [0, 16) for c < C,
+        // all within the lengths asserted above; loads and stores are unaligned; the features are enabled by
+        // `il512`, the only caller, which runs after they were detected.
+        unsafe {
+            let nib = _mm512_set1_epi8(0x0F);
+            let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut off = [_mm512_setzero_ps(); C];
+            for b in 0..nsb {
+                let p = tp.add(b * tb);
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
+                let q: [__m128i; 12] = std::array::from_fn(|k| _mm_loadu_si128(p.add(64 + 16 * k).cast()));
+                let top = |v: __m128i| _mm_and_si128(_mm_srli_epi16::<6>(v), m3);
+                for j in 0..8 {
+                    // `reference::scale_min_k4` on 16 rows at once (byte shifts as masked 16-bit ones).
+                    let (sc, m) = if j < 4 {
+                        (_mm_and_si128(q[j], m63), _mm_and_si128(q[j + 4], m63))
+                    } else {
+                        (
+                            _mm_or_si128(_mm_and_si128(q[j + 4], m15), _mm_slli_epi16::<4>(top(q[j - 4]))),
+                            _mm_or_si128(
+                                _mm_and_si128(_mm_srli_epi16::<4>(q[j + 4]), m15),
+                                _mm_slli_epi16::<4>(top(q[j])),
+                            ),
+                        )
+                    };
+                    let s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+                    // −(dmin·m) as the reference negates it (a sign flip, so −0 for m = 0).
+                    let dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
+                    let o = _mm512_castsi512_ps(_mm512_xor_si512(
+                        _mm512_castps_si512(dm),
+                        _mm512_set1_epi32(i32::MIN),
+                    ));
+                    let cp = p.add(256 + 512 * (j / 2));
+                    let w: [__m512i; 8] = std::array::from_fn(|h| {
+                        let v = _mm512_loadu_si512(cp.add(64 * h).cast());
+                        if j % 2 == 0 {
+                            _mm512_and_si512(v, nib)
+                        } else {
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib)
+                        }
+                    });
+                    let ch = 8 * b + j;
+                    for c in 0..C {
+                        let i = i0 + c;
+                        let xq = qp.add(i * cols + 32 * ch);
+                        let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
+                        let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
+                        let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
+                        for g in (2..8).step_by(2) {
+                            even = _mm512_dpbusd_epi32(even, w[g], x4(g));
+                            odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
+                        }
+                        let isum = _mm512_add_epi32(even, odd);
+                        let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nch + ch)));
+                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
+                        off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nch + ch)), off[c]);
+                    }
                 }
             }
             for c in 0..C {
