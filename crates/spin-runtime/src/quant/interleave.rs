@@ -1,4 +1,4 @@
-//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K, in which the
+//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K and Q6_K, in which the
 //! AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset by 128), so that one
 //! 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd` against four broadcast
 //! activation codes advances all of them.
@@ -20,6 +20,13 @@
 //! sub-block 2p + 1's). Its sub-block j has scale `d·sc_j` and offset `−dmin·m_j`, and takes the place of a block
 //! in the sums below.
 //!
+//! A Q6_K tile-block holds `d` (f16, row r at 2r), the sixteen int8 sub-block scales (scale k of row r at
+//! 32 + 16k + r), from 288 the low-bit bytes (vector (2h + m)·8 + q, lane r = the file's `ql` bytes
+//! 64h + 32m + 4q .. + 4 of row r) and from 2336 the high-bit bytes (vector 8h + q, lane r = `qh` bytes
+//! 32h + 4q .. + 4). Chunk c = 4h + i of 32 values takes the low (i < 2) or high nibbles of vectors (2h + i mod 2)·8 + q
+//! and bits 2i, 2i + 1 of vectors 8h + q as its fifth and sixth bits; its two 16-value sub-blocks have scales
+//! `d·sc` and offsets `−32·d·sc`, applied with the activation sums per 16 values.
+//!
 //! Codes, in 64-byte vectors of 16 lanes, lane r = row r: Q8_0 has eight vectors, vector g holding values
 //! 4g .. 4g + 4 of each row as unsigned bytes `q + 128`; the 4-bit formats have four, vector h holding bytes
 //! 4h .. 4h + 4 of each row's 16 code bytes, whose low nibbles are values 4h .. 4h + 4 and high nibbles values
@@ -38,7 +45,12 @@ pub(crate) const ROWS: usize = 16;
 pub(crate) fn supported(format: BlockFormat) -> bool {
     matches!(
         format,
-        BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q5_0 | BlockFormat::Q8_0 | BlockFormat::Q4K
+        BlockFormat::Q4_0
+            | BlockFormat::Q4_1
+            | BlockFormat::Q5_0
+            | BlockFormat::Q8_0
+            | BlockFormat::Q4K
+            | BlockFormat::Q6K
     )
 }
 
@@ -53,6 +65,7 @@ pub(crate) fn codes_at(format: BlockFormat) -> usize {
         BlockFormat::Q4_1 => 64,
         BlockFormat::Q5_0 => 96,
         BlockFormat::Q4K => 256,
+        BlockFormat::Q6K => 288,
         _ => 32,
     }
 }
@@ -79,6 +92,34 @@ pub(crate) fn offset(format: BlockFormat, d: f32, m: f32) -> f32 {
 /// Copies between one file block (`block`) and its row's places in a tile-block (`tile_block`, lane `r`), in
 /// the direction `to_tile`; Q8_0's codes change by 128 on the way.
 fn copy_block(format: BlockFormat, block: &mut [u8], tile_block: &mut [u8], r: usize, to_tile: bool) {
+    if format == BlockFormat::Q6K {
+        let mut put = |file: usize, tile: usize| {
+            if to_tile {
+                tile_block[tile] = block[file];
+            } else {
+                block[file] = tile_block[tile];
+            }
+        };
+        put(208, 2 * r);
+        put(209, 2 * r + 1);
+        for k in 0..16 {
+            put(192 + k, 32 + 16 * k + r);
+        }
+        for h in 0..2 {
+            for q in 0..8 {
+                for i in 0..4 {
+                    for m in 0..2 {
+                        put(
+                            64 * h + 32 * m + 4 * q + i,
+                            288 + ((2 * h + m) * 8 + q) * 64 + 4 * r + i,
+                        );
+                    }
+                    put(128 + 32 * h + 4 * q + i, 2336 + (8 * h + q) * 64 + 4 * r + i);
+                }
+            }
+        }
+        return;
+    }
     if format == BlockFormat::Q4K {
         let mut put = |file: usize, tile: usize| {
             if to_tile {
@@ -202,6 +243,11 @@ pub(crate) fn unpack_rows(
 
 /// Whether every scale (and Q4_1 min) of the interleaved form is finite (padding rows have zero scales).
 pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
+    if format == BlockFormat::Q6K {
+        return il
+            .chunks_exact(tile_block_bytes(format))
+            .all(|tb| (0..16).all(|h| reference::half_at(tb, 2 * h).is_finite()));
+    }
     let halves = if matches!(format, BlockFormat::Q4_1 | BlockFormat::Q4K) {
         32
     } else {
@@ -237,6 +283,8 @@ pub(crate) struct Acts<'a> {
     pub q: &'a [i8],
     pub d: &'a [f32],
     pub xs: &'a [f32],
+    /// `scale · Σ codes` per 16 values (Q6_K's sub-blocks).
+    pub xs16: &'a [f32],
     pub cols: usize,
 }
 
@@ -251,6 +299,10 @@ pub(crate) fn tile_product(
 ) {
     if format == BlockFormat::Q4K {
         tile_product_q4k(tile, a, rows, out);
+        return;
+    }
+    if format == BlockFormat::Q6K {
+        tile_product_q6k(tile, a, rows, out);
         return;
     }
     let nb = a.cols / 32;
@@ -322,6 +374,57 @@ fn tile_product_q4k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
                     }
                     acc[r] = (isum as f32).mul_add(s * dx, acc[r]);
                     off[r] = o.mul_add(xs, off[r]);
+                }
+            }
+        }
+        for r in 0..ROWS {
+            out[c * ROWS + r] = acc[r] + off[r];
+        }
+    }
+}
+
+/// The six-bit code of value 4g + k of chunk c (of 32 values) of lane r of a Q6_K tile-block.
+fn q6k_code(tile_block: &[u8], r: usize, c: usize, g: usize, k: usize) -> u8 {
+    let (h, i) = (c / 4, c % 4);
+    let low = tile_block[288 + ((2 * h + i % 2) * 8 + g) * 64 + 4 * r + k];
+    let low = if i < 2 { low & 0x0F } else { low >> 4 };
+    let high = (tile_block[2336 + (8 * h + g) * 64 + 4 * r + k] >> (2 * i)) & 3;
+    low | (high << 4)
+}
+
+/// [`tile_product`] for Q6_K: per chunk of 32 values, its two 16-value sub-blocks in order.
+fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &mut [f32]) {
+    let (nsb, nch) = (a.cols / 256, a.cols / 32);
+    let tb = tile_block_bytes(BlockFormat::Q6K);
+    for (c, i) in rows.enumerate() {
+        let mut acc = [0f32; ROWS];
+        let mut off = [0f32; ROWS];
+        for b in 0..nsb {
+            let block = &tile[b * tb..][..tb];
+            for j in 0..8 {
+                let ch = 8 * b + j;
+                let dx = a.d[i * nch + ch];
+                let x = &a.q[i * a.cols + 32 * ch..][..32];
+                for r in 0..ROWS {
+                    let d = reference::half_at(block, 2 * r);
+                    let mut isum = [0i32; 2];
+                    for g in 0..8 {
+                        for k in 0..4 {
+                            let u = q6k_code(block, r, j, g, k);
+                            isum[g / 4] += i32::from(u) * i32::from(x[4 * g + k]);
+                        }
+                    }
+                    let mut o = [0f32; 2];
+                    for half in 0..2 {
+                        let sc = block[32 + 16 * (2 * j + half) + r] as i8;
+                        let s = d * f32::from(sc);
+                        o[half] = -32.0 * s;
+                        acc[r] = (isum[half] as f32).mul_add(s * dx, acc[r]);
+                    }
+                    let xs16 = &a.xs16[2 * (i * nch + ch)..][..2];
+                    for (o, xs) in o.iter().zip(xs16) {
+                        off[r] = o.mul_add(*xs, off[r]);
+                    }
                 }
             }
         }

@@ -383,6 +383,7 @@ impl QMatrix {
             q: &acts.q,
             d: &acts.d,
             xs: &acts.xs32,
+            xs16: &acts.xs16,
             cols: self.cols,
         };
         let work = |(t0, out): (usize, &mut [f32])| {

@@ -353,10 +353,14 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
             let xs: Vec<f32> = (0..n * nch)
                 .map(|g| d[g] * q[32 * g..32 * g + 32].iter().map(|&v| f32::from(v)).sum::<f32>())
                 .collect();
+            let xs16: Vec<f32> = (0..2 * n * nch)
+                .map(|g| d[g / 2] * q[16 * g..16 * g + 16].iter().map(|&v| f32::from(v)).sum::<f32>())
+                .collect();
             let a = interleave::Acts {
                 q: &q,
                 d: &d,
                 xs: &xs,
+                xs16: &xs16,
                 cols,
             };
             let mut want = vec![f32::NAN; n * interleave::ROWS];
