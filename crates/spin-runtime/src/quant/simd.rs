@@ -758,11 +758,11 @@ mod x86 {
             Q8_0 => -128,
             _ => 0,
         };
-        // SAFETY: tile reads are at b·tb + [0, tb) < nb·tb (the parts' offsets and sizes of `interleave.rs` add
-        // up to tb: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at 32, codes 256 or 512 at `ca`);
-        // activation code reads at (i0 + c)·cols + 32·b + [0, 32), scale reads at (i0 + c)·nb + b, stores at
-        // c·16 + [0, 16) for c < C, all within the lengths asserted above; loads and stores are unaligned; the
-        // features are enabled by `il512`, the only caller, which runs after they were detected.
+        // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at
+        // 32, codes 256 or 512 at `ca`) end by tb.
+        // SAFETY: tile reads at b·tb + [0, tb) < nb·tb; activation reads at (i0 + c)·cols + 32·b + [0, 32) and
+        // (i0 + c)·nb + b, stores at c·16 + [0, 16), c < C: inside the lengths asserted above; unaligned loads and
+        // stores; `il512`, the only caller, enables the features after they were detected.
         unsafe {
             let nib = _mm512_set1_epi8(0x0F);
             let mut acc = [_mm512_setzero_ps(); C];
@@ -827,11 +827,10 @@ mod x86 {
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(a.d.len() >= (i0 + C) * nch && a.xs.len() >= (i0 + C) * nch && out.len() >= C * 16);
         let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
-        // SAFETY: tile reads are at b·tb + [0, tb) < nsb·tb (scales 32 bytes at 0, mins 32 at 32, twelve
-        // 16-byte scale vectors at 64 .. 256, codes 2048 bytes at 256: tb = 2304); activation reads at
-        // (i0 + c)·cols + 32·ch + [0, 32) and (i0 + c)·nch + ch for ch < nch, stores at c·16 + [0, 16) for c < C,
-        // all within the lengths asserted above; loads and stores are unaligned; the features are enabled by
-        // `il512`, the only caller, which runs after they were detected.
+        // A tile-block: scales 32 bytes at 0, mins 32 at 32, twelve 16-byte scale vectors at 64, codes 2048 at 256.
+        // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 2304); activation reads at (i0 + c)·cols + 32·ch +
+        // [0, 32) and (i0 + c)·nch + ch, stores at c·16 + [0, 16), ch < nch, c < C: inside the lengths asserted
+        // above; unaligned loads and stores; `il512`, the only caller, enables the features after detecting them.
         unsafe {
             let nib = _mm512_set1_epi8(0x0F);
             let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
@@ -906,12 +905,11 @@ mod x86 {
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(a.d.len() >= (i0 + C) * nch && a.xs16.len() >= 2 * (i0 + C) * nch && out.len() >= C * 16);
         let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs16.as_ptr());
-        // SAFETY: tile reads are at b·tb + [0, tb) < nsb·tb (scales 32 bytes at 0, sixteen 16-byte sub-block
-        // scale vectors at 32 .. 288, low bits 2048 bytes at 288, high bits 1024 at 2336: tb = 3360); activation
-        // reads at (i0 + c)·cols + 32·ch + [0, 32), (i0 + c)·nch + ch and 2·((i0 + c)·nch + ch) + [0, 2) for
-        // ch < nch, stores at c·16 + [0, 16) for c < C, all within the lengths asserted above; loads and stores
-        // are unaligned; the features are enabled by `il512`, the only caller, which runs after they were
-        // detected.
+        // A tile-block: scales 32 bytes at 0, sixteen 16-byte scale vectors at 32, low bits 2048 at 288, high 1024
+        // at 2336.
+        // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 3360); activation reads at (i0 + c)·cols + 32·ch +
+        // [0, 32), (i0 + c)·nch + ch and 2·((i0 + c)·nch + ch) + [0, 2), stores at c·16 + [0, 16), ch < nch, c < C:
+        // inside the asserted lengths; unaligned; `il512`, the only caller, enables the detected features.
         unsafe {
             let (nib, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
             let minus32 = _mm512_set1_ps(-32.0);
