@@ -288,7 +288,15 @@ impl Scenario {
             .zip(bandwidth_hz)
             .enumerate()
         {
-            OptimizeError::positive(format!("bandwidth_hz[{k}]"), b)?;
+            // The field is named only on failure (a server evaluates a plan every round).
+            let name = |e: OptimizeError| e.naming(|| format!("bandwidth_hz[{k}]"));
+            if l == 0 {
+                // A device that drafts nothing sends nothing: it needs no band and adds no latency.
+                OptimizeError::non_negative("", b).map_err(name)?;
+                tokens += d.expected_tokens(0);
+                continue;
+            }
+            OptimizeError::positive("", b).map_err(name)?;
             let lf = f64::from(l);
             latency = latency.max(lf * (d.draft_token_s + d.hz_s_per_token / b));
             tokens += d.expected_tokens(l);

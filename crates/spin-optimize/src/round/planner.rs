@@ -44,9 +44,10 @@ pub trait Planner {
 /// scores its plan with the unified model.
 ///
 /// Paper-A schemes plan L and the draft-uplink shares in paper A's system (no correction phase, L ≥ max(1,
-/// `min_draft_len`)), with distributions per token; under `payload: pair` they plan the same way with the pair
-/// size as the per-token upload and send pairs (paper A has no distributions to drop, so uncharged pairs,
-/// `pair_bits = 0`, leave it nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
+/// `min_draft_len`), and for `exact` sending distributions also L = 0 where the round allows it: a device that
+/// drafts nothing), with distributions per token; under `payload: pair` they plan the same way with the pair size as the per-token
+/// upload and send pairs (paper A has no distributions to drop, so uncharged pairs, `pair_bits = 0`, leave it
+/// nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
 /// system (pairs neglected, the correction's mode rule, equal split) on the round's samples; a γ_k below
 /// `min_draft_len` is raised to it; the plan sends pairs over equal draft-uplink shares B/K (paper B allocates
 /// none), or, under `payload: distribution`, distributions over Lemma-3 shares.
@@ -83,7 +84,9 @@ impl PaperPlanner {
     }
 
     /// Paper A's decisions on `round`: draft lengths, shares, payload, and whether paper A proved them optimal in
-    /// the unified model too (no correction phase and L ≥ 1 in the round's range: its objective is then paper A's).
+    /// the unified model too (no correction phase, and the exact planner searched the round's whole range: its
+    /// objective is then paper A's). Where the round allows L = 0 and distributions are sent,
+    /// `exact` searches it too ([`paper_a::exact::exact_with_idle`]); the other paper-A schemes draft L ≥ 1 as paper A does.
     fn paper_a(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool, bool), OptimizeError> {
         let policy = round.payload.policy;
         let dists = policy.allows_distribution();
@@ -103,9 +106,17 @@ impl PaperPlanner {
         };
         let s = round.to_paper_a_with_token_bits(token_bits)?;
         let fixed = self.fixed_draft_len.clamp(s.min_draft_len, s.max_draft_len);
-        let p = plan_paper_a(self.scheme, &s, fixed, &self.alg1)?;
+        // Drafting nothing is searched where paper A's objective is the model's: with distributions per token no
+        // rejection is corrected, so the plan's value is paper A's eq. 27. With pairs it is not (paper A does not
+        // see the correction phase), and a larger search space in that objective need not score better.
+        let idle = self.scheme == Scheme::Exact && round.min_draft_len == 0 && dists;
+        let p = if idle {
+            paper_a::exact::exact_with_idle(&s)?
+        } else {
+            plan_paper_a(self.scheme, &s, fixed, &self.alg1)?
+        };
         let proven = policy == PayloadPolicy::Distribution
-            && round.min_draft_len >= 1
+            && (round.min_draft_len >= 1 || idle)
             && p.optimality == paper_a::Optimality::Optimal;
         Ok((p.draft_lengths, p.bandwidth_hz, dists, proven))
     }
