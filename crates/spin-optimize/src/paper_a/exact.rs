@@ -793,7 +793,18 @@ fn solve(s: &Scenario, lo: u32, work_budget: u64) -> Result<(Plan, ExactStats), 
     solver.local_search();
     let lo_lens = vec![lo; k];
     let hi_lens = vec![s.max_draft_len; k];
-    let phi_min = solver.phi(&lo_lens);
+    let phi_min = if lo == 0 {
+        // Every plan but the all-idle one (offered above) has a device k drafting L_k ≥ 1, whose term alone needs
+        // w_k/(φ − β_k) ≤ B, so φ ≥ T_k^S + a_k/B: the search starts there, not at the idle plan's φ = 0 (a bound
+        // over [0, b] would be loose by the whole uplink phase). Lowered by a relative 1e−12 against rounding.
+        s.devices
+            .iter()
+            .map(|d| d.draft_token_s + d.hz_s_per_token / s.bandwidth_hz)
+            .fold(f64::INFINITY, f64::min)
+            * (1.0 - 1e-12)
+    } else {
+        solver.phi(&lo_lens)
+    };
     let phi_max = solver.phi(&hi_lens);
     let max_tokens: f64 = (0..k).map(|i| solver.e(i, s.max_draft_len)).sum();
     let verify = solver.verify;

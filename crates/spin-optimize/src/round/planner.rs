@@ -121,8 +121,9 @@ impl PaperPlanner {
         Ok((p.draft_lengths, p.bandwidth_hz, dists, proven))
     }
 
-    /// Paper B's decisions on `round`: draft lengths, shares and payload.
-    fn paper_b(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool), OptimizeError> {
+    /// Paper B's plan of `round`, scored on the samples its planner drew (the round's: the same rates, count,
+    /// L_max and seed), so they are drawn once.
+    fn paper_b(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
         let k = round.len();
         let s = round.to_paper_b()?;
         let ev = paper_b::Evaluator::new(&s, self.correction.modes, self.objective)?;
@@ -132,12 +133,23 @@ impl PaperPlanner {
             .into_iter()
             .map(|g| g.max(round.min_draft_len))
             .collect();
-        if round.payload.policy.allows_pair() {
-            Ok((lens, vec![round.bandwidth_hz / k as f64; k], false))
+        let dists = !round.payload.policy.allows_pair();
+        let shares = if dists {
+            unified::lemma3_shares(round, &lens, &vec![true; k])?
         } else {
-            let shares = unified::lemma3_shares(round, &lens, &vec![true; k])?;
-            Ok((lens, shares, true))
-        }
+            vec![round.bandwidth_hz / k as f64; k]
+        };
+        unified::model::score_on(
+            round,
+            self.expectation,
+            self.correction,
+            Some(ev.samples()),
+            self.scheme,
+            &lens,
+            &vec![dists; k],
+            &shares,
+            false,
+        )
     }
 }
 
@@ -150,10 +162,7 @@ impl Planner for PaperPlanner {
         let k = round.len();
         let (lens, shares, dists, proven) = match self.scheme.family() {
             Family::PaperA => self.paper_a(round)?,
-            Family::PaperB => {
-                let (lens, shares, dists) = self.paper_b(round)?;
-                (lens, shares, dists, false)
-            }
+            Family::PaperB => return self.paper_b(round),
             Family::Unified => {
                 return unified::UnifiedPlanner {
                     options: unified::Options {
@@ -208,6 +217,68 @@ pub fn planner(scheme: Scheme, options: &unified::Options, fixed_draft_len: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unified::testing::DropRound;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn paper_b_plans_scored_on_their_planners_samples_are_scored_as_by_drawing_them_again() {
+        // Paper B's planners hand their samples to the scorer instead of having them drawn twice: every printed
+        // number is the bits `unified::score` gives the same plan drawing them itself.
+        let mut rng = ChaCha8Rng::seed_from_u64(64);
+        for (i, policy) in [
+            PayloadPolicy::Pair,
+            PayloadPolicy::Choose,
+            PayloadPolicy::Distribution,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let round = DropRound {
+                devices: 10 + i,
+                draft_range: (i as u32, 8),
+                saa_samples: 120,
+                policy,
+                ..DropRound::default()
+            }
+            .draw(&mut rng)
+            .unwrap();
+            for scheme in Scheme::PER_ROUND
+                .into_iter()
+                .filter(|s| s.family() == Family::PaperB)
+            {
+                let planner = PaperPlanner::new(scheme, Objective::Rate);
+                let p = planner.plan(&round).unwrap();
+                let again = unified::score(
+                    &round,
+                    planner.expectation,
+                    planner.correction,
+                    scheme,
+                    &p.draft_lengths,
+                    &p.sends_distributions,
+                    &p.uplink_share_hz,
+                    false,
+                )
+                .unwrap();
+                assert!(
+                    matches!(p.estimate, crate::round::Estimate::Saa { samples: 120, .. })
+                        || policy == PayloadPolicy::Distribution
+                );
+                let bits = |q: &RoundPlan| {
+                    [
+                        q.rate_tokens_per_s,
+                        q.mean_ratio_tokens_per_s,
+                        q.tokens_per_round,
+                        q.uplink_latency_s,
+                        q.comm_delay_s,
+                    ]
+                    .map(f64::to_bits)
+                };
+                assert_eq!(bits(&p), bits(&again), "{scheme} {policy:?}");
+                assert_eq!(p.estimate, again.estimate, "{scheme} {policy:?}");
+            }
+        }
+    }
 
     #[test]
     fn plan_paper_a_refuses_other_papers_schemes() {

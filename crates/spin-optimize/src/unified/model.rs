@@ -53,13 +53,25 @@ fn outcome_space(k: usize, max_len: u32) -> u128 {
 }
 
 impl Outcomes {
-    fn saa(alpha: &[f64], count: usize, max_len: u32, seed: u64, coins: bool) -> Outcomes {
-        let samples = Samples::draw(alpha, count, max_len, seed);
+    /// Paper B's samples for rates `alpha` (`count` of them, L_max, `seed`), or `drawn` when the caller has drawn
+    /// exactly those already (the same call of [`Samples::draw`]; checked for its shape, else drawn again).
+    fn saa(
+        alpha: &[f64],
+        count: usize,
+        max_len: u32,
+        seed: u64,
+        coins: bool,
+        drawn: Option<&Samples>,
+    ) -> Outcomes {
         let k_n = alpha.len();
-        let mut first = Vec::with_capacity(k_n * count);
-        for k in 0..k_n {
-            first.extend((0..count).map(|s| samples.first_rejection(k, s) as u16));
-        }
+        let first = match drawn {
+            Some(samples) if samples.count() == count && samples.devices() == k_n => {
+                samples.first_rejections().to_vec()
+            }
+            _ => Samples::draw(alpha, count, max_len, seed)
+                .first_rejections()
+                .to_vec(),
+        };
         // The random-mode coins come from their own stream (the samples' coins are private to paper B).
         let coin = if coins {
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636f_696e_7321);
@@ -217,7 +229,7 @@ impl Evaluator {
         expectation: Expectation,
         policy: CorrectionPolicy,
     ) -> Result<Evaluator, OptimizeError> {
-        Evaluator::build(round, expectation, policy, true)
+        Evaluator::build(round, expectation, policy, true, None)
     }
 
     /// The evaluator [`score`] uses: the same outcomes (and the same checks and errors) as [`Evaluator::new`],
@@ -229,15 +241,18 @@ impl Evaluator {
         round: &Round,
         expectation: Expectation,
         policy: CorrectionPolicy,
+        drawn: Option<&Samples>,
     ) -> Result<Evaluator, OptimizeError> {
-        Evaluator::build(round, expectation, policy, false)
+        Evaluator::build(round, expectation, policy, false, drawn)
     }
 
+    /// `drawn`: the round's samples if the caller holds them ([`Outcomes::saa`]).
     fn build(
         round: &Round,
         expectation: Expectation,
         policy: CorrectionPolicy,
         tables: bool,
+        drawn: Option<&Samples>,
     ) -> Result<Evaluator, OptimizeError> {
         let k_n = round.len();
         // Paper B's size limit, before anything K² is allocated: the UL-delay table holds K² entries and a move
@@ -258,13 +273,27 @@ impl Evaluator {
         };
         let coins = policy.modes == ModeScheme::Random;
         let outcomes = match expectation {
-            Expectation::Saa => Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed, coins),
+            Expectation::Saa => Outcomes::saa(
+                &alpha,
+                round.saa_samples as usize,
+                max_len,
+                round.seed,
+                coins,
+                drawn,
+            ),
             Expectation::Exact { limit } => Outcomes::exact(&alpha, max_len, limit)?,
             Expectation::Auto { limit } => {
                 if outcome_space(k_n, max_len) <= limit {
                     Outcomes::exact(&alpha, max_len, limit)?
                 } else {
-                    Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed, coins)
+                    Outcomes::saa(
+                        &alpha,
+                        round.saa_samples as usize,
+                        max_len,
+                        round.seed,
+                        coins,
+                        drawn,
+                    )
                 }
             }
         };
@@ -1434,11 +1463,39 @@ pub fn score(
     shares: &[f64],
     proven_optimal: bool,
 ) -> Result<RoundPlan, OptimizeError> {
+    score_on(
+        round,
+        expectation,
+        policy,
+        None,
+        scheme,
+        lens,
+        dists,
+        shares,
+        proven_optimal,
+    )
+}
+
+/// [`score`] on the round's outcome samples `drawn` when the caller holds them: paper B's planners draw the same
+/// samples ([`Samples::draw`] with the round's acceptance rates, `saa_samples`, `max_draft_len` and `seed`), so they
+/// are not drawn twice. Crate-private, since nothing here can check that they were drawn with that seed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn score_on(
+    round: &Round,
+    expectation: Expectation,
+    policy: CorrectionPolicy,
+    drawn: Option<&Samples>,
+    scheme: Scheme,
+    lens: &[u32],
+    dists: &[bool],
+    shares: &[f64],
+    proven_optimal: bool,
+) -> Result<RoundPlan, OptimizeError> {
     let light = Evaluator::without_outcomes(round, policy);
     if light.closed_tokens && dists.len() == light.k_n && !light.rejectable(lens, dists) {
         return light.round_plan(scheme, lens, dists, shares, proven_optimal);
     }
-    Evaluator::for_scoring(round, expectation, policy)?.round_plan(
+    Evaluator::for_scoring(round, expectation, policy, drawn)?.round_plan(
         scheme,
         lens,
         dists,
@@ -1571,12 +1628,12 @@ mod tests {
                 ] {
                     let (Ok(full), Ok(light)) = (
                         Evaluator::new(&round, expectation, correction),
-                        Evaluator::for_scoring(&round, expectation, correction),
+                        Evaluator::for_scoring(&round, expectation, correction, None),
                     ) else {
                         // Refused alike (random modes enumerated, too many outcomes), with the same message.
                         assert_eq!(
                             Evaluator::new(&round, expectation, correction).unwrap_err(),
-                            Evaluator::for_scoring(&round, expectation, correction).unwrap_err()
+                            Evaluator::for_scoring(&round, expectation, correction, None).unwrap_err()
                         );
                         continue;
                     };
