@@ -620,14 +620,9 @@ impl HostRows {
         self.m.cols()
     }
 
-    fn row_bytes(&self) -> usize {
-        self.m.cols() / self.m.format().block_elems() * self.m.format().block_bytes()
-    }
-
-    /// The block bytes of these rows.
-    fn bytes(&self) -> &[u8] {
-        let rb = self.row_bytes();
-        &self.m.data()[self.first * rb..(self.first + self.rows) * rb]
+    /// The block bytes of these rows as the file stores them.
+    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.m.file_rows(self.first, self.rows)
     }
 
     /// Whether these rows are the whole matrix.
@@ -662,11 +657,7 @@ impl HostRows {
                     "host matrix bytes are misaligned",
                 ));
             }
-            let storage = QStorage::from_data(
-                std::borrow::Cow::Borrowed(bytes),
-                &Device::Cpu,
-                ggml_of(self.m.format()),
-            )?;
+            let storage = QStorage::from_data(bytes, &Device::Cpu, ggml_of(self.m.format()))?;
             let q = QTensor::new(storage, (self.rows, self.cols()))?;
             // Two threads may both build it; one result is kept, both are the same.
             let _ = self.candle.set(QMatMul::from_qtensor(q)?);

@@ -12,12 +12,14 @@
 //! the current rayon pool in whole tiles: every output element is computed by the same instructions in the same
 //! order whatever the pool size, so 1 and 2 threads give the same bits.
 
+mod interleave;
 mod reference;
 mod simd;
 
 use crate::{Result, RuntimeError};
 use candle_core::quantized::{GgmlDType, QTensor};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::cell::RefCell;
 
 /// A ggml block layout, bit for bit as GGUF files store it.
@@ -96,13 +98,17 @@ impl BlockFormat {
     }
 }
 
-/// A (rows × cols) weight matrix in its file's block format, row-major, each row a whole number of blocks.
+/// A (rows × cols) weight matrix in its file's block format, each row a whole number of blocks: row-major as the
+/// file stores it, or, for the 32-value formats on CPUs with AVX-512 VNNI, the same bytes interleaved in tiles of
+/// 16 rows (`interleave.rs`), which is what the kernels read there.
 #[derive(Clone, Debug)]
 pub struct QMatrix {
     format: BlockFormat,
     rows: usize,
     cols: usize,
     data: Vec<u8>,
+    /// Whether `data` is the interleaved form.
+    interleaved: bool,
 }
 
 /// Weight rows per tile: each tile is unpacked once and applied to every activation row.
@@ -132,11 +138,18 @@ impl QMatrix {
                 ),
             ));
         }
+        let interleaved = simd::interleaved() && interleave::supported(format);
+        let data = if interleaved {
+            interleave::pack(format, rows, cols, &data)
+        } else {
+            data
+        };
         Ok(QMatrix {
             format,
             rows,
             cols,
             data,
+            interleaved,
         })
     }
 
@@ -173,18 +186,37 @@ impl QMatrix {
         self.format
     }
 
-    /// The raw block bytes, row-major.
-    pub fn data(&self) -> &[u8] {
-        &self.data
+    /// The block bytes as the file stores them, row-major (rebuilt from the interleaved form where the matrix
+    /// holds that).
+    pub fn data(&self) -> Cow<'_, [u8]> {
+        self.file_rows(0, self.rows)
+    }
+
+    /// The file's block bytes of rows `first .. first + count`.
+    ///
+    /// # Panics
+    /// If the rows are not inside the matrix (a caller bug).
+    pub fn file_rows(&self, first: usize, count: usize) -> Cow<'_, [u8]> {
+        assert!(first + count <= self.rows, "file_rows: rows out of range");
+        if self.interleaved {
+            return Cow::Owned(interleave::unpack_rows(
+                self.format,
+                self.cols,
+                &self.data,
+                first,
+                count,
+            ));
+        }
+        let rb = self.row_bytes();
+        Cow::Borrowed(&self.data[first * rb..(first + count) * rb])
     }
 
     fn row_bytes(&self) -> usize {
         self.cols / self.format.block_elems() * self.format.block_bytes()
     }
 
-    fn row(&self, r: usize) -> &[u8] {
-        let rb = self.row_bytes();
-        &self.data[r * rb..(r + 1) * rb]
+    fn row(&self, r: usize) -> Cow<'_, [u8]> {
+        self.file_rows(r, 1)
     }
 
     /// Rows of several matrices of one format and width stacked (q|k|v, gate|up); `None` if formats or widths
@@ -199,14 +231,10 @@ impl QMatrix {
         }
         let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
         for p in parts {
-            data.extend_from_slice(&p.data);
+            data.extend_from_slice(&p.data());
         }
-        Some(QMatrix {
-            format: first.format,
-            rows: parts.iter().map(|p| p.rows).sum(),
-            cols: first.cols,
-            data,
-        })
+        let rows = parts.iter().map(|p| p.rows).sum();
+        QMatrix::new("stacked matrix", first.format, rows, first.cols, data).ok()
     }
 
     /// Dequantises row `r` into `out` (`out.len() == cols`), bit for bit as candle does.
@@ -218,15 +246,17 @@ impl QMatrix {
             r < self.rows && out.len() == self.cols,
             "dequantize_row: row or width out of range"
         );
-        reference::dequantize_row(self.format, self.row(r), out);
+        reference::dequantize_row(self.format, &self.row(r), out);
     }
 
     /// The whole matrix in f32, rows × cols, row-major.
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
         if self.cols > 0 {
+            let data = self.data();
+            let rb = self.row_bytes();
             for (r, y) in out.chunks_exact_mut(self.cols).enumerate() {
-                reference::dequantize_row(self.format, self.row(r), y);
+                reference::dequantize_row(self.format, &data[r * rb..(r + 1) * rb], y);
             }
         }
         out
@@ -234,7 +264,7 @@ impl QMatrix {
 
     /// Whether every scale (and min) of every block is finite (for F32/F16: every value), without dequantising.
     pub fn scales_finite(&self) -> bool {
-        reference::scales_finite(self.format, &self.data)
+        reference::scales_finite(self.format, &self.data())
     }
 
     /// `y (n × rows, row-major) = x (n × cols, row-major) · Wᵀ`, for any n ≥ 1 (n = 0 does nothing). Each weight
@@ -282,6 +312,10 @@ impl QMatrix {
 
     /// Computes `yt` (rows × n, row-major: the transpose of the result) tile by tile over the current pool.
     fn run(&self, acts: &Acts, n: usize, yt: &mut [f32]) {
+        if self.interleaved {
+            self.run_interleaved(acts, n, yt);
+            return;
+        }
         let tiles = self.rows.div_ceil(TILE);
         let threads = rayon::current_num_threads();
         let work = |(t0, out): (usize, &mut [f32])| {
@@ -300,6 +334,45 @@ impl QMatrix {
         // Several chunks per thread for balance; each chunk is whole tiles, so the split never changes a sum.
         let tiles_per_chunk = tiles.div_ceil(threads * 4).max(1);
         yt.par_chunks_mut(tiles_per_chunk * TILE * n)
+            .enumerate()
+            .map(|(c, out)| (c * tiles_per_chunk, out))
+            .for_each(work);
+    }
+
+    /// [`QMatrix::run`] on the interleaved form: tiles of 16 rows, split over the pool in whole tiles.
+    fn run_interleaved(&self, acts: &Acts, n: usize, yt: &mut [f32]) {
+        const R: usize = interleave::ROWS;
+        let tile_bytes = self.cols / 32 * interleave::tile_block_bytes(self.format);
+        let a = interleave::Acts {
+            q: &acts.q,
+            d: &acts.d,
+            xs: &acts.xs32,
+            cols: self.cols,
+        };
+        let work = |(t0, out): (usize, &mut [f32])| {
+            with_scratch(&TILE_OUT, |buf: &mut Vec<f32>| {
+                buf.resize(R * n, 0.0);
+                for (k, out) in out.chunks_mut(R * n).enumerate() {
+                    let t = t0 + k;
+                    let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
+                    simd::il_tile(self.format, tile, &a, 0..n, buf);
+                    // buf is (activation row, weight row); out is (weight row, activation row), live rows only.
+                    for (r, y) in out.chunks_mut(n).enumerate() {
+                        for (i, y) in y.iter_mut().enumerate() {
+                            *y = buf[i * R + r];
+                        }
+                    }
+                }
+            });
+        };
+        let threads = rayon::current_num_threads();
+        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
+            work((0, yt));
+            return;
+        }
+        let tiles = self.rows.div_ceil(R);
+        let tiles_per_chunk = tiles.div_ceil(threads * 4).max(1);
+        yt.par_chunks_mut(tiles_per_chunk * R * n)
             .enumerate()
             .map(|(c, out)| (c * tiles_per_chunk, out))
             .for_each(work);
@@ -445,7 +518,7 @@ impl Panel {
             };
             let o = &mut self.o[t * groups..(t + 1) * groups];
             if t < live {
-                simd::unpack_row(m.format, m.row(r0 + t), reference::RowView { u, s, sl, o });
+                simd::unpack_row(m.format, &m.row(r0 + t), reference::RowView { u, s, sl, o });
             } else {
                 u.fill(0);
                 s.fill(0.0);
@@ -462,9 +535,9 @@ impl Panel {
         for t in 0..TILE {
             let f = &mut self.f[t * cols..(t + 1) * cols];
             if t < live && m.format == BlockFormat::F16 {
-                simd::f16_row(m.row(r0 + t), f);
+                simd::f16_row(&m.row(r0 + t), f);
             } else if t < live {
-                reference::dequantize_row(m.format, m.row(r0 + t), f);
+                reference::dequantize_row(m.format, &m.row(r0 + t), f);
             } else {
                 f.fill(0.0);
             }
@@ -475,6 +548,7 @@ impl Panel {
 thread_local! {
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
+    static TILE_OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer, or on a fresh one if it is in use (a product nested in another's wait).

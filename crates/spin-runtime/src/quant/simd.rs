@@ -10,6 +10,7 @@
 //! virtual machines that advertise it).
 #![allow(unsafe_code)]
 
+use super::interleave;
 use super::reference::{self, RowView};
 use super::{ActView, BlockFormat, PanelView, TILE};
 use std::sync::OnceLock;
@@ -139,6 +140,52 @@ pub(crate) fn quant_tile_with(isa: Isa, p: &PanelView, a: &ActView, live: usize,
     }
     let _ = isa;
     portable::quant_tile::<false>(p, a, live, out);
+}
+
+/// Whether the interleaved kernel ([`il_tile`]) runs vectorised on this CPU (AVX-512 VNNI); elsewhere the
+/// matrices keep the file's layout and the panel kernels.
+pub(crate) fn interleaved() -> bool {
+    Isa::best() == Isa::Avx512Vnni
+}
+
+/// One interleaved tile (`tile`: its cols/32 tile-blocks, see `interleave.rs`) against activation rows `rows`:
+/// `out[c · ROWS + r]` for the c-th of them. Vectorised where [`interleaved`] holds, the portable
+/// `interleave::tile_product` (the same arithmetic in the same order, so the same bits) elsewhere.
+///
+/// # Panics
+/// If the lengths disagree (caller bugs).
+pub(crate) fn il_tile(
+    format: BlockFormat,
+    tile: &[u8],
+    a: &interleave::Acts,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    il_tile_with(Isa::best(), format, tile, a, rows, out);
+}
+
+pub(crate) fn il_tile_with(
+    isa: Isa,
+    format: BlockFormat,
+    tile: &[u8],
+    a: &interleave::Acts,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    let nb = a.cols / 32;
+    assert!(interleave::supported(format) && a.cols.is_multiple_of(32));
+    assert!(tile.len() >= nb * interleave::tile_block_bytes(format));
+    assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
+    assert!(out.len() >= rows.len() * interleave::ROWS);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni {
+        // SAFETY: `Isa::Avx512Vnni` comes only from `Isa::available`, after AVX-512 F/BW/VL/VNNI, AVX2, FMA and
+        // F16C were detected, the features `x86::il512` enables; the lengths it relies on are asserted above.
+        unsafe { x86::il512(format, tile, a, rows, out) };
+        return;
+    }
+    let _ = isa;
+    interleave::tile_product(format, tile, a, rows, out);
 }
 
 /// One tile of TILE f32 weight rows (`f`, TILE × cols) against n f32 activation rows: `out[t·n + i]`, t < out/n.
@@ -611,6 +658,128 @@ mod x86 {
                     let off = dot_f32(&p.o[t * ng..(t + 1) * ng], &a.xs[i * ng..(i + 1) * ng]);
                     out[t * n + i] = hsum(_mm256_add_ps(lo, hi)) + off;
                 }
+            }
+        }
+    }
+
+    // The formats of the interleaved kernel as const parameters: one copy of its loop per format.
+    const Q4_0: u8 = 0;
+    const Q4_1: u8 = 1;
+    const Q5_0: u8 = 2;
+    const Q8_0: u8 = 3;
+
+    /// [`super::il_tile`] on AVX-512 VNNI: activation rows in groups of four, then one at a time.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) fn il512(
+        format: BlockFormat,
+        tile: &[u8],
+        a: &interleave::Acts,
+        rows: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) {
+        match format {
+            BlockFormat::Q4_0 => il_rows::<Q4_0>(tile, a, rows, out),
+            BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
+            BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
+            BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
+            _ => unreachable!("il512 runs only on interleaved formats"),
+        }
+    }
+
+    #[inline(always)]
+    fn il_rows<const F: u8>(
+        tile: &[u8],
+        a: &interleave::Acts,
+        rows: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) {
+        let (start, n) = (rows.start, rows.len());
+        let main = n / 4 * 4;
+        let mut c = 0;
+        while c < main {
+            il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            c += 4;
+        }
+        while c < n {
+            il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            c += 1;
+        }
+    }
+
+    /// One tile against activation rows i0 .. i0 + C, into `out[c · 16 + r]`.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn il_group<const F: u8, const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+        let format = match F {
+            Q4_0 => BlockFormat::Q4_0,
+            Q4_1 => BlockFormat::Q4_1,
+            Q5_0 => BlockFormat::Q5_0,
+            _ => BlockFormat::Q8_0,
+        };
+        let (cols, nb) = (a.cols, a.cols / 32);
+        let tb = interleave::tile_block_bytes(format);
+        let ca = interleave::codes_at(format);
+        // Every read below is inside these bounds (checked once per group, not per load).
+        assert!(tile.len() >= nb * tb && a.q.len() >= (i0 + C) * cols);
+        assert!(a.d.len() >= (i0 + C) * nb && a.xs.len() >= (i0 + C) * nb && out.len() >= C * 16);
+        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
+        // SAFETY: tile reads are at b·tb + [0, tb) < nb·tb (the parts' offsets and sizes of `interleave.rs` add
+        // up to tb: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at 32, codes 256 or 512 at `ca`);
+        // activation code reads at (i0 + c)·cols + 32·b + [0, 32), scale reads at (i0 + c)·nb + b, stores at
+        // c·16 + [0, 16) for c < C, all within the lengths asserted above; loads and stores are unaligned; the
+        // features are enabled by `il512`, the only caller, which runs after they were detected.
+        unsafe {
+            let nib = _mm512_set1_epi8(0x0F);
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut off = [_mm512_setzero_ps(); C];
+            for b in 0..nb {
+                let p = tp.add(b * tb);
+                let s = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                let o = match F {
+                    Q4_1 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast())),
+                    Q4_0 => _mm512_mul_ps(_mm512_set1_ps(-8.0), s),
+                    Q5_0 => _mm512_mul_ps(_mm512_set1_ps(-16.0), s),
+                    _ => _mm512_mul_ps(_mm512_set1_ps(-128.0), s),
+                };
+                let cp = p.add(ca);
+                let mut w = [_mm512_setzero_si512(); 8];
+                if F == Q8_0 {
+                    for g in 0..8 {
+                        w[g] = _mm512_loadu_si512(cp.add(64 * g).cast());
+                    }
+                } else {
+                    for h in 0..4 {
+                        let v = _mm512_loadu_si512(cp.add(64 * h).cast());
+                        w[h] = _mm512_and_si512(v, nib);
+                        w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
+                    }
+                    if F == Q5_0 {
+                        let sixteen = _mm512_set1_epi8(16);
+                        for g in 0..8 {
+                            let k: __mmask64 = p.add(32 + 8 * g).cast::<u64>().read_unaligned();
+                            w[g] = _mm512_mask_add_epi8(w[g], k, w[g], sixteen);
+                        }
+                    }
+                }
+                for c in 0..C {
+                    let i = i0 + c;
+                    let xq = qp.add(i * cols + 32 * b);
+                    let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
+                    // Two chains of four, added at the end (integer sums: exact in any order).
+                    let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
+                    let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
+                    for g in (2..8).step_by(2) {
+                        even = _mm512_dpbusd_epi32(even, w[g], x4(g));
+                        odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
+                    }
+                    let isum = _mm512_add_epi32(even, odd);
+                    let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
+                    off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
+                }
+            }
+            for c in 0..C {
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
             }
         }
     }
