@@ -167,7 +167,7 @@ impl<'a> Solver<'a> {
     }
 
     fn phi(&mut self, lens: &[u32]) -> f64 {
-        if lens.iter().all(|&l| l == 0) {
+        if self.lo == 0 && lens.iter().all(|&l| l == 0) {
             // Nothing to send: the uplink phase takes no time (Lemma 3 has no term to equalise).
             self.charge(self.s.len() as u64);
             return 0.0;

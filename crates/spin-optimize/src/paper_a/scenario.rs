@@ -267,6 +267,7 @@ impl Scenario {
     ///
     /// # Formula
     /// T^ma = max_k L_k (T_k^S + Q_tok / (B_k r_k)) (eq. 26); τ = Σ_k E[N_k | L_k] / (T^ma + T_ver) (eq. 27).
+    /// Every B_k must be positive, except that of a device with L_k = 0, which sends nothing (B_k ≥ 0).
     pub fn evaluate(&self, draft_lengths: &[u32], bandwidth_hz: &[f64]) -> Result<(f64, f64), OptimizeError> {
         if draft_lengths.len() != self.len() || bandwidth_hz.len() != self.len() {
             return Err(OptimizeError::Invalid {

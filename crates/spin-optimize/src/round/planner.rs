@@ -45,9 +45,9 @@ pub trait Planner {
 ///
 /// Paper-A schemes plan L and the draft-uplink shares in paper A's system (no correction phase, L ≥ max(1,
 /// `min_draft_len`), and for `exact` sending distributions also L = 0 where the round allows it: a device that
-/// drafts nothing), with distributions per token; under `payload: pair` they plan the same way with the pair size as the per-token
-/// upload and send pairs (paper A has no distributions to drop, so uncharged pairs, `pair_bits = 0`, leave it
-/// nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
+/// drafts nothing), with distributions per token; under `payload: pair` they plan the same way with the pair
+/// size as the per-token upload and send pairs (paper A has no distributions to drop, so uncharged pairs,
+/// `pair_bits = 0`, leave it nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
 /// system (pairs neglected, the correction's mode rule, equal split) on the round's samples; a γ_k below
 /// `min_draft_len` is raised to it; the plan sends pairs over equal draft-uplink shares B/K (paper B allocates
 /// none), or, under `payload: distribution`, distributions over Lemma-3 shares.
@@ -85,8 +85,8 @@ impl PaperPlanner {
 
     /// Paper A's decisions on `round`: draft lengths, shares, payload, and whether paper A proved them optimal in
     /// the unified model too (no correction phase, and the exact planner searched the round's whole range: its
-    /// objective is then paper A's). Where the round allows L = 0 and distributions are sent,
-    /// `exact` searches it too ([`paper_a::exact::exact_with_idle`]); the other paper-A schemes draft L ≥ 1 as paper A does.
+    /// objective is then paper A's). Where the round allows L = 0 and distributions are sent, `exact` searches it
+    /// too ([`paper_a::exact::exact_with_idle`]); the other paper-A schemes draft L ≥ 1 as paper A does.
     fn paper_a(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool, bool), OptimizeError> {
         let policy = round.payload.policy;
         let dists = policy.allows_distribution();
