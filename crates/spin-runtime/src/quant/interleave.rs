@@ -68,17 +68,51 @@ pub(crate) fn offset(format: BlockFormat, d: f32, m: f32) -> f32 {
     }
 }
 
-/// One block of one row: where each of its file bytes goes in its tile-block (`None` for the byte of a file part
-/// that is stored elsewhere: Q5_0's fifth bits, handled bit by bit).
-fn place(format: BlockFormat, r: usize, j: usize) -> Option<usize> {
+/// Copies between one file block (`block`) and its row's places in a tile-block (`tile_block`, lane `r`), in
+/// the direction `to_tile`; Q8_0's codes change by 128 on the way.
+fn copy_block(format: BlockFormat, block: &mut [u8], tile_block: &mut [u8], r: usize, to_tile: bool) {
     let c = codes_at(format);
-    match (format, j) {
-        (_, 0 | 1) => Some(2 * r + j),
-        (BlockFormat::Q4_1, 2 | 3) => Some(32 + 2 * r + j - 2),
-        (BlockFormat::Q5_0, 2..=5) => None,
-        _ => {
-            let k = j - file_codes_at(format);
-            Some(c + (k / 4) * 64 + 4 * r + k % 4)
+    let fc = file_codes_at(format);
+    let mut pair = |file: std::ops::Range<usize>, tile: usize, flip: u8| {
+        let len = file.len();
+        let (f, t) = (&mut block[file], &mut tile_block[tile..tile + len]);
+        for (f, t) in f.iter_mut().zip(t) {
+            if to_tile {
+                *t = *f ^ flip;
+            } else {
+                *f = *t ^ flip;
+            }
+        }
+    };
+    pair(0..2, 2 * r, 0);
+    if format == BlockFormat::Q4_1 {
+        pair(2..4, 32 + 2 * r, 0);
+    }
+    let (words, flip) = if format == BlockFormat::Q8_0 {
+        (8, 0x80)
+    } else {
+        (4, 0)
+    };
+    for k in 0..words {
+        pair(fc + 4 * k..fc + 4 * k + 4, c + 64 * k + 4 * r, flip);
+    }
+    if format == BlockFormat::Q5_0 {
+        // Fifth bits: value 4g + i of row r is bit 4r + i of group g's mask.
+        if to_tile {
+            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+            for g in 0..8 {
+                let nib = (qh >> (4 * g)) & 0xF;
+                let at = 32 + 8 * g + r / 2;
+                tile_block[at] |= (nib as u8) << (4 * (r % 2));
+            }
+        } else {
+            let mut qh = 0u32;
+            for g in 0..8 {
+                let at = 32 + 8 * g + r / 2;
+                let nib = (tile_block[at] >> (4 * (r % 2))) & 0xF;
+                qh |= u32::from(nib) << (4 * g);
+            }
+            block[2..6].copy_from_slice(&qh.to_le_bytes());
         }
     }
 }
@@ -94,30 +128,12 @@ pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -
     let tb = tile_block_bytes(format);
     let tiles = rows.div_ceil(ROWS);
     let mut out = vec![0u8; tiles * nb * tb];
+    let mut block = vec![0u8; bb];
     for row in 0..rows {
         let (t, r) = (row / ROWS, row % ROWS);
         for b in 0..nb {
-            let block = &data[(row * nb + b) * bb..][..bb];
-            let dst = &mut out[(t * nb + b) * tb..][..tb];
-            for (j, &byte) in block.iter().enumerate() {
-                if let Some(at) = place(format, r, j) {
-                    dst[at] = if format == BlockFormat::Q8_0 && j >= 2 {
-                        byte ^ 0x80
-                    } else {
-                        byte
-                    };
-                }
-            }
-            if format == BlockFormat::Q5_0 {
-                let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-                for v in 0..32 {
-                    if qh >> v & 1 == 1 {
-                        let (g, i) = (v / 4, v % 4);
-                        let bit = 4 * r + i;
-                        dst[32 + 8 * g + bit / 8] |= 1 << (bit % 8);
-                    }
-                }
-            }
+            block.copy_from_slice(&data[(row * nb + b) * bb..][..bb]);
+            copy_block(format, &mut block, &mut out[(t * nb + b) * tb..][..tb], r, true);
         }
     }
     out
@@ -134,34 +150,28 @@ pub(crate) fn unpack_rows(
     let (bb, nb) = (format.block_bytes(), cols / 32);
     let tb = tile_block_bytes(format);
     let mut out = vec![0u8; count * nb * bb];
+    let mut tile_block = vec![0u8; tb];
     for (k, row) in (first..first + count).enumerate() {
         let (t, r) = (row / ROWS, row % ROWS);
         for b in 0..nb {
-            let src = &il[(t * nb + b) * tb..][..tb];
-            let block = &mut out[(k * nb + b) * bb..][..bb];
-            for (j, byte) in block.iter_mut().enumerate() {
-                if let Some(at) = place(format, r, j) {
-                    *byte = if format == BlockFormat::Q8_0 && j >= 2 {
-                        src[at] ^ 0x80
-                    } else {
-                        src[at]
-                    };
-                }
-            }
-            if format == BlockFormat::Q5_0 {
-                let mut qh = 0u32;
-                for v in 0..32 {
-                    let (g, i) = (v / 4, v % 4);
-                    let bit = 4 * r + i;
-                    if src[32 + 8 * g + bit / 8] >> (bit % 8) & 1 == 1 {
-                        qh |= 1 << v;
-                    }
-                }
-                block[2..6].copy_from_slice(&qh.to_le_bytes());
-            }
+            tile_block.copy_from_slice(&il[(t * nb + b) * tb..][..tb]);
+            copy_block(
+                format,
+                &mut out[(k * nb + b) * bb..][..bb],
+                &mut tile_block,
+                r,
+                false,
+            );
         }
     }
     out
+}
+
+/// Whether every scale (and Q4_1 min) of the interleaved form is finite (padding rows have zero scales).
+pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
+    let halves = if format == BlockFormat::Q4_1 { 32 } else { 16 };
+    il.chunks_exact(tile_block_bytes(format))
+        .all(|tb| (0..halves).all(|h| reference::half_at(tb, 2 * h).is_finite()))
 }
 
 /// The unsigned codes of group `g` (values 4g .. 4g + 4) of lane `r` of a tile-block.

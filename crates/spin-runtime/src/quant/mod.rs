@@ -229,11 +229,28 @@ impl QMatrix {
         {
             return None;
         }
+        let rows = parts.iter().map(|p| p.rows).sum();
+        let whole_tiles = parts[..parts.len() - 1]
+            .iter()
+            .all(|p| p.rows.is_multiple_of(interleave::ROWS));
+        if first.interleaved && whole_tiles {
+            // Tiles are independent: the stacked matrix's tiles are the parts' tiles in order.
+            let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+            for p in parts {
+                data.extend_from_slice(&p.data);
+            }
+            return Some(QMatrix {
+                format: first.format,
+                rows,
+                cols: first.cols,
+                data,
+                interleaved: true,
+            });
+        }
         let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
         for p in parts {
             data.extend_from_slice(&p.data());
         }
-        let rows = parts.iter().map(|p| p.rows).sum();
         QMatrix::new("stacked matrix", first.format, rows, first.cols, data).ok()
     }
 
@@ -264,7 +281,10 @@ impl QMatrix {
 
     /// Whether every scale (and min) of every block is finite (for F32/F16: every value), without dequantising.
     pub fn scales_finite(&self) -> bool {
-        reference::scales_finite(self.format, &self.data())
+        if self.interleaved {
+            return interleave::scales_finite(self.format, &self.data);
+        }
+        reference::scales_finite(self.format, &self.data)
     }
 
     /// `y (n × rows, row-major) = x (n × cols, row-major) · Wᵀ`, for any n ≥ 1 (n = 0 does nothing). Each weight
@@ -287,7 +307,25 @@ impl QMatrix {
                 acts.quantise(x, n, self.cols);
             }
             let mut yt_owned = std::mem::take(&mut acts.yt);
-            if n == 1 {
+            if self.interleaved {
+                const R: usize = interleave::ROWS;
+                let rows = self.rows;
+                if n == 1 && rows.is_multiple_of(R) {
+                    self.run_interleaved(acts, 1, y);
+                } else {
+                    // Tile by tile, each tile's n runs of 16 outputs; then every run to its row of y.
+                    let tiles = rows.div_ceil(R);
+                    yt_owned.clear();
+                    yt_owned.resize(tiles * R * n, 0.0);
+                    self.run_interleaved(acts, n, &mut yt_owned);
+                    for (t, tile) in yt_owned.chunks_exact(R * n).enumerate() {
+                        let live = (rows - t * R).min(R);
+                        for (i, run) in tile.chunks_exact(R).enumerate() {
+                            y[i * rows + t * R..][..live].copy_from_slice(&run[..live]);
+                        }
+                    }
+                }
+            } else if n == 1 {
                 self.run(acts, n, y);
             } else {
                 yt_owned.clear();
@@ -312,10 +350,6 @@ impl QMatrix {
 
     /// Computes `yt` (rows × n, row-major: the transpose of the result) tile by tile over the current pool.
     fn run(&self, acts: &Acts, n: usize, yt: &mut [f32]) {
-        if self.interleaved {
-            self.run_interleaved(acts, n, yt);
-            return;
-        }
         let tiles = self.rows.div_ceil(TILE);
         let threads = rayon::current_num_threads();
         let work = |(t0, out): (usize, &mut [f32])| {
@@ -339,8 +373,10 @@ impl QMatrix {
             .for_each(work);
     }
 
-    /// [`QMatrix::run`] on the interleaved form: tiles of 16 rows, split over the pool in whole tiles.
-    fn run_interleaved(&self, acts: &Acts, n: usize, yt: &mut [f32]) {
+    /// The products on the interleaved form into `out`, tile after tile, each tile's n activation rows after one
+    /// another with 16 outputs each (the rows of the last tile beyond the matrix are padding); tiles are split over
+    /// the current pool whole.
+    fn run_interleaved(&self, acts: &Acts, n: usize, out: &mut [f32]) {
         const R: usize = interleave::ROWS;
         let tile_bytes = self.cols / 32 * interleave::tile_block_bytes(self.format);
         let a = interleave::Acts {
@@ -350,29 +386,20 @@ impl QMatrix {
             cols: self.cols,
         };
         let work = |(t0, out): (usize, &mut [f32])| {
-            with_scratch(&TILE_OUT, |buf: &mut Vec<f32>| {
-                buf.resize(R * n, 0.0);
-                for (k, out) in out.chunks_mut(R * n).enumerate() {
-                    let t = t0 + k;
-                    let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
-                    simd::il_tile(self.format, tile, &a, 0..n, buf);
-                    // buf is (activation row, weight row); out is (weight row, activation row), live rows only.
-                    for (r, y) in out.chunks_mut(n).enumerate() {
-                        for (i, y) in y.iter_mut().enumerate() {
-                            *y = buf[i * R + r];
-                        }
-                    }
-                }
-            });
+            for (k, out) in out.chunks_mut(R * n).enumerate() {
+                let t = t0 + k;
+                let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
+                simd::il_tile(self.format, tile, &a, 0..n, out);
+            }
         };
         let threads = rayon::current_num_threads();
         if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
-            work((0, yt));
+            work((0, out));
             return;
         }
         let tiles = self.rows.div_ceil(R);
         let tiles_per_chunk = tiles.div_ceil(threads * 4).max(1);
-        yt.par_chunks_mut(tiles_per_chunk * R * n)
+        out.par_chunks_mut(tiles_per_chunk * R * n)
             .enumerate()
             .map(|(c, out)| (c * tiles_per_chunk, out))
             .for_each(work);
@@ -548,7 +575,6 @@ impl Panel {
 thread_local! {
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
-    static TILE_OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer, or on a fresh one if it is in use (a product nested in another's wait).
