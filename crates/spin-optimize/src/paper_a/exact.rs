@@ -776,7 +776,7 @@ fn solve(s: &Scenario, lo: u32, work_budget: u64) -> Result<(Plan, ExactStats), 
                 d.hz_s_per_token * f64::from(l) / (slack * slack)
             })
             .sum();
-        if !(denom > 0.0) {
+        if denom.is_nan() || denom <= 0.0 {
             // Every device idle (no Lagrangian slope to take μ from); the searches below start from this plan.
             break;
         }
