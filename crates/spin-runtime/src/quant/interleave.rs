@@ -1,5 +1,5 @@
-//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0), in which the AVX-512 kernels
-//! read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset by 128), so that one
+//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K and Q6_K, in which the
+//! AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset by 128), so that one
 //! 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd` against four broadcast
 //! activation codes advances all of them.
 //!
@@ -12,6 +12,20 @@
 //! | mins `m`, f16, row r at 2r | – | 32 | – | – |
 //! | fifth bits: per group g a u64 whose bit 4r + i is value 4g + i of row r | – | – | 32 | – |
 //! | codes | 32 | 64 | 96 | 32 |
+//!
+//! A Q4_K tile-block (one 256-value super-block of each row) holds the scales `d` (f16, row r at 2r), the mins
+//! `dmin` (at 32 + 2r), the twelve packed 6-bit sub-block scale and min bytes, byte k of row r at 64 + 16k + r, and
+//! from 256 the codes: per pair p of 32-value sub-blocks eight vectors (vector h, lane r = the file's code bytes
+//! 32p + 4h .. 32p + 4h + 4 of row r, whose low nibbles are sub-block 2p's values 4h .. 4h + 4 and high nibbles
+//! sub-block 2p + 1's). Its sub-block j has scale `d·sc_j` and offset `−dmin·m_j`, and takes the place of a block
+//! in the sums below.
+//!
+//! A Q6_K tile-block holds `d` (f16, row r at 2r), the sixteen int8 sub-block scales (scale k of row r at
+//! 32 + 16k + r), from 288 the low-bit bytes (vector (2h + m)·8 + q, lane r = the file's `ql` bytes
+//! 64h + 32m + 4q .. + 4 of row r) and from 2336 the high-bit bytes (vector 8h + q, lane r = `qh` bytes
+//! 32h + 4q .. + 4). Chunk c = 4h + i of 32 values takes the low (i < 2) or high nibbles of vectors (2h + i mod 2)·8 + q
+//! and bits 2i, 2i + 1 of vectors 8h + q as its fifth and sixth bits; its two 16-value sub-blocks have scales
+//! `d·sc` and offsets `−32·d·sc`, applied with the activation sums per 16 values.
 //!
 //! Codes, in 64-byte vectors of 16 lanes, lane r = row r: Q8_0 has eight vectors, vector g holding values
 //! 4g .. 4g + 4 of each row as unsigned bytes `q + 128`; the 4-bit formats have four, vector h holding bytes
@@ -31,7 +45,12 @@ pub(crate) const ROWS: usize = 16;
 pub(crate) fn supported(format: BlockFormat) -> bool {
     matches!(
         format,
-        BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q5_0 | BlockFormat::Q8_0
+        BlockFormat::Q4_0
+            | BlockFormat::Q4_1
+            | BlockFormat::Q5_0
+            | BlockFormat::Q8_0
+            | BlockFormat::Q4K
+            | BlockFormat::Q6K
     )
 }
 
@@ -45,6 +64,8 @@ pub(crate) fn codes_at(format: BlockFormat) -> usize {
     match format {
         BlockFormat::Q4_1 => 64,
         BlockFormat::Q5_0 => 96,
+        BlockFormat::Q4K => 256,
+        BlockFormat::Q6K => 288,
         _ => 32,
     }
 }
@@ -71,6 +92,58 @@ pub(crate) fn offset(format: BlockFormat, d: f32, m: f32) -> f32 {
 /// Copies between one file block (`block`) and its row's places in a tile-block (`tile_block`, lane `r`), in
 /// the direction `to_tile`; Q8_0's codes change by 128 on the way.
 fn copy_block(format: BlockFormat, block: &mut [u8], tile_block: &mut [u8], r: usize, to_tile: bool) {
+    if format == BlockFormat::Q6K {
+        let mut put = |file: usize, tile: usize| {
+            if to_tile {
+                tile_block[tile] = block[file];
+            } else {
+                block[file] = tile_block[tile];
+            }
+        };
+        put(208, 2 * r);
+        put(209, 2 * r + 1);
+        for k in 0..16 {
+            put(192 + k, 32 + 16 * k + r);
+        }
+        for h in 0..2 {
+            for q in 0..8 {
+                for i in 0..4 {
+                    for m in 0..2 {
+                        put(
+                            64 * h + 32 * m + 4 * q + i,
+                            288 + ((2 * h + m) * 8 + q) * 64 + 4 * r + i,
+                        );
+                    }
+                    put(128 + 32 * h + 4 * q + i, 2336 + (8 * h + q) * 64 + 4 * r + i);
+                }
+            }
+        }
+        return;
+    }
+    if format == BlockFormat::Q4K {
+        let mut put = |file: usize, tile: usize| {
+            if to_tile {
+                tile_block[tile] = block[file];
+            } else {
+                block[file] = tile_block[tile];
+            }
+        };
+        for j in 0..2 {
+            put(j, 2 * r + j);
+            put(2 + j, 32 + 2 * r + j);
+        }
+        for k in 0..12 {
+            put(4 + k, 64 + 16 * k + r);
+        }
+        for p in 0..4 {
+            for h in 0..8 {
+                for i in 0..4 {
+                    put(16 + 32 * p + 4 * h + i, 256 + 512 * p + 64 * h + 4 * r + i);
+                }
+            }
+        }
+        return;
+    }
     let c = codes_at(format);
     let fc = file_codes_at(format);
     let mut pair = |file: std::ops::Range<usize>, tile: usize, flip: u8| {
@@ -122,8 +195,9 @@ fn copy_block(format: BlockFormat, block: &mut [u8], tile_block: &mut [u8], r: u
 /// # Panics
 /// If `format` is not [`supported`] or `data` is not rows × cols of it (the caller checked both).
 pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
-    assert!(supported(format) && cols.is_multiple_of(32));
-    let (bb, nb) = (format.block_bytes(), cols / 32);
+    let be = format.block_elems();
+    assert!(supported(format) && cols.is_multiple_of(be));
+    let (bb, nb) = (format.block_bytes(), cols / be);
     assert_eq!(data.len(), rows * nb * bb);
     let tb = tile_block_bytes(format);
     let tiles = rows.div_ceil(ROWS);
@@ -147,7 +221,7 @@ pub(crate) fn unpack_rows(
     first: usize,
     count: usize,
 ) -> Vec<u8> {
-    let (bb, nb) = (format.block_bytes(), cols / 32);
+    let (bb, nb) = (format.block_bytes(), cols / format.block_elems());
     let tb = tile_block_bytes(format);
     let mut out = vec![0u8; count * nb * bb];
     let mut tile_block = vec![0u8; tb];
@@ -169,7 +243,16 @@ pub(crate) fn unpack_rows(
 
 /// Whether every scale (and Q4_1 min) of the interleaved form is finite (padding rows have zero scales).
 pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
-    let halves = if format == BlockFormat::Q4_1 { 32 } else { 16 };
+    if format == BlockFormat::Q6K {
+        return il
+            .chunks_exact(tile_block_bytes(format))
+            .all(|tb| (0..16).all(|h| reference::half_at(tb, 2 * h).is_finite()));
+    }
+    let halves = if matches!(format, BlockFormat::Q4_1 | BlockFormat::Q4K) {
+        32
+    } else {
+        16
+    };
     il.chunks_exact(tile_block_bytes(format))
         .all(|tb| (0..halves).all(|h| reference::half_at(tb, 2 * h).is_finite()))
 }
@@ -200,6 +283,8 @@ pub(crate) struct Acts<'a> {
     pub q: &'a [i8],
     pub d: &'a [f32],
     pub xs: &'a [f32],
+    /// `scale · Σ codes` per 16 values (Q6_K's sub-blocks).
+    pub xs16: &'a [f32],
     pub cols: usize,
 }
 
@@ -212,6 +297,14 @@ pub(crate) fn tile_product(
     rows: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
+    if format == BlockFormat::Q4K {
+        tile_product_q4k(tile, a, rows, out);
+        return;
+    }
+    if format == BlockFormat::Q6K {
+        tile_product_q6k(tile, a, rows, out);
+        return;
+    }
     let nb = a.cols / 32;
     let tb = tile_block_bytes(format);
     for (c, i) in rows.enumerate() {
@@ -237,6 +330,102 @@ pub(crate) fn tile_product(
                 }
                 acc[r] = (isum as f32).mul_add(d * dx, acc[r]);
                 off[r] = offset(format, d, m).mul_add(xs, off[r]);
+            }
+        }
+        for r in 0..ROWS {
+            out[c * ROWS + r] = acc[r] + off[r];
+        }
+    }
+}
+
+/// The scale `d·sc_j` and offset `−dmin·m_j` of sub-block j of lane r of a Q4_K tile-block, as the kernel computes
+/// them.
+pub(crate) fn q4k_scale_offset(tile_block: &[u8], r: usize, j: usize) -> (f32, f32) {
+    let packed: [u8; 12] = std::array::from_fn(|k| tile_block[64 + 16 * k + r]);
+    let (sc, m) = reference::scale_min_k4(j, &packed);
+    let d = reference::half_at(tile_block, 2 * r);
+    let dmin = reference::half_at(tile_block, 32 + 2 * r);
+    (d * f32::from(sc), -(dmin * f32::from(m)))
+}
+
+/// [`tile_product`] for Q4_K: each 32-value sub-block in the place of a block.
+fn tile_product_q4k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &mut [f32]) {
+    let (nsb, nch) = (a.cols / 256, a.cols / 32);
+    let tb = tile_block_bytes(BlockFormat::Q4K);
+    for (c, i) in rows.enumerate() {
+        let mut acc = [0f32; ROWS];
+        let mut off = [0f32; ROWS];
+        for b in 0..nsb {
+            let block = &tile[b * tb..][..tb];
+            for j in 0..8 {
+                let ch = 8 * b + j;
+                let (dx, xs) = (a.d[i * nch + ch], a.xs[i * nch + ch]);
+                let x = &a.q[i * a.cols + 32 * ch..][..32];
+                let (p, high) = (j / 2, j % 2 == 1);
+                for r in 0..ROWS {
+                    let (s, o) = q4k_scale_offset(block, r, j);
+                    let mut isum = 0i32;
+                    for h in 0..8 {
+                        for k in 0..4 {
+                            let byte = block[256 + 512 * p + 64 * h + 4 * r + k];
+                            let u = if high { byte >> 4 } else { byte & 0x0F };
+                            isum += i32::from(u) * i32::from(x[4 * h + k]);
+                        }
+                    }
+                    acc[r] = (isum as f32).mul_add(s * dx, acc[r]);
+                    off[r] = o.mul_add(xs, off[r]);
+                }
+            }
+        }
+        for r in 0..ROWS {
+            out[c * ROWS + r] = acc[r] + off[r];
+        }
+    }
+}
+
+/// The six-bit code of value 4g + k of chunk c (of 32 values) of lane r of a Q6_K tile-block.
+fn q6k_code(tile_block: &[u8], r: usize, c: usize, g: usize, k: usize) -> u8 {
+    let (h, i) = (c / 4, c % 4);
+    let low = tile_block[288 + ((2 * h + i % 2) * 8 + g) * 64 + 4 * r + k];
+    let low = if i < 2 { low & 0x0F } else { low >> 4 };
+    let high = (tile_block[2336 + (8 * h + g) * 64 + 4 * r + k] >> (2 * i)) & 3;
+    low | (high << 4)
+}
+
+/// [`tile_product`] for Q6_K: per chunk of 32 values, its two 16-value sub-blocks in order.
+fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &mut [f32]) {
+    let (nsb, nch) = (a.cols / 256, a.cols / 32);
+    let tb = tile_block_bytes(BlockFormat::Q6K);
+    for (c, i) in rows.enumerate() {
+        let mut acc = [0f32; ROWS];
+        let mut off = [0f32; ROWS];
+        for b in 0..nsb {
+            let block = &tile[b * tb..][..tb];
+            for j in 0..8 {
+                let ch = 8 * b + j;
+                let dx = a.d[i * nch + ch];
+                let x = &a.q[i * a.cols + 32 * ch..][..32];
+                for r in 0..ROWS {
+                    let d = reference::half_at(block, 2 * r);
+                    let mut isum = [0i32; 2];
+                    for g in 0..8 {
+                        for k in 0..4 {
+                            let u = q6k_code(block, r, j, g, k);
+                            isum[g / 4] += i32::from(u) * i32::from(x[4 * g + k]);
+                        }
+                    }
+                    let mut o = [0f32; 2];
+                    for half in 0..2 {
+                        let sc = block[32 + 16 * (2 * j + half) + r] as i8;
+                        let s = d * f32::from(sc);
+                        o[half] = -32.0 * s;
+                        acc[r] = (isum[half] as f32).mul_add(s * dx, acc[r]);
+                    }
+                    let xs16 = &a.xs16[2 * (i * nch + ch)..][..2];
+                    for (o, xs) in o.iter().zip(xs16) {
+                        off[r] = o.mul_add(*xs, off[r]);
+                    }
+                }
             }
         }
         for r in 0..ROWS {

@@ -378,11 +378,12 @@ impl QMatrix {
     /// the current pool whole.
     fn run_interleaved(&self, acts: &Acts, n: usize, out: &mut [f32]) {
         const R: usize = interleave::ROWS;
-        let tile_bytes = self.cols / 32 * interleave::tile_block_bytes(self.format);
+        let tile_bytes = self.cols / self.format.block_elems() * interleave::tile_block_bytes(self.format);
         let a = interleave::Acts {
             q: &acts.q,
             d: &acts.d,
             xs: &acts.xs32,
+            xs16: &acts.xs16,
             cols: self.cols,
         };
         let work = |(t0, out): (usize, &mut [f32])| {

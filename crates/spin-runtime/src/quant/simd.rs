@@ -172,10 +172,11 @@ pub(crate) fn il_tile_with(
     rows: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    let nb = a.cols / 32;
-    assert!(interleave::supported(format) && a.cols.is_multiple_of(32));
-    assert!(tile.len() >= nb * interleave::tile_block_bytes(format));
+    let (nb, be) = (a.cols / 32, format.block_elems());
+    assert!(interleave::supported(format) && a.cols.is_multiple_of(be));
+    assert!(tile.len() >= a.cols / be * interleave::tile_block_bytes(format));
     assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
+    assert!(a.xs16.len() >= 2 * rows.end * nb);
     assert!(out.len() >= rows.len() * interleave::ROWS);
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
@@ -667,6 +668,8 @@ mod x86 {
     const Q4_1: u8 = 1;
     const Q5_0: u8 = 2;
     const Q8_0: u8 = 3;
+    const Q4K: u8 = 4;
+    const Q6K: u8 = 5;
 
     /// [`super::il_tile`] on AVX-512 VNNI: activation rows in groups of four, then one at a time.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -682,6 +685,8 @@ mod x86 {
             BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
             BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
             BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
+            BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out),
+            BlockFormat::Q6K => il_rows::<Q6K>(tile, a, rows, out),
             _ => unreachable!("il512 runs only on interleaved formats"),
         }
     }
@@ -697,11 +702,23 @@ mod x86 {
         let main = n / 4 * 4;
         let mut c = 0;
         while c < main {
-            il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            if F == Q4K {
+                il_group_q4k::<4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            } else if F == Q6K {
+                il_group_q6k::<4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            } else {
+                il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            }
             c += 4;
         }
         while c < n {
-            il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            if F == Q4K {
+                il_group_q4k::<1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            } else if F == Q6K {
+                il_group_q6k::<1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            } else {
+                il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            }
             c += 1;
         }
     }
@@ -776,6 +793,163 @@ mod x86 {
                     let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
                     off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
+                }
+            }
+            for c in 0..C {
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
+            }
+        }
+    }
+
+    /// [`il_group`] for Q4_K: per super-block the 6-bit sub-block scales and mins of the 16 rows are unpacked in
+    /// 128-bit vectors (byte k of every row together), then each 32-value sub-block is applied as a block is.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn il_group_q4k<const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+        let (cols, nch, nsb) = (a.cols, a.cols / 32, a.cols / 256);
+        let tb = interleave::tile_block_bytes(BlockFormat::Q4K);
+        assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
+        assert!(a.d.len() >= (i0 + C) * nch && a.xs.len() >= (i0 + C) * nch && out.len() >= C * 16);
+        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
+        // SAFETY: tile reads are at b·tb + [0, tb) < nsb·tb (scales 32 bytes at 0, mins 32 at 32, twelve
+        // 16-byte scale vectors at 64 .. 256, codes 2048 bytes at 256: tb = 2304); activation reads at
+        // (i0 + c)·cols + 32·ch + [0, 32) and (i0 + c)·nch + ch for ch < nch, stores at c·16 + [0, 16) for c < C,
+        // all within the lengths asserted above; loads and stores are unaligned; the features are enabled by
+        // `il512`, the only caller, which runs after they were detected.
+        unsafe {
+            let nib = _mm512_set1_epi8(0x0F);
+            let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut off = [_mm512_setzero_ps(); C];
+            for b in 0..nsb {
+                let p = tp.add(b * tb);
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
+                let q: [__m128i; 12] = std::array::from_fn(|k| _mm_loadu_si128(p.add(64 + 16 * k).cast()));
+                let top = |v: __m128i| _mm_and_si128(_mm_srli_epi16::<6>(v), m3);
+                for j in 0..8 {
+                    // `reference::scale_min_k4` on 16 rows at once (byte shifts as masked 16-bit ones).
+                    let (sc, m) = if j < 4 {
+                        (_mm_and_si128(q[j], m63), _mm_and_si128(q[j + 4], m63))
+                    } else {
+                        (
+                            _mm_or_si128(_mm_and_si128(q[j + 4], m15), _mm_slli_epi16::<4>(top(q[j - 4]))),
+                            _mm_or_si128(
+                                _mm_and_si128(_mm_srli_epi16::<4>(q[j + 4]), m15),
+                                _mm_slli_epi16::<4>(top(q[j])),
+                            ),
+                        )
+                    };
+                    let s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+                    // −(dmin·m) as the reference negates it (a sign flip, so −0 for m = 0).
+                    let dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
+                    let o = _mm512_castsi512_ps(_mm512_xor_si512(
+                        _mm512_castps_si512(dm),
+                        _mm512_set1_epi32(i32::MIN),
+                    ));
+                    let cp = p.add(256 + 512 * (j / 2));
+                    let w: [__m512i; 8] = std::array::from_fn(|h| {
+                        let v = _mm512_loadu_si512(cp.add(64 * h).cast());
+                        if j % 2 == 0 {
+                            _mm512_and_si512(v, nib)
+                        } else {
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib)
+                        }
+                    });
+                    let ch = 8 * b + j;
+                    for c in 0..C {
+                        let i = i0 + c;
+                        let xq = qp.add(i * cols + 32 * ch);
+                        let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
+                        let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
+                        let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
+                        for g in (2..8).step_by(2) {
+                            even = _mm512_dpbusd_epi32(even, w[g], x4(g));
+                            odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
+                        }
+                        let isum = _mm512_add_epi32(even, odd);
+                        let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nch + ch)));
+                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
+                        off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nch + ch)), off[c]);
+                    }
+                }
+            }
+            for c in 0..C {
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
+            }
+        }
+    }
+
+    /// [`il_group`] for Q6_K: per chunk of 32 values the six-bit codes of 16 rows are put together from the low
+    /// and high bit vectors in registers, and its two 16-value sub-blocks are applied one after the other.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn il_group_q6k<const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+        let (cols, nch, nsb) = (a.cols, a.cols / 32, a.cols / 256);
+        let tb = interleave::tile_block_bytes(BlockFormat::Q6K);
+        assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
+        assert!(a.d.len() >= (i0 + C) * nch && a.xs16.len() >= 2 * (i0 + C) * nch && out.len() >= C * 16);
+        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs16.as_ptr());
+        // SAFETY: tile reads are at b·tb + [0, tb) < nsb·tb (scales 32 bytes at 0, sixteen 16-byte sub-block
+        // scale vectors at 32 .. 288, low bits 2048 bytes at 288, high bits 1024 at 2336: tb = 3360); activation
+        // reads at (i0 + c)·cols + 32·ch + [0, 32), (i0 + c)·nch + ch and 2·((i0 + c)·nch + ch) + [0, 2) for
+        // ch < nch, stores at c·16 + [0, 16) for c < C, all within the lengths asserted above; loads and stores
+        // are unaligned; the features are enabled by `il512`, the only caller, which runs after they were
+        // detected.
+        unsafe {
+            let (nib, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+            let minus32 = _mm512_set1_ps(-32.0);
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut off = [_mm512_setzero_ps(); C];
+            for b in 0..nsb {
+                let p = tp.add(b * tb);
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                for j in 0..8 {
+                    let (h, i) = (j / 4, j % 4);
+                    let lp = p.add(288 + (2 * h + i % 2) * 8 * 64);
+                    let hp = p.add(2336 + 8 * h * 64);
+                    let w: [__m512i; 8] = std::array::from_fn(|g| {
+                        let l = _mm512_loadu_si512(lp.add(64 * g).cast());
+                        let low = if i < 2 {
+                            _mm512_and_si512(l, nib)
+                        } else {
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(l), nib)
+                        };
+                        let q = _mm512_loadu_si512(hp.add(64 * g).cast());
+                        // Bits 2i, 2i + 1 of each byte to bits 4, 5 (16-bit shifts; the mask drops what crossed
+                        // from the neighbouring byte).
+                        let high = match i {
+                            0 => _mm512_slli_epi16::<4>(q),
+                            1 => _mm512_slli_epi16::<2>(q),
+                            2 => q,
+                            _ => _mm512_srli_epi16::<2>(q),
+                        };
+                        _mm512_or_si512(low, _mm512_and_si512(high, top))
+                    });
+                    let sub = |k: usize| {
+                        let sc = _mm_loadu_si128(p.add(32 + 16 * (2 * j + k)).cast());
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)))
+                    };
+                    let (sa, sb) = (sub(0), sub(1));
+                    let (oa, ob) = (_mm512_mul_ps(minus32, sa), _mm512_mul_ps(minus32, sb));
+                    let ch = 8 * b + j;
+                    for c in 0..C {
+                        let ix = i0 + c;
+                        let xq = qp.add(ix * cols + 32 * ch);
+                        let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
+                        let mut ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
+                        let mut ib = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], x4(4));
+                        for g in 1..4 {
+                            ia = _mm512_dpbusd_epi32(ia, w[g], x4(g));
+                            ib = _mm512_dpbusd_epi32(ib, w[g + 4], x4(g + 4));
+                        }
+                        let dx = _mm512_set1_ps(*dp.add(ix * nch + ch));
+                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(sa, dx), acc[c]);
+                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), _mm512_mul_ps(sb, dx), acc[c]);
+                        let xs = xp.add(2 * (ix * nch + ch));
+                        off[c] = _mm512_fmadd_ps(oa, _mm512_set1_ps(*xs), off[c]);
+                        off[c] = _mm512_fmadd_ps(ob, _mm512_set1_ps(*xs.add(1)), off[c]);
+                    }
                 }
             }
             for c in 0..C {

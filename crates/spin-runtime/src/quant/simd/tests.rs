@@ -310,20 +310,22 @@ fn interleaving_gives_back_the_files_bytes() {
     let mut r = rng(21);
     for format in QUANT.into_iter().filter(|&f| interleave::supported(f)) {
         for (rows, blocks) in [(1, 1), (5, 3), (16, 2), (17, 1), (40, 18)] {
+            let cols = blocks * format.block_elems();
             let data: Vec<u8> = (0..rows)
                 .flat_map(|_| random_row(&mut r, format, blocks))
                 .collect();
-            let il = interleave::pack(format, rows, 32 * blocks, &data);
+            let il = interleave::pack(format, rows, cols, &data);
+            assert!(interleave::scales_finite(format, &il));
             assert_eq!(il.len() % interleave::tile_block_bytes(format), 0);
             assert_eq!(
-                interleave::unpack_rows(format, 32 * blocks, &il, 0, rows),
+                interleave::unpack_rows(format, cols, &il, 0, rows),
                 data,
                 "{format:?}"
             );
             let rb = blocks * format.block_bytes();
             let (first, count) = (rows / 3, rows - rows / 3);
             assert_eq!(
-                interleave::unpack_rows(format, 32 * blocks, &il, first, count),
+                interleave::unpack_rows(format, cols, &il, first, count),
                 data[first * rb..].to_vec(),
                 "{format:?} rows {first}.."
             );
@@ -339,21 +341,26 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
     let mut r = rng(22);
     for format in QUANT.into_iter().filter(|&f| interleave::supported(f)) {
         for (blocks, n) in [(1, 1), (2, 4), (3, 5), (18, 9), (48, 2)] {
-            let cols = 32 * blocks;
+            let cols = blocks * format.block_elems();
+            let nch = cols / 32;
             let rows: Vec<Vec<u8>> = (0..interleave::ROWS)
                 .map(|_| random_row(&mut r, format, blocks))
                 .collect();
             let data: Vec<u8> = rows.concat();
             let tile = interleave::pack(format, interleave::ROWS, cols, &data);
             let q: Vec<i8> = (0..n * cols).map(|_| r.random_range(-127..=127)).collect();
-            let d: Vec<f32> = (0..n * blocks).map(|_| r.random_range(0.0..0.1)).collect();
-            let xs: Vec<f32> = (0..n * blocks)
+            let d: Vec<f32> = (0..n * nch).map(|_| r.random_range(0.0..0.1)).collect();
+            let xs: Vec<f32> = (0..n * nch)
                 .map(|g| d[g] * q[32 * g..32 * g + 32].iter().map(|&v| f32::from(v)).sum::<f32>())
+                .collect();
+            let xs16: Vec<f32> = (0..2 * n * nch)
+                .map(|g| d[g / 2] * q[16 * g..16 * g + 16].iter().map(|&v| f32::from(v)).sum::<f32>())
                 .collect();
             let a = interleave::Acts {
                 q: &q,
                 d: &d,
                 xs: &xs,
+                xs16: &xs16,
                 cols,
             };
             let mut want = vec![f32::NAN; n * interleave::ROWS];
@@ -364,12 +371,12 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
                 for i in 0..n {
                     let exact: f64 = (0..cols)
                         .map(|k| {
-                            f64::from(w[k]) * f64::from(q[i * cols + k]) * f64::from(d[i * blocks + k / 32])
+                            f64::from(w[k]) * f64::from(q[i * cols + k]) * f64::from(d[i * nch + k / 32])
                         })
                         .sum();
                     let scale: f64 = (0..cols)
                         .map(|k| {
-                            (f64::from(w[k]) * f64::from(q[i * cols + k]) * f64::from(d[i * blocks + k / 32]))
+                            (f64::from(w[k]) * f64::from(q[i * cols + k]) * f64::from(d[i * nch + k / 32]))
                                 .abs()
                         })
                         .sum();
