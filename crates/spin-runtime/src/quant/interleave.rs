@@ -31,9 +31,10 @@
 //! 4g .. 4g + 4 of each row as unsigned bytes `q + 128`; the 4-bit formats have four, vector h holding bytes
 //! 4h .. 4h + 4 of each row's 16 code bytes, whose low nibbles are values 4h .. 4h + 4 and high nibbles values
 //! 16 + 4h .. 16 + 4h + 4 (the file's nibble order). Every value of a product is then
-//! `Σ_b (f32(Σ_g codes·x) · (d_w·d_x)) + Σ_b o·(d_x·Σ x)`, each sum in block order with fused multiply-adds, and
-//! the offset `o` = −8·d (Q4_0), m (Q4_1), −16·d (Q5_0), −128·d (Q8_0): the same operations for one activation row
-//! or many, on any number of threads.
+//! `Σ_b f32(Σ_g codes·x + k·Σ x) · (d_w·d_x)`, the sum over blocks in block order with fused multiply-adds, where
+//! the offset (−8·d for Q4_0, −16·d for Q5_0, −128·d for Q8_0) joins the exact integer sum as k = −8, −16, −128;
+//! Q4_1 adds `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation row or many, on any number
+//! of threads.
 
 use super::BlockFormat;
 use super::reference;
@@ -79,13 +80,14 @@ fn file_codes_at(format: BlockFormat) -> usize {
     }
 }
 
-/// The offset `o` of a block from its scale and min (see the module docs), in f32 as the kernels compute it.
-pub(crate) fn offset(format: BlockFormat, d: f32, m: f32) -> f32 {
+/// The offset of Q4_0, Q5_0 and Q8_0 as a multiple of the block's scale (0 for Q4_1, whose offset is its min):
+/// `k · Σ x` joins the block's integer sum.
+pub(crate) fn integer_offset(format: BlockFormat) -> i32 {
     match format {
-        BlockFormat::Q4_0 => -8.0 * d,
-        BlockFormat::Q4_1 => m,
-        BlockFormat::Q5_0 => -16.0 * d,
-        _ => -128.0 * d,
+        BlockFormat::Q4_0 => -8,
+        BlockFormat::Q5_0 => -16,
+        BlockFormat::Q8_0 => -128,
+        _ => 0,
     }
 }
 
@@ -285,6 +287,8 @@ pub(crate) struct Acts<'a> {
     pub xs: &'a [f32],
     /// `scale · Σ codes` per 16 values (Q6_K's sub-blocks).
     pub xs16: &'a [f32],
+    /// Σ codes per 32 values, exactly (the offsets of Q4_0, Q5_0 and Q8_0 join the integer sums).
+    pub sx: &'a [i32],
     pub cols: usize,
 }
 
@@ -321,7 +325,7 @@ pub(crate) fn tile_product(
                 } else {
                     0.0
                 };
-                let mut isum = 0i32;
+                let mut isum = integer_offset(format) * a.sx[i * nb + b];
                 for g in 0..8 {
                     let u = codes(format, block, r, g);
                     for k in 0..4 {
@@ -329,7 +333,9 @@ pub(crate) fn tile_product(
                     }
                 }
                 acc[r] = (isum as f32).mul_add(d * dx, acc[r]);
-                off[r] = offset(format, d, m).mul_add(xs, off[r]);
+                if format == BlockFormat::Q4_1 {
+                    off[r] = m.mul_add(xs, off[r]);
+                }
             }
         }
         for r in 0..ROWS {

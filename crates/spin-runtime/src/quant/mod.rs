@@ -384,6 +384,7 @@ impl QMatrix {
             d: &acts.d,
             xs: &acts.xs32,
             xs16: &acts.xs16,
+            sx: &acts.sx32,
             cols: self.cols,
         };
         let work = |(t0, out): (usize, &mut [f32])| {
@@ -492,6 +493,7 @@ struct Acts {
     q: Vec<i8>,
     d: Vec<f32>,
     xs32: Vec<f32>,
+    sx32: Vec<i32>,
     xs16: Vec<f32>,
     x: Vec<f32>,
     yt: Vec<f32>,
@@ -504,6 +506,7 @@ impl Acts {
         self.q.resize(n * cols, 0);
         self.d.resize(groups, 0.0);
         self.xs32.resize(groups, 0.0);
+        self.sx32.resize(groups, 0);
         self.xs16.resize(2 * groups, 0.0);
         simd::quantise_rows(
             x,
@@ -511,6 +514,7 @@ impl Acts {
                 q: &mut self.q,
                 d: &mut self.d,
                 xs32: &mut self.xs32,
+                sx32: &mut self.sx32,
                 xs16: &mut self.xs16,
             },
         );

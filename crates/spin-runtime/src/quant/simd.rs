@@ -80,6 +80,8 @@ pub(crate) struct QuantisedRows<'a> {
     pub q: &'a mut [i8],
     pub d: &'a mut [f32],
     pub xs32: &'a mut [f32],
+    /// Σ codes per 32 values, exactly.
+    pub sx32: &'a mut [i32],
     pub xs16: &'a mut [f32],
 }
 
@@ -104,6 +106,7 @@ pub(crate) fn quantise_rows_with(isa: Isa, x: &[f32], out: QuantisedRows<'_>) {
         out.xs16[2 * g] = d * lo as f32;
         out.xs16[2 * g + 1] = d * hi as f32;
         out.xs32[g] = d * (lo + hi) as f32;
+        out.sx32[g] = lo + hi;
     }
 }
 
@@ -176,7 +179,7 @@ pub(crate) fn il_tile_with(
     assert!(interleave::supported(format) && a.cols.is_multiple_of(be));
     assert!(tile.len() >= a.cols / be * interleave::tile_block_bytes(format));
     assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
-    assert!(a.xs16.len() >= 2 * rows.end * nb);
+    assert!(a.xs16.len() >= 2 * rows.end * nb && a.sx.len() >= rows.end * nb);
     assert!(out.len() >= rows.len() * interleave::ROWS);
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
@@ -393,7 +396,7 @@ mod x86 {
     pub(super) fn quantise_rows(x: &[f32], out: QuantisedRows<'_>) {
         let blocks = x.len() / 32;
         assert!(out.q.len() >= 32 * blocks && out.d.len() >= blocks);
-        assert!(out.xs32.len() >= blocks && out.xs16.len() >= 2 * blocks);
+        assert!(out.xs32.len() >= blocks && out.xs16.len() >= 2 * blocks && out.sx32.len() >= blocks);
         let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for g in 0..blocks {
@@ -426,6 +429,7 @@ mod x86 {
             out.xs16[2 * g] = d * lo as f32;
             out.xs16[2 * g + 1] = d * hi as f32;
             out.xs32[g] = d * (lo + hi) as f32;
+            out.sx32[g] = lo + hi;
         }
     }
 
@@ -739,7 +743,21 @@ mod x86 {
         // Every read below is inside these bounds (checked once per group, not per load).
         assert!(tile.len() >= nb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(a.d.len() >= (i0 + C) * nb && a.xs.len() >= (i0 + C) * nb && out.len() >= C * 16);
-        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
+        assert!(a.sx.len() >= (i0 + C) * nb);
+        let (tp, qp, dp, xp, sxp) = (
+            tile.as_ptr(),
+            a.q.as_ptr(),
+            a.d.as_ptr(),
+            a.xs.as_ptr(),
+            a.sx.as_ptr(),
+        );
+        // The offset of Q4_0, Q5_0 and Q8_0 is a whole multiple of the scale: it joins the integer sum.
+        let k = match F {
+            Q4_0 => -8,
+            Q5_0 => -16,
+            Q8_0 => -128,
+            _ => 0,
+        };
         // SAFETY: tile reads are at b·tb + [0, tb) < nb·tb (the parts' offsets and sizes of `interleave.rs` add
         // up to tb: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at 32, codes 256 or 512 at `ca`);
         // activation code reads at (i0 + c)·cols + 32·b + [0, 32), scale reads at (i0 + c)·nb + b, stores at
@@ -752,12 +770,7 @@ mod x86 {
             for b in 0..nb {
                 let p = tp.add(b * tb);
                 let s = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
-                let o = match F {
-                    Q4_1 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast())),
-                    Q4_0 => _mm512_mul_ps(_mm512_set1_ps(-8.0), s),
-                    Q5_0 => _mm512_mul_ps(_mm512_set1_ps(-16.0), s),
-                    _ => _mm512_mul_ps(_mm512_set1_ps(-128.0), s),
-                };
+                let mins = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
                 let cp = p.add(ca);
                 let mut w = [_mm512_setzero_si512(); 8];
                 if F == Q8_0 {
@@ -783,7 +796,8 @@ mod x86 {
                     let xq = qp.add(i * cols + 32 * b);
                     let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
                     // Two chains of four, added at the end (integer sums: exact in any order).
-                    let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
+                    let start = _mm512_set1_epi32(k * *sxp.add(i * nb + b));
+                    let mut even = _mm512_dpbusd_epi32(start, w[0], x4(0));
                     let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
                     for g in (2..8).step_by(2) {
                         even = _mm512_dpbusd_epi32(even, w[g], x4(g));
@@ -792,7 +806,9 @@ mod x86 {
                     let isum = _mm512_add_epi32(even, odd);
                     let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
-                    off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
+                    if F == Q4_1 {
+                        off[c] = _mm512_fmadd_ps(mins, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
+                    }
                 }
             }
             for c in 0..C {
