@@ -79,6 +79,24 @@ impl OptimizeError {
         }
     }
 
+    /// This error with `field` as its field, formatted only here: a check on a path that runs every round (a
+    /// networked server builds and scores a round per round) passes an empty name and names the field on failure,
+    /// instead of formatting a name per device that no one reads.
+    pub(crate) fn naming(self, field: impl FnOnce() -> String) -> OptimizeError {
+        match self {
+            OptimizeError::OutOfDomain { value, domain, .. } => OptimizeError::OutOfDomain {
+                field: field(),
+                value,
+                domain,
+            },
+            OptimizeError::Invalid { reason, .. } => OptimizeError::Invalid {
+                field: field(),
+                reason,
+            },
+            other => other,
+        }
+    }
+
     /// Checks α ∈ (0, 1).
     pub fn probability_open(field: impl Into<String>, value: f64) -> Result<f64, OptimizeError> {
         if value > 0.0 && value < 1.0 {

@@ -716,7 +716,8 @@ fn paper_schemes_plan_inside_the_rounds_range_and_payload_policy() {
 #[test]
 fn paper_a_schemes_take_the_pair_size_when_only_pairs_are_allowed() {
     // A band so narrow that a distribution per token costs seconds: under `pair` paper A plans the pair upload
-    // (and beats its distribution plan by far); with uncharged pairs there is nothing for it to plan.
+    // (and beats its distribution plan by far); under `distribution` its exact planner drafts nothing where the
+    // round allows it; with uncharged pairs there is nothing for it to plan.
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     let mut spec = random_round(&mut rng, 2, 0, 4, PayloadPolicy::Pair)
         .spec()
@@ -728,8 +729,15 @@ fn paper_a_schemes_take_the_pair_size_when_only_pairs_are_allowed() {
         .unwrap();
     assert!(p.sends_distributions.iter().all(|&d| !d));
     spec.payload.policy = PayloadPolicy::Distribution;
-    let dists = PaperPlanner::new(Scheme::Exact, Objective::Rate)
+    let idle = PaperPlanner::new(Scheme::Exact, Objective::Rate)
         .plan(&Round::new(spec.clone()).unwrap())
+        .unwrap();
+    assert!(idle.draft_lengths.iter().all(|&l| l == 0), "{idle:?}");
+    assert!(idle.rate_tokens_per_s > p.rate_tokens_per_s);
+    let mut drafting = spec.clone();
+    drafting.min_draft_len = 1;
+    let dists = PaperPlanner::new(Scheme::Exact, Objective::Rate)
+        .plan(&Round::new(drafting).unwrap())
         .unwrap();
     assert!(
         p.rate_tokens_per_s > 2.0 * dists.rate_tokens_per_s,
@@ -868,4 +876,74 @@ fn sampled_values_come_with_their_sample_count_and_an_interval_that_holds_the_ex
         );
         assert!(b < 0.75 * a, "{b} vs {a}");
     }
+}
+
+#[test]
+fn paper_a_exact_drafts_nothing_where_the_round_allows_it_and_that_is_better() {
+    // Unified rounds with L ∈ {0..4} on a narrow band (50–500 kHz), where a distribution per token costs more
+    // than it brings for some devices: `exact` leaves them idle (L = 0), its printed value is at least that of its
+    // plan with L ≥ 1 forced (the same scheme on the round with min_draft_len 1), strictly above it whenever a
+    // device is idle, and it is the exact model value of its plan bit for bit; under `distribution` it is the
+    // unified planner's proven optimum (the same problem there).
+    let mut rng = ChaCha8Rng::seed_from_u64(23);
+    let planner = PaperPlanner::new(Scheme::Exact, Objective::Rate);
+    let mut idle = 0;
+    for policy in [PayloadPolicy::Distribution, PayloadPolicy::Choose] {
+        for case in 0..8 {
+            let mut spec = random_round(&mut rng, 3, 0, 4, policy).spec().clone();
+            spec.bandwidth_hz = rng.random_range(5e4..5e5);
+            let round = Round::new(spec.clone()).unwrap();
+            spec.min_draft_len = 1;
+            let forced = Round::new(spec).unwrap();
+            let p = planner.plan(&round).unwrap();
+            let q = planner.plan(&forced).unwrap();
+            assert!(q.draft_lengths.iter().all(|&l| l >= 1));
+            assert!(
+                p.rate_tokens_per_s >= q.rate_tokens_per_s * (1.0 - 1e-12),
+                "{policy:?} {case}: {} ({:?}) below {} ({:?})",
+                p.rate_tokens_per_s,
+                p.draft_lengths,
+                q.rate_tokens_per_s,
+                q.draft_lengths
+            );
+            if p.draft_lengths.contains(&0) {
+                idle += 1;
+                assert!(p.rate_tokens_per_s > q.rate_tokens_per_s, "{policy:?} {case}");
+            }
+            // 5^3 = 125 outcomes: the exact model value of the plan.
+            let at = Evaluator::new(
+                &round,
+                Expectation::Exact { limit: 4096 },
+                CorrectionPolicy::default(),
+            )
+            .unwrap()
+            .round_plan(
+                Scheme::Exact,
+                &p.draft_lengths,
+                &p.sends_distributions,
+                &p.uplink_share_hz,
+                false,
+            )
+            .unwrap();
+            assert!(p.estimate.is_exact());
+            assert_eq!(p.rate_tokens_per_s.to_bits(), at.rate_tokens_per_s.to_bits());
+            assert_eq!(
+                p.mean_ratio_tokens_per_s.to_bits(),
+                at.mean_ratio_tokens_per_s.to_bits()
+            );
+            if policy == PayloadPolicy::Distribution {
+                let u = unified::plan(&round, &Options::default()).unwrap();
+                assert!(p.proven_optimal && u.proven_optimal);
+                assert!(
+                    (p.rate_tokens_per_s - u.rate_tokens_per_s).abs() <= 1e-9 * u.rate_tokens_per_s,
+                    "{case}: {} ({:?}) vs unified {} ({:?})",
+                    p.rate_tokens_per_s,
+                    p.draft_lengths,
+                    u.rate_tokens_per_s,
+                    u.draft_lengths
+                );
+            }
+        }
+    }
+    assert!(idle >= 4, "{idle}");
 }

@@ -170,13 +170,21 @@ fn lemma3_terms<'a>(
     })
 }
 
-/// Lemma 3 (eq. 32): the equalised multi-access latency φ for draft lengths `draft_lengths`.
+/// Lemma 3 (eq. 32): the equalised multi-access latency φ for draft lengths `draft_lengths`. A device with
+/// L_k = 0 has no term (w = 0 adds exact zeros to the root's sums); with every L_k = 0, φ = 0.
 pub fn lemma3_latency_s(s: &Scenario, draft_lengths: &[u32]) -> f64 {
+    if draft_lengths.iter().all(|&l| l == 0) {
+        return 0.0;
+    }
     equalised_root(lemma3_terms(s, draft_lengths), s.bandwidth_hz)
 }
 
 /// Lemma 3 bandwidths B_k = Q_tok L_k / (r_k(φ − L_k T_k^S)) (eq. 31) with their φ; the shares sum to at most B.
+/// A device with L_k = 0 gets no band (B_k = 0); with every L_k = 0, φ = 0.
 pub fn lemma3_bandwidth(s: &Scenario, draft_lengths: &[u32]) -> (f64, Vec<f64>) {
+    if draft_lengths.iter().all(|&l| l == 0) {
+        return (0.0, vec![0.0; draft_lengths.len()]);
+    }
     let terms: Vec<(f64, f64)> = lemma3_terms(s, draft_lengths).collect();
     let (max_b, y) = equalised_slack(terms.iter().copied(), s.bandwidth_hz);
     (max_b + y, shares_at_slack(&terms, max_b, y, s.bandwidth_hz))

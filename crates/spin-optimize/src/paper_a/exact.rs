@@ -62,7 +62,10 @@ const SPECULATIVE_NODE_FLOOR: u64 = 16;
 
 struct Solver<'a> {
     s: &'a Scenario,
-    /// E_k(l) for l = l_min + i, row-major by device.
+    /// The smallest length searched: the scenario's L_min, or 0 when devices may draft nothing
+    /// ([`exact_with_idle`]).
+    lo: u32,
+    /// E_k(l) for l = lo + i, row-major by device.
     tokens: Vec<f64>,
     n: usize,
     verify: f64,
@@ -90,16 +93,16 @@ struct Solver<'a> {
 }
 
 impl<'a> Solver<'a> {
-    fn new(s: &'a Scenario, budget: u64) -> Self {
-        let n = (s.max_draft_len - s.min_draft_len + 1) as usize;
+    fn new(s: &'a Scenario, lo: u32, budget: u64) -> Self {
+        let n = (s.max_draft_len - lo + 1) as usize;
         let tokens = s
             .devices
             .iter()
-            .flat_map(|d| s.draft_range().map(|l| d.expected_tokens(l)))
+            .flat_map(|d| (lo..=s.max_draft_len).map(|l| d.expected_tokens(l)))
             .collect();
         let (mut hz_s, mut draft_s) = (Vec::new(), Vec::new());
         for d in &s.devices {
-            for l in s.draft_range() {
+            for l in lo..=s.max_draft_len {
                 let lf = f64::from(l);
                 hz_s.push(d.hz_s_per_token * lf);
                 draft_s.push(lf * d.draft_token_s);
@@ -108,6 +111,7 @@ impl<'a> Solver<'a> {
         let cost = vec![f64::INFINITY; hz_s.len()];
         Self {
             s,
+            lo,
             tokens,
             hz_s,
             draft_s,
@@ -139,7 +143,7 @@ impl<'a> Solver<'a> {
     }
 
     fn e(&self, k: usize, l: u32) -> f64 {
-        self.tokens[k * self.n + (l - self.s.min_draft_len) as usize]
+        self.tokens[k * self.n + (l - self.lo) as usize]
     }
 
     /// Fills `cost` for latency `b` (nothing to do if it holds `b` already).
@@ -159,10 +163,16 @@ impl<'a> Solver<'a> {
 
     /// c_k(l, b) at the latency `cost` was filled for.
     fn c(&self, k: usize, l: u32) -> f64 {
-        self.cost[k * self.n + (l - self.s.min_draft_len) as usize]
+        self.cost[k * self.n + (l - self.lo) as usize]
     }
 
     fn phi(&mut self, lens: &[u32]) -> f64 {
+        if self.lo == 0 && lens.iter().all(|&l| l == 0) {
+            // Nothing to send: the uplink phase takes no time (Lemma 3 has no term to equalise).
+            self.charge(self.s.len() as u64);
+            return 0.0;
+        }
+        // A device drafting nothing adds w = 0 to every sum of the root solve: exact zeros, no effect.
         let terms = self.s.devices.iter().zip(lens).map(|(d, &l)| {
             let lf = f64::from(l);
             (d.hz_s_per_token * lf, lf * d.draft_token_s)
@@ -231,7 +241,7 @@ impl<'a> Solver<'a> {
                 }
                 (i, c, v) = (i + 1, c_next, v_next);
             }
-            *slot = self.s.min_draft_len + i as u32;
+            *slot = self.lo + i as u32;
             sum_v += v;
             sum_c += c;
         }
@@ -335,7 +345,7 @@ impl<'a> Solver<'a> {
             .chunks_exact(self.n)
             .zip(self.cost.chunks_exact(self.n));
         for (k, (&l0, (erow, crow))) in argmax.iter().zip(rows).enumerate() {
-            let i0 = (l0 - self.s.min_draft_len) as usize;
+            let i0 = (l0 - self.lo) as usize;
             let (e0, c0) = (erow[i0], crow[i0]);
             let v0 = e0 - mu * c0;
             let start = options.len();
@@ -347,7 +357,7 @@ impl<'a> Solver<'a> {
                 if i != i0 && loss < room {
                     options.push(Opt {
                         loss,
-                        l: self.s.min_draft_len + i as u32,
+                        l: self.lo + i as u32,
                         de: e - e0,
                         dc: c - c0,
                     });
@@ -436,6 +446,10 @@ impl<'a> Solver<'a> {
     fn root_sums(&self, lens: &[u32], phi: f64) -> (f64, f64) {
         let (mut g, mut dg) = (0.0, 0.0);
         for (d, &l) in self.s.devices.iter().zip(lens) {
+            if l == 0 {
+                // No term (w = 0); skipped so that φ = 0 (every device idle) forms no 0·∞.
+                continue;
+            }
             let lf = f64::from(l);
             let inv = 1.0 / (phi - lf * d.draft_token_s);
             g += d.hz_s_per_token * lf * inv;
@@ -468,7 +482,7 @@ impl<'a> Solver<'a> {
                         }
                         l + 1
                     } else {
-                        if l <= self.s.min_draft_len {
+                        if l <= self.lo {
                             continue;
                         }
                         l - 1
@@ -707,7 +721,30 @@ pub fn exact_with_stats(s: &Scenario) -> Result<(Plan, ExactStats), OptimizeErro
 /// largest bound of the latency intervals not yet ruled out) and the relative gap. Either way the work is at most
 /// `work_budget` units plus one step (`ExactStats::work`), and no error is returned for a valid scenario.
 pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactStats), OptimizeError> {
-    let mut solver = Solver::new(s, work_budget);
+    solve(s, s.min_draft_len, work_budget)
+}
+
+/// The exact planner on (P2) with one more choice per device: L_k = 0, a device that drafts nothing this round. It
+/// sends nothing and needs no band, and the target's pass still gives it one token (E[N_k | 0] = 1), so eq. 27
+/// extends to it unchanged; the multiple-choice knapsack at each latency gains one option of cost 0. For rounds
+/// that allow it (a unified round with `min_draft_len: 0`): L_k ∈ {0..L_max}. The scenario's L_min must be 1 (so
+/// that the choices are one range); any other is an error naming `min_draft_len`.
+pub fn exact_with_idle(s: &Scenario) -> Result<Plan, OptimizeError> {
+    if s.min_draft_len != 1 {
+        return Err(OptimizeError::Invalid {
+            field: "min_draft_len".into(),
+            reason: format!(
+                "{} leaves a gap above 0; drafting nothing extends the range 1..=max_draft_len only",
+                s.min_draft_len
+            ),
+        });
+    }
+    solve(s, 0, DEFAULT_WORK_BUDGET).map(|(plan, _)| plan)
+}
+
+/// The interval search over L_k ∈ {`lo`..L_max} (`lo` is L_min, or 0 below L_min = 1).
+fn solve(s: &Scenario, lo: u32, work_budget: u64) -> Result<(Plan, ExactStats), OptimizeError> {
+    let mut solver = Solver::new(s, lo, work_budget);
     let k = s.len();
     // Incumbents: the best common length (Homo), a few rounds of exact per-device Lagrangian argmax at the
     // incumbent's (φ, μ), with μ = η / Σ_k a_k L_k / (φ − L_k T_k)² from the stationarity of the Lagrangian in φ,
@@ -719,6 +756,10 @@ pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactS
     // Homo scans every length of every device twice and solves Lemma 1 twice (Newton and Brent, ≤ 200 passes each).
     solver.charge(2 * solver.scan + 400 * k as u64);
     solver.offer(&vec![homo_len; k]);
+    if lo == 0 {
+        // Every device idle: K tokens in T_ver, the plan that wins when every upload costs more than it brings.
+        solver.offer(&vec![0; k]);
+    }
     let mut scratch = vec![0u32; k];
     for _ in 0..8 {
         if !solver.charge(2 * solver.scan) {
@@ -735,6 +776,10 @@ pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactS
                 d.hz_s_per_token * f64::from(l) / (slack * slack)
             })
             .sum();
+        if denom.is_nan() || denom <= 0.0 {
+            // Every device idle (no Lagrangian slope to take μ from); the searches below start from this plan.
+            break;
+        }
         let mu = solver.best_tau / denom;
         let before = solver.best_tau;
         if solver.lagrangian(phi, mu, &mut scratch).is_some() {
@@ -746,9 +791,20 @@ pub fn exact_with_budget(s: &Scenario, work_budget: u64) -> Result<(Plan, ExactS
         }
     }
     solver.local_search();
-    let lo_lens = vec![s.min_draft_len; k];
+    let lo_lens = vec![lo; k];
     let hi_lens = vec![s.max_draft_len; k];
-    let phi_min = solver.phi(&lo_lens);
+    let phi_min = if lo == 0 {
+        // Every plan but the all-idle one (offered above) has a device k drafting L_k ≥ 1, whose term alone needs
+        // w_k/(φ − β_k) ≤ B, so φ ≥ T_k^S + a_k/B: the search starts there, not at the idle plan's φ = 0 (a bound
+        // over [0, b] would be loose by the whole uplink phase). Lowered by a relative 1e−12 against rounding.
+        s.devices
+            .iter()
+            .map(|d| d.draft_token_s + d.hz_s_per_token / s.bandwidth_hz)
+            .fold(f64::INFINITY, f64::min)
+            * (1.0 - 1e-12)
+    } else {
+        solver.phi(&lo_lens)
+    };
     let phi_max = solver.phi(&hi_lens);
     let max_tokens: f64 = (0..k).map(|i| solver.e(i, s.max_draft_len)).sum();
     let verify = solver.verify;
@@ -897,11 +953,78 @@ pub fn exact(s: &Scenario) -> Result<Plan, OptimizeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::paper_a::bandwidth::lemma3_latency_s;
     use crate::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
     use crate::paper_a::heterogeneous::{Alg1Params, paper_alg1};
     use crate::paper_a::testing::random_scenario;
     use rand::{RngExt, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    /// The best plan over L_k ∈ {0..L_max} by enumeration, with its goodput (Lemma 3 latency, eq. 27).
+    fn exhaustive_with_idle(s: &Scenario) -> (f64, Vec<u32>) {
+        let verify = s.verify_s();
+        let mut lens = vec![0u32; s.len()];
+        let mut best = (f64::NEG_INFINITY, lens.clone());
+        loop {
+            let tau = s.expected_tokens_sum(&lens) / (lemma3_latency_s(s, &lens) + verify);
+            if tau > best.0 {
+                best = (tau, lens.clone());
+            }
+            let Some(k) = lens.iter().position(|&l| l < s.max_draft_len) else {
+                return best;
+            };
+            lens[k] += 1;
+            lens[..k].fill(0);
+        }
+    }
+
+    #[test]
+    fn exact_with_idle_equals_exhaustive_search_over_lengths_from_zero() {
+        // Seeded scenarios, half of them on a band so narrow (20–400 kHz) that uploading a distribution per token
+        // costs more than it brings for some or all devices: the optimum over {0..L_max} is found (and proven),
+        // it is never below the optimum over {1..L_max}, and it drafts nothing on some device in many cases.
+        let mut rng = ChaCha8Rng::seed_from_u64(1717);
+        let (mut idle_cases, mut all_idle) = (0, 0);
+        for case in 0..160 {
+            let k = 1 + rng.random_range(0..4usize);
+            let l_max = 1 + rng.random_range(0..6u32);
+            let mut s = random_scenario(&mut rng, k, l_max);
+            if case % 2 == 0 {
+                // a_k = Q_tok/r_k does not depend on B, so the scenario stays valid.
+                s.bandwidth_hz = rng.random_range(2e4..4e5);
+            }
+            let with_idle = exact_with_idle(&s).unwrap();
+            let (best, best_lens) = exhaustive_with_idle(&s);
+            assert_eq!(with_idle.optimality, Optimality::Optimal, "case {case}");
+            assert!(
+                (with_idle.goodput_tokens_per_s - best).abs() <= 1e-9 * best,
+                "case {case}: {} ({:?}) vs exhaustive {best} ({best_lens:?})",
+                with_idle.goodput_tokens_per_s,
+                with_idle.draft_lengths
+            );
+            let drafting = exact(&s).unwrap();
+            assert!(with_idle.goodput_tokens_per_s >= drafting.goodput_tokens_per_s * (1.0 - 1e-12));
+            // Idle devices get no band, the others share all of it.
+            for (&l, &b) in with_idle.draft_lengths.iter().zip(&with_idle.bandwidth_hz) {
+                assert_eq!(l == 0, b == 0.0, "case {case}: {:?}", with_idle.bandwidth_hz);
+            }
+            if with_idle.draft_lengths.contains(&0) {
+                idle_cases += 1;
+                assert!(with_idle.goodput_tokens_per_s > drafting.goodput_tokens_per_s);
+            }
+            if with_idle.draft_lengths.iter().all(|&l| l == 0) {
+                all_idle += 1;
+                assert_eq!(with_idle.round_latency_s.to_bits(), s.verify_s().to_bits());
+            }
+        }
+        assert!(idle_cases >= 20 && all_idle >= 5, "{idle_cases} {all_idle}");
+        // The extension needs the range to start at 1.
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut s = random_scenario(&mut rng, 2, 4);
+        s.min_draft_len = 2;
+        let e = exact_with_idle(&s).unwrap_err().to_string();
+        assert!(e.starts_with("min_draft_len: "), "{e}");
+    }
 
     #[test]
     fn exact_equals_exhaustive_search_on_seeded_instances() {

@@ -267,6 +267,7 @@ impl Scenario {
     ///
     /// # Formula
     /// T^ma = max_k L_k (T_k^S + Q_tok / (B_k r_k)) (eq. 26); τ = Σ_k E[N_k | L_k] / (T^ma + T_ver) (eq. 27).
+    /// Every B_k must be positive, except that of a device with L_k = 0, which sends nothing (B_k ≥ 0).
     pub fn evaluate(&self, draft_lengths: &[u32], bandwidth_hz: &[f64]) -> Result<(f64, f64), OptimizeError> {
         if draft_lengths.len() != self.len() || bandwidth_hz.len() != self.len() {
             return Err(OptimizeError::Invalid {
@@ -288,7 +289,15 @@ impl Scenario {
             .zip(bandwidth_hz)
             .enumerate()
         {
-            OptimizeError::positive(format!("bandwidth_hz[{k}]"), b)?;
+            // The field is named only on failure (a server evaluates a plan every round).
+            let name = |e: OptimizeError| e.naming(|| format!("bandwidth_hz[{k}]"));
+            if l == 0 {
+                // A device that drafts nothing sends nothing: it needs no band and adds no latency.
+                OptimizeError::non_negative("", b).map_err(name)?;
+                tokens += d.expected_tokens(0);
+                continue;
+            }
+            OptimizeError::positive("", b).map_err(name)?;
             let lf = f64::from(l);
             latency = latency.max(lf * (d.draft_token_s + d.hz_s_per_token / b));
             tokens += d.expected_tokens(l);

@@ -83,20 +83,26 @@ pub fn split_by_bisection(m: usize, ul: impl Fn(usize) -> f64, dl: impl Fn(usize
     let tau_ul = |n: usize| if n == 0 { 0.0 } else { ul(n - 1) };
     // Δ(0) = −τ^dl(all) < 0 and Δ(m) = τ^ul(m) > 0: find the first n with Δ(n) ≥ 0.
     let (mut lo, mut hi) = (0usize, m);
-    let mut dl_lo = dl(0);
+    // τ^dl and τ^ul at `lo` (τ^ul(0) = 0), and both at `hi` once the loop has moved it there: each delay is a
+    // logarithm, and the values kept are the ones computing them again would give.
+    let (mut dl_lo, mut ul_lo) = (dl(0), 0.0);
+    let mut at_hi = None;
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         let dl_mid = dl(mid);
-        if tau_ul(mid) >= dl_mid {
+        let ul_mid = tau_ul(mid);
+        if ul_mid >= dl_mid {
             hi = mid;
+            at_hi = Some((ul_mid, dl_mid));
         } else {
             lo = mid;
-            dl_lo = dl_mid;
+            (dl_lo, ul_lo) = (dl_mid, ul_mid);
         }
     }
     // For n ≤ lo the cost is τ^dl(n) (falling); for n ≥ hi it is τ^ul(n) (rising): the best is lo or hi.
-    let cost_lo = dl_lo.max(tau_ul(lo));
-    let cost_hi = tau_ul(hi).max(dl(hi));
+    let cost_lo = dl_lo.max(ul_lo);
+    let (ul_hi, dl_hi) = at_hi.unwrap_or_else(|| (tau_ul(hi), dl(hi)));
+    let cost_hi = ul_hi.max(dl_hi);
     if cost_hi <= cost_lo {
         (hi, cost_hi)
     } else {

@@ -124,6 +124,16 @@ impl Samples {
     pub fn first_rejection(&self, k: usize, s: usize) -> u32 {
         u32::from(self.first_rejection[k * self.count + s])
     }
+
+    /// Number of devices K.
+    pub fn devices(&self) -> usize {
+        self.devices
+    }
+
+    /// Every F, device-major (F of device k in sample s at k·N + s).
+    pub(crate) fn first_rejections(&self) -> &[u16] {
+        &self.first_rejection
+    }
 }
 
 /// F = 1 + ⌊ln x / ln α⌋ capped at `cap`, from x = 1 − u ∈ (0, 1] and `log_alpha` = ln α.

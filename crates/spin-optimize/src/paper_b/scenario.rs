@@ -126,8 +126,10 @@ pub(crate) mod check {
 
     /// Device `k`'s α_k ∈ (0, 1) and drafting time per token > 0.
     pub(crate) fn device(k: usize, acceptance: f64, draft_token_s: f64) -> Result<(), OptimizeError> {
-        OptimizeError::probability_open(format!("devices[{k}].acceptance"), acceptance)?;
-        OptimizeError::positive(format!("devices[{k}].draft_token_s"), draft_token_s)?;
+        OptimizeError::probability_open("", acceptance)
+            .map_err(|e| e.naming(|| format!("devices[{k}].acceptance")))?;
+        OptimizeError::positive("", draft_token_s)
+            .map_err(|e| e.naming(|| format!("devices[{k}].draft_token_s")))?;
         Ok(())
     }
 }
@@ -200,7 +202,8 @@ impl Scenario {
         check::device_count(spec.devices.len())?;
         for (k, d) in spec.devices.iter().enumerate() {
             check::device(k, d.acceptance, d.draft_token_s)?;
-            OptimizeError::positive(format!("devices[{k}].channel_gain"), d.channel_gain)?;
+            OptimizeError::positive("", d.channel_gain)
+                .map_err(|e| e.naming(|| format!("devices[{k}].channel_gain")))?;
         }
         let t_ver = spec.verify_fixed_s + spec.verify_per_device_s * spec.devices.len() as f64;
         if t_ver <= 0.0 {

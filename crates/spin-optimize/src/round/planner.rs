@@ -44,7 +44,8 @@ pub trait Planner {
 /// scores its plan with the unified model.
 ///
 /// Paper-A schemes plan L and the draft-uplink shares in paper A's system (no correction phase, L ≥ max(1,
-/// `min_draft_len`)), with distributions per token; under `payload: pair` they plan the same way with the pair
+/// `min_draft_len`), and for `exact` sending distributions also L = 0 where the round allows it: a device that
+/// drafts nothing), with distributions per token; under `payload: pair` they plan the same way with the pair
 /// size as the per-token upload and send pairs (paper A has no distributions to drop, so uncharged pairs,
 /// `pair_bits = 0`, leave it nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
 /// system (pairs neglected, the correction's mode rule, equal split) on the round's samples; a γ_k below
@@ -83,7 +84,9 @@ impl PaperPlanner {
     }
 
     /// Paper A's decisions on `round`: draft lengths, shares, payload, and whether paper A proved them optimal in
-    /// the unified model too (no correction phase and L ≥ 1 in the round's range: its objective is then paper A's).
+    /// the unified model too (no correction phase, and the exact planner searched the round's whole range: its
+    /// objective is then paper A's). Where the round allows L = 0 and distributions are sent, `exact` searches it
+    /// too ([`paper_a::exact::exact_with_idle`]); the other paper-A schemes draft L ≥ 1 as paper A does.
     fn paper_a(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool, bool), OptimizeError> {
         let policy = round.payload.policy;
         let dists = policy.allows_distribution();
@@ -103,15 +106,24 @@ impl PaperPlanner {
         };
         let s = round.to_paper_a_with_token_bits(token_bits)?;
         let fixed = self.fixed_draft_len.clamp(s.min_draft_len, s.max_draft_len);
-        let p = plan_paper_a(self.scheme, &s, fixed, &self.alg1)?;
+        // Drafting nothing is searched where paper A's objective is the model's: with distributions per token no
+        // rejection is corrected, so the plan's value is paper A's eq. 27. With pairs it is not (paper A does not
+        // see the correction phase), and a larger search space in that objective need not score better.
+        let idle = self.scheme == Scheme::Exact && round.min_draft_len == 0 && dists;
+        let p = if idle {
+            paper_a::exact::exact_with_idle(&s)?
+        } else {
+            plan_paper_a(self.scheme, &s, fixed, &self.alg1)?
+        };
         let proven = policy == PayloadPolicy::Distribution
-            && round.min_draft_len >= 1
+            && (round.min_draft_len >= 1 || idle)
             && p.optimality == paper_a::Optimality::Optimal;
         Ok((p.draft_lengths, p.bandwidth_hz, dists, proven))
     }
 
-    /// Paper B's decisions on `round`: draft lengths, shares and payload.
-    fn paper_b(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool), OptimizeError> {
+    /// Paper B's plan of `round`, scored on the samples its planner drew (the round's: the same rates, count,
+    /// L_max and seed), so they are drawn once.
+    fn paper_b(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
         let k = round.len();
         let s = round.to_paper_b()?;
         let ev = paper_b::Evaluator::new(&s, self.correction.modes, self.objective)?;
@@ -121,12 +133,23 @@ impl PaperPlanner {
             .into_iter()
             .map(|g| g.max(round.min_draft_len))
             .collect();
-        if round.payload.policy.allows_pair() {
-            Ok((lens, vec![round.bandwidth_hz / k as f64; k], false))
+        let dists = !round.payload.policy.allows_pair();
+        let shares = if dists {
+            unified::lemma3_shares(round, &lens, &vec![true; k])?
         } else {
-            let shares = unified::lemma3_shares(round, &lens, &vec![true; k])?;
-            Ok((lens, shares, true))
-        }
+            vec![round.bandwidth_hz / k as f64; k]
+        };
+        unified::model::score_on(
+            round,
+            self.expectation,
+            self.correction,
+            Some(ev.samples()),
+            self.scheme,
+            &lens,
+            &vec![dists; k],
+            &shares,
+            false,
+        )
     }
 }
 
@@ -139,10 +162,7 @@ impl Planner for PaperPlanner {
         let k = round.len();
         let (lens, shares, dists, proven) = match self.scheme.family() {
             Family::PaperA => self.paper_a(round)?,
-            Family::PaperB => {
-                let (lens, shares, dists) = self.paper_b(round)?;
-                (lens, shares, dists, false)
-            }
+            Family::PaperB => return self.paper_b(round),
             Family::Unified => {
                 return unified::UnifiedPlanner {
                     options: unified::Options {
@@ -197,6 +217,68 @@ pub fn planner(scheme: Scheme, options: &unified::Options, fixed_draft_len: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unified::testing::DropRound;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn paper_b_plans_scored_on_their_planners_samples_are_scored_as_by_drawing_them_again() {
+        // Paper B's planners hand their samples to the scorer instead of having them drawn twice: every printed
+        // number is the bits `unified::score` gives the same plan drawing them itself.
+        let mut rng = ChaCha8Rng::seed_from_u64(64);
+        for (i, policy) in [
+            PayloadPolicy::Pair,
+            PayloadPolicy::Choose,
+            PayloadPolicy::Distribution,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let round = DropRound {
+                devices: 10 + i,
+                draft_range: (i as u32, 8),
+                saa_samples: 120,
+                policy,
+                ..DropRound::default()
+            }
+            .draw(&mut rng)
+            .unwrap();
+            for scheme in Scheme::PER_ROUND
+                .into_iter()
+                .filter(|s| s.family() == Family::PaperB)
+            {
+                let planner = PaperPlanner::new(scheme, Objective::Rate);
+                let p = planner.plan(&round).unwrap();
+                let again = unified::score(
+                    &round,
+                    planner.expectation,
+                    planner.correction,
+                    scheme,
+                    &p.draft_lengths,
+                    &p.sends_distributions,
+                    &p.uplink_share_hz,
+                    false,
+                )
+                .unwrap();
+                assert!(
+                    matches!(p.estimate, crate::round::Estimate::Saa { samples: 120, .. })
+                        || policy == PayloadPolicy::Distribution
+                );
+                let bits = |q: &RoundPlan| {
+                    [
+                        q.rate_tokens_per_s,
+                        q.mean_ratio_tokens_per_s,
+                        q.tokens_per_round,
+                        q.uplink_latency_s,
+                        q.comm_delay_s,
+                    ]
+                    .map(f64::to_bits)
+                };
+                assert_eq!(bits(&p), bits(&again), "{scheme} {policy:?}");
+                assert_eq!(p.estimate, again.estimate, "{scheme} {policy:?}");
+            }
+        }
+    }
 
     #[test]
     fn plan_paper_a_refuses_other_papers_schemes() {

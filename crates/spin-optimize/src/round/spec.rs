@@ -238,9 +238,12 @@ impl Round {
         check::device_count(spec.devices.len())?;
         for (k, d) in spec.devices.iter().enumerate() {
             check::device(k, d.acceptance, d.draft_token_s)?;
-            OptimizeError::positive(format!("devices[{k}].spectral_efficiency"), d.spectral_efficiency)?;
-            OptimizeError::positive(format!("devices[{k}].uplink_gain"), d.uplink_gain)?;
-            OptimizeError::positive(format!("devices[{k}].downlink_gain"), d.downlink_gain)?;
+            // Field names are formatted only on failure (a networked server builds a round every round).
+            let name =
+                |field: &'static str| move |e: OptimizeError| e.naming(|| format!("devices[{k}].{field}"));
+            OptimizeError::positive("", d.spectral_efficiency).map_err(name("spectral_efficiency"))?;
+            OptimizeError::positive("", d.uplink_gain).map_err(name("uplink_gain"))?;
+            OptimizeError::positive("", d.downlink_gain).map_err(name("downlink_gain"))?;
         }
         let round = Round(spec);
         if round.verify_s() <= 0.0 {

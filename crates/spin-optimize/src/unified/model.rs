@@ -42,7 +42,8 @@ struct Outcomes {
     count: usize,
     first: Vec<u16>,
     weight: Vec<f64>,
-    /// Random-mode coins (true = UL), device-major.
+    /// Random-mode coins (true = UL), device-major; empty unless the correction's modes are random (nothing else
+    /// reads them).
     coin: Vec<bool>,
     exact: bool,
 }
@@ -52,16 +53,32 @@ fn outcome_space(k: usize, max_len: u32) -> u128 {
 }
 
 impl Outcomes {
-    fn saa(alpha: &[f64], count: usize, max_len: u32, seed: u64) -> Outcomes {
-        let samples = Samples::draw(alpha, count, max_len, seed);
+    /// Paper B's samples for rates `alpha` (`count` of them, L_max, `seed`), or `drawn` when the caller has drawn
+    /// exactly those already (the same call of [`Samples::draw`]; checked for its shape, else drawn again).
+    fn saa(
+        alpha: &[f64],
+        count: usize,
+        max_len: u32,
+        seed: u64,
+        coins: bool,
+        drawn: Option<&Samples>,
+    ) -> Outcomes {
         let k_n = alpha.len();
-        let mut first = Vec::with_capacity(k_n * count);
-        for k in 0..k_n {
-            first.extend((0..count).map(|s| samples.first_rejection(k, s) as u16));
-        }
+        let first = match drawn {
+            Some(samples) if samples.count() == count && samples.devices() == k_n => {
+                samples.first_rejections().to_vec()
+            }
+            _ => Samples::draw(alpha, count, max_len, seed)
+                .first_rejections()
+                .to_vec(),
+        };
         // The random-mode coins come from their own stream (the samples' coins are private to paper B).
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636f_696e_7321);
-        let coin = (0..k_n * count).map(|_| rng.random_bool(0.5)).collect();
+        let coin = if coins {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636f_696e_7321);
+            (0..k_n * count).map(|_| rng.random_bool(0.5)).collect()
+        } else {
+            vec![]
+        };
         Outcomes {
             count,
             first,
@@ -110,10 +127,20 @@ impl Outcomes {
             count,
             first,
             weight,
-            coin: vec![false; k_n * count],
+            coin: vec![],
             exact: true,
         })
     }
+}
+
+/// Σ_s w_s min(F_s, l + 1) over one device's row of F: its expected tokens at draft length `l` (one entry of the
+/// token table, or what a scorer without the table computes, the same expression in the same order).
+fn token_sum(row: &[u16], weight: &[f64], l: u32) -> f64 {
+    let cap = l + 1;
+    row.iter()
+        .zip(weight)
+        .map(|(&f, w)| w * f64::from(u32::from(f).min(cap)))
+        .sum()
 }
 
 /// A point of a search with its per-outcome totals, for cheap evaluation of nearby points.
@@ -181,6 +208,11 @@ pub struct Evaluator {
     by_outcome: Vec<u16>,
     /// 1/g^dl by position in `order`.
     inverse_dl_gain: Vec<f64>,
+    /// g^ul by position in `order` (what `ul_table` is computed from, and what a scorer without it reads).
+    ul_gain: Vec<f64>,
+    /// Whether the tables of moves and bounds below (and `by_outcome`) are built: an evaluator that only scores
+    /// plans ([`score`]) has none of them and reads the same quantities directly ([`Evaluator::for_scoring`]).
+    tables: bool,
     /// τ^ul by (m − 1)·K + position.
     ul_table: Vec<f64>,
     /// Σ_s w_s min(F_ks, l + 1) at [k·(L_max + 1) + l].
@@ -196,6 +228,31 @@ impl Evaluator {
         round: &Round,
         expectation: Expectation,
         policy: CorrectionPolicy,
+    ) -> Result<Evaluator, OptimizeError> {
+        Evaluator::build(round, expectation, policy, true, None)
+    }
+
+    /// The evaluator [`score`] uses: the same outcomes (and the same checks and errors) as [`Evaluator::new`],
+    /// without the tables that only moves and bounds read (K² UL delays, K·(L_max + 1) token sums, the outcome
+    /// buckets, the outcome-major copy of F). Scoring a plan reads one entry of each table, so it computes that
+    /// entry instead, by the same expression in the same order: the same bits. Private, so that nothing asks it
+    /// for a move.
+    fn for_scoring(
+        round: &Round,
+        expectation: Expectation,
+        policy: CorrectionPolicy,
+        drawn: Option<&Samples>,
+    ) -> Result<Evaluator, OptimizeError> {
+        Evaluator::build(round, expectation, policy, false, drawn)
+    }
+
+    /// `drawn`: the round's samples if the caller holds them ([`Outcomes::saa`]).
+    fn build(
+        round: &Round,
+        expectation: Expectation,
+        policy: CorrectionPolicy,
+        tables: bool,
+        drawn: Option<&Samples>,
     ) -> Result<Evaluator, OptimizeError> {
         let k_n = round.len();
         // Paper B's size limit, before anything K² is allocated: the UL-delay table holds K² entries and a move
@@ -214,14 +271,29 @@ impl Evaluator {
             Expectation::Auto { .. } if policy.modes == ModeScheme::Random => Expectation::Saa,
             e => e,
         };
+        let coins = policy.modes == ModeScheme::Random;
         let outcomes = match expectation {
-            Expectation::Saa => Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed),
+            Expectation::Saa => Outcomes::saa(
+                &alpha,
+                round.saa_samples as usize,
+                max_len,
+                round.seed,
+                coins,
+                drawn,
+            ),
             Expectation::Exact { limit } => Outcomes::exact(&alpha, max_len, limit)?,
             Expectation::Auto { limit } => {
                 if outcome_space(k_n, max_len) <= limit {
                     Outcomes::exact(&alpha, max_len, limit)?
                 } else {
-                    Outcomes::saa(&alpha, round.saa_samples as usize, max_len, round.seed)
+                    Outcomes::saa(
+                        &alpha,
+                        round.saa_samples as usize,
+                        max_len,
+                        round.seed,
+                        coins,
+                        drawn,
+                    )
                 }
             }
         };
@@ -251,14 +323,54 @@ impl Evaluator {
             .iter()
             .map(|&k| 1.0 / round.devices[k].downlink_gain)
             .collect();
+        let ul_gain_by_position: Vec<f64> = order.iter().map(|&k| ul_gain[k]).collect();
+        let mut ev = Evaluator {
+            k_n,
+            alpha,
+            draft_token_s: round.devices.iter().map(|d| d.draft_token_s).collect(),
+            spectral_efficiency: round.devices.iter().map(|d| d.spectral_efficiency).collect(),
+            distribution_bits: round.payload.distribution_bits,
+            pair_bits: round.payload.pair_bits,
+            bandwidth_hz: round.bandwidth_hz,
+            verify_s: round.verify_s(),
+            min_len: round.min_draft_len,
+            max_len,
+            payload: round.payload.policy,
+            policy,
+            link,
+            outcomes,
+            closed_tokens: round.payload.policy == PayloadPolicy::Distribution,
+            order,
+            position,
+            by_outcome: vec![],
+            inverse_dl_gain,
+            ul_gain: ul_gain_by_position,
+            tables,
+            ul_table: vec![],
+            token_table: vec![],
+            bucket_start: vec![],
+            bucket: vec![],
+        };
+        if tables {
+            ev.build_tables();
+        }
+        Ok(ev)
+    }
+
+    /// The tables of moves and bounds: τ^ul for every |R| and device, Σ_s w_s min(F_ks, l + 1) for every device
+    /// and length, the outcomes by device and F, and F outcome-major.
+    fn build_tables(&mut self) {
+        let k_n = self.k_n;
+        let max_len = self.max_len;
         let mut ul_table = Vec::with_capacity(k_n * k_n);
         for m in 1..=k_n {
-            let b = link.share_hz(m);
-            ul_table.extend(order.iter().map(|&k| link.ul_delay_s(b, ul_gain[k])));
+            let b = self.link.share_hz(m);
+            ul_table.extend(self.ul_gain.iter().map(|&g| self.link.ul_delay_s(b, g)));
         }
+        let outcomes = &self.outcomes;
         let n = outcomes.count;
         let mut by_outcome = vec![0u16; n * k_n];
-        for (pos, &k) in order.iter().enumerate() {
+        for (pos, &k) in self.order.iter().enumerate() {
             for s in 0..n {
                 by_outcome[s * k_n + pos] = outcomes.first[k * n + s];
             }
@@ -271,12 +383,7 @@ impl Evaluator {
         for k in 0..k_n {
             let row = &outcomes.first[k * n..(k + 1) * n];
             for l in 0..width {
-                let cap = l as u32 + 1;
-                token_table[k * width + l] = row
-                    .iter()
-                    .zip(&outcomes.weight)
-                    .map(|(&f, w)| w * f64::from(u32::from(f).min(cap)))
-                    .sum();
+                token_table[k * width + l] = token_sum(row, &outcomes.weight, l as u32);
             }
             // Counting sort of the outcomes by F ∈ {1..L_max + 1}.
             let mut counts = vec![0usize; stride];
@@ -296,31 +403,11 @@ impl Evaluator {
                 fill[f as usize] += 1;
             }
         }
-        Ok(Evaluator {
-            k_n,
-            alpha,
-            draft_token_s: round.devices.iter().map(|d| d.draft_token_s).collect(),
-            spectral_efficiency: round.devices.iter().map(|d| d.spectral_efficiency).collect(),
-            distribution_bits: round.payload.distribution_bits,
-            pair_bits: round.payload.pair_bits,
-            bandwidth_hz: round.bandwidth_hz,
-            verify_s: round.verify_s(),
-            min_len: round.min_draft_len,
-            max_len,
-            payload: round.payload.policy,
-            policy,
-            link,
-            outcomes,
-            closed_tokens: round.payload.policy == PayloadPolicy::Distribution,
-            order,
-            position,
-            by_outcome,
-            inverse_dl_gain,
-            ul_table,
-            token_table,
-            bucket_start,
-            bucket,
-        })
+        self.ul_table = ul_table;
+        self.by_outcome = by_outcome;
+        self.token_table = token_table;
+        self.bucket_start = bucket_start;
+        self.bucket = bucket;
     }
 
     /// An evaluator without outcomes or outcome tables: enough for uplink latencies and shares, and for the value
@@ -353,6 +440,8 @@ impl Evaluator {
             position: vec![],
             by_outcome: vec![],
             inverse_dl_gain: vec![],
+            ul_gain: vec![],
+            tables: false,
             ul_table: vec![],
             token_table: vec![],
             bucket_start: vec![],
@@ -457,7 +546,8 @@ impl Evaluator {
         let mut total = 0.0;
         let mut latency = 0.0f64;
         for k in 0..self.k_n {
-            let b = OptimizeError::non_negative(format!("uplink_share_hz[{k}]"), shares[k])?;
+            let b = OptimizeError::non_negative("", shares[k])
+                .map_err(|e| e.naming(|| format!("uplink_share_hz[{k}]")))?;
             total += b;
             let (w, beta) = self.term(k, lens[k], dists[k]);
             let t = if w > 0.0 {
@@ -514,14 +604,25 @@ impl Evaluator {
         let k_n = self.k_n;
         rejected.resize(k_n, 0);
         suffix.resize(k_n, 0.0);
-        let row = &self.by_outcome[s * k_n..(s + 1) * k_n];
         let (mut m, mut acc) = (0usize, 0.0f64);
-        for pos in (0..k_n).rev() {
-            let hit = u32::from(row[pos]) <= caps[pos];
+        let mut step = |pos: usize, f: u16| {
+            let hit = u32::from(f) <= caps[pos];
             acc += if hit { self.inverse_dl_gain[pos] } else { 0.0 };
             rejected[m] = pos as u32;
             suffix[m] = acc;
             m += usize::from(hit);
+        };
+        if self.tables {
+            let row = &self.by_outcome[s * k_n..(s + 1) * k_n];
+            for pos in (0..k_n).rev() {
+                step(pos, row[pos]);
+            }
+        } else {
+            // The same F read from the device-major outcomes (a scorer scans each outcome once or twice).
+            let n = self.outcomes.count;
+            for pos in (0..k_n).rev() {
+                step(pos, self.outcomes.first[self.order[pos] * n + s]);
+            }
         }
         *len = m;
     }
@@ -562,13 +663,34 @@ impl Evaluator {
             return (0.0, 0);
         }
         let k_n = self.k_n;
+        let b = self.link.share_hz(m);
+        if self.tables {
+            let row = &self.ul_table[(m - 1) * k_n..m * k_n];
+            self.comm_with(s, rejected, suffix, b, |p| row[p])
+        } else {
+            // The table's entries computed where they are read, from the same arguments.
+            self.comm_with(s, rejected, suffix, b, |p| {
+                self.link.ul_delay_s(b, self.ul_gain[p])
+            })
+        }
+    }
+
+    /// [`Evaluator::comm_from`] at share `b` = B/|R|, with `ul(p)` the UL delay of the device at position `p` at
+    /// that share.
+    fn comm_with(
+        &self,
+        s: usize,
+        rejected: &[u32],
+        suffix: &[f64],
+        b: f64,
+        ul: impl Fn(usize) -> f64,
+    ) -> (f64, usize) {
+        let m = rejected.len();
         // The rejected positions ascending: the i-th is rejected[m − 1 − i], the sum of 1/g^dl from it on is
         // suffix[m − 1 − i].
         let at = |i: usize| rejected[m - 1 - i] as usize;
-        let b = self.link.share_hz(m);
-        let row = &self.ul_table[(m - 1) * k_n..m * k_n];
         match self.policy.modes {
-            ModeScheme::AllUl => (row[at(m - 1)], m),
+            ModeScheme::AllUl => (ul(at(m - 1)), m),
             ModeScheme::AllDl => {
                 let inv: f64 = (0..m).map(|i| self.inverse_dl_gain[at(i)]).sum();
                 (self.link.dl_delay_s(b, inv), 0)
@@ -577,7 +699,7 @@ impl Evaluator {
                 let (mut ul_max, mut inv, mut n_ul) = (0.0f64, 0.0, 0);
                 for p in (0..m).map(at) {
                     if self.outcomes.coin[self.order[p] * self.outcomes.count + s] {
-                        ul_max = ul_max.max(row[p]);
+                        ul_max = ul_max.max(ul(p));
                         n_ul += 1;
                     } else {
                         inv += self.inverse_dl_gain[p];
@@ -591,7 +713,7 @@ impl Evaluator {
                 let suffix_from = |n_dl: usize| if n_dl < m { suffix[m - 1 - n_dl] } else { 0.0 };
                 let (n_ul, delay) = split_by_bisection(
                     m,
-                    |i| row[at(i)],
+                    |i| ul(at(i)),
                     |n_dl| self.link.dl_delay_s(b, suffix_from(n_dl)),
                 );
                 (delay, n_ul)
@@ -655,9 +777,16 @@ impl Evaluator {
 
     fn token_mean(&self, lens: &[u32]) -> f64 {
         let w = self.max_len as usize + 1;
+        let n = self.outcomes.count;
         lens.iter()
             .enumerate()
-            .map(|(k, &l)| self.token_table[k * w + l as usize])
+            .map(|(k, &l)| {
+                if self.tables {
+                    self.token_table[k * w + l as usize]
+                } else {
+                    token_sum(&self.outcomes.first[k * n..(k + 1) * n], &self.outcomes.weight, l)
+                }
+            })
             .sum()
     }
 
@@ -749,7 +878,8 @@ impl Evaluator {
         }
         let mut comm = vec![0.0; n];
         let mut rejected = vec![0u32; n];
-        let keep_sets = n.saturating_mul(self.k_n) <= SET_LIMIT;
+        // Only a search moves from a state; a scorer's states keep no sets.
+        let keep_sets = self.tables && n.saturating_mul(self.k_n) <= SET_LIMIT;
         let mut sets = if keep_sets {
             vec![0u32; n * self.k_n]
         } else {
@@ -1270,9 +1400,23 @@ impl Evaluator {
         self.check(lens, dists)?;
         self.check_allowed(lens, dists)?;
         let uplink = self.uplink_latency_with_shares(lens, dists, shares)?;
-        let rate = self.state_at(lens, dists, uplink, Objective::Rate);
-        let ratio = self.state_at(lens, dists, uplink, Objective::MeanRatio);
+        // One evaluation serves both objectives: the per-outcome totals do not depend on the objective, only
+        // the reduction of them does.
         let closed = self.closed_tokens && !self.rejectable(lens, dists);
+        let rate = self.state_at(lens, dists, uplink, Objective::Rate);
+        let mean_ratio = if closed {
+            // Closed form: E[ΣN]/T under either objective (no outcome changes T).
+            rate.value
+        } else {
+            self.reduce(
+                Objective::MeanRatio,
+                uplink + self.verify_s,
+                rate.token_mean,
+                rate.comm_mean,
+                rate.tokens.iter().copied(),
+                rate.comm.iter().copied(),
+            )
+        };
         let estimate = if closed || self.outcomes.exact {
             Estimate::Exact
         } else {
@@ -1290,7 +1434,7 @@ impl Evaluator {
             sends_distributions: dists.to_vec(),
             correction: self.policy,
             rate_tokens_per_s: rate.value,
-            mean_ratio_tokens_per_s: ratio.value,
+            mean_ratio_tokens_per_s: mean_ratio,
             tokens_per_round: rate.token_mean,
             uplink_latency_s: uplink,
             verify_s: self.verify_s,
@@ -1319,11 +1463,45 @@ pub fn score(
     shares: &[f64],
     proven_optimal: bool,
 ) -> Result<RoundPlan, OptimizeError> {
+    score_on(
+        round,
+        expectation,
+        policy,
+        None,
+        scheme,
+        lens,
+        dists,
+        shares,
+        proven_optimal,
+    )
+}
+
+/// [`score`] on the round's outcome samples `drawn` when the caller holds them: paper B's planners draw the same
+/// samples ([`Samples::draw`] with the round's acceptance rates, `saa_samples`, `max_draft_len` and `seed`), so they
+/// are not drawn twice. Crate-private, since nothing here can check that they were drawn with that seed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn score_on(
+    round: &Round,
+    expectation: Expectation,
+    policy: CorrectionPolicy,
+    drawn: Option<&Samples>,
+    scheme: Scheme,
+    lens: &[u32],
+    dists: &[bool],
+    shares: &[f64],
+    proven_optimal: bool,
+) -> Result<RoundPlan, OptimizeError> {
     let light = Evaluator::without_outcomes(round, policy);
     if light.closed_tokens && dists.len() == light.k_n && !light.rejectable(lens, dists) {
         return light.round_plan(scheme, lens, dists, shares, proven_optimal);
     }
-    Evaluator::new(round, expectation, policy)?.round_plan(scheme, lens, dists, shares, proven_optimal)
+    Evaluator::for_scoring(round, expectation, policy, drawn)?.round_plan(
+        scheme,
+        lens,
+        dists,
+        shares,
+        proven_optimal,
+    )
 }
 
 /// Lemma 3's draft-uplink shares for `lens` and `dists` on `round` (0 for a device without bits to send).
@@ -1377,6 +1555,145 @@ mod tests {
     use super::*;
     use crate::unified::testing::DropRound;
     use rand::RngExt;
+
+    /// Every number of a scored plan as bits (f64 `==` would let −0.0 and 0.0, or two NaNs, pass as equal).
+    fn plan_bits(p: &RoundPlan) -> Vec<u64> {
+        let mut bits: Vec<u64> = [
+            p.rate_tokens_per_s,
+            p.mean_ratio_tokens_per_s,
+            p.tokens_per_round,
+            p.uplink_latency_s,
+            p.verify_s,
+            p.comm_delay_s,
+        ]
+        .iter()
+        .map(|x| x.to_bits())
+        .collect();
+        bits.extend(p.uplink_share_hz.iter().map(|x| x.to_bits()));
+        match p.estimate {
+            Estimate::Exact => bits.push(0),
+            Estimate::Saa {
+                samples,
+                rate_ci95_tokens_per_s,
+                mean_ratio_ci95_tokens_per_s,
+            } => {
+                bits.push(1 + u64::from(samples));
+                for ci in [rate_ci95_tokens_per_s, mean_ratio_ci95_tokens_per_s] {
+                    bits.push(ci.map_or(u64::MAX, f64::to_bits));
+                }
+            }
+        }
+        bits
+    }
+
+    #[test]
+    fn scoring_without_the_move_tables_gives_the_same_bits_as_the_full_evaluator() {
+        // `score` builds no move tables and evaluates a plan once for both objectives; the full evaluator reads
+        // its tables, and its two states (one per objective) are how plans were scored before. Seeded rounds
+        // under every payload policy, mode rule and expectation, plans at Lemma-3 and at equal shares: the same
+        // printed numbers, bit for bit.
+        let mut rng = ChaCha8Rng::seed_from_u64(2323);
+        let mut plans = 0;
+        for round_no in 0..24 {
+            let policy = [
+                PayloadPolicy::Pair,
+                PayloadPolicy::Choose,
+                PayloadPolicy::Distribution,
+            ][round_no % 3];
+            let devices = [1, 3, 7, 12][round_no % 4];
+            let l_min = [0, 0, 1, 2][(round_no / 4) % 4];
+            let round = DropRound {
+                devices,
+                draft_range: (l_min, 6),
+                saa_samples: [1, 2, 150][round_no % 3] + 60 * (round_no as u32 % 2),
+                policy,
+                ..DropRound::default()
+            }
+            .draw(&mut rng)
+            .unwrap();
+            for modes in [
+                ModeScheme::Optimal,
+                ModeScheme::AllUl,
+                ModeScheme::AllDl,
+                ModeScheme::Random,
+            ] {
+                let correction = CorrectionPolicy {
+                    modes,
+                    ..CorrectionPolicy::default()
+                };
+                for expectation in [
+                    Expectation::Saa,
+                    Expectation::Auto { limit: 4096 },
+                    Expectation::Exact { limit: 4096 },
+                ] {
+                    let (Ok(full), Ok(light)) = (
+                        Evaluator::new(&round, expectation, correction),
+                        Evaluator::for_scoring(&round, expectation, correction, None),
+                    ) else {
+                        // Refused alike (random modes enumerated, too many outcomes), with the same message.
+                        assert_eq!(
+                            Evaluator::new(&round, expectation, correction).unwrap_err(),
+                            Evaluator::for_scoring(&round, expectation, correction, None).unwrap_err()
+                        );
+                        continue;
+                    };
+                    assert!(full.tables && !light.tables && light.ul_table.is_empty());
+                    for _ in 0..6 {
+                        let lens: Vec<u32> = (0..devices).map(|_| rng.random_range(l_min..=6)).collect();
+                        let dists: Vec<bool> = (0..devices)
+                            .map(|_| match policy {
+                                PayloadPolicy::Pair => false,
+                                PayloadPolicy::Distribution => true,
+                                PayloadPolicy::Choose => rng.random_bool(0.4),
+                            })
+                            .collect();
+                        let equal = vec![round.bandwidth_hz / devices as f64; devices];
+                        let (_, lemma3) = full.lemma3_shares(&lens, &dists);
+                        for shares in [equal, lemma3] {
+                            let scheme = Scheme::Fixed;
+                            let a = full.round_plan(scheme, &lens, &dists, &shares, false).unwrap();
+                            let b = light.round_plan(scheme, &lens, &dists, &shares, false).unwrap();
+                            let c = score(
+                                &round,
+                                expectation,
+                                correction,
+                                scheme,
+                                &lens,
+                                &dists,
+                                &shares,
+                                false,
+                            )
+                            .unwrap();
+                            assert_eq!(plan_bits(&a), plan_bits(&b), "{modes:?} {expectation:?} {lens:?}");
+                            assert_eq!(plan_bits(&a), plan_bits(&c), "{modes:?} {expectation:?} {lens:?}");
+                            // The two states of the full evaluator, one per objective.
+                            let uplink = a.uplink_latency_s;
+                            let rate = full.state_at(&lens, &dists, uplink, Objective::Rate);
+                            let ratio = full.state_at(&lens, &dists, uplink, Objective::MeanRatio);
+                            assert_eq!(a.rate_tokens_per_s.to_bits(), rate.value.to_bits());
+                            assert_eq!(a.mean_ratio_tokens_per_s.to_bits(), ratio.value.to_bits());
+                            assert_eq!(a.tokens_per_round.to_bits(), ratio.token_mean.to_bits());
+                            assert_eq!(a.comm_delay_s.to_bits(), ratio.comm_mean.to_bits());
+                            // What moves read of a state is the same from both evaluators.
+                            let light_rate = light.state_at(&lens, &dists, uplink, Objective::Rate);
+                            assert_eq!(
+                                (&rate.tokens, &rate.rejected),
+                                (&light_rate.tokens, &light_rate.rejected)
+                            );
+                            assert!(
+                                rate.comm
+                                    .iter()
+                                    .map(|x| x.to_bits())
+                                    .eq(light_rate.comm.iter().map(|x| x.to_bits()))
+                            );
+                            plans += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(plans > 1000, "{plans}");
+    }
 
     #[test]
     fn one_device_edits_of_kept_sets_equal_scans_bit_for_bit() {
