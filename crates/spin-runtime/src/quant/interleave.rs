@@ -1,7 +1,7 @@
-//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K and Q6_K, in which the
-//! AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset by 128), so that one
-//! 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd` against four broadcast
-//! activation codes advances all of them.
+//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K and Q6_K, in which
+//! the AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset
+//! by 128), so that one 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd`
+//! against four broadcast activation codes advances all of them.
 //!
 //! Rows go in tiles of [`ROWS`] (the last one padded with zero rows); a tile is its blocks in column order; one
 //! tile-block (the b-th block of each of the tile's rows) is, at byte offsets:
@@ -23,18 +23,18 @@
 //! A Q6_K tile-block holds `d` (f16, row r at 2r), the sixteen int8 sub-block scales (scale k of row r at
 //! 32 + 16k + r), from 288 the low-bit bytes (vector (2h + m)·8 + q, lane r = the file's `ql` bytes
 //! 64h + 32m + 4q .. + 4 of row r) and from 2336 the high-bit bytes (vector 8h + q, lane r = `qh` bytes
-//! 32h + 4q .. + 4). Chunk c = 4h + i of 32 values takes the low (i < 2) or high nibbles of vectors (2h + i mod 2)·8 + q
-//! and bits 2i, 2i + 1 of vectors 8h + q as its fifth and sixth bits; its two 16-value sub-blocks have scales
-//! `d·sc` and offsets `−32·d·sc`, applied with the activation sums per 16 values.
+//! 32h + 4q .. + 4). Chunk c = 4h + i of 32 values takes the low (i < 2) or high nibbles of vectors
+//! (2h + i mod 2)·8 + q and bits 2i, 2i + 1 of vectors 8h + q as its fifth and sixth bits; its two 16-value
+//! sub-blocks have scales `d·sc` and offsets `−32·d·sc`, applied with the activation sums per 16 values.
 //!
 //! Codes, in 64-byte vectors of 16 lanes, lane r = row r: Q8_0 has eight vectors, vector g holding values
 //! 4g .. 4g + 4 of each row as unsigned bytes `q + 128`; the 4-bit formats have four, vector h holding bytes
 //! 4h .. 4h + 4 of each row's 16 code bytes, whose low nibbles are values 4h .. 4h + 4 and high nibbles values
 //! 16 + 4h .. 16 + 4h + 4 (the file's nibble order). Every value of a product is then
-//! `Σ_b f32(Σ_g codes·x + k·Σ x) · (d_w·d_x)`, the sum over blocks in block order with fused multiply-adds, where
-//! the offset (−8·d for Q4_0, −16·d for Q5_0, −128·d for Q8_0) joins the exact integer sum as k = −8, −16, −128;
-//! Q4_1 adds `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation row or many, on any number
-//! of threads.
+//! `Σ_b f32(Σ_g codes·x + k·Σ x) · (d_w·d_x)`, the sum over blocks in block order with fused multiply-adds,
+//! where the offset (−8·d for Q4_0, −16·d for Q5_0, −128·d for Q8_0) joins the exact integer sum as
+//! k = −8, −16, −128; Q4_1 adds `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation row or
+//! many, on any number of threads.
 
 use super::BlockFormat;
 use super::reference;
@@ -91,105 +91,85 @@ pub(crate) fn integer_offset(format: BlockFormat) -> i32 {
     }
 }
 
-/// Copies between one file block (`block`) and its row's places in a tile-block (`tile_block`, lane `r`), in
-/// the direction `to_tile`; Q8_0's codes change by 128 on the way.
-fn copy_block(format: BlockFormat, block: &mut [u8], tile_block: &mut [u8], r: usize, to_tile: bool) {
-    if format == BlockFormat::Q6K {
-        let mut put = |file: usize, tile: usize| {
-            if to_tile {
-                tile_block[tile] = block[file];
-            } else {
-                block[file] = tile_block[tile];
+/// Where each byte of row `r`'s block goes in its tile-block: `f(file byte, tile-block byte, xor)` for every byte
+/// that moves whole (Q8_0's codes change by 128 on the way, `xor` 0x80); Q5_0's fifth bits (file bytes 2..6) are
+/// spread bit by bit instead ([`fifth_bits_to_tile`], [`fifth_bits_from_tile`]).
+fn places(format: BlockFormat, r: usize, mut f: impl FnMut(usize, usize, u8)) {
+    match format {
+        BlockFormat::Q6K => {
+            f(208, 2 * r, 0);
+            f(209, 2 * r + 1, 0);
+            for k in 0..16 {
+                f(192 + k, 32 + 16 * k + r, 0);
             }
-        };
-        put(208, 2 * r);
-        put(209, 2 * r + 1);
-        for k in 0..16 {
-            put(192 + k, 32 + 16 * k + r);
-        }
-        for h in 0..2 {
-            for q in 0..8 {
-                for i in 0..4 {
-                    for m in 0..2 {
-                        put(
-                            64 * h + 32 * m + 4 * q + i,
-                            288 + ((2 * h + m) * 8 + q) * 64 + 4 * r + i,
-                        );
+            for h in 0..2 {
+                for q in 0..8 {
+                    for i in 0..4 {
+                        for m in 0..2 {
+                            f(
+                                64 * h + 32 * m + 4 * q + i,
+                                288 + ((2 * h + m) * 8 + q) * 64 + 4 * r + i,
+                                0,
+                            );
+                        }
+                        f(128 + 32 * h + 4 * q + i, 2336 + (8 * h + q) * 64 + 4 * r + i, 0);
                     }
-                    put(128 + 32 * h + 4 * q + i, 2336 + (8 * h + q) * 64 + 4 * r + i);
                 }
             }
         }
-        return;
-    }
-    if format == BlockFormat::Q4K {
-        let mut put = |file: usize, tile: usize| {
-            if to_tile {
-                tile_block[tile] = block[file];
-            } else {
-                block[file] = tile_block[tile];
+        BlockFormat::Q4K => {
+            for j in 0..2 {
+                f(j, 2 * r + j, 0);
+                f(2 + j, 32 + 2 * r + j, 0);
             }
-        };
-        for j in 0..2 {
-            put(j, 2 * r + j);
-            put(2 + j, 32 + 2 * r + j);
+            for k in 0..12 {
+                f(4 + k, 64 + 16 * k + r, 0);
+            }
+            for p in 0..4 {
+                for h in 0..8 {
+                    for i in 0..4 {
+                        f(16 + 32 * p + 4 * h + i, 256 + 512 * p + 64 * h + 4 * r + i, 0);
+                    }
+                }
+            }
         }
-        for k in 0..12 {
-            put(4 + k, 64 + 16 * k + r);
-        }
-        for p in 0..4 {
-            for h in 0..8 {
+        _ => {
+            let (c, fc) = (codes_at(format), file_codes_at(format));
+            for j in 0..2 {
+                f(j, 2 * r + j, 0);
+                if format == BlockFormat::Q4_1 {
+                    f(2 + j, 32 + 2 * r + j, 0);
+                }
+            }
+            let (words, flip) = if format == BlockFormat::Q8_0 {
+                (8, 0x80)
+            } else {
+                (4, 0)
+            };
+            for k in 0..words {
                 for i in 0..4 {
-                    put(16 + 32 * p + 4 * h + i, 256 + 512 * p + 64 * h + 4 * r + i);
+                    f(fc + 4 * k + i, c + 64 * k + 4 * r + i, flip);
                 }
             }
         }
-        return;
     }
-    let c = codes_at(format);
-    let fc = file_codes_at(format);
-    let mut pair = |file: std::ops::Range<usize>, tile: usize, flip: u8| {
-        let len = file.len();
-        let (f, t) = (&mut block[file], &mut tile_block[tile..tile + len]);
-        for (f, t) in f.iter_mut().zip(t) {
-            if to_tile {
-                *t = *f ^ flip;
-            } else {
-                *f = *t ^ flip;
-            }
-        }
-    };
-    pair(0..2, 2 * r, 0);
-    if format == BlockFormat::Q4_1 {
-        pair(2..4, 32 + 2 * r, 0);
+}
+
+/// Q5_0's fifth bits of one block (`qh`, its bytes 2..6) into lane `r` of a tile-block: value 4g + i of row r is
+/// bit 4r + i of group g's mask.
+fn fifth_bits_to_tile(qh: u32, tile_block: &mut [u8], r: usize) {
+    for g in 0..8 {
+        let nib = (qh >> (4 * g)) & 0xF;
+        tile_block[32 + 8 * g + r / 2] |= (nib as u8) << (4 * (r % 2));
     }
-    let (words, flip) = if format == BlockFormat::Q8_0 {
-        (8, 0x80)
-    } else {
-        (4, 0)
-    };
-    for k in 0..words {
-        pair(fc + 4 * k..fc + 4 * k + 4, c + 64 * k + 4 * r, flip);
-    }
-    if format == BlockFormat::Q5_0 {
-        // Fifth bits: value 4g + i of row r is bit 4r + i of group g's mask.
-        if to_tile {
-            let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-            for g in 0..8 {
-                let nib = (qh >> (4 * g)) & 0xF;
-                let at = 32 + 8 * g + r / 2;
-                tile_block[at] |= (nib as u8) << (4 * (r % 2));
-            }
-        } else {
-            let mut qh = 0u32;
-            for g in 0..8 {
-                let at = 32 + 8 * g + r / 2;
-                let nib = (tile_block[at] >> (4 * (r % 2))) & 0xF;
-                qh |= u32::from(nib) << (4 * g);
-            }
-            block[2..6].copy_from_slice(&qh.to_le_bytes());
-        }
-    }
+}
+
+/// The inverse of [`fifth_bits_to_tile`]: lane `r`'s fifth bits as the file's `qh`.
+fn fifth_bits_from_tile(tile_block: &[u8], r: usize) -> u32 {
+    (0..8).fold(0u32, |qh, g| {
+        let nib = (tile_block[32 + 8 * g + r / 2] >> (4 * (r % 2))) & 0xF;
+        qh | u32::from(nib) << (4 * g)
+    })
 }
 
 /// The interleaved form of a (rows × cols) matrix of `format` given as the file's row-major blocks.
@@ -204,12 +184,16 @@ pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -
     let tb = tile_block_bytes(format);
     let tiles = rows.div_ceil(ROWS);
     let mut out = vec![0u8; tiles * nb * tb];
-    let mut block = vec![0u8; bb];
     for row in 0..rows {
         let (t, r) = (row / ROWS, row % ROWS);
         for b in 0..nb {
-            block.copy_from_slice(&data[(row * nb + b) * bb..][..bb]);
-            copy_block(format, &mut block, &mut out[(t * nb + b) * tb..][..tb], r, true);
+            let block = &data[(row * nb + b) * bb..][..bb];
+            let dst = &mut out[(t * nb + b) * tb..][..tb];
+            places(format, r, |j, at, flip| dst[at] = block[j] ^ flip);
+            if format == BlockFormat::Q5_0 {
+                let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                fifth_bits_to_tile(qh, dst, r);
+            }
         }
     }
     out
@@ -226,18 +210,15 @@ pub(crate) fn unpack_rows(
     let (bb, nb) = (format.block_bytes(), cols / format.block_elems());
     let tb = tile_block_bytes(format);
     let mut out = vec![0u8; count * nb * bb];
-    let mut tile_block = vec![0u8; tb];
     for (k, row) in (first..first + count).enumerate() {
         let (t, r) = (row / ROWS, row % ROWS);
         for b in 0..nb {
-            tile_block.copy_from_slice(&il[(t * nb + b) * tb..][..tb]);
-            copy_block(
-                format,
-                &mut out[(k * nb + b) * bb..][..bb],
-                &mut tile_block,
-                r,
-                false,
-            );
+            let src = &il[(t * nb + b) * tb..][..tb];
+            let block = &mut out[(k * nb + b) * bb..][..bb];
+            places(format, r, |j, at, flip| block[j] = src[at] ^ flip);
+            if format == BlockFormat::Q5_0 {
+                block[2..6].copy_from_slice(&fifth_bits_from_tile(src, r).to_le_bytes());
+            }
         }
     }
     out
