@@ -752,12 +752,7 @@ mod x86 {
             a.sx.as_ptr(),
         );
         // The offset of Q4_0, Q5_0 and Q8_0 is a whole multiple of the scale: it joins the integer sum.
-        let k = match F {
-            Q4_0 => -8,
-            Q5_0 => -16,
-            Q8_0 => -128,
-            _ => 0,
-        };
+        let k = interleave::integer_offset(format);
         // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at
         // 32, codes 256 or 512 at `ca`) end by tb.
         // SAFETY: tile reads at b·tb + [0, tb) < nb·tb; activation reads at (i0 + c)·cols + 32·b + [0, 32) and
@@ -770,7 +765,11 @@ mod x86 {
             for b in 0..nb {
                 let p = tp.add(b * tb);
                 let s = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
-                let mins = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
+                let mins = if F == Q4_1 {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()))
+                } else {
+                    _mm512_setzero_ps()
+                };
                 let cp = p.add(ca);
                 let mut w = [_mm512_setzero_si512(); 8];
                 if F == Q8_0 {
@@ -793,17 +792,8 @@ mod x86 {
                 }
                 for c in 0..C {
                     let i = i0 + c;
-                    let xq = qp.add(i * cols + 32 * b);
-                    let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
-                    // Two chains of four, added at the end (integer sums: exact in any order).
                     let start = _mm512_set1_epi32(k * *sxp.add(i * nb + b));
-                    let mut even = _mm512_dpbusd_epi32(start, w[0], x4(0));
-                    let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
-                    for g in (2..8).step_by(2) {
-                        even = _mm512_dpbusd_epi32(even, w[g], x4(g));
-                        odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
-                    }
-                    let isum = _mm512_add_epi32(even, odd);
+                    let isum = block_sum(start, &w, qp.add(i * cols + 32 * b));
                     let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
                     if F == Q4_1 {
@@ -814,6 +804,28 @@ mod x86 {
             for c in 0..C {
                 _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
             }
+        }
+    }
+
+    /// `start` plus the integer sums of one 32-value block in all 16 lanes: `vpdpbusd` of each group's codes `w[g]`
+    /// with activation codes 4g .. 4g + 4 at `xq` broadcast, in two chains added at the end (integer sums: exact in
+    /// any order).
+    ///
+    /// # Safety
+    /// `xq` points to 32 readable activation codes; the caller enables AVX-512 F and VNNI.
+    #[inline(always)]
+    unsafe fn block_sum(start: __m512i, w: &[__m512i; 8], xq: *const i8) -> __m512i {
+        // SAFETY: the reads are at xq + [0, 32), which the caller guarantees readable; they are unaligned; the
+        // rest are register operations of the features the caller enabled.
+        unsafe {
+            let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
+            let mut even = _mm512_dpbusd_epi32(start, w[0], x4(0));
+            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
+            for g in (2..8).step_by(2) {
+                even = _mm512_dpbusd_epi32(even, w[g], x4(g));
+                odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
+            }
+            _mm512_add_epi32(even, odd)
         }
     }
 
@@ -874,15 +886,7 @@ mod x86 {
                     let ch = 8 * b + j;
                     for c in 0..C {
                         let i = i0 + c;
-                        let xq = qp.add(i * cols + 32 * ch);
-                        let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
-                        let mut even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
-                        let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
-                        for g in (2..8).step_by(2) {
-                            even = _mm512_dpbusd_epi32(even, w[g], x4(g));
-                            odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
-                        }
-                        let isum = _mm512_add_epi32(even, odd);
+                        let isum = block_sum(_mm512_setzero_si512(), &w, qp.add(i * cols + 32 * ch));
                         let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nch + ch)));
                         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
                         off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nch + ch)), off[c]);
