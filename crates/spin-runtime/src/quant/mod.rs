@@ -3,9 +3,11 @@
 //! weight block from memory once per call, whatever the number of rows.
 //!
 //! How a product runs: the activations are quantised once per call to signed 8-bit codes with one f32 scale per 32
-//! values (finer than, and so at least as accurate as, the Q8_0/Q8_1/Q8_K forms ggml pairs with these formats);
-//! then each tile of four weight rows is unpacked once into unsigned byte codes with a scale and an offset per
-//! group (`w = s·u + o`, see `reference.rs`), and the tile is applied to every activation row with
+//! values (finer than, and so at least as accurate as, the Q8_0/Q8_1/Q8_K forms ggml pairs with these formats).
+//! On CPUs with AVX-512 VNNI, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K are held interleaved in tiles of 16 rows
+//! (`interleave.rs`), read in place by one `vpdpbusd` per four columns of all 16 rows. Otherwise (and for Q5_K
+//! and the float formats) each tile of four weight rows is unpacked once into unsigned byte codes with a scale and
+//! an offset per group (`w = s·u + o`, see `reference.rs`), and the tile is applied to every activation row with
 //! integer dot products (`vpdpbusd` on AVX-512 VNNI or AVX-VNNI, `vpmaddubsw` on AVX2, plain Rust elsewhere; the
 //! instruction set is chosen at run time, see `simd.rs`, the only module of the workspace with `unsafe`). The
 //! offsets contribute `o · dx · Σ codes` from per-group sums of the activation codes. Output rows are split over
@@ -99,8 +101,8 @@ impl BlockFormat {
 }
 
 /// A (rows × cols) weight matrix in its file's block format, each row a whole number of blocks: row-major as the
-/// file stores it, or, for the 32-value formats on CPUs with AVX-512 VNNI, the same bytes interleaved in tiles of
-/// 16 rows (`interleave.rs`), which is what the kernels read there.
+/// file stores it, or, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K on CPUs with AVX-512 VNNI, the same bytes
+/// interleaved in tiles of 16 rows (`interleave.rs`), which is what the kernels read there.
 #[derive(Clone, Debug)]
 pub struct QMatrix {
     format: BlockFormat,
@@ -350,27 +352,37 @@ impl QMatrix {
 
     /// Computes `yt` (rows × n, row-major: the transpose of the result) tile by tile over the current pool.
     fn run(&self, acts: &Acts, n: usize, yt: &mut [f32]) {
-        let tiles = self.rows.div_ceil(TILE);
-        let threads = rayon::current_num_threads();
-        let work = |(t0, out): (usize, &mut [f32])| {
+        self.over_pool(TILE, n, yt, |t0, out| {
             with_scratch(&PANEL, |panel| {
                 for (k, out) in out.chunks_mut(TILE * n).enumerate() {
                     let r0 = (t0 + k) * TILE;
                     self.tile(r0, acts, n, panel, out);
                 }
             });
-        };
-        // Below about 10 µs of work a fork-join costs more than it saves (the result is the same either way).
+        });
+    }
+
+    /// Splits `out` (`tile_rows · n` values per tile of `tile_rows` weight rows) over the current pool in whole
+    /// tiles and calls `work(first tile, its part of out)` on each part; below about 10 µs of work, or on a
+    /// 1-thread pool, on the calling thread at once (a fork-join would cost more than it saves). Each part is
+    /// whole tiles, so the split never changes a sum.
+    fn over_pool(
+        &self,
+        tile_rows: usize,
+        n: usize,
+        out: &mut [f32],
+        work: impl Fn(usize, &mut [f32]) + Sync,
+    ) {
+        let threads = rayon::current_num_threads();
         if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
-            work((0, yt));
+            work(0, out);
             return;
         }
-        // Several chunks per thread for balance; each chunk is whole tiles, so the split never changes a sum.
-        let tiles_per_chunk = tiles.div_ceil(threads * 4).max(1);
-        yt.par_chunks_mut(tiles_per_chunk * TILE * n)
+        // Several chunks per thread for balance.
+        let tiles_per_chunk = self.rows.div_ceil(tile_rows).div_ceil(threads * 4).max(1);
+        out.par_chunks_mut(tiles_per_chunk * tile_rows * n)
             .enumerate()
-            .map(|(c, out)| (c * tiles_per_chunk, out))
-            .for_each(work);
+            .for_each(|(c, out)| work(c * tiles_per_chunk, out));
     }
 
     /// The products on the interleaved form into `out`, tile after tile, each tile's n activation rows after one
@@ -387,24 +399,13 @@ impl QMatrix {
             sx: &acts.sx32,
             cols: self.cols,
         };
-        let work = |(t0, out): (usize, &mut [f32])| {
+        self.over_pool(R, n, out, |t0, out| {
             for (k, out) in out.chunks_mut(R * n).enumerate() {
                 let t = t0 + k;
                 let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
                 simd::il_tile(self.format, tile, &a, 0..n, out);
             }
-        };
-        let threads = rayon::current_num_threads();
-        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
-            work((0, out));
-            return;
-        }
-        let tiles = self.rows.div_ceil(R);
-        let tiles_per_chunk = tiles.div_ceil(threads * 4).max(1);
-        out.par_chunks_mut(tiles_per_chunk * R * n)
-            .enumerate()
-            .map(|(c, out)| (c * tiles_per_chunk, out))
-            .for_each(work);
+        });
     }
 
     /// Rows r0..r0+TILE (fewer at the end) against every activation row, into `out` ((rows in tile) × n).
