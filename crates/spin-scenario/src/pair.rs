@@ -19,6 +19,16 @@ pub fn one_of(
     units::one_of((&a, first.1), (&b, second.1), conversion).map_err(FileError::from)
 }
 
+/// The band of every file family: `bandwidth_hz` or `bandwidth_mhz` (under `prefix`), exactly one of them.
+pub(crate) fn bandwidth_hz(prefix: &str, hz: Option<f64>, mhz: Option<f64>) -> Result<f64, FileError> {
+    one_of(
+        prefix,
+        ("bandwidth_hz", hz),
+        ("bandwidth_mhz", mhz),
+        Conversion::MhzToHz,
+    )
+}
+
 /// [`one_of`] where the pair may be left out altogether: `None` when neither name is given.
 pub fn optional_one_of(
     prefix: &str,

@@ -2,7 +2,7 @@
 //! rules of [`crate::reader`] and resolved to the SI specs of `spin-optimize` (docs/cli.md lists the fields).
 
 use crate::FileError;
-use crate::pair::{RadioPairs, one_of};
+use crate::pair::{RadioPairs, bandwidth_hz, one_of};
 use crate::reader::{Document, Format};
 use crate::unified::{UnifiedFile, UnifiedScenario};
 use serde::Deserialize;
@@ -166,12 +166,7 @@ fn paper_a_from(f: PaperAFile) -> Result<PaperA, FileError> {
     let defaults = Alg1Params::default();
     Ok(PaperA {
         spec: paper_a::ScenarioSpec {
-            bandwidth_hz: one_of(
-                "",
-                ("bandwidth_hz", f.bandwidth_hz),
-                ("bandwidth_mhz", f.bandwidth_mhz),
-                Conversion::MhzToHz,
-            )?,
+            bandwidth_hz: bandwidth_hz("", f.bandwidth_hz, f.bandwidth_mhz)?,
             distribution_bits: f.distribution_bits,
             verify_fixed_s: f.verify_fixed_s,
             verify_per_device_s: f.verify_per_device_s,
@@ -214,12 +209,7 @@ fn paper_b_from(f: PaperBFile) -> Result<paper_b::ScenarioSpec, FileError> {
             })
         })
         .collect::<Result<Vec<_>, FileError>>()?;
-    let bandwidth_hz = one_of(
-        "",
-        ("bandwidth_hz", f.bandwidth_hz),
-        ("bandwidth_mhz", f.bandwidth_mhz),
-        Conversion::MhzToHz,
-    )?;
+    let bandwidth_hz = bandwidth_hz("", f.bandwidth_hz, f.bandwidth_mhz)?;
     let radio = RadioPairs {
         ul_power: (f.ul_power_w, f.ul_power_dbm),
         dl_power: (f.dl_power_w, f.dl_power_dbm),

@@ -2,7 +2,7 @@
 //! unit of its pair, resolved to SI units in [`UnifiedScenario`] and validated into a `spin_optimize::round::Round`.
 
 use crate::FileError;
-use crate::pair::{RadioPairs, one_of, optional_one_of};
+use crate::pair::{RadioPairs, bandwidth_hz, one_of, optional_one_of};
 use serde::Deserialize;
 use spin_channel::units::Conversion;
 use spin_optimize::OptimizeError;
@@ -151,12 +151,7 @@ impl UnifiedScenario {
             })
             .collect::<Result<Vec<_>, FileError>>()?;
         Ok(UnifiedScenario {
-            bandwidth_hz: one_of(
-                "",
-                ("bandwidth_hz", f.bandwidth_hz),
-                ("bandwidth_mhz", f.bandwidth_mhz),
-                Conversion::MhzToHz,
-            )?,
+            bandwidth_hz: bandwidth_hz("", f.bandwidth_hz, f.bandwidth_mhz)?,
             verify_fixed_s: f.verify_fixed_s,
             verify_per_device_s: f.verify_per_device_s,
             min_draft_len: f.min_draft_len,

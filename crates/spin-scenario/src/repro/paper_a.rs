@@ -3,7 +3,7 @@
 
 use super::parse_toml;
 use crate::FileError;
-use crate::pair::{one_of, one_of_list};
+use crate::pair::{bandwidth_hz, one_of, one_of_list};
 use serde::Deserialize;
 use spin_channel::paper_a::PaperAChannel;
 use spin_channel::units::Conversion;
@@ -198,12 +198,7 @@ impl Config {
         let f: ConfigFile = parse_toml(text, RENAMED)?;
         let system = SystemCfg {
             devices: f.system.devices,
-            bandwidth_hz: one_of(
-                "system.",
-                ("bandwidth_hz", f.system.bandwidth_hz),
-                ("bandwidth_mhz", f.system.bandwidth_mhz),
-                Conversion::MhzToHz,
-            )?,
+            bandwidth_hz: bandwidth_hz("system.", f.system.bandwidth_hz, f.system.bandwidth_mhz)?,
             max_draft_len: f.system.max_draft_len,
             retained_vocab: f.system.retained_vocab,
             prob_bits: f.system.prob_bits,

@@ -4,7 +4,7 @@
 
 use super::parse_toml;
 use crate::FileError;
-use crate::pair::{one_of, one_of_list};
+use crate::pair::{bandwidth_hz, one_of, one_of_list};
 use serde::Deserialize;
 use spin_channel::units::Conversion;
 use spin_optimize::round::DistributionFormat;
@@ -220,12 +220,7 @@ impl Config {
         let f: ConfigFile = parse_toml(text, RENAMED)?;
         let dbm = Conversion::WToDbm;
         let cfg = Config {
-            bandwidth_hz: one_of(
-                "",
-                ("bandwidth_hz", f.bandwidth_hz),
-                ("bandwidth_mhz", f.bandwidth_mhz),
-                Conversion::MhzToHz,
-            )?,
+            bandwidth_hz: bandwidth_hz("", f.bandwidth_hz, f.bandwidth_mhz)?,
             effective_support: f.effective_support,
             vocabulary: f.vocabulary,
             quant_bits: f.quant_bits,
