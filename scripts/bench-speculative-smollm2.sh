@@ -12,6 +12,8 @@
 # α is measured on every held-out prompt at draft length 4 (the table's alpha_all); per draft length, α, the pass
 # costs and the timed pairs come from the first story opening and the first instruction.
 #
+# The draft runs as DRAFT_FORMAT says (`generate --draft-format`, default q8_0: its f32 matrices quantised at load).
+#
 # Usage: scripts/bench-speculative-smollm2.sh [PAIRS] [TOKENS]   (default 2 pairs per prompt, 256 tokens)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,9 +27,9 @@ draft="$cache/smollm2-draft"
 for f in "$target" "$draft"; do
     [ -e "$f" ] || { echo "skip: $f is absent (scripts/fetch-smollm2.sh, scripts/build-smollm2-draft.sh)"; exit 0; }
 done
-python3 - "$pairs" "$tokens" "$bin" "$target" "$draft" "$MULTISPIN_SHARED_DATA" <<'PY'
+python3 - "$pairs" "$tokens" "$bin" "$target" "$draft" "$MULTISPIN_SHARED_DATA" "${DRAFT_FORMAT:-q8_0}" <<'PY'
 import os, re, statistics, subprocess, sys, time
-pairs, tokens, binary, target, draft, data = int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:]
+pairs, tokens, binary, target, draft, data, draft_format = int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:]
 held = open(os.path.join(data, "corpora/tinystories_val.txt"), encoding="utf-8").read()[:65536]
 paras = [p.strip() for p in held.split("\n") if len(p.strip()) > 200]
 stories = [" ".join(p.split()[:12]) for p in paras[:4]]
@@ -52,7 +54,8 @@ def run(cmd):
 def load():
     return os.getloadavg()[0]
 def plain(p, extra): return base + ["--prompt", p] + extra
-def spec(p, extra, L): return plain(p, extra) + ["--draft", draft, "--draft-len", str(L)]
+def spec(p, extra, L):
+    return plain(p, extra) + ["--draft", draft, "--draft-format", draft_format, "--draft-len", str(L)]
 num = lambda pat, s: float(re.search(pat, s).group(1))
 # Acceptance and pass costs on every held-out prompt (one speculative run each, draft length 4), and the target's
 # step from plain runs.

@@ -28,6 +28,12 @@ pub struct GenerateArgs {
     /// Draft model (same vocabulary as the target); without it and without --self-draft-layers, plain decoding.
     #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
+    /// How the draft's dense matrices are held: `as-stored` (the file's f32/f16, or its quantised blocks), or
+    /// `q8_0` / `q4_0` / `q4_1`: a model folder's or llama2.c file's dense matrices quantised at load into host
+    /// matrices, so a draft step reads a quarter (Q8_0) of its f32 bytes. Speculative sampling stays exact for
+    /// any draft; only how often it agrees changes.
+    #[arg(long, value_enum, default_value_t = DraftFormat::AsStored, requires = "draft")]
+    pub draft_format: DraftFormat,
     /// Draft with the target's first N layers and its own head (self-speculation).
     #[arg(allow_hyphen_values = true, long)]
     pub self_draft_layers: Option<usize>,
@@ -74,6 +80,35 @@ pub struct GenerateArgs {
     /// Print acceptance and timing on stderr.
     #[arg(long)]
     pub stats: bool,
+}
+
+/// `generate --draft-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DraftFormat {
+    /// As the file stores it.
+    AsStored,
+    /// 8-bit blocks of 32 (one f16 scale each).
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// 4-bit blocks of 32 (one f16 scale each).
+    #[value(name = "q4_0")]
+    Q4_0,
+    /// 4-bit blocks of 32 (an f16 scale and minimum each).
+    #[value(name = "q4_1")]
+    Q4_1,
+}
+
+impl DraftFormat {
+    /// The host block format to quantise to; `None` for as stored.
+    fn block_format(self) -> Option<spin_runtime::quant::BlockFormat> {
+        use spin_runtime::quant::BlockFormat;
+        match self {
+            DraftFormat::AsStored => None,
+            DraftFormat::Q8_0 => Some(BlockFormat::Q8_0),
+            DraftFormat::Q4_0 => Some(BlockFormat::Q4_0),
+            DraftFormat::Q4_1 => Some(BlockFormat::Q4_1),
+        }
+    }
 }
 
 /// The longest prompt accepted, in bytes, checked before tokenising (docs/cli.md lists the limits).
@@ -375,7 +410,15 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         target.config().vocab_size,
     )?;
     let drafter = match (&args.draft, args.self_draft_layers) {
-        (Some(p), _) => Some(load(Some(p), Embedded::Draft)?),
+        (Some(p), _) => {
+            let d = load(Some(p), Embedded::Draft)?;
+            Some(match args.draft_format.block_format() {
+                None => d,
+                Some(f) => d
+                    .quantize_host(f)
+                    .map_err(|e| Failure::Input(format!("--draft-format: {}", flat(&e.to_string()))))?,
+            })
+        }
         (None, Some(n)) => Some(
             target
                 .first_layers(n)

@@ -10,7 +10,8 @@
 //!
 //! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
 //!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
-//!        [--story-seqs 512] [--minutes 0]
+//!        [--story-seqs 512] [--minutes 0] [--init-layers none]
+//!        [--openings 0]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
@@ -48,6 +49,19 @@ fn run() -> Result<(), String> {
             Some(s) => s.parse().map_err(|_| format!("{name}: {s:?} is not a number")),
         }
     }
+    fn layers(v: Option<String>) -> Result<Vec<usize>, String> {
+        match v.as_deref() {
+            None | Some("none") => Ok(Vec::new()),
+            Some(s) => s
+                .split(',')
+                .map(|x| {
+                    x.trim().parse().map_err(|_| {
+                        format!("--init-layers: {x:?} is not a layer index (e.g. 0,1,29 or none)")
+                    })
+                })
+                .collect(),
+        }
+    }
     let target_path = PathBuf::from(get("--target").ok_or("--target: missing")?);
     let out = PathBuf::from(get("--out").ok_or("--out: missing")?);
     let head: usize = num(get("--head-vocab"), "--head-vocab", 0)?;
@@ -76,8 +90,13 @@ fn run() -> Result<(), String> {
             lr: num(get("--lr"), "--lr", 3e-3)?,
             seed: num(get("--seed"), "--seed", 0)?,
             minutes: num(get("--minutes"), "--minutes", 0.0)?,
+            init_layers: layers(get("--init-layers"))?,
+            openings: num(get("--openings"), "--openings", 0)?,
         };
         return head_route::run(&target_path, &out, &o);
+    }
+    if get("--init-layers").is_some_and(|v| v != "none") {
+        return Err("--init-layers: only with --head-vocab (a GGUF target)".into());
     }
     let target = llama2c::load_checkpoint(
         &target_path,

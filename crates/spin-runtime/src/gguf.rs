@@ -410,6 +410,31 @@ fn arch_of(name: &str) -> Option<Arch> {
 /// quantised tensors. Norms and biases are dequantised to f32. The header is read first, then each tensor once at
 /// its offset (checked against the file's length first); every block's scales are checked finite.
 pub fn load(path: &Path, device: &Device) -> Result<Model> {
+    let (cfg, src) = open(path, device)?;
+    Model::from_source(cfg, &src, device)
+}
+
+/// The tensors `names` of a GGUF model (Hugging Face names as [`crate::model::tensor_shapes`] lists them, with
+/// their shapes) dequantised to dense f32 tensors on the CPU, each checked finite, and the file's configuration:
+/// what a draft initialised from some of the target's own layers starts from (`cargo xtask distill
+/// --init-layers`). Query and key rows come back in the file's order, the one its [`Config::rope`] expects.
+pub fn dense_tensors(
+    path: &Path,
+    names: &[(String, Vec<usize>)],
+) -> Result<(Config, std::collections::HashMap<String, Tensor>)> {
+    let (cfg, mut src) = open(path, &Device::Cpu)?;
+    src.host = false;
+    let mut out = std::collections::HashMap::with_capacity(names.len());
+    for (name, shape) in names {
+        let stem = name.strip_suffix(".weight").unwrap_or(name);
+        out.insert(name.clone(), src.dense(stem, shape)?);
+    }
+    Ok((cfg, out))
+}
+
+/// A GGUF file's configuration (from its metadata, validated and checked against the limits) and its tensors'
+/// source.
+fn open(path: &Path, device: &Device) -> Result<(Config, GgufSource)> {
     let what = path.display().to_string();
     let (content, file, file_len) = read_header(path)?;
     let name = meta(&content, &what, "general.architecture")?
@@ -459,7 +484,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Model> {
         device: device.clone(),
         host: device.is_cpu(),
     };
-    Model::from_source(cfg, &src, device)
+    Ok((cfg, src))
 }
 
 /// Whether llama.cpp prepends BOS for a byte-level BPE vocabulary whose file does not say

@@ -251,12 +251,41 @@ impl HeadStudent {
                 format!("{} is not the head's {} ids", cfg.vocab_size, hv.compact_vocab()),
             ));
         }
+        let init = crate::model::random_tensors(&cfg, 0.02, seed, &Device::Cpu)?;
+        Self::from_tensors(cfg, hv, learning_rate, &init)
+    }
+
+    /// A student of shape `cfg` (its vocabulary the head's compact one) starting from `init`, which holds every
+    /// tensor [`tensor_shapes`] lists for `cfg`, in those shapes (e.g. some of the target's own layers).
+    pub fn from_tensors(
+        cfg: Config,
+        hv: crate::head_vocab::HeadVocab,
+        learning_rate: f64,
+        init: &HashMap<String, Tensor>,
+    ) -> Result<Self> {
+        if cfg.vocab_size != hv.compact_vocab() {
+            return Err(RuntimeError::invalid(
+                "student.vocab_size",
+                format!("{} is not the head's {} ids", cfg.vocab_size, hv.compact_vocab()),
+            ));
+        }
         let device = Device::Cpu;
-        let init = crate::model::random_tensors(&cfg, 0.02, seed, &device)?;
         let mut vars = Vec::new();
         let mut tensors = HashMap::new();
-        for (name, _) in tensor_shapes(&cfg) {
-            let v = Var::from_tensor(&init[&name])?;
+        for (name, shape) in tensor_shapes(&cfg) {
+            let Some(t) = init.get(&name) else {
+                return Err(RuntimeError::invalid(
+                    format!("init.{name}"),
+                    "missing from the student's initial tensors",
+                ));
+            };
+            if t.dims() != shape.as_slice() {
+                return Err(RuntimeError::invalid(
+                    format!("init.{name}"),
+                    format!("has shape {:?}, not {shape:?}", t.dims()),
+                ));
+            }
+            let v = Var::from_tensor(&t.to_dtype(DType::F32)?.to_device(&device)?)?;
             tensors.insert(name, v.as_tensor().clone());
             vars.push(v);
         }
@@ -353,4 +382,120 @@ impl HeadStudent {
     pub fn head_vocab(&self) -> &crate::head_vocab::HeadVocab {
         &self.hv
     }
+}
+
+/// The target's tensors a student made of its layers `layers` needs, with their shapes (Hugging Face names, as
+/// [`tensor_shapes`] lists them for the target): the embedding, the final norm, an untied output head, and every
+/// tensor of those layers.
+pub fn layer_tensor_names(target: &Config, layers: &[usize]) -> Vec<(String, Vec<usize>)> {
+    let keep: Vec<String> = layers.iter().map(|l| format!("model.layers.{l}.")).collect();
+    tensor_shapes(target)
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("model.layers.") || keep.iter().any(|k| n.starts_with(k.as_str())))
+        .collect()
+}
+
+/// A restricted-head student made of some of the target's own layers: target layers `layers` (in that order)
+/// become the student's layers 0, 1, …, with the target's width, heads, norms and rope; its input embedding and
+/// (tied or not) output head are the target's rows of the head's tokens, and the "other" id's row is the mean of
+/// all the target's rows. `target` holds the tensors [`layer_tensor_names`] lists. The student's rope pairs
+/// halves (Hugging Face order, what [`crate::hf::write_draft_dir`] stores): query and key rows of a target whose
+/// rope pairs neighbours (GGUF Llama files) are reordered to match, so that a student of all the target's layers
+/// computes the target's own logits on the head's tokens (tested).
+pub fn student_from_layers(
+    target_cfg: &Config,
+    target: &HashMap<String, Tensor>,
+    layers: &[usize],
+    hv: &crate::head_vocab::HeadVocab,
+) -> Result<(Config, HashMap<String, Tensor>)> {
+    if layers.is_empty() {
+        return Err(RuntimeError::invalid(
+            "layers",
+            "name at least one of the target's layers",
+        ));
+    }
+    if let Some(&l) = layers.iter().find(|&&l| l >= target_cfg.n_layers) {
+        return Err(RuntimeError::invalid(
+            "layers",
+            format!(
+                "{l} is not a layer of the target (it has {})",
+                target_cfg.n_layers
+            ),
+        ));
+    }
+    if hv.full_vocab() != target_cfg.vocab_size {
+        return Err(RuntimeError::invalid(
+            "head_vocab",
+            format!(
+                "is over {} tokens, the target has {}",
+                hv.full_vocab(),
+                target_cfg.vocab_size
+            ),
+        ));
+    }
+    let cfg = Config {
+        vocab_size: hv.compact_vocab(),
+        n_layers: layers.len(),
+        rope: crate::model::RopeStyle::Halves,
+        ..target_cfg.clone()
+    };
+    let get = |name: &str| {
+        target
+            .get(name)
+            .ok_or_else(|| RuntimeError::invalid(format!("target.{name}"), "missing"))
+    };
+    // Rows of the head's tokens, then the mean row for "other".
+    let rows = |name: &str| -> Result<Tensor> {
+        let full = get(name)?.to_dtype(DType::F32)?;
+        let ids = Tensor::from_vec(hv.ids().to_vec(), hv.ids().len(), full.device())?;
+        let mean = full.mean_keepdim(0)?;
+        Ok(Tensor::cat(&[full.index_select(&ids, 0)?, mean], 0)?)
+    };
+    let head_dim = target_cfg.dim / target_cfg.n_heads;
+    let to_halves = |w: &Tensor, heads: usize| -> Result<Tensor> {
+        if target_cfg.rope == crate::model::RopeStyle::Halves {
+            return Ok(w.clone());
+        }
+        // Row (h, 2i + j) of a neighbour-paired file is row (h, j·head_dim/2 + i) in halves order.
+        let d = w.dim(1)?;
+        Ok(w.reshape((heads, head_dim / 2, 2, d))?
+            .transpose(1, 2)?
+            .reshape((heads * head_dim, d))?
+            .contiguous()?)
+    };
+    let mut out = HashMap::new();
+    out.insert(
+        "model.embed_tokens.weight".to_string(),
+        rows("model.embed_tokens.weight")?,
+    );
+    if !target_cfg.tied_embeddings {
+        out.insert("lm_head.weight".to_string(), rows("lm_head.weight")?);
+    }
+    out.insert("model.norm.weight".to_string(), get("model.norm.weight")?.clone());
+    for (i, &l) in layers.iter().enumerate() {
+        let from = format!("model.layers.{l}.");
+        for (name, t) in target {
+            let Some(part) = name.strip_prefix(&from) else {
+                continue;
+            };
+            let t = match part {
+                "self_attn.q_proj.weight" => to_halves(t, target_cfg.n_heads)?,
+                "self_attn.k_proj.weight" => to_halves(t, target_cfg.n_kv_heads)?,
+                "self_attn.q_proj.bias" | "self_attn.k_proj.bias" if target_cfg.rope != cfg.rope => {
+                    return Err(RuntimeError::invalid(
+                        format!("target.{name}"),
+                        "query/key biases with neighbour-paired rope are not supported",
+                    ));
+                }
+                _ => t.clone(),
+            };
+            out.insert(format!("model.layers.{i}.{part}"), t);
+        }
+    }
+    for (name, _) in tensor_shapes(&cfg) {
+        if !out.contains_key(&name) {
+            return Err(RuntimeError::invalid(format!("target.{name}"), "missing"));
+        }
+    }
+    Ok((cfg, out))
 }

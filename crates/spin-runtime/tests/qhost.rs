@@ -250,3 +250,56 @@ fn host_route_refuses_bad_input_and_keeps_the_caches() {
     );
     assert_eq!(c.len(), 2);
 }
+
+/// A dense model quantised at load (`Model::quantize_host`, what `generate --draft-format` does to a draft) takes
+/// the quantised host route and gives the same logits as a GGUF file of the same weights in that format, written
+/// by the same quantiser (to rounding: both read identical blocks); a draft so quantised keeps greedy speculative
+/// decoding equal to plain greedy decoding; a width that is not whole blocks and an unsupported format are refused
+/// by name.
+#[test]
+fn a_dense_model_quantised_at_load_equals_the_same_weights_read_from_a_gguf_file() {
+    use spin_runtime::quant::BlockFormat;
+    let cfg = config(64, 96, RopeStyle::Interleaved);
+    let std = 2.0 / (cfg.dim as f64).sqrt();
+    for (format, dtype) in [
+        (BlockFormat::Q8_0, GgmlDType::Q8_0),
+        (BlockFormat::Q4_1, GgmlDType::Q4_1),
+    ] {
+        let w = model::random_tensors(&cfg, std, 5, &Device::Cpu).unwrap();
+        let dense = model::model_from_tensors(cfg.clone(), w.clone(), &Device::Cpu).unwrap();
+        assert!(!dense.has_quantised_host_route());
+        let q = dense.quantize_host(format).unwrap();
+        assert!(q.has_quantised_host_route(), "{format:?}");
+        assert!(!q.is_dense());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        gguf::write(&path, &cfg, &w, dtype).unwrap();
+        let file = gguf::load(&path, &Device::Cpu).unwrap();
+        for (what, r) in compare(&q, &file) {
+            assert!(r < 1e-5, "{format:?}, {what}: {r}");
+        }
+        let prompt = vec![1u32, 2, 3, 4];
+        let plain = spin_runtime::decode::greedy(&dense, &prompt, 20, None).unwrap();
+        let drafter = dense.first_layers(1).unwrap().quantize_host(format).unwrap();
+        let sc = SpecConfig {
+            params: speculative::sampling(0.0).unwrap(),
+            max_new_tokens: 20,
+            eos: None,
+            seed: 0,
+        };
+        let mut s = Speculator::new(&dense, &drafter, std::slice::from_ref(&prompt), &[3], sc).unwrap();
+        s.run().unwrap();
+        assert_eq!(s.devices[0].generated(), plain.as_slice(), "{format:?}");
+    }
+    let odd = config(64, 80, RopeStyle::Interleaved);
+    let m = model::model_from_tensors(
+        odd.clone(),
+        model::random_tensors(&odd, 0.1, 1, &Device::Cpu).unwrap(),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let e = m.quantize_host(BlockFormat::Q8_0).unwrap_err().to_string();
+    assert!(e.contains("down_proj") && e.contains("80"), "{e}");
+    let e = m.quantize_host(BlockFormat::Q6K).unwrap_err().to_string();
+    assert!(e.contains("format"), "{e}");
+}

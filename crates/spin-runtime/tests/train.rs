@@ -118,3 +118,84 @@ fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
     assert!(cache_top_k(&target, &[vec![1, 2], vec![3]], 2, 4, |_| ()).is_err());
     assert!(HeadStudent::new(cfg(16, 1), hv, 1e-2, 3).is_err());
 }
+
+/// A student made of all the target's layers computes the target's logits on the head's tokens (the rope
+/// reordering of query and key rows included: the target pairs neighbours, the student halves); one made of fewer
+/// layers is a different model; bad layer lists are refused by name.
+#[test]
+fn a_student_of_the_targets_own_layers_starts_where_the_target_is() {
+    use spin_runtime::head_vocab::HeadVocab;
+    use spin_runtime::train::{HeadStudent, layer_tensor_names, student_from_layers};
+    let mut tc = cfg(32, 3);
+    tc.tied_embeddings = false;
+    let tensors = model::random_tensors(&tc, 0.5, 7, &Device::Cpu).unwrap();
+    let target = model_from_tensors(tc.clone(), tensors.clone(), &Device::Cpu).unwrap();
+    let hv = HeadVocab::new(vec![3, 0, 17, 5, 9, 12], tc.vocab_size).unwrap();
+    let need: std::collections::HashMap<_, _> = layer_tensor_names(&tc, &[0, 1, 2])
+        .into_iter()
+        .map(|(n, _)| (n.clone(), tensors[&n].clone()))
+        .collect();
+    assert_eq!(need.len(), tensors.len());
+    let tokens = [3u32, 17, 5, 9, 0, 12, 3];
+    let mut compact = Vec::new();
+    hv.map_tokens(&tokens, &mut compact).unwrap();
+    let ids = candle_core::Tensor::new(&tokens[..], &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let cids = candle_core::Tensor::new(&compact[..], &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let want = target
+        .forward_full(&ids)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    let logits_of = |layers: &[usize]| {
+        let names = layer_tensor_names(&tc, layers);
+        let sub = names
+            .iter()
+            .map(|(n, _)| (n.clone(), tensors[n].clone()))
+            .collect();
+        let (sc, st) = student_from_layers(&tc, &sub, layers, &hv).unwrap();
+        assert_eq!(sc.rope, RopeStyle::Halves);
+        assert_eq!(sc.n_layers, layers.len());
+        // The training wrapper accepts exactly these tensors.
+        HeadStudent::from_tensors(sc.clone(), hv.clone(), 1e-3, &st).unwrap();
+        let s = model_from_tensors(sc, st, &Device::Cpu).unwrap();
+        s.forward_full(&cids)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap()
+    };
+    let got = logits_of(&[0, 1, 2]);
+    let mut worst = 0f32;
+    for (w, g) in want.iter().zip(&got) {
+        for (j, &t) in hv.ids().iter().enumerate() {
+            worst = worst.max((w[t as usize] - g[j]).abs());
+        }
+    }
+    assert!(
+        worst < 1e-4,
+        "student of all layers differs from the target by {worst}"
+    );
+    let fewer = logits_of(&[0, 2]);
+    let diff: f32 = fewer
+        .iter()
+        .flatten()
+        .zip(got.iter().flatten())
+        .map(|(a, b)| (a - b).abs())
+        .sum();
+    assert!(diff > 1e-2, "dropping a layer changed nothing ({diff})");
+    let err = student_from_layers(&tc, &need, &[0, 3], &hv)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("layers") && err.contains('3'), "{err}");
+    let err = student_from_layers(&tc, &need, &[], &hv).unwrap_err().to_string();
+    assert!(err.contains("layers"), "{err}");
+}

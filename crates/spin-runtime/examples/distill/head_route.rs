@@ -6,7 +6,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_runtime::head_vocab::{HeadVocab, most_frequent};
 use spin_runtime::speculative::{generate_plain_batch, sampling};
-use spin_runtime::train::{HeadStudent, cache_top_k};
+use spin_runtime::train::{HeadStudent, cache_top_k, layer_tensor_names, student_from_layers};
 use spin_runtime::{Config, RopeStyle, Tokenizer};
 use std::path::Path;
 use std::time::Instant;
@@ -29,6 +29,12 @@ pub struct Opts {
     /// Training stops after this many minutes (0: no limit); the steps done are printed, and `--steps` with that
     /// number gives the same draft.
     pub minutes: f64,
+    /// The target's layers the student starts from (its width, heads and norms with them; `dim` … `kv_heads` are
+    /// then unused); empty: a random student of the shape above.
+    pub init_layers: Vec<usize>,
+    /// Held-in story openings (a paragraph's first 12 words) the target continues greedily to `seq_len` tokens:
+    /// text like what the draft proposes for when the target decodes greedily from a story opening.
+    pub openings: usize,
 }
 
 /// The first bytes of TinyStories validation, never trained on (the evaluation prompts come from them).
@@ -126,8 +132,8 @@ impl Progress {
     }
 }
 
-/// Training sequences of `seq_len` tokens: consecutive windows of the held-in TinyStories text.
-fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u32>>, String> {
+/// The held-in TinyStories validation text: everything after the first [`HELD_OUT_BYTES`] (from the next line).
+fn held_in_stories() -> Result<String, String> {
     let data = std::env::var("MULTISPIN_SHARED_DATA")
         .map_err(|_| "MULTISPIN_SHARED_DATA: not set (the folder holding corpora/tinystories_val.txt)")?;
     let path = Path::new(&data).join("corpora/tinystories_val.txt");
@@ -135,8 +141,26 @@ fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u3
     let cut = text[HELD_OUT_BYTES.min(text.len())..]
         .find('\n')
         .map_or(text.len(), |i| HELD_OUT_BYTES + i + 1);
+    Ok(text[cut..].to_string())
+}
+
+/// The first 12 words of the held-in paragraphs longer than 200 characters (the evaluation's story prompts are
+/// made the same way from the held-out bytes), at most `n`.
+fn story_openings(n: usize) -> Result<Vec<String>, String> {
+    Ok(held_in_stories()?
+        .lines()
+        .map(str::trim)
+        .filter(|p| p.len() > 200)
+        .take(n)
+        .map(|p| p.split_whitespace().take(12).collect::<Vec<_>>().join(" "))
+        .collect())
+}
+
+/// Training sequences of `seq_len` tokens: consecutive windows of the held-in TinyStories text.
+fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u32>>, String> {
+    let text = held_in_stories()?;
     let mut ids = Vec::new();
-    for line in text[cut..].split_inclusive('\n') {
+    for line in text.split_inclusive('\n') {
         ids.extend(tok.encode(line, false).map_err(|e| e.to_string())?);
         if ids.len() >= n * seq_len {
             break;
@@ -187,10 +211,41 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         }
         progress.line(true, || format!("generated answers, round {} of 3", round + 1));
     }
+    // The target's greedy continuations of held-in story openings, 64 at a time.
+    let openings = story_openings(o.openings)?;
+    let mut continued = 0;
+    for chunk in openings.chunks(64) {
+        let mut ps = Vec::with_capacity(chunk.len());
+        for text in chunk {
+            let mut p = tok.encode(text, tok.add_bos()).map_err(|e| e.to_string())?;
+            p.truncate(o.seq_len / 2);
+            ps.push(p);
+        }
+        let shortest = ps.iter().map(Vec::len).min().unwrap_or(0);
+        let seeds = vec![o.seed; ps.len()];
+        let greedy = sampling(0.0).map_err(|e| e.to_string())?;
+        let outs = generate_plain_batch(&target, &ps, &greedy, o.seq_len - shortest, &seeds)
+            .map_err(|e| e.to_string())?;
+        for (p, g) in ps.into_iter().zip(outs) {
+            let mut s = p;
+            s.extend(g);
+            s.truncate(o.seq_len);
+            seqs.push(s);
+        }
+        continued += chunk.len();
+        progress.line(continued == openings.len(), || {
+            format!(
+                "continued {continued} / {} story openings greedily",
+                openings.len()
+            )
+        });
+    }
     let n = seqs.len();
     println!(
-        "{stories} story windows and {} answers of {} tokens; caching the target's top-{} distributions",
-        n - stories,
+        "{stories} story windows, {} continued openings and {} answers of {} tokens; caching the target's \
+         top-{} distributions",
+        openings.len(),
+        n - stories - openings.len(),
         o.seq_len,
         o.top_k
     );
@@ -230,7 +285,23 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         qkv_bias: false,
         tied_embeddings: true,
     };
-    let mut student = HeadStudent::new(cfg.clone(), hv.clone(), o.lr, o.seed).map_err(|e| e.to_string())?;
+    let (cfg, mut student) = if o.init_layers.is_empty() {
+        let s = HeadStudent::new(cfg.clone(), hv.clone(), o.lr, o.seed).map_err(|e| e.to_string())?;
+        (cfg, s)
+    } else {
+        if !target_path.extension().is_some_and(|e| e == "gguf") {
+            return Err("--init-layers: needs a GGUF target".into());
+        }
+        let names = layer_tensor_names(&tc, &o.init_layers);
+        let (_, t) = spin_runtime::gguf::dense_tensors(target_path, &names).map_err(|e| e.to_string())?;
+        let (cfg, init) = student_from_layers(&tc, &t, &o.init_layers, &hv).map_err(|e| e.to_string())?;
+        println!(
+            "student: the target's layers {:?} (width {}, feed-forward {}, {}/{} heads; --dim … --kv-heads unused)",
+            o.init_layers, cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.n_kv_heads
+        );
+        let s = HeadStudent::from_tensors(cfg.clone(), hv.clone(), o.lr, &init).map_err(|e| e.to_string())?;
+        (cfg, s)
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(o.seed);
     let mut recent = Vec::new();
     let train_start = Instant::now();

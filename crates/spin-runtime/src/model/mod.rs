@@ -218,6 +218,83 @@ impl Model {
         Ok(m)
     }
 
+    /// The same model with its embedding, output head and every projection without a bias quantised to `format`
+    /// (candle's quantiser, the one llama.cpp's formats define) and held as host matrices, so that on the CPU
+    /// every pass takes the quantised host route: how a small dense draft (a model folder of f32 weights) is run
+    /// at a fraction of its f32 bytes per step (`multispin generate --draft-format q8_0`). Matrices already
+    /// quantised stay as they are. Fails, naming the matrix, where a width is not a whole number of `format`'s
+    /// blocks or the model is not on the CPU. The logits differ from the dense model's by the quantisation: a
+    /// draft's q changes, never the exactness of speculative sampling, which holds for any q.
+    pub fn quantize_host(&self, format: crate::quant::BlockFormat) -> Result<Model> {
+        use candle_core::quantized::QTensor;
+        if !self.device.is_cpu() {
+            return Err(RuntimeError::invalid("device", "host matrices live on the CPU"));
+        }
+        use candle_core::quantized::GgmlDType;
+        let ggml = match format {
+            crate::quant::BlockFormat::Q8_0 => GgmlDType::Q8_0,
+            crate::quant::BlockFormat::Q4_0 => GgmlDType::Q4_0,
+            crate::quant::BlockFormat::Q4_1 => GgmlDType::Q4_1,
+            other => {
+                return Err(RuntimeError::invalid(
+                    "format",
+                    format!("{other:?}: a draft is quantised to Q8_0, Q4_0 or Q4_1"),
+                ));
+            }
+        };
+        let to_host = |what: &str, w: &Tensor| -> Result<std::sync::Arc<crate::quant::QMatrix>> {
+            let (rows, cols) = w.dims2()?;
+            if !cols.is_multiple_of(format.block_elems()) {
+                return Err(RuntimeError::invalid(
+                    what,
+                    format!(
+                        "{cols} columns is not a whole number of {format:?} blocks of {}",
+                        format.block_elems()
+                    ),
+                ));
+            }
+            let q = QTensor::quantize(&w.to_dtype(candle_core::DType::F32)?.contiguous()?, ggml)?;
+            let bytes = q.data()?.into_owned();
+            Ok(std::sync::Arc::new(crate::quant::QMatrix::new(
+                what, format, rows, cols, bytes,
+            )?))
+        };
+        let proj = |what: &str, p: &weights::Proj| -> Result<weights::Proj> {
+            Ok(match p {
+                weights::Proj::Dense(l) if l.bias().is_none() => weights::Proj::Host {
+                    w: weights::HostRows::whole(to_host(what, l.weight())?),
+                    b: None,
+                },
+                other => other.clone(),
+            })
+        };
+        let mut m = self.clone();
+        for (i, layer) in m.layers.iter_mut().enumerate() {
+            for (name, p) in [
+                ("q_proj", &mut layer.wq),
+                ("k_proj", &mut layer.wk),
+                ("v_proj", &mut layer.wv),
+                ("o_proj", &mut layer.wo),
+                ("gate_proj", &mut layer.gate),
+                ("up_proj", &mut layer.up),
+                ("down_proj", &mut layer.down),
+            ] {
+                *p = proj(&format!("model.layers.{i}.{name}"), p)?;
+            }
+        }
+        let tied = self.cfg.tied_embeddings;
+        if let Embedding::Dense(e) = &self.embed {
+            m.embed = Embedding::Host(to_host("model.embed_tokens", e)?);
+        }
+        m.head = if tied {
+            m.embed.head()
+        } else {
+            proj("lm_head", &self.head)?
+        };
+        m.rebuild_fused()?;
+        Ok(m)
+    }
+
     /// Whether every projection holds dense weights (no quantised matrix).
     pub fn is_dense(&self) -> bool {
         let dense = |p: &Proj| matches!(p, Proj::Dense(_));
