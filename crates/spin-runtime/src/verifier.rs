@@ -253,8 +253,24 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
         self.judge_with_distributions(subs, &flat, &targets, &mut decisions)?;
         self.judge_pairs(subs, &targets, &mut decisions)?;
-        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-        for (s, d) in subs.iter().zip(&decisions) {
+        let mut decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        for (s, d) in subs.iter().zip(decisions.iter_mut()) {
+            let upto = match *d {
+                Decision::Done { accepted, .. } => accepted,
+                Decision::Pending { position } => position,
+            };
+            // An accepted drafted token that ends the sequence ends the round there, as it ends plain decoding:
+            // what the drafts and the round's own token hold after it is never committed (nor corrected).
+            if let Some(i) = self.cfg.eos.and_then(|e| s.tokens[..upto].iter().position(|&t| t == e)) {
+                if matches!(d, Decision::Pending { .. }) {
+                    self.slot_mut(s.device)?.pending = None;
+                }
+                *d = Decision::Done {
+                    accepted: i,
+                    token: s.tokens[i],
+                    rejected: false,
+                };
+            }
             if let Decision::Done { accepted, token, .. } = *d {
                 self.commit(s.device, &s.tokens[..accepted], token)?;
             }

@@ -393,3 +393,30 @@ fn one_hot_top1_rows_equal_the_general_sampler() {
         );
     }
 }
+
+/// The end-of-sequence token accepted inside a draft ends the text there, as in plain decoding: with the target as
+/// its own draft (every drafted token accepted) and a long draft, the end token falls mid-block, and nothing after
+/// it is committed. Before this was checked, the round's remaining drafts and bonus token were kept and decoding
+/// went on past the end.
+#[test]
+fn an_end_token_accepted_inside_a_draft_ends_the_text_there() {
+    let target = tiny(11, 1.0, 2);
+    let prompt = vec![1u32, 5, 9];
+    let free = spin_runtime::decode::greedy(&target, &prompt, 30, None).unwrap();
+    // The first token that did not occur before it: the text up to it is what plain decoding gives with it as EOS.
+    let at = (2..free.len())
+        .find(|&i| !free[..i].contains(&free[i]))
+        .expect("a fresh token in 30 greedy ones");
+    let eos = free[at];
+    let plain = spin_runtime::decode::greedy(&target, &prompt, 30, Some(eos)).unwrap();
+    assert_eq!(plain, &free[..=at]);
+    for gamma in [3, 5, 8] {
+        let cfg = SpecConfig {
+            eos: Some(eos),
+            ..spec(speculative::sampling(0.0).unwrap(), 30, 0)
+        };
+        let mut s = Speculator::new(&target, &target, std::slice::from_ref(&prompt), &[gamma], cfg).unwrap();
+        s.run().unwrap();
+        assert_eq!(s.devices[0].generated(), plain.as_slice(), "γ = {gamma}, EOS {eos} at {at}");
+    }
+}
