@@ -289,7 +289,7 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         let s = HeadStudent::new(cfg.clone(), hv.clone(), o.lr, o.seed).map_err(|e| e.to_string())?;
         (cfg, s)
     } else {
-        if !target_path.extension().is_some_and(|e| e == "gguf") {
+        if target_path.extension().is_none_or(|e| e != "gguf") {
             return Err("--init-layers: needs a GGUF target".into());
         }
         let names = layer_tensor_names(&tc, &o.init_layers);
