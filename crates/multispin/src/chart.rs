@@ -162,3 +162,61 @@ pub fn svg_scatter_labelled(
         },
     )
 }
+
+/// Grouped bars like paper A's Fig. 6: per group (a scheme) one bar per `series` name (e.g. measured, predicted),
+/// each value written above its bar; a NaN value draws no bar ("n/a" where it would stand).
+pub fn svg_bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[&str],
+    groups: &[(String, Vec<f64>)],
+) -> Result<(), Failure> {
+    let top = groups
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0f64, f64::max);
+    let top = if top > 0.0 { top * 1.25 } else { 1.0 };
+    let n = groups.len().max(1) as f64;
+    let width = 0.8 / series.len().max(1) as f64;
+    draw_chart(
+        path,
+        (160 * groups.len().max(4) as u32, 480),
+        (title, "scheme", y_label),
+        (-0.5..n - 0.5, 0f64..top),
+        (SeriesLabelPosition::UpperRight, true),
+        |chart| {
+            for (j, name) in series.iter().enumerate() {
+                let color = Palette99::pick(j).to_rgba();
+                let x0 = |i: usize| i as f64 - 0.4 + j as f64 * width;
+                chart
+                    .draw_series(groups.iter().enumerate().filter(|(_, g)| g.1[j].is_finite()).map(
+                        |(i, g)| {
+                            Rectangle::new([(x0(i), 0.0), (x0(i) + width * 0.92, g.1[j])], color.filled())
+                        },
+                    ))?
+                    .label(*name)
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+                chart.draw_series(groups.iter().enumerate().map(|(i, g)| {
+                    let v = g.1[j];
+                    let text = if v.is_finite() {
+                        format!("{v:.1}")
+                    } else {
+                        "n/a".into()
+                    };
+                    let y = if v.is_finite() { v } else { 0.0 };
+                    Text::new(text, (x0(i), y + top * 0.02), ("sans-serif", 12).into_font())
+                }))?;
+            }
+            for (i, (g, _)) in groups.iter().enumerate() {
+                chart.draw_series([Text::new(
+                    g.clone(),
+                    (i as f64 - 0.4, top * 0.95),
+                    ("sans-serif", 14).into_font(),
+                )])?;
+            }
+            Ok(())
+        },
+    )
+}

@@ -48,6 +48,104 @@ fn generate(target: &Path, draft: &Path, tok: &Path, prompt: &str) -> String {
 
 const PROMPTS: [&str; 3] = ["ab", "c a", "bc bc"];
 
+/// `multispin generate` without a draft: plain greedy decoding of `prompt`.
+fn generate_plain(target: &Path, tok: &Path, prompt: &str) -> String {
+    let out = bin()
+        .args(["generate", "--max-tokens", "16", "--prompt", prompt])
+        .arg("--target")
+        .arg(target)
+        .arg("--tokenizer")
+        .arg(tok)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_owned()
+}
+
+/// Paper A's baselines in `--compare` (measured compute, so the devices draft one at a time): Cen-SPIN, P2P-SPIN
+/// and plain decoding each give every device the text of plain greedy decoding, and fig6.csv / fig6.svg set each
+/// scheme beside the first, with a prediction for every scheme but plain decoding.
+#[test]
+fn compare_runs_paper_a_baselines_whose_texts_equal_plain_greedy_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(&prompts, PROMPTS.join("\n")).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--devices",
+            "3",
+            "--max-tokens",
+            "16",
+            "--scheme",
+            "exact",
+            "--compute",
+            "measured",
+            "--compare",
+            "cen-spin,p2p-spin,plain",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("Fig. 6 (K = 3)"), "{stdout}");
+    let want: Vec<String> = PROMPTS.iter().map(|p| generate_plain(&target, &tok, p)).collect();
+    for s in ["exact", "cen-spin", "p2p-spin", "plain"] {
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("summary-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(summary["tokens"], 48, "{s}");
+        assert!(summary["goodput"].as_f64().unwrap() > 0.0, "{s}");
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(&summary["texts"][k], w, "{s}: device {k}");
+        }
+        let trace = std::fs::read_to_string(out_dir.join(format!("trace-{s}.jsonl"))).unwrap();
+        assert_eq!(
+            trace.lines().count() as u64,
+            summary["rounds"].as_u64().unwrap(),
+            "{s}"
+        );
+        for line in trace.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["scheme"], s);
+        }
+    }
+    let fig6 = std::fs::read_to_string(out_dir.join("fig6.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = fig6.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(names, ["exact", "cen-spin", "p2p-spin", "plain"]);
+    assert!(rows.iter().all(|r| r[0] == "3"));
+    assert_eq!(
+        rows[0][4].parse::<f64>().unwrap(),
+        1.0,
+        "the first scheme over itself"
+    );
+    for r in &rows {
+        let predicted: f64 = r[3].parse().unwrap();
+        assert_eq!(predicted.is_nan(), r[1] == "plain", "{r:?}");
+    }
+    assert!(out_dir.join("fig6.svg").is_file());
+    // The prediction check covers the planner only.
+    let check = std::fs::read_to_string(out_dir.join("prediction.csv")).unwrap();
+    assert_eq!(check.lines().count(), 2, "{check}");
+}
+
 #[test]
 fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
     let dir = tempfile::tempdir().unwrap();
@@ -199,6 +297,8 @@ fn bad_input_exits_with_status_2_naming_the_field() {
         (vec!["--q-bits", "30"], "q_bits:"),
         (vec!["--bandwidth-hz=-1"], "bandwidth_hz:"),
         (vec!["--modes", "sideways"], "modes:"),
+        (vec!["--compare", "exact,cen"], "compare:"),
+        (vec!["--scheme", "cen-spin"], "scheme:"),
     ] {
         let out = bin()
             .arg("simulate")
