@@ -174,7 +174,7 @@ impl ServerArgs {
 }
 
 /// Arguments of `multispin simulate`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -182,8 +182,11 @@ pub struct SimulateArgs {
     pub server: ServerArgs,
     /// Draft model (same vocabulary as the target; default: the embedded 2-layer, width-32 draft distilled from
     /// stories260K, models/draft-2x32.bin).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
+    /// Draft with the target's first N layers and its own head (self-speculation) instead of a draft model.
+    #[arg(long)]
+    pub self_draft_layers: Option<usize>,
     /// Number of devices K.
     #[arg(long, default_value_t = 8)]
     pub devices: usize,
@@ -197,6 +200,10 @@ pub struct SimulateArgs {
     /// them, fig6.csv and fig6.svg set every scheme's goodput beside Multi-SPIN's (docs/system.md).
     #[arg(long, value_delimiter = ',')]
     pub compare: Vec<String>,
+    /// Run everything once per device count of this list (comma-separated, e.g. 1,2,4,8; it replaces --devices),
+    /// each into <out>/K<k>/, and join the Fig. 6 rows of every K in <out>/fig6.csv and <out>/fig6-sweep.svg.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_devices: Vec<usize>,
     /// Output folder for the trace, summary, CSV and SVG.
     #[arg(long, default_value = "target/simulate")]
     pub out: PathBuf,
@@ -291,6 +298,84 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     unsafe {
         args.threads.set_up()?;
     }
+    if args.sweep_devices.is_empty() {
+        run_at(args)?;
+        eprintln!("wrote {}", args.out.display());
+        return Ok(());
+    }
+    if args.sweep_devices.contains(&0) {
+        return Err(Failure::Input(
+            "sweep_devices: every device count must be at least 1".into(),
+        ));
+    }
+    let mut rows: Vec<(usize, Vec<Run>)> = Vec::new();
+    for &k in &args.sweep_devices {
+        let mut at = args.clone();
+        at.devices = k;
+        at.out = args.out.join(format!("K{k}"));
+        eprintln!("== K = {k} into {}", at.out.display());
+        rows.push((k, run_at(&at)?));
+    }
+    let mut csv = String::new();
+    for (i, (k, results)) in rows.iter().enumerate() {
+        let part = fig6_csv(*k, results);
+        let skip = if i == 0 { 0 } else { 1 };
+        for line in part.lines().skip(skip) {
+            csv.push_str(line);
+            csv.push('\n');
+        }
+    }
+    write(&args.out.join("fig6.csv"), &csv)?;
+    // One measured line (and one predicted, where there is a prediction) per scheme over K.
+    let mut names: Vec<&'static str> = Vec::new();
+    for (_, results) in &rows {
+        for (s, _) in results {
+            if !names.contains(&s.scheme) {
+                names.push(s.scheme);
+            }
+        }
+    }
+    let mut lines: Vec<(String, Points, bool)> = Vec::new();
+    for name in names {
+        let at = |f: fn(&Summary) -> f64| -> Vec<(f64, f64)> {
+            rows.iter()
+                .filter_map(|(k, r)| {
+                    r.iter()
+                        .find(|(s, _)| s.scheme == name)
+                        .map(|(s, _)| (*k as f64, f(s)))
+                })
+                .filter(|p| p.1.is_finite())
+                .collect()
+        };
+        lines.push((format!("{name} measured"), at(|s| s.goodput), true));
+        let predicted = at(|s| s.predicted_goodput);
+        if !predicted.is_empty() {
+            lines.push((format!("{name} predicted"), predicted, false));
+        }
+    }
+    let series: Vec<Series<'_>> = lines
+        .iter()
+        .map(|(n, p, m)| (n.as_str(), p.as_slice(), *m))
+        .collect();
+    svg_lines(
+        &args.out.join("fig6-sweep.svg"),
+        "Goodput against the number of devices (measured, with markers, and predicted)",
+        "devices K",
+        "goodput (tokens / s)",
+        &series,
+    )?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// One scheme's run: its totals and its rounds.
+type Run = (Summary, Vec<RoundTrace>);
+
+/// Points of a chart series.
+type Points = Vec<(f64, f64)>;
+
+/// One run at `args.devices` devices into `args.out`: every scheme, then the baselines; returns what each gave.
+fn run_at(args: &SimulateArgs) -> Result<Vec<Run>, Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
@@ -335,14 +420,21 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     if !extra.is_empty() {
         write_fig6(args, &results)?;
     }
-    eprintln!("wrote {}", args.out.display());
-    Ok(())
+    Ok(results)
 }
 
 /// The target, the drafter (with the same vocabulary) and the tokenizer.
 fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure> {
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
-    let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
+    let drafter = match args.self_draft_layers {
+        Some(n) => target.first_layers(n).map_err(|e| {
+            Failure::Input(format!(
+                "self_draft_layers: {}",
+                e.to_string().trim_start_matches("self_draft_layers: ")
+            ))
+        })?,
+        None => load(args.draft.as_deref(), Embedded::Draft)?,
+    };
     if target.config().vocab_size != drafter.output_vocab() {
         return Err(Failure::Input(format!(
             "draft: vocabulary of {} differs from the target's {}",

@@ -48,6 +48,58 @@ fn generate(target: &Path, draft: &Path, tok: &Path, prompt: &str) -> String {
 
 const PROMPTS: [&str; 3] = ["ab", "c a", "bc bc"];
 
+/// `--sweep-devices 1,2` runs the comparison once per K into K1/ and K2/ and joins their Fig. 6 rows.
+#[test]
+fn a_device_sweep_joins_the_fig6_rows_of_every_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--sweep-devices",
+            "1,2",
+            "--max-tokens",
+            "8",
+            "--compare",
+            "plain,cen-spin",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let csv = std::fs::read_to_string(out_dir.join("fig6.csv")).unwrap();
+    let rows: Vec<(&str, &str)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0], f[1])
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("1", "best"),
+            ("1", "plain"),
+            ("1", "cen-spin"),
+            ("2", "best"),
+            ("2", "plain"),
+            ("2", "cen-spin")
+        ]
+    );
+    for f in ["fig6-sweep.svg", "K1/fig6.svg", "K2/summary-plain.json"] {
+        assert!(out_dir.join(f).is_file(), "{f}");
+    }
+}
+
 /// `multispin generate` without a draft: plain greedy decoding of `prompt`.
 fn generate_plain(target: &Path, tok: &Path, prompt: &str) -> String {
     let out = bin()
@@ -318,6 +370,23 @@ fn bad_input_exits_with_status_2_naming_the_field() {
         assert!(err.starts_with(&format!("error: {field}")), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
+    // Self-drafting with more layers than the target has (3) names the flag.
+    let out = bin()
+        .args(["simulate", "--self-draft-layers", "9"])
+        .arg("--target")
+        .arg(&target)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--out")
+        .arg(dir.path().join("o"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("error: self_draft_layers: 9 is outside 1..=3"),
+        "{err}"
+    );
     // A device that cannot reach a server fails with status 1 and one line.
     let out = bin()
         .args(["device", "--connect", "127.0.0.1:1"])
