@@ -518,3 +518,57 @@ fn a_tls_device_whose_connection_is_cut_resumes_and_prints_the_generate_text() {
     );
     assert!(server.wait().unwrap().success());
 }
+
+/// Paper A's baselines on real models: SmolLM2-135M-Instruct (Q4_1) with its distilled draft
+/// (scripts/build-smollm2-draft.sh), both from the cache ($MULTISPIN_CACHE, default ~/.cache/multispin), two devices
+/// and four tokens each: every baseline runs and gives each device the text of plain decoding. Skips, saying so on
+/// the uncaptured stderr, when either file is absent.
+#[test]
+fn smollm2_with_its_distilled_draft_runs_every_baseline_with_plain_decodings_text() {
+    use std::io::Write as _;
+    let name = "smollm2_with_its_distilled_draft_runs_every_baseline_with_plain_decodings_text";
+    let cache = std::env::var_os("MULTISPIN_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/multispin")));
+    let files = cache.map(|c| (c.join("SmolLM2-135M-Instruct.Q4_1.gguf"), c.join("smollm2-draft")));
+    let Some((target, draft)) = files.filter(|(t, d)| t.is_file() && d.exists()) else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "real-model test {name}: skipped (SmolLM2-135M-Instruct.Q4_1.gguf or smollm2-draft absent from the cache)"
+        );
+        return;
+    };
+    let _ = writeln!(std::io::stderr(), "real-model test {name}: ran");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--devices",
+            "2",
+            "--max-tokens",
+            "4",
+            "--compare",
+            "cen-spin,p2p-spin,plain",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let texts = |s: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("summary-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        v["texts"].clone()
+    };
+    let plain = texts("plain");
+    for s in ["best", "cen-spin", "p2p-spin"] {
+        assert_eq!(texts(s), plain, "{s}");
+    }
+}
