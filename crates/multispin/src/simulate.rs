@@ -412,7 +412,12 @@ fn run_at(args: &SimulateArgs) -> Result<Vec<Run>, Failure> {
         for b in &extra {
             let (summary, rounds) = run_baseline(args, &target, &drafter, id, *b, &devices)?;
             let summary = write_scheme(args, b.name(), summary, &rounds, &devices, &tok, false)?;
+            let stopped = summary.stopped == "shutdown";
             results.push((summary, rounds));
+            if stopped {
+                eprintln!("interrupted: traces flushed to {}", args.out.display());
+                break;
+            }
         }
     }
     write_prediction_check(args, &results, planned)?;
@@ -617,11 +622,13 @@ fn run_baseline(
                 trace_round(&mut trace, t, &mut write_err);
                 rounds.push(t.clone());
             };
-            let summary = if baseline == Baseline::CenSpin {
-                baselines::cen_spin(target.clone(), drafter.clone(), &cfg, &prompts, on_round)
-            } else {
-                baselines::plain(target.clone(), &cfg, &prompts, on_round)
-            }
+            let summary = spin_net::blocking::with_ctrl_c(|stop| {
+                if baseline == Baseline::CenSpin {
+                    baselines::cen_spin(target.clone(), drafter.clone(), &cfg, &prompts, stop, on_round)
+                } else {
+                    baselines::plain(target.clone(), &cfg, &prompts, stop, on_round)
+                }
+            })
             .map_err(Failure::input)?;
             if let Some(e) = write_err {
                 return Err(Failure::Runtime(anyhow::anyhow!("writing {name}: {e}")));

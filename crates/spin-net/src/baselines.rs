@@ -51,7 +51,8 @@ impl Baseline {
     }
 }
 
-/// Cen-SPIN on the server's copy of `drafter` and `target`, for one device per prompt; `on_round` sees each round.
+/// Cen-SPIN on the server's copy of `drafter` and `target`, for one device per prompt; `on_round` sees each round,
+/// and the run ends after the round in which `stop` turns true (the summary says "shutdown").
 ///
 /// Each round the common draft length L maximises Σ_k E[N_k | L] / (L·t_step + T_ver) over 1..=`max_draft_len`
 /// (paper A's Cen-SPIN search, `spin_optimize::paper_a::baselines::cen`) with the online α estimates, t_step the
@@ -63,20 +64,23 @@ pub fn cen_spin(
     drafter: Arc<Model>,
     cfg: &ServerConfig,
     prompts: &[Vec<u32>],
+    stop: &dyn Fn() -> bool,
     on_round: impl FnMut(&RoundTrace),
 ) -> Result<Summary> {
-    central(target, Some(drafter), cfg, prompts, on_round)
+    central(target, Some(drafter), cfg, prompts, stop, on_round)
 }
 
 /// Plain batched decoding at the server for one device per prompt: every round one target pass over every
-/// unfinished prompt (a draft of length 0 each), its token sent down. No planner, so no prediction (NaN).
+/// unfinished prompt (a draft of length 0 each), its token sent down. No planner, so no prediction (NaN). `stop`
+/// as for [`cen_spin`].
 pub fn plain(
     target: Arc<Model>,
     cfg: &ServerConfig,
     prompts: &[Vec<u32>],
+    stop: &dyn Fn() -> bool,
     on_round: impl FnMut(&RoundTrace),
 ) -> Result<Summary> {
-    central(target, None, cfg, prompts, on_round)
+    central(target, None, cfg, prompts, stop, on_round)
 }
 
 /// Running mean of measured seconds, with a starting guess until the first measurement.
@@ -111,6 +115,7 @@ fn central(
     drafter: Option<Arc<Model>>,
     cfg: &ServerConfig,
     prompts: &[Vec<u32>],
+    stop: &dyn Fn() -> bool,
     mut on_round: impl FnMut(&RoundTrace),
 ) -> Result<Summary> {
     if prompts.is_empty() {
@@ -201,10 +206,13 @@ fn central(
             .map(|(k, _)| k)
             .collect();
         if active.is_empty() {
-            break "done";
+            break "all devices finished";
         }
         if cfg.max_rounds.is_some_and(|m| round >= m) {
-            break "max_rounds";
+            break "round limit";
+        }
+        if stop() {
+            break "shutdown";
         }
         let n = active.len() as f64;
         let gains = link.round_gains(cfg.seed, round, &means)?;
@@ -438,7 +446,7 @@ pub fn p2p_spin(runs: Vec<(Summary, Vec<RoundTrace>)>) -> (Summary, Vec<RoundTra
     let mut devices = Vec::with_capacity(runs.len());
     let (mut clock, mut tokens, mut predicted_time) = (0.0f64, 0u64, 0.0f64);
     let mut sums = [0.0f64; 4];
-    let mut stopped = "done".to_owned();
+    let mut stopped = "all devices finished".to_owned();
     let run_clock = runs.first().map_or(Clock::Virtual, |(s, _)| s.clock);
     for (k, (s, rs)) in runs.into_iter().enumerate() {
         for mut r in rs {
@@ -461,7 +469,7 @@ pub fn p2p_spin(runs: Vec<(Summary, Vec<RoundTrace>)>) -> (Summary, Vec<RoundTra
         sums[1] += s.draft_s;
         sums[2] += s.verify_s;
         sums[3] += s.correction_s;
-        if s.stopped != "done" {
+        if s.stopped != "all devices finished" {
             stopped = s.stopped.clone();
         }
         for mut d in s.devices {
