@@ -838,25 +838,53 @@ fn ratio(first: f64, other: f64) -> f64 {
     if other > 0.0 { first / other } else { f64::NAN }
 }
 
-/// One line per scheme: measured and predicted goodput, and Multi-SPIN's (the first scheme's) over it.
+/// What a run's rounds drafted: the mean draft length per device and round, and the share of drafted tokens
+/// accepted (NaN when nothing was drafted).
+fn drafting(rounds: &[RoundTrace]) -> (f64, f64) {
+    let (mut n, mut drafted, mut accepted) = (0u64, 0u64, 0u64);
+    for d in rounds.iter().flat_map(|r| &r.devices) {
+        n += 1;
+        drafted += u64::from(d.gamma);
+        accepted += u64::from(d.accepted.min(d.gamma));
+    }
+    let mean = if n > 0 {
+        drafted as f64 / n as f64
+    } else {
+        f64::NAN
+    };
+    let share = if drafted > 0 {
+        accepted as f64 / drafted as f64
+    } else {
+        f64::NAN
+    };
+    (mean, share)
+}
+
+/// One line per scheme: measured and predicted goodput, Multi-SPIN's (the first scheme's) over it, the mean draft
+/// length and the share of drafted tokens accepted.
 pub fn fig6_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
     let first = results.first().map_or(f64::NAN, |(s, _)| s.goodput);
     let mut s = format!(
-        "{:<11} {:>10} {:>10} {:>12}\n",
-        "scheme", "goodput", "predicted", "first/this"
+        "{:<11} {:>10} {:>10} {:>12} {:>7} {:>9}\n",
+        "scheme", "goodput", "predicted", "first/this", "mean L", "accepted"
     );
-    for (r, _) in results {
-        let predicted = if r.predicted_goodput.is_finite() {
-            format!("{:.1}", r.predicted_goodput)
+    let or_na = |v: f64, digits: usize| {
+        if v.is_finite() {
+            format!("{v:.digits$}")
         } else {
             "n/a".into()
-        };
+        }
+    };
+    for (r, rounds) in results {
+        let (mean, share) = drafting(rounds);
         s.push_str(&format!(
-            "{:<11} {:>10.1} {:>10} {:>12.2}\n",
+            "{:<11} {:>10.1} {:>10} {:>12.2} {:>7} {:>9}\n",
             r.scheme,
             r.goodput,
-            predicted,
-            ratio(first, r.goodput)
+            or_na(r.predicted_goodput, 1),
+            ratio(first, r.goodput),
+            or_na(mean, 2),
+            or_na(share, 3)
         ));
     }
     s.trim_end().to_owned()
@@ -864,14 +892,21 @@ pub fn fig6_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
 
 fn fig6_csv(devices: usize, results: &[(Summary, Vec<RoundTrace>)]) -> String {
     let first = results.first().map_or(f64::NAN, |(s, _)| s.goodput);
-    let mut s = String::from("devices,scheme,goodput,predicted_goodput,first_over_this\n");
-    for (r, _) in results {
+    let mut s = String::from(
+        "devices,scheme,goodput,predicted_goodput,first_over_this,mean_draft_len,accepted_share,verify_s,draft_s\n",
+    );
+    for (r, rounds) in results {
+        let (mean, share) = drafting(rounds);
         s.push_str(&format!(
-            "{devices},{},{},{},{}\n",
+            "{devices},{},{},{},{},{},{},{},{}\n",
             r.scheme,
             r.goodput,
             r.predicted_goodput,
-            ratio(first, r.goodput)
+            ratio(first, r.goodput),
+            mean,
+            share,
+            r.verify_s,
+            r.draft_s
         ));
     }
     s
