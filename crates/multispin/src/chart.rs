@@ -16,13 +16,14 @@ type Chart<'a> = ChartContext<
 >;
 
 /// The frame every chart shares: a white `size` canvas at `path`, the caption and labelled axes over `x` × `y`,
-/// then `body`'s series, the legend box, and the file written; a drawing error names the file.
+/// then `body`'s series, the legend box, and the file written; a drawing error names the file. An integer x axis
+/// with `names` labels tick i with `names[i]` (a category axis).
 fn draw_chart(
     path: &Path,
     size: (u32, u32),
     (title, x_label, y_label): (&str, &str, &str),
     (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
-    (legend_at, integer_x): (SeriesLabelPosition, bool),
+    (legend_at, integer_x, names): (SeriesLabelPosition, bool, &[String]),
     body: impl FnOnce(&mut Chart<'_>) -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<(), Failure> {
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
@@ -44,6 +45,13 @@ fn draw_chart(
         let x_fmt = |v: &f64| {
             if !integer_x {
                 format!("{}", (v * 1e9).round() / 1e9)
+            } else if (v - v.round()).abs() < 1e-9 && !names.is_empty() {
+                let i = v.round() as i64;
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| names.get(i))
+                    .cloned()
+                    .unwrap_or_default()
             } else if (v - v.round()).abs() < 1e-9 {
                 format!("{}", v.round() as i64)
             } else {
@@ -98,7 +106,7 @@ pub fn svg_lines(
     let integer_x = series
         .iter()
         .all(|s| s.1.iter().all(|p| (p.0 - p.0.round()).abs() < 1e-9));
-    let legend = (SeriesLabelPosition::UpperRight, integer_x);
+    let legend = (SeriesLabelPosition::UpperRight, integer_x, &[][..]);
     draw_chart(
         path,
         (720, 450),
@@ -143,7 +151,7 @@ pub fn svg_scatter_labelled(
         (title, x_label, y_label),
         (0f64..top, 0f64..top),
         // Points near the diagonal leave the lower right empty.
-        (SeriesLabelPosition::LowerRight, false),
+        (SeriesLabelPosition::LowerRight, false, &[][..]),
         |chart| {
             chart
                 .draw_series(LineSeries::new([(0.0, 0.0), (top, top)], BLACK.mix(0.4)))?
@@ -180,12 +188,13 @@ pub fn svg_bars(
     let top = if top > 0.0 { top * 1.25 } else { 1.0 };
     let n = groups.len().max(1) as f64;
     let width = 0.8 / series.len().max(1) as f64;
+    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
     draw_chart(
         path,
         (160 * groups.len().max(4) as u32, 480),
         (title, "scheme", y_label),
         (-0.5..n - 0.5, 0f64..top),
-        (SeriesLabelPosition::UpperRight, true),
+        (SeriesLabelPosition::UpperRight, true, &names),
         |chart| {
             for (j, name) in series.iter().enumerate() {
                 let color = Palette99::pick(j).to_rgba();
@@ -206,15 +215,9 @@ pub fn svg_bars(
                         "n/a".into()
                     };
                     let y = if v.is_finite() { v } else { 0.0 };
-                    Text::new(text, (x0(i), y + top * 0.02), ("sans-serif", 12).into_font())
+                    // The text hangs below its anchor: anchored a line above the bar's top, it sits on the bar.
+                    Text::new(text, (x0(i), y + top * 0.05), ("sans-serif", 12).into_font())
                 }))?;
-            }
-            for (i, (g, _)) in groups.iter().enumerate() {
-                chart.draw_series([Text::new(
-                    g.clone(),
-                    (i as f64 - 0.4, top * 0.95),
-                    ("sans-serif", 14).into_font(),
-                )])?;
             }
             Ok(())
         },

@@ -201,7 +201,8 @@ pub struct SimulateArgs {
     #[arg(long, value_delimiter = ',')]
     pub compare: Vec<String>,
     /// Run everything once per device count of this list (comma-separated, e.g. 1,2,4,8; it replaces --devices),
-    /// each into <out>/K<k>/, and join the Fig. 6 rows of every K in <out>/fig6.csv and <out>/fig6-sweep.svg.
+    /// each into the folder K1, K2, … under --out, and join the Fig. 6 rows of every K in fig6.csv and
+    /// fig6-sweep.svg there.
     #[arg(long, value_delimiter = ',')]
     pub sweep_devices: Vec<usize>,
     /// Output folder for the trace, summary, CSV and SVG.
