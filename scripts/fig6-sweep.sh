@@ -11,5 +11,5 @@ cd "$(dirname "$0")/.."
 bin="${MULTISPIN_BIN:-target/release/multispin}"
 out="${FIG6_OUT:-target/fig6}"
 "$bin" simulate --sweep-devices "${KS:-1,2,4,8}" --compute measured --scheme "${SCHEME:-exact}" \
-    --compare cen-spin,p2p-spin,plain --out "$out" "$@" | sed -n '/^Fig. 6/,/^$/p'
+    --compare cen-spin,p2p-spin,plain --out "$out" "$@" | awk '/^Fig. 6/ { p = 1 } /^per device/ { p = 0 } p'
 cat "$out/fig6.csv"
