@@ -16,13 +16,14 @@ type Chart<'a> = ChartContext<
 >;
 
 /// The frame every chart shares: a white `size` canvas at `path`, the caption and labelled axes over `x` × `y`,
-/// then `body`'s series, the legend box, and the file written; a drawing error names the file.
+/// then `body`'s series, the legend box, and the file written; a drawing error names the file. An integer x axis
+/// with `names` labels tick i with `names[i]` (a category axis).
 fn draw_chart(
     path: &Path,
     size: (u32, u32),
     (title, x_label, y_label): (&str, &str, &str),
     (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
-    (legend_at, integer_x): (SeriesLabelPosition, bool),
+    (legend_at, integer_x, names): (SeriesLabelPosition, bool, &[String]),
     body: impl FnOnce(&mut Chart<'_>) -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<(), Failure> {
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
@@ -44,6 +45,13 @@ fn draw_chart(
         let x_fmt = |v: &f64| {
             if !integer_x {
                 format!("{}", (v * 1e9).round() / 1e9)
+            } else if (v - v.round()).abs() < 1e-9 && !names.is_empty() {
+                let i = v.round() as i64;
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| names.get(i))
+                    .cloned()
+                    .unwrap_or_default()
             } else if (v - v.round()).abs() < 1e-9 {
                 format!("{}", v.round() as i64)
             } else {
@@ -98,7 +106,7 @@ pub fn svg_lines(
     let integer_x = series
         .iter()
         .all(|s| s.1.iter().all(|p| (p.0 - p.0.round()).abs() < 1e-9));
-    let legend = (SeriesLabelPosition::UpperRight, integer_x);
+    let legend = (SeriesLabelPosition::UpperRight, integer_x, &[][..]);
     draw_chart(
         path,
         (720, 450),
@@ -143,7 +151,7 @@ pub fn svg_scatter_labelled(
         (title, x_label, y_label),
         (0f64..top, 0f64..top),
         // Points near the diagonal leave the lower right empty.
-        (SeriesLabelPosition::LowerRight, false),
+        (SeriesLabelPosition::LowerRight, false, &[][..]),
         |chart| {
             chart
                 .draw_series(LineSeries::new([(0.0, 0.0), (top, top)], BLACK.mix(0.4)))?
@@ -157,6 +165,59 @@ pub fn svg_scatter_labelled(
                     (*x, *y),
                     ("sans-serif", 13).into_font().color(&color),
                 )])?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Grouped bars like paper A's Fig. 6: per group (a scheme) one bar per `series` name (e.g. measured, predicted),
+/// each value written above its bar; a NaN value draws no bar ("n/a" where it would stand).
+pub fn svg_bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[&str],
+    groups: &[(String, Vec<f64>)],
+) -> Result<(), Failure> {
+    let top = groups
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0f64, f64::max);
+    let top = if top > 0.0 { top * 1.25 } else { 1.0 };
+    let n = groups.len().max(1) as f64;
+    let width = 0.8 / series.len().max(1) as f64;
+    let names: Vec<String> = groups.iter().map(|g| g.0.clone()).collect();
+    draw_chart(
+        path,
+        (160 * groups.len().max(4) as u32, 480),
+        (title, "scheme", y_label),
+        (-0.5..n - 0.5, 0f64..top),
+        (SeriesLabelPosition::UpperRight, true, &names),
+        |chart| {
+            for (j, name) in series.iter().enumerate() {
+                let color = Palette99::pick(j).to_rgba();
+                let x0 = |i: usize| i as f64 - 0.4 + j as f64 * width;
+                chart
+                    .draw_series(groups.iter().enumerate().filter(|(_, g)| g.1[j].is_finite()).map(
+                        |(i, g)| {
+                            Rectangle::new([(x0(i), 0.0), (x0(i) + width * 0.92, g.1[j])], color.filled())
+                        },
+                    ))?
+                    .label(*name)
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+                chart.draw_series(groups.iter().enumerate().map(|(i, g)| {
+                    let v = g.1[j];
+                    let text = if v.is_finite() {
+                        format!("{v:.1}")
+                    } else {
+                        "n/a".into()
+                    };
+                    let y = if v.is_finite() { v } else { 0.0 };
+                    // The text hangs below its anchor: anchored a line above the bar's top, it sits on the bar.
+                    Text::new(text, (x0(i), y + top * 0.05), ("sans-serif", 12).into_font())
+                }))?;
             }
             Ok(())
         },

@@ -3,12 +3,13 @@
 //! latency split, and `--compare` to run the same seeds and prompts under several schemes. Also holds the options
 //! and helpers `serve` and `device` share.
 
-use crate::chart::{Series, svg_lines, svg_scatter_labelled};
+use crate::chart::{Series, svg_bars, svg_lines, svg_scatter_labelled};
 use crate::failure::Failure;
 use crate::study;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use spin_net::baselines::{self, Baseline};
 use spin_net::blocking::simulate_blocking;
 use spin_net::controller::Scheme;
 use spin_net::link::LinkConfig;
@@ -173,7 +174,7 @@ impl ServerArgs {
 }
 
 /// Arguments of `multispin simulate`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct SimulateArgs {
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -181,8 +182,11 @@ pub struct SimulateArgs {
     pub server: ServerArgs,
     /// Draft model (same vocabulary as the target; default: the embedded 2-layer, width-32 draft distilled from
     /// stories260K, models/draft-2x32.bin).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
+    /// Draft with the target's first N layers and its own head (self-speculation) instead of a draft model.
+    #[arg(long)]
+    pub self_draft_layers: Option<usize>,
     /// Number of devices K.
     #[arg(long, default_value_t = 8)]
     pub devices: usize,
@@ -190,9 +194,17 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub prompts: Option<PathBuf>,
     /// Also run these schemes (comma-separated) on the same seeds and prompts and print one table; the `--scheme`
-    /// (default best) always runs first and is the one whose per-device table is printed.
+    /// (default best) always runs first and is the one whose per-device table is printed. Besides the planners'
+    /// schemes, paper A's baselines: cen-spin (the server drafts for every device and verifies), p2p-spin (one
+    /// device at a time with the whole band) and plain (batched decoding at the server, no drafting); with any of
+    /// them, fig6.csv and fig6.svg set every scheme's goodput beside Multi-SPIN's (docs/system.md).
     #[arg(long, value_delimiter = ',')]
     pub compare: Vec<String>,
+    /// Run everything once per device count of this list (comma-separated, e.g. 1,2,4,8; it replaces --devices),
+    /// each into the folder K1, K2, … under --out, and join the Fig. 6 rows of every K in fig6.csv and
+    /// fig6-sweep.svg there.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_devices: Vec<usize>,
     /// Output folder for the trace, summary, CSV and SVG.
     #[arg(long, default_value = "target/simulate")]
     pub out: PathBuf,
@@ -287,21 +299,108 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     unsafe {
         args.threads.set_up()?;
     }
+    if args.sweep_devices.is_empty() {
+        run_at(args)?;
+        eprintln!("wrote {}", args.out.display());
+        return Ok(());
+    }
+    if args.sweep_devices.contains(&0) {
+        return Err(Failure::Input(
+            "sweep_devices: every device count must be at least 1".into(),
+        ));
+    }
+    let mut rows: Vec<(usize, Vec<Run>)> = Vec::new();
+    for &k in &args.sweep_devices {
+        let mut at = args.clone();
+        at.devices = k;
+        at.out = args.out.join(format!("K{k}"));
+        eprintln!("== K = {k} into {}", at.out.display());
+        rows.push((k, run_at(&at)?));
+    }
+    let mut csv = String::new();
+    for (i, (k, results)) in rows.iter().enumerate() {
+        let part = fig6_csv(*k, results);
+        let skip = if i == 0 { 0 } else { 1 };
+        for line in part.lines().skip(skip) {
+            csv.push_str(line);
+            csv.push('\n');
+        }
+    }
+    write(&args.out.join("fig6.csv"), &csv)?;
+    // One measured line (and one predicted, where there is a prediction) per scheme over K.
+    let mut names: Vec<&'static str> = Vec::new();
+    for (_, results) in &rows {
+        for (s, _) in results {
+            if !names.contains(&s.scheme) {
+                names.push(s.scheme);
+            }
+        }
+    }
+    let mut lines: Vec<(String, Points, bool)> = Vec::new();
+    for name in names {
+        let at = |f: fn(&Summary) -> f64| -> Vec<(f64, f64)> {
+            rows.iter()
+                .filter_map(|(k, r)| {
+                    r.iter()
+                        .find(|(s, _)| s.scheme == name)
+                        .map(|(s, _)| (*k as f64, f(s)))
+                })
+                .filter(|p| p.1.is_finite())
+                .collect()
+        };
+        lines.push((format!("{name} measured"), at(|s| s.goodput), true));
+        let predicted = at(|s| s.predicted_goodput);
+        if !predicted.is_empty() {
+            lines.push((format!("{name} predicted"), predicted, false));
+        }
+    }
+    let series: Vec<Series<'_>> = lines
+        .iter()
+        .map(|(n, p, m)| (n.as_str(), p.as_slice(), *m))
+        .collect();
+    svg_lines(
+        &args.out.join("fig6-sweep.svg"),
+        "Goodput against the number of devices (measured, with markers, and predicted)",
+        "devices K",
+        "goodput (tokens / s)",
+        &series,
+    )?;
+    eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// One scheme's run: its totals and its rounds.
+type Run = (Summary, Vec<RoundTrace>);
+
+/// Points of a chart series.
+type Points = Vec<(f64, f64)>;
+
+/// One run at `args.devices` devices into `args.out`: every scheme, then the baselines; returns what each gave.
+fn run_at(args: &SimulateArgs) -> Result<Vec<Run>, Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
     let (target, drafter, tok) = load_models(args)?;
     let devices = sim_devices(args, &tok)?;
     let id = identity(&target, &tok);
-    let configs = scheme_configs(args, id)?;
+    let (configs, extra) = scheme_configs(args, id)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let target = Arc::new(target);
     let drafter = Arc::new(drafter);
     let mut results: Vec<(Summary, Vec<RoundTrace>)> = Vec::new();
     for cfg in configs {
         let name = cfg.scheme.name();
-        let (outcome, rounds) = simulate_scheme(args, &target, &drafter, id, cfg, &devices)?;
-        let summary = write_scheme(args, name, outcome, &rounds, &devices, &tok, results.is_empty())?;
+        let trace = args.out.join(format!("trace-{name}.jsonl"));
+        let (outcome, rounds) = simulate_scheme(args, &target, &drafter, id, cfg, &devices, Some(&trace))?;
+        let summary = write_scheme(
+            args,
+            name,
+            outcome.summary,
+            &rounds,
+            &devices,
+            &tok,
+            results.is_empty(),
+        )?;
         let stopped = summary.stopped.clone();
         results.push((summary, rounds));
         if stopped == "shutdown" {
@@ -309,16 +408,39 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             break;
         }
     }
-    write_prediction_check(args, &results)?;
+    let planned = results.len();
+    if results.last().is_none_or(|(s, _)| s.stopped != "shutdown") {
+        for b in &extra {
+            let (summary, rounds) = run_baseline(args, &target, &drafter, id, *b, &devices)?;
+            let summary = write_scheme(args, b.name(), summary, &rounds, &devices, &tok, false)?;
+            let stopped = summary.stopped == "shutdown";
+            results.push((summary, rounds));
+            if stopped {
+                eprintln!("interrupted: traces flushed to {}", args.out.display());
+                break;
+            }
+        }
+    }
+    write_prediction_check(args, &results, planned)?;
     write_plots(args, &results)?;
-    eprintln!("wrote {}", args.out.display());
-    Ok(())
+    if !extra.is_empty() {
+        write_fig6(args, &results)?;
+    }
+    Ok(results)
 }
 
 /// The target, the drafter (with the same vocabulary) and the tokenizer.
 fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure> {
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
-    let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
+    let drafter = match args.self_draft_layers {
+        Some(n) => target.first_layers(n).map_err(|e| {
+            Failure::Input(format!(
+                "self_draft_layers: {}",
+                e.to_string().trim_start_matches("self_draft_layers: ")
+            ))
+        })?,
+        None => load(args.draft.as_deref(), Embedded::Draft)?,
+    };
     if target.config().vocab_size != drafter.output_vocab() {
         return Err(Failure::Input(format!(
             "draft: vocabulary of {} differs from the target's {}",
@@ -365,10 +487,33 @@ fn sim_devices(args: &SimulateArgs, tok: &Tokenizer) -> Result<Vec<SimDevice>, F
         .collect::<Result<_, Failure>>()
 }
 
-/// One server configuration per scheme to run: `--scheme` first, then each `--compare` scheme once.
-fn scheme_configs(args: &SimulateArgs, id: Identity) -> Result<Vec<ServerConfig>, Failure> {
+/// One server configuration per scheme to run: `--scheme` first, then each `--compare` scheme once; and the
+/// baselines of `--compare`, run after them in the order given. A name that is neither is an input error naming
+/// `compare`.
+fn scheme_configs(args: &SimulateArgs, id: Identity) -> Result<(Vec<ServerConfig>, Vec<Baseline>), Failure> {
+    if Baseline::parse(&args.server.scheme).is_some() {
+        return Err(Failure::Input(format!(
+            "scheme: {} is a baseline, not a planner; pass it to --compare beside the planner's scheme",
+            args.server.scheme
+        )));
+    }
     let mut schemes = vec![args.server.scheme.clone()];
+    let mut extra: Vec<Baseline> = Vec::new();
     for s in &args.compare {
+        if let Some(b) = Baseline::parse(s) {
+            if !extra.contains(&b) {
+                extra.push(b);
+            }
+            continue;
+        }
+        if let Err(e) = Scheme::parse_per_round(s) {
+            let names: Vec<&str> = Baseline::ALL.iter().map(|b| b.name()).collect();
+            return Err(Failure::Input(format!(
+                "compare: {}; or a baseline: {}",
+                e.to_string().trim_start_matches("scheme: "),
+                names.join(", ")
+            )));
+        }
         if !schemes.contains(s) {
             schemes.push(s.clone());
         }
@@ -387,7 +532,7 @@ fn scheme_configs(args: &SimulateArgs, id: Identity) -> Result<Vec<ServerConfig>
             a.config(id)
         })
         .collect::<Result<_, _>>()?;
-    Ok(configs)
+    Ok((configs, extra))
 }
 
 /// One scheme's simulation, its rounds traced to `trace-<scheme>.jsonl` as they end, with a progress bar.
@@ -398,13 +543,11 @@ fn simulate_scheme(
     id: Identity,
     cfg: ServerConfig,
     devices: &[SimDevice],
+    trace_path: Option<&Path>,
 ) -> Result<(spin_net::sim::SimOutcome, Vec<RoundTrace>), Failure> {
     let name = cfg.scheme.name();
-    let trace_path = args.out.join(format!("trace-{name}.jsonl"));
-    let mut trace = std::io::BufWriter::new(
-        std::fs::File::create(&trace_path).with_context(|| format!("creating {}", trace_path.display()))?,
-    );
-    let total = (args.devices * args.server.max_tokens) as u64;
+    let (mut trace, trace_path) = open_trace(trace_path)?;
+    let total = (devices.len() * args.server.max_tokens) as u64;
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tokens ({elapsed})")
@@ -415,20 +558,13 @@ fn simulate_scheme(
     let mut rounds = Vec::new();
     let mut write_err: Option<std::io::Error> = None;
     let outcome = simulate_blocking(target.clone(), drafter.clone(), id, cfg, devices, |t| {
-        let line = serde_json::to_string(t).unwrap_or_default();
-        // Each round is flushed as it ends, so an interrupted run leaves a complete trace.
-        if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
-            write_err.get_or_insert(e);
-        }
+        trace_round(&mut trace, t, &mut write_err);
         bar.inc(t.tokens);
         rounds.push(t.clone());
     });
     bar.finish_and_clear();
     if let Some(e) = write_err {
-        return Err(Failure::Runtime(anyhow::anyhow!(
-            "writing {}: {e}",
-            trace_path.display()
-        )));
+        return Err(Failure::Runtime(anyhow::anyhow!("writing {trace_path}: {e}")));
     }
     let outcome = outcome.map_err(Failure::input)?;
     for (k, d) in outcome.devices.iter().enumerate() {
@@ -439,18 +575,115 @@ fn simulate_scheme(
     Ok((outcome, rounds))
 }
 
+/// A trace file (JSON lines) at `path`, or a sink when there is none; and its name for messages.
+fn open_trace(path: Option<&Path>) -> Result<(Box<dyn Write>, String), Failure> {
+    Ok(match path {
+        Some(p) => (
+            Box::new(std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            )),
+            p.display().to_string(),
+        ),
+        None => (Box::new(std::io::sink()), String::new()),
+    })
+}
+
+/// Writes one round's trace line and flushes it (so an interrupted run leaves a complete trace); the first write
+/// error is kept in `err`.
+fn trace_round(trace: &mut dyn Write, t: &RoundTrace, err: &mut Option<std::io::Error>) {
+    let line = serde_json::to_string(t).unwrap_or_default();
+    if let Err(e) = writeln!(trace, "{line}").and_then(|_| trace.flush()) {
+        err.get_or_insert(e);
+    }
+}
+
+/// One baseline of paper A on the same target, draft, prompts, seeds and drop as the planners' runs (its trace to
+/// `trace-<baseline>.jsonl`). Cen-SPIN and plain decoding run at the server in this process; P2P-SPIN runs the
+/// networked system once per device alone (at its own drop distance, with the whole band, planned by `--scheme`)
+/// and joins the turns.
+fn run_baseline(
+    args: &SimulateArgs,
+    target: &Arc<Model>,
+    drafter: &Arc<Model>,
+    id: Identity,
+    baseline: Baseline,
+    devices: &[SimDevice],
+) -> Result<(Summary, Vec<RoundTrace>), Failure> {
+    let cfg = args.server.config(id)?;
+    let trace_path = args.out.join(format!("trace-{}.jsonl", baseline.name()));
+    let prompts: Vec<Vec<u32>> = devices.iter().map(|d| d.prompt.clone()).collect();
+    let started = std::time::Instant::now();
+    eprintln!("{}: running", baseline.name());
+    let (summary, rounds) = match baseline {
+        Baseline::CenSpin | Baseline::Plain => {
+            let (mut trace, name) = open_trace(Some(&trace_path))?;
+            let mut write_err = None;
+            let mut rounds = Vec::new();
+            let on_round = |t: &RoundTrace| {
+                trace_round(&mut trace, t, &mut write_err);
+                rounds.push(t.clone());
+            };
+            let summary = spin_net::blocking::with_ctrl_c(|stop| {
+                if baseline == Baseline::CenSpin {
+                    baselines::cen_spin(target.clone(), drafter.clone(), &cfg, &prompts, stop, on_round)
+                } else {
+                    baselines::plain(target.clone(), &cfg, &prompts, stop, on_round)
+                }
+            })
+            .map_err(Failure::input)?;
+            if let Some(e) = write_err {
+                return Err(Failure::Runtime(anyhow::anyhow!("writing {name}: {e}")));
+            }
+            (summary, rounds)
+        }
+        Baseline::P2pSpin => {
+            let mut turns = Vec::with_capacity(devices.len());
+            for (k, d) in devices.iter().enumerate() {
+                let alone = SimDevice {
+                    prompt: d.prompt.clone(),
+                    distance_m: Some(
+                        d.distance_m
+                            .unwrap_or_else(|| cfg.link.drop_distance(cfg.seed, k)),
+                    ),
+                    ..Default::default()
+                };
+                let (outcome, rounds) =
+                    simulate_scheme(args, target, drafter, id, cfg.clone(), &[alone], None)?;
+                turns.push((outcome.summary, rounds));
+            }
+            let (summary, rounds) = baselines::p2p_spin(turns);
+            let (mut trace, name) = open_trace(Some(&trace_path))?;
+            let mut write_err = None;
+            for t in &rounds {
+                trace_round(&mut trace, t, &mut write_err);
+            }
+            if let Some(e) = write_err {
+                return Err(Failure::Runtime(anyhow::anyhow!("writing {name}: {e}")));
+            }
+            (summary, rounds)
+        }
+    };
+    eprintln!(
+        "{}: {} tokens in {} rounds ({:.1} s of wall time)",
+        baseline.name(),
+        summary.tokens,
+        summary.rounds,
+        started.elapsed().as_secs_f64()
+    );
+    Ok((summary, rounds))
+}
+
 /// One scheme's `summary-<scheme>.json` (with every device's text) and `rounds-<scheme>.csv`; the first
 /// scheme's per-device table is printed.
 fn write_scheme(
     args: &SimulateArgs,
     name: &str,
-    outcome: spin_net::sim::SimOutcome,
+    summary: Summary,
     rounds: &[RoundTrace],
     devices: &[SimDevice],
     tok: &Tokenizer,
     first: bool,
 ) -> Result<Summary, Failure> {
-    let summary = outcome.summary;
     let mut json = serde_json::to_value(&summary).context("summary to JSON")?;
     let texts: Vec<String> = summary
         .devices
@@ -474,15 +707,20 @@ fn write_scheme(
     Ok(summary)
 }
 
-/// The comparison of every scheme run: the scheme table, `summary.csv`, and each scheme's predicted against
-/// measured goodput (`prediction.csv`, `prediction.svg`).
+/// The comparison of every scheme run: the scheme table, `summary.csv`, and each planner's predicted against
+/// measured goodput (`prediction.csv`, `prediction.svg`) for the first `planned` results (the baselines after them
+/// have no per-round plan whose acceptance assumption the check could test).
 fn write_prediction_check(
     args: &SimulateArgs,
     results: &[(Summary, Vec<RoundTrace>)],
+    planned: usize,
 ) -> Result<(), Failure> {
     println!("{}", scheme_table(results));
     write(&args.out.join("summary.csv"), &summary_csv(results))?;
-    let checks: Vec<_> = results.iter().map(|(s, r)| study::check(s, r)).collect();
+    let checks: Vec<_> = results[..planned]
+        .iter()
+        .map(|(s, r)| study::check(s, r))
+        .collect();
     println!("\nprediction check\n{}", study::table(&checks));
     write(&args.out.join("prediction.csv"), &study::csv(&checks))?;
     // Schemes that planned alike land on one point: one label for them, not names printed over each other.
@@ -571,6 +809,108 @@ fn write_plots(args: &SimulateArgs, results: &[(Summary, Vec<RoundTrace>)]) -> R
         &series,
     )?;
     Ok(())
+}
+
+/// Paper A's Fig. 6 from this run: every scheme's measured goodput beside its prediction (where a planner made
+/// one) and its ratio to the first scheme's (the Multi-SPIN `--scheme`), printed and written as `fig6.csv` and
+/// `fig6.svg`.
+fn write_fig6(args: &SimulateArgs, results: &[(Summary, Vec<RoundTrace>)]) -> Result<(), Failure> {
+    let table = fig6_table(results);
+    println!("\nFig. 6 (K = {})\n{table}", args.devices);
+    write(&args.out.join("fig6.csv"), &fig6_csv(args.devices, results))?;
+    let groups: Vec<(String, Vec<f64>)> = results
+        .iter()
+        .map(|(s, _)| (s.scheme.to_string(), vec![s.goodput, s.predicted_goodput]))
+        .collect();
+    svg_bars(
+        &args.out.join("fig6.svg"),
+        &format!(
+            "Goodput of each scheme, K = {} (measured beside predicted)",
+            args.devices
+        ),
+        "goodput (tokens / s)",
+        &["measured", "predicted"],
+        &groups,
+    )
+}
+
+/// Multi-SPIN's goodput over each scheme's: how many times faster the first scheme is (paper A's Fig. 6 ratios).
+fn ratio(first: f64, other: f64) -> f64 {
+    if other > 0.0 { first / other } else { f64::NAN }
+}
+
+/// What a run's rounds drafted: the mean draft length per device and round, and the share of drafted tokens
+/// accepted (NaN when nothing was drafted).
+fn drafting(rounds: &[RoundTrace]) -> (f64, f64) {
+    let (mut n, mut drafted, mut accepted) = (0u64, 0u64, 0u64);
+    for d in rounds.iter().flat_map(|r| &r.devices) {
+        n += 1;
+        drafted += u64::from(d.gamma);
+        accepted += u64::from(d.accepted.min(d.gamma));
+    }
+    let mean = if n > 0 {
+        drafted as f64 / n as f64
+    } else {
+        f64::NAN
+    };
+    let share = if drafted > 0 {
+        accepted as f64 / drafted as f64
+    } else {
+        f64::NAN
+    };
+    (mean, share)
+}
+
+/// One line per scheme: measured and predicted goodput, Multi-SPIN's (the first scheme's) over it, the mean draft
+/// length and the share of drafted tokens accepted.
+pub fn fig6_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
+    let first = results.first().map_or(f64::NAN, |(s, _)| s.goodput);
+    let mut s = format!(
+        "{:<11} {:>10} {:>10} {:>12} {:>7} {:>9}\n",
+        "scheme", "goodput", "predicted", "first/this", "mean L", "accepted"
+    );
+    let or_na = |v: f64, digits: usize| {
+        if v.is_finite() {
+            format!("{v:.digits$}")
+        } else {
+            "n/a".into()
+        }
+    };
+    for (r, rounds) in results {
+        let (mean, share) = drafting(rounds);
+        s.push_str(&format!(
+            "{:<11} {:>10.1} {:>10} {:>12.2} {:>7} {:>9}\n",
+            r.scheme,
+            r.goodput,
+            or_na(r.predicted_goodput, 1),
+            ratio(first, r.goodput),
+            or_na(mean, 2),
+            or_na(share, 3)
+        ));
+    }
+    s.trim_end().to_owned()
+}
+
+fn fig6_csv(devices: usize, results: &[(Summary, Vec<RoundTrace>)]) -> String {
+    let first = results.first().map_or(f64::NAN, |(s, _)| s.goodput);
+    let mut s = String::from(
+        "devices,scheme,goodput,predicted_goodput,first_over_this,mean_draft_len,accepted_share,verify_s,draft_s\n",
+    );
+    for (r, rounds) in results {
+        let (mean, share) = drafting(rounds);
+        s.push_str(&format!(
+            "{devices},{},{},{},{},{},{},{},{}\n",
+            r.scheme,
+            r.goodput,
+            r.predicted_goodput,
+            ratio(first, r.goodput),
+            mean,
+            share,
+            r.verify_s,
+            r.draft_s
+        ));
+    }
+    s
 }
 
 fn write(path: &Path, text: &str) -> Result<(), Failure> {

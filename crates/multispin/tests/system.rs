@@ -48,6 +48,156 @@ fn generate(target: &Path, draft: &Path, tok: &Path, prompt: &str) -> String {
 
 const PROMPTS: [&str; 3] = ["ab", "c a", "bc bc"];
 
+/// `--sweep-devices 1,2` runs the comparison once per K into K1/ and K2/ and joins their Fig. 6 rows.
+#[test]
+fn a_device_sweep_joins_the_fig6_rows_of_every_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--sweep-devices",
+            "1,2",
+            "--max-tokens",
+            "8",
+            "--compare",
+            "plain,cen-spin",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let csv = std::fs::read_to_string(out_dir.join("fig6.csv")).unwrap();
+    let rows: Vec<(&str, &str)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0], f[1])
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("1", "best"),
+            ("1", "plain"),
+            ("1", "cen-spin"),
+            ("2", "best"),
+            ("2", "plain"),
+            ("2", "cen-spin")
+        ]
+    );
+    for f in ["fig6-sweep.svg", "K1/fig6.svg", "K2/summary-plain.json"] {
+        assert!(out_dir.join(f).is_file(), "{f}");
+    }
+}
+
+/// `multispin generate` without a draft: plain greedy decoding of `prompt`.
+fn generate_plain(target: &Path, tok: &Path, prompt: &str) -> String {
+    let out = bin()
+        .args(["generate", "--max-tokens", "16", "--prompt", prompt])
+        .arg("--target")
+        .arg(target)
+        .arg("--tokenizer")
+        .arg(tok)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim_end_matches('\n')
+        .to_owned()
+}
+
+/// Paper A's baselines in `--compare` (measured compute, so the devices draft one at a time): Cen-SPIN, P2P-SPIN
+/// and plain decoding each give every device the text of plain greedy decoding, and fig6.csv / fig6.svg set each
+/// scheme beside the first, with a prediction for every scheme but plain decoding.
+#[test]
+fn compare_runs_paper_a_baselines_whose_texts_equal_plain_greedy_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, draft, tok) = write_tiny(dir.path());
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(&prompts, PROMPTS.join("\n")).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--devices",
+            "3",
+            "--max-tokens",
+            "16",
+            "--scheme",
+            "exact",
+            "--compute",
+            "measured",
+            "--compare",
+            "cen-spin,p2p-spin,plain",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--prompts")
+        .arg(&prompts)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("Fig. 6 (K = 3)"), "{stdout}");
+    let want: Vec<String> = PROMPTS.iter().map(|p| generate_plain(&target, &tok, p)).collect();
+    for s in ["exact", "cen-spin", "p2p-spin", "plain"] {
+        let summary: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("summary-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(summary["tokens"], 48, "{s}");
+        assert!(summary["goodput"].as_f64().unwrap() > 0.0, "{s}");
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(&summary["texts"][k], w, "{s}: device {k}");
+        }
+        let trace = std::fs::read_to_string(out_dir.join(format!("trace-{s}.jsonl"))).unwrap();
+        assert_eq!(
+            trace.lines().count() as u64,
+            summary["rounds"].as_u64().unwrap(),
+            "{s}"
+        );
+        for line in trace.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["scheme"], s);
+        }
+    }
+    let fig6 = std::fs::read_to_string(out_dir.join("fig6.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = fig6.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(names, ["exact", "cen-spin", "p2p-spin", "plain"]);
+    assert!(rows.iter().all(|r| r[0] == "3"));
+    assert_eq!(
+        rows[0][4].parse::<f64>().unwrap(),
+        1.0,
+        "the first scheme over itself"
+    );
+    for r in &rows {
+        let predicted: f64 = r[3].parse().unwrap();
+        assert_eq!(predicted.is_nan(), r[1] == "plain", "{r:?}");
+    }
+    assert!(out_dir.join("fig6.svg").is_file());
+    // The prediction check covers the planner only.
+    let check = std::fs::read_to_string(out_dir.join("prediction.csv")).unwrap();
+    assert_eq!(check.lines().count(), 2, "{check}");
+}
+
 #[test]
 fn simulate_writes_its_outputs_and_each_device_text_equals_generate() {
     let dir = tempfile::tempdir().unwrap();
@@ -199,6 +349,8 @@ fn bad_input_exits_with_status_2_naming_the_field() {
         (vec!["--q-bits", "30"], "q_bits:"),
         (vec!["--bandwidth-hz=-1"], "bandwidth_hz:"),
         (vec!["--modes", "sideways"], "modes:"),
+        (vec!["--compare", "exact,cen"], "compare:"),
+        (vec!["--scheme", "cen-spin"], "scheme:"),
     ] {
         let out = bin()
             .arg("simulate")
@@ -218,6 +370,23 @@ fn bad_input_exits_with_status_2_naming_the_field() {
         assert!(err.starts_with(&format!("error: {field}")), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
+    // Self-drafting with more layers than the target has (3) names the flag.
+    let out = bin()
+        .args(["simulate", "--self-draft-layers", "9"])
+        .arg("--target")
+        .arg(&target)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--out")
+        .arg(dir.path().join("o"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("error: self_draft_layers: 9 is outside 1..=3"),
+        "{err}"
+    );
     // A device that cannot reach a server fails with status 1 and one line.
     let out = bin()
         .args(["device", "--connect", "127.0.0.1:1"])
@@ -348,4 +517,58 @@ fn a_tls_device_whose_connection_is_cut_resumes_and_prints_the_generate_text() {
         generate(&target, &draft, &tok, PROMPTS[0])
     );
     assert!(server.wait().unwrap().success());
+}
+
+/// Paper A's baselines on real models: SmolLM2-135M-Instruct (Q4_1) with its distilled draft
+/// (scripts/build-smollm2-draft.sh), both from the cache ($MULTISPIN_CACHE, default ~/.cache/multispin), two devices
+/// and four tokens each: every baseline runs and gives each device the text of plain decoding. Skips, saying so on
+/// the uncaptured stderr, when either file is absent.
+#[test]
+fn smollm2_with_its_distilled_draft_runs_every_baseline_with_plain_decodings_text() {
+    use std::io::Write as _;
+    let name = "smollm2_with_its_distilled_draft_runs_every_baseline_with_plain_decodings_text";
+    let cache = std::env::var_os("MULTISPIN_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/multispin")));
+    let files = cache.map(|c| (c.join("SmolLM2-135M-Instruct.Q4_1.gguf"), c.join("smollm2-draft")));
+    let Some((target, draft)) = files.filter(|(t, d)| t.is_file() && d.exists()) else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "real-model test {name}: skipped (SmolLM2-135M-Instruct.Q4_1.gguf or smollm2-draft absent from the cache)"
+        );
+        return;
+    };
+    let _ = writeln!(std::io::stderr(), "real-model test {name}: ran");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let out = bin()
+        .args([
+            "simulate",
+            "--devices",
+            "2",
+            "--max-tokens",
+            "4",
+            "--compare",
+            "cen-spin,p2p-spin,plain",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let texts = |s: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join(format!("summary-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        v["texts"].clone()
+    };
+    let plain = texts("plain");
+    for s in ["best", "cen-spin", "p2p-spin"] {
+        assert_eq!(texts(s), plain, "{s}");
+    }
 }

@@ -48,6 +48,13 @@ pub fn simulate_blocking(
     ))
 }
 
+/// Runs `f` (a server-side baseline, `crate::baselines`) with a stop flag that turns true on ctrl-c.
+pub fn with_ctrl_c<T>(f: impl FnOnce(&dyn Fn() -> bool) -> Result<T>) -> Result<T> {
+    let rt = runtime()?;
+    let shutdown = ctrl_c(&rt);
+    f(&|| *shutdown.borrow())
+}
+
 /// Binds `addr`, reports the bound address to `on_listening`, and serves until done or ctrl-c; the server's operator
 /// notices (whom it waits for) go to `on_notice`.
 pub fn serve_blocking(

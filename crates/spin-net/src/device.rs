@@ -40,6 +40,9 @@ pub struct DeviceConfig {
     /// How long a device whose connection was cut keeps trying to resume (reconnects back off from 50 ms, doubling
     /// to 2 s); zero: it does not resume.
     pub reconnect_for: Duration,
+    /// Drafting is timed holding this lock (when given): devices sharing one machine then draft one at a time, so
+    /// each device's measured drafting time is that of a processor of its own (never while another drafts).
+    pub draft_lock: Option<Arc<std::sync::Mutex<()>>>,
 }
 
 impl DeviceConfig {
@@ -57,6 +60,7 @@ impl DeviceConfig {
             local_addr: None,
             tls: None,
             token: Vec::new(),
+            draft_lock: None,
         }
     }
 }
@@ -235,10 +239,18 @@ pub async fn run_device_with_ready(
                 send_dists,
                 ..
             } => {
-                let start = Instant::now();
                 let gamma = (draft_len as usize).min(j.max_new);
-                let d = tokio::task::block_in_place(|| j.drafter.draft(gamma))?;
-                let draft_s = start.elapsed().as_secs_f64();
+                let (d, draft_s) = tokio::task::block_in_place(|| {
+                    // A poisoned lock only means another device's drafting failed; the lock guards no data.
+                    let _one_at_a_time = cfg
+                        .draft_lock
+                        .as_ref()
+                        .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+                    let start = Instant::now();
+                    let d = j.drafter.draft(gamma);
+                    (d, start.elapsed().as_secs_f64())
+                });
+                let d = d?;
                 if let Some(delay) = cfg.delay {
                     tokio::time::sleep(delay).await;
                 }

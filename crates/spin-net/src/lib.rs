@@ -3,9 +3,11 @@
 //!
 //! This is the only crate of the workspace that depends on tokio or opens sockets. [`proto`] is the wire format
 //! (docs/protocol.md), [`server`] the edge server, [`device`] an edge device, [`link`] the link emulation,
-//! [`controller`] the planner in the loop and [`sim`] the one-process simulation (server and K devices over
-//! loopback). docs/system.md describes the round as implemented.
+//! [`controller`] the planner in the loop, [`sim`] the one-process simulation (server and K devices over
+//! loopback) and [`baselines`] paper A's Cen-SPIN, P2P-SPIN and plain decoding beside it. docs/system.md
+//! describes the round as implemented.
 
+pub mod baselines;
 pub mod blocking;
 pub mod controller;
 pub mod device;

@@ -52,6 +52,12 @@ pub async fn simulate(
     cfg.max_connections = cfg.max_connections.max(devices.len() + 16);
     cfg.max_connections_per_addr = cfg.max_connections_per_addr.max(devices.len() + 16);
     let max_frame = cfg.max_frame_bytes;
+    // Measured compute on the virtual clock: the devices share this machine's cores, so they draft one at a time
+    // and each one's drafting time is that of its own processor (the real clock keeps them concurrent: its
+    // rounds last what they last).
+    let draft_lock = (cfg.compute == crate::server::Compute::Measured
+        && cfg.clock == crate::server::Clock::Virtual)
+        .then(|| Arc::new(std::sync::Mutex::new(())));
     let server = Server::bind("127.0.0.1:0", target, cfg).await?;
     let addr = server.local_addr()?.to_string();
     // The server runs in this task (its round callback may borrow); the devices are tasks of their own.
@@ -64,6 +70,7 @@ pub async fn simulate(
             dc.delay = d.delay;
             dc.disconnect_at_round = d.disconnect_at_round;
             dc.max_frame_bytes = max_frame;
+            dc.draft_lock = draft_lock.clone();
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let model = drafter.clone();
             handles.push(tokio::spawn(run_device_with_ready(model, dc, Some(ready_tx))));
