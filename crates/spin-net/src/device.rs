@@ -202,13 +202,14 @@ pub async fn run_device_with_ready(
     cfg: DeviceConfig,
     ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<DeviceReport> {
-    if model.config().vocab_size as u32 != cfg.identity.vocab {
+    // The vocabulary the drafter's distributions are over: the target's also for a restricted draft head.
+    if model.output_vocab() as u32 != cfg.identity.vocab {
         return Err(NetError::invalid(
             "identity.vocab",
             format!(
                 "{} differs from the drafter's {}",
                 cfg.identity.vocab,
-                model.config().vocab_size
+                model.output_vocab()
             ),
         ));
     }

@@ -73,9 +73,28 @@ pub async fn simulate(
             dc.draft_lock = draft_lock.clone();
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let model = drafter.clone();
-            handles.push(tokio::spawn(run_device_with_ready(model, dc, Some(ready_tx))));
+            let h = tokio::spawn(run_device_with_ready(model, dc, Some(ready_tx)));
             // Wait until this device is welcomed (or failed) before starting the next: indices follow the list.
             let _ = ready_rx.await;
+            // A device that could not join ends the simulation with its error: the server would wait for it
+            // forever (it starts no round before every device has joined).
+            if h.is_finished() {
+                let i = handles.len();
+                match h.await {
+                    Ok(Err(e)) => return Err(NetError::invalid(format!("devices[{i}]"), e.to_string())),
+                    Err(e) => {
+                        return Err(NetError::invalid(
+                            format!("devices[{i}]"),
+                            format!("device task: {e}"),
+                        ));
+                    }
+                    Ok(Ok(r)) => {
+                        handles.push(tokio::spawn(async move { Ok(r) }));
+                        continue;
+                    }
+                }
+            }
+            handles.push(h);
         }
         let mut reports = Vec::with_capacity(handles.len());
         for h in handles {
@@ -85,9 +104,17 @@ pub async fn simulate(
                 Err(e) => Err(format!("device task: {e}")),
             });
         }
-        reports
+        Ok(reports)
     };
-    let (summary, reports) = tokio::join!(serving, joining);
+    tokio::pin!(serving);
+    tokio::pin!(joining);
+    let (summary, reports) = tokio::select! {
+        reports = &mut joining => {
+            let reports = reports?;
+            ((&mut serving).await, reports)
+        }
+        summary = &mut serving => (summary, joining.await?),
+    };
     Ok(SimOutcome {
         summary: summary?,
         devices: reports,

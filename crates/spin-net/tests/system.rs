@@ -553,3 +553,68 @@ fn real_model_marker(ran: bool) {
     };
     let _ = writeln!(std::io::stderr(), "real-model test {name}: {what}");
 }
+
+/// A draft with a restricted head (a compact vocabulary of its own, distributions over the target's) drafts over the
+/// network, its identity being the target's vocabulary, and the texts equal plain greedy decoding; a device that
+/// cannot join (here: an identity naming another vocabulary) ends the simulation with its error at once, where the
+/// server used to wait for it forever.
+#[test]
+fn a_restricted_head_draft_joins_and_a_device_that_cannot_join_ends_the_run() {
+    use spin_runtime::head_vocab::HeadVocab;
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let vocab = target.config().vocab_size;
+    let head: Vec<u32> = (0..vocab as u32).step_by(2).collect();
+    let cfg = spin_runtime::Config {
+        vocab_size: head.len() + 1,
+        n_layers: 1,
+        ..target.config().clone()
+    };
+    let w = model::random_tensors(&cfg, 0.3, 4, &spin_runtime::select_device().unwrap()).unwrap();
+    let drafter = model::model_from_tensors(cfg, w, &spin_runtime::select_device().unwrap())
+        .unwrap()
+        .with_head_vocab(HeadVocab::new(head, vocab).unwrap())
+        .unwrap();
+    let drafter = Arc::new(drafter);
+    let ident = Identity {
+        vocab: vocab as u32,
+        tokenizer: 7,
+        model: 0,
+    };
+    let devices = sim_devices();
+    let rt = runtime();
+    let (_tx, rx) = watch::channel(false);
+    let mut scfg = config("exact", &target);
+    scfg.max_new_tokens = 6;
+    let out = rt
+        .block_on(simulate(
+            target.clone(),
+            drafter.clone(),
+            ident,
+            scfg.clone(),
+            &devices,
+            rx,
+            |_| (),
+        ))
+        .unwrap();
+    let greedy = sampling(0.0).unwrap();
+    for (d, r) in devices.iter().zip(&out.devices) {
+        let r = r.as_ref().unwrap();
+        let plain = generate_plain(&target, &d.prompt, &greedy, 6, None, 0).unwrap();
+        assert_eq!(&r.tokens[r.prompt_len..], plain.as_slice());
+    }
+    let wrong = Identity {
+        vocab: vocab as u32 + 1,
+        ..ident
+    };
+    let (_tx, rx) = watch::channel(false);
+    let run = simulate(target, drafter, wrong, scfg, &devices, rx, |_| ());
+    let res = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), run).await });
+    let err = res
+        .expect("the simulation waited for a device that had failed")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("devices[0]") && err.contains("identity.vocab"),
+        "{err}"
+    );
+}

@@ -261,7 +261,11 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             };
             // An accepted drafted token that ends the sequence ends the round there, as it ends plain decoding:
             // what the drafts and the round's own token hold after it is never committed (nor corrected).
-            if let Some(i) = self.cfg.eos.and_then(|e| s.tokens[..upto].iter().position(|&t| t == e)) {
+            if let Some(i) = self
+                .cfg
+                .eos
+                .and_then(|e| s.tokens[..upto].iter().position(|&t| t == e))
+            {
                 if matches!(d, Decision::Pending { .. }) {
                     self.slot_mut(s.device)?.pending = None;
                 }

@@ -417,6 +417,10 @@ fn an_end_token_accepted_inside_a_draft_ends_the_text_there() {
         };
         let mut s = Speculator::new(&target, &target, std::slice::from_ref(&prompt), &[gamma], cfg).unwrap();
         s.run().unwrap();
-        assert_eq!(s.devices[0].generated(), plain.as_slice(), "γ = {gamma}, EOS {eos} at {at}");
+        assert_eq!(
+            s.devices[0].generated(),
+            plain.as_slice(),
+            "γ = {gamma}, EOS {eos} at {at}"
+        );
     }
 }
