@@ -85,22 +85,22 @@ pub struct GenerateArgs {
 /// `generate --draft-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DraftFormat {
-    /// As the file stores it.
+    // As the file stores it.
     AsStored,
-    /// 8-bit blocks of 32 (one f16 scale each).
+    // 8-bit blocks of 32 (one f16 scale each).
     #[value(name = "q8_0")]
     Q8_0,
-    /// 4-bit blocks of 32 (one f16 scale each).
+    // 4-bit blocks of 32 (one f16 scale each).
     #[value(name = "q4_0")]
     Q4_0,
-    /// 4-bit blocks of 32 (an f16 scale and minimum each).
+    // 4-bit blocks of 32 (an f16 scale and minimum each).
     #[value(name = "q4_1")]
     Q4_1,
 }
 
 impl DraftFormat {
     /// The host block format to quantise to; `None` for as stored.
-    fn block_format(self) -> Option<spin_runtime::quant::BlockFormat> {
+    pub fn block_format(self) -> Option<spin_runtime::quant::BlockFormat> {
         use spin_runtime::quant::BlockFormat;
         match self {
             DraftFormat::AsStored => None,

@@ -184,6 +184,10 @@ pub struct SimulateArgs {
     /// stories260K, models/draft-2x32.bin).
     #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
+    /// How the draft model's dense matrices are held, as `generate --draft-format` says: `as-stored`, or
+    /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
+    #[arg(long, value_enum, default_value_t = crate::generate::DraftFormat::AsStored)]
+    pub draft_format: crate::generate::DraftFormat,
     /// Draft with the target's first N layers and its own head (self-speculation) instead of a draft model.
     #[arg(long)]
     pub self_draft_layers: Option<usize>,
@@ -439,7 +443,15 @@ fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure
                 e.to_string().trim_start_matches("self_draft_layers: ")
             ))
         })?,
-        None => load(args.draft.as_deref(), Embedded::Draft)?,
+        None => {
+            let d = load(args.draft.as_deref(), Embedded::Draft)?;
+            match args.draft_format.block_format() {
+                None => d,
+                Some(f) => d.quantize_host(f).map_err(|e| {
+                    Failure::Input(format!("draft_format: {}", e.to_string().replace('\n', " ")))
+                })?,
+            }
+        }
     };
     if target.config().vocab_size != drafter.output_vocab() {
         return Err(Failure::Input(format!(
