@@ -32,8 +32,8 @@ pub struct GenerateArgs {
     /// `q8_0` / `q4_0` / `q4_1`: a model folder's or llama2.c file's dense matrices quantised at load into host
     /// matrices, so a draft step reads a quarter (Q8_0) of its f32 bytes. Speculative sampling stays exact for
     /// any draft; only how often it agrees changes.
-    #[arg(long, value_enum, default_value_t = DraftFormat::AsStored, requires = "draft")]
-    pub draft_format: DraftFormat,
+    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored, requires = "draft")]
+    pub draft_format: crate::draft_format::DraftFormat,
     /// Draft with the target's first N layers and its own head (self-speculation).
     #[arg(allow_hyphen_values = true, long)]
     pub self_draft_layers: Option<usize>,
@@ -80,35 +80,6 @@ pub struct GenerateArgs {
     /// Print acceptance and timing on stderr.
     #[arg(long)]
     pub stats: bool,
-}
-
-/// `generate --draft-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DraftFormat {
-    // As the file stores it.
-    AsStored,
-    // 8-bit blocks of 32 (one f16 scale each).
-    #[value(name = "q8_0")]
-    Q8_0,
-    // 4-bit blocks of 32 (one f16 scale each).
-    #[value(name = "q4_0")]
-    Q4_0,
-    // 4-bit blocks of 32 (an f16 scale and minimum each).
-    #[value(name = "q4_1")]
-    Q4_1,
-}
-
-impl DraftFormat {
-    /// The host block format to quantise to; `None` for as stored.
-    pub fn block_format(self) -> Option<spin_runtime::quant::BlockFormat> {
-        use spin_runtime::quant::BlockFormat;
-        match self {
-            DraftFormat::AsStored => None,
-            DraftFormat::Q8_0 => Some(BlockFormat::Q8_0),
-            DraftFormat::Q4_0 => Some(BlockFormat::Q4_0),
-            DraftFormat::Q4_1 => Some(BlockFormat::Q4_1),
-        }
-    }
 }
 
 /// The longest prompt accepted, in bytes, checked before tokenising (docs/cli.md lists the limits).

@@ -6,6 +6,7 @@
 mod chart;
 mod correct;
 mod device;
+mod draft_format;
 mod failure;
 mod gen_cert;
 mod generate;

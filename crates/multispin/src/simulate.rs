@@ -186,8 +186,8 @@ pub struct SimulateArgs {
     pub draft: Option<PathBuf>,
     /// How the draft model's dense matrices are held, as `generate --draft-format` says: `as-stored`, or
     /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
-    #[arg(long, value_enum, default_value_t = crate::generate::DraftFormat::AsStored)]
-    pub draft_format: crate::generate::DraftFormat,
+    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored)]
+    pub draft_format: crate::draft_format::DraftFormat,
     /// Draft with the target's first N layers and its own head (self-speculation) instead of a draft model.
     #[arg(long)]
     pub self_draft_layers: Option<usize>,
