@@ -373,25 +373,13 @@ fn central(
     };
     let devices = (0..k_all)
         .map(|k| {
-            let generated = verifier.generated(k)?.to_vec();
-            let acceptance = verifier
-                .alpha(k)?
-                .ratio_estimate(spin_core::estimate::Z_95)?
-                .map(|e| e.value);
-            Ok(DeviceSummary {
-                device: k,
-                tokens: generated.len(),
-                goodput: if clock_s > 0.0 {
-                    generated.len() as f64 / clock_s
-                } else {
-                    0.0
-                },
-                acceptance: if drafter.is_some() { acceptance } else { None },
-                rounds: rounds_of[k],
-                dropped: 0,
-                done: verifier.is_done(k)?,
-                generated,
-            })
+            let mut d =
+                DeviceSummary::from_verifier(&verifier, k, clock_s, rounds_of[k], 0, verifier.is_done(k)?)?;
+            // Plain decoding drafts nothing: no acceptance to report.
+            if drafter.is_none() {
+                d.acceptance = None;
+            }
+            Ok(d)
         })
         .collect::<Result<Vec<_>>>()?;
     let total: u64 = devices.iter().map(|d| d.tokens as u64).sum();

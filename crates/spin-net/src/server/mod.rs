@@ -324,26 +324,8 @@ impl Engine {
         let elapsed_s = self.elapsed();
         let devices = (0..self.sessions.len())
             .map(|k| {
-                let generated = self.verifier.generated(k)?.to_vec();
-                let acceptance = self
-                    .verifier
-                    .alpha(k)?
-                    .ratio_estimate(spin_core::estimate::Z_95)?
-                    .map(|e| e.value);
-                Ok(DeviceSummary {
-                    device: k,
-                    tokens: generated.len(),
-                    goodput: if elapsed_s > 0.0 {
-                        generated.len() as f64 / elapsed_s
-                    } else {
-                        0.0
-                    },
-                    acceptance,
-                    rounds: self.sessions[k].rounds,
-                    dropped: self.sessions[k].dropped,
-                    done: self.sessions[k].done,
-                    generated,
-                })
+                let s = &self.sessions[k];
+                DeviceSummary::from_verifier(&self.verifier, k, elapsed_s, s.rounds, s.dropped, s.done)
             })
             .collect::<Result<Vec<_>>>()?;
         let tokens: u64 = devices.iter().map(|d| d.tokens as u64).sum();

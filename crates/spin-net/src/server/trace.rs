@@ -85,6 +85,39 @@ pub struct DeviceSummary {
     pub generated: Vec<u32>,
 }
 
+impl DeviceSummary {
+    /// Device `k`'s totals from the verifier that decoded it, over `clock_s` seconds of the run's clock (goodput 0
+    /// for an empty run); the round counts and whether it finished come from the caller's bookkeeping.
+    pub(crate) fn from_verifier(
+        verifier: &spin_runtime::verifier::Verifier<impl std::ops::Deref<Target = spin_runtime::Model>>,
+        k: usize,
+        clock_s: f64,
+        rounds: u64,
+        dropped: u64,
+        done: bool,
+    ) -> Result<DeviceSummary> {
+        let generated = verifier.generated(k)?.to_vec();
+        let acceptance = verifier
+            .alpha(k)?
+            .ratio_estimate(spin_core::estimate::Z_95)?
+            .map(|e| e.value);
+        Ok(DeviceSummary {
+            device: k,
+            tokens: generated.len(),
+            goodput: if clock_s > 0.0 {
+                generated.len() as f64 / clock_s
+            } else {
+                0.0
+            },
+            acceptance,
+            rounds,
+            dropped,
+            done,
+            generated,
+        })
+    }
+}
+
 /// Totals of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
