@@ -72,6 +72,16 @@ pub struct DistillArgs {
     /// greedily to --seq-len tokens, added to the training text.
     #[arg(long, default_value_t = 0)]
     pub openings: u32,
+    /// With --head-vocab: instructions the target answers (greedily, then twice sampled at temperature 0.8) for
+    /// the training text: 48 written out, then 8 templates × 40 subjects (at most 368); none is an evaluation
+    /// instruction of scripts/bench-speculative-smollm2.sh.
+    #[arg(long, default_value_t = 48)]
+    pub instructions: u32,
+    /// With --head-vocab: a file for the target's top-k distributions over the training text, read when it
+    /// exists (built from the same target and text options, or refused), else written after caching; `none`:
+    /// no file. Saves the text generation and caching (most of a first run) when only training options change.
+    #[arg(long, default_value = "none")]
+    pub cache_file: String,
 }
 
 impl DistillArgs {
@@ -100,6 +110,8 @@ impl DistillArgs {
             ("--minutes", self.minutes.to_string()),
             ("--init-layers", self.init_layers.clone()),
             ("--openings", self.openings.to_string()),
+            ("--instructions", self.instructions.to_string()),
+            ("--cache-file", self.cache_file.clone()),
         ] {
             a.push(flag.to_owned());
             a.push(v);

@@ -11,6 +11,7 @@ use crate::model::{Config, KvCache, Model, TensorMap, WeightSource, tensor_shape
 use crate::speculative::{generate_plain_batch, sampling};
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -151,7 +152,96 @@ impl TopKCache {
         }
         c
     }
+
+    /// The cache as bytes, little-endian: `MSTK`, format version 1 (u32), `key` (u64, what the caller says the
+    /// cache was built from), `seq_len` and `k` (u32), the token count (u64), then the tokens and ids (u32) and
+    /// the probabilities (f32).
+    pub fn to_bytes(&self, key: u64) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32 + 4 * (self.tokens.len() + 2 * self.ids.len()));
+        b.extend_from_slice(CACHE_MAGIC);
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&key.to_le_bytes());
+        b.extend_from_slice(&(self.seq_len as u32).to_le_bytes());
+        b.extend_from_slice(&(self.k as u32).to_le_bytes());
+        b.extend_from_slice(&(self.tokens.len() as u64).to_le_bytes());
+        for v in self.tokens.iter().chain(&self.ids) {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in &self.probs {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// Reads [`TopKCache::to_bytes`]'s format back; a cache built from another `key`, a truncated or padded file,
+    /// or a field out of range is an error naming it.
+    pub fn from_bytes(b: &[u8], key: u64) -> Result<TopKCache> {
+        let bad = |field: &str, why: String| RuntimeError::invalid(format!("top-k cache: {field}"), why);
+        let word = |at: usize, n: usize| -> Result<&[u8]> {
+            b.get(at..at + n)
+                .ok_or_else(|| bad("header", format!("{} bytes end before byte {}", b.len(), at + n)))
+        };
+        if word(0, 4)? != CACHE_MAGIC {
+            return Err(bad("magic", "not a top-k cache (no MSTK)".into()));
+        }
+        let u32_at = |at| word(at, 4).map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")));
+        let u64_at = |at| word(at, 8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        let version = u32_at(4)?;
+        if version != 1 {
+            return Err(bad("version", format!("{version}, this build reads 1")));
+        }
+        let got = u64_at(8)?;
+        if got != key {
+            return Err(bad(
+                "key",
+                format!("{got:016x}: built from other options or another target than these ({key:016x})"),
+            ));
+        }
+        let (seq_len, k) = (u32_at(16)? as usize, u32_at(20)? as usize);
+        let n = usize::try_from(u64_at(24)?).map_err(|_| bad("tokens", "too many".into()))?;
+        if seq_len == 0 || k == 0 || n % seq_len != 0 {
+            return Err(bad(
+                "seq_len",
+                format!("{seq_len} (k {k}) does not divide the {n} tokens"),
+            ));
+        }
+        let want = n
+            .checked_mul(4 + 8 * k)
+            .and_then(|x| x.checked_add(32))
+            .ok_or_else(|| bad("tokens", "too many".into()))?;
+        if b.len() != want {
+            return Err(bad(
+                "length",
+                format!("{} bytes where {n} tokens with k = {k} take {want}", b.len()),
+            ));
+        }
+        let words = |from: usize, count: usize| {
+            b[from..from + 4 * count]
+                .chunks_exact(4)
+                .map(|w| w.try_into().expect("4 bytes"))
+        };
+        let tokens: Vec<u32> = words(32, n).map(u32::from_le_bytes).collect();
+        let ids: Vec<u32> = words(32 + 4 * n, n * k).map(u32::from_le_bytes).collect();
+        let probs: Vec<f32> = words(32 + 4 * n + 4 * n * k, n * k)
+            .map(f32::from_le_bytes)
+            .collect();
+        if let Some(i) = probs.iter().position(|p| !(0.0..=1.0).contains(p)) {
+            return Err(bad(
+                &format!("probs[{i}]"),
+                format!("{} is not in [0, 1]", probs[i]),
+            ));
+        }
+        Ok(TopKCache {
+            seq_len,
+            k,
+            tokens,
+            ids,
+            probs,
+        })
+    }
 }
+
+const CACHE_MAGIC: &[u8; 4] = b"MSTK";
 
 /// Runs `target` over `seqs` (each exactly `seq_len` tokens), `batch` sequences per pass, and keeps the top `k`
 /// probabilities of every position; `log` gets the sequences done after every pass.
@@ -185,40 +275,53 @@ pub fn cache_top_k(
         ids: Vec::with_capacity(seqs.len() * seq_len * k),
         probs: Vec::with_capacity(seqs.len() * seq_len * k),
     };
-    let mut order: Vec<u32> = Vec::with_capacity(vocab);
-    let mut p = vec![0f32; vocab];
     for (done, chunk) in seqs.chunks(batch).enumerate() {
         let mut caches: Vec<KvCache> = chunk.iter().map(|_| target.new_cache()).collect();
         let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
         let ins: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
         for l in target.forward_batch(&mut refs, &ins)? {
             let rows = l.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-            for row in rows {
-                let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                if !m.is_finite() {
-                    return Err(RuntimeError::invalid("logits", "a row without a finite maximum"));
-                }
-                let mut z = 0f64;
-                for (x, &l) in p.iter_mut().zip(&row) {
-                    *x = (l - m).exp();
-                    z += f64::from(*x);
-                }
-                order.clear();
-                order.extend(0..vocab as u32);
-                order.select_nth_unstable_by(k - 1, |&a, &b| {
-                    p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b))
-                });
-                order.truncate(k);
-                order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
-                for &t in &order {
-                    out.ids.push(t);
-                    out.probs.push((f64::from(p[t as usize]) / z) as f32);
-                }
+            // Rows are independent, and each is computed as alone: the cache is the same on any thread count.
+            let kept: Vec<Vec<(u32, f32)>> = rows
+                .par_iter()
+                .map(|row| top_k_probs(row, k))
+                .collect::<Result<_>>()?;
+            for (t, q) in kept.into_iter().flatten() {
+                out.ids.push(t);
+                out.probs.push(q);
             }
         }
         log((done * batch + chunk.len()).min(seqs.len()));
     }
     Ok(out)
+}
+
+/// The `k` most probable tokens of one row of logits with their softmax probabilities, most probable first (ties
+/// to the smaller id).
+fn top_k_probs(row: &[f32], k: usize) -> Result<Vec<(u32, f32)>> {
+    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if !m.is_finite() {
+        return Err(RuntimeError::invalid("logits", "a row without a finite maximum"));
+    }
+    let mut z = 0f64;
+    let p: Vec<f32> = row
+        .iter()
+        .map(|&l| {
+            let x = (l - m).exp();
+            z += f64::from(x);
+            x
+        })
+        .collect();
+    let mut order: Vec<u32> = (0..row.len() as u32).collect();
+    order.select_nth_unstable_by(k - 1, |&a, &b| {
+        p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b))
+    });
+    order.truncate(k);
+    order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+    Ok(order
+        .into_iter()
+        .map(|t| (t, (f64::from(p[t as usize]) / z) as f32))
+        .collect())
 }
 
 /// One training batch for a restricted-head student: compact input ids (B, T), the target's kept probabilities

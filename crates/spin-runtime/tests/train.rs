@@ -61,7 +61,7 @@ fn distillation_reduces_kl_and_saves_a_loadable_drafter() {
 #[test]
 fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
     use spin_runtime::head_vocab::{HeadVocab, most_frequent};
-    use spin_runtime::train::{HeadStudent, cache_top_k};
+    use spin_runtime::train::{HeadStudent, TopKCache, cache_top_k};
     let tc = cfg(32, 1);
     let target = model_from_tensors(
         tc.clone(),
@@ -112,6 +112,19 @@ fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
     spin_runtime::hf::write_draft_dir(dir.path(), &student_cfg, s.tensors(), &hv).unwrap();
     let d = spin_runtime::load_model(dir.path(), &Device::Cpu).unwrap();
     assert_eq!(d.output_vocab(), 20);
+    // The cache survives a round trip through its file format, under its key only; damaged files are refused
+    // by field.
+    let bytes = cache.to_bytes(42);
+    assert_eq!(TopKCache::from_bytes(&bytes, 42).unwrap(), cache);
+    let msg = |b: &[u8], key| TopKCache::from_bytes(b, key).unwrap_err().to_string();
+    assert!(msg(&bytes, 43).contains("key"), "{}", msg(&bytes, 43));
+    assert!(msg(&bytes[..bytes.len() - 1], 42).contains("length"));
+    assert!(msg(&bytes[..10], 42).contains("header"));
+    assert!(msg(b"GGUF0000", 42).contains("magic"));
+    let mut bad = bytes.clone();
+    let last = bad.len() - 4;
+    bad[last..].copy_from_slice(&2.0f32.to_le_bytes());
+    assert!(msg(&bad, 42).contains("probs["), "{}", msg(&bad, 42));
     // Bad inputs are errors.
     assert!(s.batch(&cache, &[6]).is_err());
     assert!(cache_top_k(&target, &seqs, 0, 4, |_| ()).is_err());

@@ -6,9 +6,9 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_runtime::head_vocab::{HeadVocab, most_frequent};
 use spin_runtime::speculative::{generate_plain_batch, sampling};
-use spin_runtime::train::{HeadStudent, cache_top_k, layer_tensor_names, student_from_layers};
+use spin_runtime::train::{HeadStudent, TopKCache, cache_top_k, layer_tensor_names, student_from_layers};
 use spin_runtime::{Config, RopeStyle, Tokenizer};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The options of this route.
@@ -35,6 +35,13 @@ pub struct Opts {
     /// Held-in story openings (a paragraph's first 12 words) the target continues greedily to `seq_len` tokens:
     /// text like what the draft proposes for when the target decodes greedily from a story opening.
     pub openings: usize,
+    /// Instructions whose answers by the target are training text: the 48 written out below first, then
+    /// templated ones (`instructions`), at most 48 + 8 × 40.
+    pub instructions: usize,
+    /// A file holding the target's top-k distributions over the training text: read when it exists (it must
+    /// have been built from the same target and text options), else built and written there. Training options
+    /// (steps, batch, learning rate, layers) can then change without running the target again.
+    pub cache_file: Option<PathBuf>,
 }
 
 /// The first bytes of TinyStories validation, never trained on (the evaluation prompts come from them).
@@ -133,6 +140,74 @@ impl Progress {
 }
 
 /// The held-in TinyStories validation text: everything after the first [`HELD_OUT_BYTES`] (from the next line).
+/// Templates and subjects of the instructions after the first 48: none of the evaluation's ten instructions
+/// (scripts/bench-speculative-smollm2.sh) is among them, and no subject of theirs.
+const TEMPLATES: [&str; 8] = [
+    "Explain {} in simple terms.",
+    "Write a short story about {}.",
+    "What is {}?",
+    "Describe {} in a few sentences.",
+    "Give me three facts about {}.",
+    "Why is {} important?",
+    "Write a short poem about {}.",
+    "How would you explain {} to a child?",
+];
+const SUBJECTS: [&str; 40] = [
+    "the moon",
+    "a lighthouse",
+    "friendship",
+    "a thunderstorm",
+    "the ocean tides",
+    "a library",
+    "electricity",
+    "a honeybee",
+    "the desert",
+    "a steam train",
+    "recycling",
+    "the human brain",
+    "a snowflake",
+    "a farmer's day",
+    "the internet",
+    "a dragon",
+    "the Roman Empire",
+    "a vegetable garden",
+    "the stars",
+    "a penguin",
+    "music",
+    "a rainforest",
+    "kindness",
+    "a bridge",
+    "the wind",
+    "a birthday party",
+    "a museum",
+    "the alphabet",
+    "a camping trip",
+    "clouds",
+    "a small village",
+    "dinosaurs",
+    "a clock",
+    "the Arctic",
+    "a market",
+    "teamwork",
+    "a river",
+    "the post office",
+    "an elephant",
+    "a spaceship",
+];
+
+/// The first `n` training instructions: the written-out ones, then each template with each subject in turn.
+fn instructions(n: usize) -> Vec<String> {
+    let templated = SUBJECTS
+        .iter()
+        .flat_map(|s| TEMPLATES.iter().map(move |t| t.replace("{}", s)));
+    INSTRUCTIONS
+        .iter()
+        .map(|q| (*q).to_owned())
+        .chain(templated)
+        .take(n)
+        .collect()
+}
+
 fn held_in_stories() -> Result<String, String> {
     let data = std::env::var("MULTISPIN_SHARED_DATA")
         .map_err(|_| "MULTISPIN_SHARED_DATA: not set (the folder holding corpora/tinystories_val.txt)")?;
@@ -169,19 +244,14 @@ fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u3
     Ok(ids.chunks_exact(seq_len).take(n).map(<[u32]>::to_vec).collect())
 }
 
-pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
-    let device = spin_runtime::select_device().map_err(|e| e.to_string())?;
-    let target = spin_runtime::load_model(target_path, &device).map_err(|e| e.to_string())?;
-    let tc = target.config().clone();
-    let tok = spin_runtime::load_tokenizer(None, target_path, tc.vocab_size).map_err(|e| e.to_string())?;
-    if o.seq_len < 2 || o.seq_len > tc.max_seq_len || o.steps == 0 || o.batch == 0 || o.top_k == 0 {
-        return Err("--seq-len, --steps, --batch, --top-k: out of range".into());
-    }
-    let mut progress = Progress {
-        start: Instant::now(),
-        last: 0.0,
-    };
-    // 1. Text: held-in stories, and the target's own answers (greedy, then two sampled at temperature 0.8).
+/// Step 1: held-in stories, the target's continuations of held-in story openings, and its own answers to
+/// instructions (greedy, then two sampled at temperature 0.8), `seq_len` tokens each.
+fn training_text(
+    target: &spin_runtime::Model,
+    tok: &Tokenizer,
+    o: &Opts,
+    progress: &mut Progress,
+) -> Result<Vec<Vec<u32>>, String> {
     let mut seqs = story_windows(&tok, o.seq_len, o.story_seqs)?;
     let stories = seqs.len();
     let template = tok
@@ -189,8 +259,8 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         .ok_or("the target's file has no chat template")?;
     let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
     let mut prompts = Vec::new();
-    for q in INSTRUCTIONS {
-        let text = render_chat(template, q, &name(tok.bos()), &name(tok.eos()))?;
+    for q in instructions(o.instructions) {
+        let text = render_chat(template, &q, &name(tok.bos()), &name(tok.eos()))?;
         let mut p = tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())?;
         p.truncate(o.seq_len / 2);
         prompts.push(p);
@@ -200,16 +270,25 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         let seeds: Vec<u64> = (0..prompts.len() as u64)
             .map(|i| o.seed.wrapping_mul(7919).wrapping_add(1000 * round as u64 + i))
             .collect();
-        let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
-        let answers = generate_plain_batch(&target, &prompts, &params, o.seq_len - shortest, &seeds)
-            .map_err(|e| e.to_string())?;
-        for (p, g) in prompts.iter().zip(answers) {
-            let mut s = p.clone();
-            s.extend(g);
-            s.truncate(o.seq_len);
-            seqs.push(s);
+        for (c, chunk) in prompts.chunks(64).enumerate() {
+            let seeds: Vec<u64> = seeds[64 * c..64 * c + chunk.len()].to_vec();
+            let shortest = chunk.iter().map(Vec::len).min().unwrap_or(0);
+            let answers = generate_plain_batch(target, chunk, &params, o.seq_len - shortest, &seeds)
+                .map_err(|e| e.to_string())?;
+            for (p, g) in chunk.iter().zip(answers) {
+                let mut s = p.clone();
+                s.extend(g);
+                s.truncate(o.seq_len);
+                seqs.push(s);
+            }
         }
-        progress.line(true, || format!("generated answers, round {} of 3", round + 1));
+        progress.line(true, || {
+            format!(
+                "generated answers to {} instructions, round {} of 3",
+                prompts.len(),
+                round + 1
+            )
+        });
     }
     // The target's greedy continuations of held-in story openings, 64 at a time.
     let openings = story_openings(o.openings)?;
@@ -224,7 +303,7 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         let shortest = ps.iter().map(Vec::len).min().unwrap_or(0);
         let seeds = vec![o.seed; ps.len()];
         let greedy = sampling(0.0).map_err(|e| e.to_string())?;
-        let outs = generate_plain_batch(&target, &ps, &greedy, o.seq_len - shortest, &seeds)
+        let outs = generate_plain_batch(target, &ps, &greedy, o.seq_len - shortest, &seeds)
             .map_err(|e| e.to_string())?;
         for (p, g) in ps.into_iter().zip(outs) {
             let mut s = p;
@@ -249,11 +328,89 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         o.seq_len,
         o.top_k
     );
-    // 2. The target's top-k distributions, once.
-    let cache = cache_top_k(&target, &seqs, o.top_k, 4, |done| {
-        progress.line(done == n, || format!("cached {done} / {n} sequences"))
-    })
-    .map_err(|e| e.to_string())?;
+    Ok(seqs)
+}
+
+/// What the cache is built from: the target file's bytes and every option that changes the text or the cache
+/// (FNV-1a 64), so that `--cache-file` never trains on another target's distributions.
+fn cache_key(target: &Path, o: &Opts) -> Result<u64, String> {
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    if target.is_dir() {
+        for name in ["config.json", "model.safetensors"] {
+            let p = target.join(name);
+            h.write(&std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?);
+        }
+    } else {
+        h.write(&std::fs::read(target).map_err(|e| format!("{}: {e}", target.display()))?);
+    }
+    for v in [o.top_k, o.story_seqs, o.openings, o.instructions, o.seq_len] {
+        h.write(&(v as u64).to_le_bytes());
+    }
+    h.write(&o.seed.to_le_bytes());
+    h.write(&HELD_OUT_BYTES.to_le_bytes());
+    Ok(h.0)
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
+    let device = spin_runtime::select_device().map_err(|e| e.to_string())?;
+    let target = spin_runtime::load_model(target_path, &device).map_err(|e| e.to_string())?;
+    let tc = target.config().clone();
+    let tok = spin_runtime::load_tokenizer(None, target_path, tc.vocab_size).map_err(|e| e.to_string())?;
+    let most = INSTRUCTIONS.len() + TEMPLATES.len() * SUBJECTS.len();
+    if o.instructions > most {
+        return Err(format!(
+            "--instructions: {} is more than the {most} there are",
+            o.instructions
+        ));
+    }
+    if o.seq_len < 2 || o.seq_len > tc.max_seq_len || o.steps == 0 || o.batch == 0 || o.top_k == 0 {
+        return Err("--seq-len, --steps, --batch, --top-k: out of range".into());
+    }
+    let mut progress = Progress {
+        start: Instant::now(),
+        last: 0.0,
+    };
+    // 1–2. The training text and the target's top-k distributions over it, or the cache file they were saved to.
+    let key = cache_key(target_path, o)?;
+    let cache = match &o.cache_file {
+        Some(f) if f.exists() => {
+            let b = std::fs::read(f).map_err(|e| format!("--cache-file: {}: {e}", f.display()))?;
+            let c =
+                TopKCache::from_bytes(&b, key).map_err(|e| format!("--cache-file: {}: {e}", f.display()))?;
+            println!(
+                "read the target's top-{} distributions of {} sequences from {}",
+                c.k,
+                c.sequences(),
+                f.display()
+            );
+            c
+        }
+        _ => {
+            let seqs = training_text(&target, &tok, o, &mut progress)?;
+            let n = seqs.len();
+            let c = cache_top_k(&target, &seqs, o.top_k, 4, |done| {
+                progress.line(done == n, || format!("cached {done} / {n} sequences"))
+            })
+            .map_err(|e| e.to_string())?;
+            if let Some(f) = &o.cache_file {
+                std::fs::write(f, c.to_bytes(key))
+                    .map_err(|e| format!("--cache-file: {}: {e}", f.display()))?;
+                println!("wrote the cache to {} (--cache-file reads it back)", f.display());
+            }
+            c
+        }
+    };
+    let n = cache.sequences();
     drop(target);
     // 3. The head: the target's most frequent tokens by expected count (kept probability mass).
     let counts: Vec<u64> = cache
