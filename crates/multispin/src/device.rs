@@ -22,8 +22,13 @@ pub struct DeviceArgs {
     /// draft distilled from stories260K, models/draft-2x32.bin).
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Tokenizer (llama2.c `.bin` or `tokenizer.json`); GGUF files and HF folders carry their own (default for a
-    /// llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
+    /// How the draft model's dense matrices are held, as `generate --draft-format` says: `as-stored`, or
+    /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
+    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored)]
+    pub draft_format: crate::draft_format::DraftFormat,
+    /// Tokenizer (llama2.c `.bin`, `tokenizer.json`, or a GGUF file's, e.g. the target's for a restricted-head
+    /// draft folder, which carries none); GGUF files and HF folders with `tokenizer.json` carry their own (default
+    /// for a llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Prompt text (BOS is prepended when the tokenizer has one).
@@ -61,10 +66,18 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         )));
     }
     let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
+    let drafter = match args.draft_format.block_format() {
+        None => drafter,
+        Some(f) => drafter
+            .quantize_host(f)
+            .map_err(|e| Failure::Input(format!("draft_format: {}", e.to_string().replace('\n', " "))))?,
+    };
+    // A restricted-head draft scores a compact vocabulary but speaks the target's: the tokenizer and the identity
+    // are the full vocabulary's.
     let tok = load_tokenizer(
         args.tokenizer.as_deref(),
         args.draft.as_deref(),
-        drafter.config().vocab_size,
+        drafter.output_vocab(),
     )?;
     let mut cfg = DeviceConfig::new(
         args.connect.clone(),

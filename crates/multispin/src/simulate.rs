@@ -264,10 +264,10 @@ pub fn load_tokenizer(
         .map_err(Failure::input)
 }
 
-/// The identity of a model and tokenizer: the vocabulary, a fingerprint of every token's text, and one of the
-/// model's configuration.
+/// The identity of a model and tokenizer: the vocabulary the model speaks (a restricted-head draft's is the
+/// target's, `Model::output_vocab`), a fingerprint of every token's text, and one of the model's configuration.
 pub fn identity(model: &Model, tok: &Tokenizer) -> Identity {
-    let vocab = model.config().vocab_size;
+    let vocab = model.output_vocab();
     Identity {
         vocab: vocab as u32,
         tokenizer: tokenizer_fingerprint(tok, vocab),

@@ -339,6 +339,86 @@ fn serve_and_device_processes_produce_the_generate_text() {
     assert!(status.success());
 }
 
+/// `multispin device` with a restricted-head draft folder (a compact vocabulary of its own, which carries no
+/// tokenizer: `--tokenizer` gives the target's) quantised at load (`--draft-format q8_0`) joins a server of the
+/// full vocabulary, and its text is the target's plain greedy text.
+#[test]
+fn a_device_with_a_restricted_head_draft_quantised_at_load_joins_and_prints_plain_greedy_text() {
+    use spin_runtime::head_vocab::HeadVocab;
+    let dir = tempfile::tempdir().unwrap();
+    let (target, _, tok) = write_tiny(dir.path());
+    let vocab = common::write_tokenizer(dir.path()).0.vocab_size();
+    let head: Vec<u32> = (0..vocab as u32).step_by(2).collect();
+    let hv = HeadVocab::new(head, vocab).unwrap();
+    let cfg = spin_runtime::Config {
+        vocab_size: hv.compact_vocab(),
+        dim: 32,
+        hidden_dim: 64,
+        n_layers: 1,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 128,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: spin_runtime::RopeStyle::Halves,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let device = spin_runtime::select_device().unwrap();
+    let w = spin_runtime::model::random_tensors(&cfg, 0.3, 5, &device).unwrap();
+    let draft = dir.path().join("draft-head");
+    spin_runtime::hf::write_draft_dir(&draft, &cfg, &w, &hv).unwrap();
+    let mut server = bin()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--devices",
+            "1",
+            "--max-tokens",
+            "16",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    let out = bin()
+        .args([
+            "device",
+            "--connect",
+            &addr,
+            "--prompt",
+            PROMPTS[1],
+            "--draft-format",
+            "q8_0",
+        ])
+        .arg("--draft")
+        .arg(&draft)
+        .arg("--tokenizer")
+        .arg(&tok)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.trim_end_matches('\n'),
+        generate_plain(&target, &tok, PROMPTS[1])
+    );
+    assert!(server.wait().unwrap().success());
+}
+
 #[test]
 fn bad_input_exits_with_status_2_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
