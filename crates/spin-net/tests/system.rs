@@ -257,6 +257,47 @@ fn a_straggler_is_dropped_for_the_round_and_stays_in_the_session() {
     );
 }
 
+/// On the real clock the run's time starts with its first round: a wait for the last device to join is not
+/// charged to the goodput (it was, when the clock started with the server).
+#[test]
+fn the_real_clock_does_not_count_the_wait_for_devices_to_join() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let mut cfg = config("fixed", &target);
+    cfg.clock = Clock::Real;
+    cfg.compute = Compute::Measured;
+    cfg.min_devices = 2;
+    cfg.max_new_tokens = 4;
+    let (_tx, rx) = watch::channel(false);
+    let rt = runtime();
+    let (summary, first_clock) = rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", target.clone(), cfg).await.unwrap();
+        let addr = server.local_addr().unwrap().to_string();
+        let first = Arc::new(std::sync::Mutex::new(None));
+        let seen = first.clone();
+        let serving = tokio::spawn(server.run(rx, move |t| {
+            seen.lock().unwrap().get_or_insert(t.clock_s);
+        }));
+        let early = tokio::spawn(run_device(
+            drafter.clone(),
+            DeviceConfig::new(addr.clone(), prompts()[0].clone(), identity(&drafter)),
+        ));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let late = tokio::spawn(run_device(
+            drafter.clone(),
+            DeviceConfig::new(addr, prompts()[1].clone(), identity(&drafter)),
+        ));
+        early.await.unwrap().unwrap();
+        late.await.unwrap().unwrap();
+        let summary = serving.await.unwrap().unwrap();
+        let first_clock = first.lock().unwrap().unwrap();
+        (summary, first_clock)
+    });
+    assert_eq!(summary.tokens, 8);
+    assert!(first_clock < 1.0, "the first round ended at {first_clock} s");
+    assert!(summary.elapsed_s < 1.4, "the run took {} s", summary.elapsed_s);
+}
+
 #[test]
 fn shutdown_ends_the_run_and_the_trace_is_complete() {
     let target = Arc::new(tiny(1, 0.3, 3));

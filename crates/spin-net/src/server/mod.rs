@@ -263,6 +263,9 @@ impl Engine {
                 }
             }
         }
+        // The run's clock starts with its first round: on the real clock the wait for devices to join is not
+        // part of any round, so it is not charged to the goodput (the virtual clock starts at 0 there too).
+        self.wall_start = Instant::now();
         let mut round = 0u64;
         let stopped = loop {
             if *self.shutdown.borrow() {

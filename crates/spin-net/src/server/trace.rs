@@ -44,7 +44,8 @@ pub struct RoundTrace {
     pub scheme: &'static str,
     /// Round number (from 0).
     pub round: u64,
-    /// The clock at the end of the round in seconds.
+    /// The clock at the end of the round in seconds (from the start of the first round: the wait for devices to
+    /// join is not counted).
     pub clock_s: f64,
     /// The round's latency.
     pub latency_s: f64,
@@ -129,7 +130,7 @@ pub struct Summary {
     pub rounds: u64,
     /// Tokens generated over all devices.
     pub tokens: u64,
-    /// The run's duration on its clock in seconds.
+    /// The run's duration on its clock in seconds, from the start of its first round.
     pub elapsed_s: f64,
     /// tokens / elapsed_s.
     pub goodput: f64,
