@@ -3,16 +3,19 @@
 # drafter (scripts/build-smollm2-draft.sh): whole `multispin generate` processes run alternately (plain,
 # speculative, plain, ...), for draft lengths 1..8, on held-out prompts: TinyStories validation openings from the
 # slice distillation never trains on (its first 64 KiB) and instructions (--chat) that are not among its training
-# instructions. Prints per draft length the median, min and max ratio speculative/plain wall time, the greedy
-# acceptance α, the draft step and verification pass costs, and the ratio the formula predicts,
+# instructions. Prints per draft length the median, min and max ratio speculative/plain wall time per generated
+# token (below 1 is faster), the greedy acceptance α (at temperature 0; else the acceptance rate), the draft step and verification pass costs, and the
+# ratio the formula predicts,
 #   (L·t_draft + t_verify(L+1)) / (E[tokens per round] · t_step),  E = (1 − α^(L+1)) / (1 − α),
-# with the load average; and checks that every speculative text equals the plain text.
+# with the load average; and, at temperature 0, checks that every speculative text equals the plain text.
 # Build first: `cargo build --release -p multispin`.
 #
 # α is measured on every held-out prompt at draft length 4 (the table's alpha_all); per draft length, α, the pass
 # costs and the timed pairs come from the first story opening and the first instruction.
 #
 # The draft runs as DRAFT_FORMAT says (`generate --draft-format`, default q8_0: its f32 matrices quantised at load).
+# TEMPERATURE (default 0) samples both runs at that temperature with the same seed (`--seed 0`); above 0 the two
+# texts are different draws of one distribution (its exactness: scripts/chi2-smollm2.sh), so they are not compared.
 #
 # Usage: scripts/bench-speculative-smollm2.sh [PAIRS] [TOKENS]   (default 2 pairs per prompt, 256 tokens)
 set -euo pipefail
@@ -27,9 +30,11 @@ draft="$cache/smollm2-draft"
 for f in "$target" "$draft"; do
     [ -e "$f" ] || { echo "skip: $f is absent (scripts/fetch-smollm2.sh, scripts/build-smollm2-draft.sh)"; exit 0; }
 done
-python3 - "$pairs" "$tokens" "$bin" "$target" "$draft" "$MULTISPIN_SHARED_DATA" "${DRAFT_FORMAT:-q8_0}" <<'PY'
+python3 - "$pairs" "$tokens" "$bin" "$target" "$draft" "$MULTISPIN_SHARED_DATA" "${DRAFT_FORMAT:-q8_0}" \
+    "${TEMPERATURE:-0}" <<'PY'
 import os, re, statistics, subprocess, sys, time
-pairs, tokens, binary, target, draft, data, draft_format = int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:]
+pairs, tokens, binary, target, draft, data, draft_format, temperature = \
+    int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:8], float(sys.argv[8])
 held = open(os.path.join(data, "corpora/tinystories_val.txt"), encoding="utf-8").read()[:65536]
 paras = [p.strip() for p in held.split("\n") if len(p.strip()) > 200]
 stories = [" ".join(p.split()[:12]) for p in paras[:4]]
@@ -46,7 +51,8 @@ instructions = [
     "Explain what a computer program is.",
 ]
 prompts = [(s, []) for s in stories] + [(i, ["--chat"]) for i in instructions]
-base = [binary, "generate", "--target", target, "--max-tokens", str(tokens)]
+base = [binary, "generate", "--target", target, "--max-tokens", str(tokens), "--temperature", str(temperature)]
+same_text = lambda a, b: temperature > 0 or a == b
 def run(cmd):
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -59,7 +65,8 @@ def spec(p, extra, L):
 num = lambda pat, s: float(re.search(pat, s).group(1))
 # Acceptance and pass costs on every held-out prompt (one speculative run each, draft length 4), and the target's
 # step from plain runs.
-print(f"# {len(stories)} TinyStories openings (held out) and {len(instructions)} instructions (--chat), {tokens} tokens")
+print(f"# {len(stories)} TinyStories openings (held out) and {len(instructions)} instructions (--chat), {tokens} tokens, "
+      f"temperature {temperature}")
 plain_text, t_step = {}, []
 for p, extra in prompts:
     _, text, err = run(plain(p, extra) + ["--stats"])
@@ -71,7 +78,7 @@ print(f"target step (plain decoding, in-process, median over prompts): {1e3 * t_
 alphas = {"s": [], "i": []}
 for p, extra in prompts:
     _, text, err = run(spec(p, extra, 4) + ["--stats"])
-    if text != plain_text[p]:
+    if not same_text(text, plain_text[p]):
         sys.exit(f"draft length 4, prompt {p!r}: speculative text differs from plain decoding")
     alphas["i" if extra else "s"].append(num(r"acceptance ([0-9.]+)", err))
 print(f"greedy acceptance at draft length 4: stories {statistics.mean(alphas['s']):.3f} "
@@ -83,20 +90,24 @@ for L in range(1, 9):
     alphas, t_d, t_v = {"s": [], "i": []}, [], []
     for p, extra in timed:
         _, text, err = run(spec(p, extra, L) + ["--stats"])
-        if text != plain_text[p]:
+        if not same_text(text, plain_text[p]):
             sys.exit(f"draft length {L}, prompt {p!r}: speculative text differs from plain decoding")
         a = re.search(r"acceptance ([0-9.]+)", err)
         if a:
             alphas["i" if extra else "s"].append(float(a.group(1)))
         t_d.append(num(r"draft ([0-9.]+) ms/token", err) / 1e3)
         t_v.append(num(r"verify ([0-9.]+) ms/round", err) / 1e3)
+    # Wall time per generated token (at temperature 0 both texts are the same, so this is the wall-time ratio).
+    def per_token(cmd):
+        wall, _, err = run(cmd + ["--stats"])
+        return wall / int(re.search(r"generated (\d+) tokens", err).group(1))
     ratios = []
     for p, extra in timed:
         for i in range(pairs):
             if i % 2 == 0:
-                a, b = run(plain(p, extra))[0], run(spec(p, extra, L))[0]
+                a, b = per_token(plain(p, extra)), per_token(spec(p, extra, L))
             else:
-                b, a = run(spec(p, extra, L))[0], run(plain(p, extra))[0]
+                b, a = per_token(spec(p, extra, L)), per_token(plain(p, extra))
             ratios.append(b / a)
     alpha = statistics.mean(alphas["s"] + alphas["i"])
     e = (1 - alpha ** (L + 1)) / (1 - alpha) if alpha < 1 else L + 1
