@@ -252,7 +252,7 @@ fn training_text(
     o: &Opts,
     progress: &mut Progress,
 ) -> Result<Vec<Vec<u32>>, String> {
-    let mut seqs = story_windows(&tok, o.seq_len, o.story_seqs)?;
+    let mut seqs = story_windows(tok, o.seq_len, o.story_seqs)?;
     let stories = seqs.len();
     let template = tok
         .chat_template()
