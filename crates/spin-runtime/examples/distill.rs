@@ -12,7 +12,7 @@
 //! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
 //!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
 //!        [--story-seqs 512] [--minutes 0] [--init-layers none]
-//!        [--openings 0] [--instructions 48] [--cache-file none]
+//!        [--openings 0] [--instructions 48] [--cache-file none] [--lr-schedule constant]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
@@ -23,9 +23,18 @@ use std::process::ExitCode;
 mod head_route;
 
 fn main() -> ExitCode {
-    // SAFETY: the first statement of main, before any thread exists.
+    // Training runs candle's element-wise ops (and the backward pass's) on its own pool, which the binaries hold
+    // to one thread (see `fix_cpu_threads`); here it gets every core unless CANDLE_NUM_THREADS says otherwise
+    // (about 1.4x faster training steps on 2 cores).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: the first statements of main, before any thread exists.
     #[allow(unsafe_code)]
-    let threads = unsafe { spin_runtime::load::fix_cpu_threads() };
+    let threads = unsafe {
+        if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+            std::env::set_var("CANDLE_NUM_THREADS", cores.to_string());
+        }
+        spin_runtime::load::fix_cpu_threads()
+    };
     println!("candle CPU threads: {threads}");
     match run() {
         Ok(()) => ExitCode::SUCCESS,
@@ -89,6 +98,11 @@ fn run() -> Result<(), String> {
             heads: num(get("--heads"), "--heads", 4)?,
             kv_heads: num(get("--kv-heads"), "--kv-heads", 2)?,
             lr: num(get("--lr"), "--lr", 3e-3)?,
+            cosine: match get("--lr-schedule").as_deref() {
+                None | Some("constant") => false,
+                Some("cosine") => true,
+                Some(v) => return Err(format!("--lr-schedule: {v:?} is not constant or cosine")),
+            },
             seed: num(get("--seed"), "--seed", 0)?,
             minutes: num(get("--minutes"), "--minutes", 0.0)?,
             init_layers: layers(get("--init-layers"))?,

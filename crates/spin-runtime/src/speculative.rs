@@ -327,16 +327,25 @@ pub fn generate_plain_batch(
         .map(|_| Vec::with_capacity(max_new_tokens))
         .collect();
     let mut inputs: Vec<Vec<u32>> = prompts.to_vec();
+    let vocab = model.config().vocab_size;
+    let mut p = Vec::with_capacity(vocab);
+    let mut failed = None;
     for _ in 0..max_new_tokens {
-        let logits = {
-            let mut cref: Vec<&mut KvCache> = caches.iter_mut().collect();
-            let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
-            model.forward_batch(&mut cref, &refs)?
-        };
-        for (b, l) in logits.iter().enumerate() {
-            let last = l.narrow(0, l.dim(0)? - 1, 1)?;
-            let p = prob_rows(&last, params)?.remove(0);
-            let t = Dist::new(&p)?.sample(&mut rngs[b]);
+        let mut cref: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let mut next = vec![0u32; prompts.len()];
+        // Each sequence's last row, as `generate_plain` reads it (the same probabilities, the same draw).
+        model.forward_batch_rows(&mut cref, &refs, &mut |b, rows| {
+            let last = &rows[rows.len() - vocab..];
+            match probs_into(last, params, &mut p).and_then(|()| Ok(Dist::new(&p)?.sample(&mut rngs[b]))) {
+                Ok(t) => next[b] = t,
+                Err(e) => failed = Some(e),
+            }
+        })?;
+        if let Some(e) = failed.take() {
+            return Err(e);
+        }
+        for (b, t) in next.into_iter().enumerate() {
             out[b].push(t);
             inputs[b] = vec![t];
         }

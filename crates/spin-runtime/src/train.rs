@@ -8,12 +8,26 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{Config, KvCache, Model, TensorMap, WeightSource, tensor_shapes};
-use crate::speculative::{generate_plain_batch, sampling};
+use crate::speculative::{generate_plain_batch, probs_into, sampling};
 use candle_core::{D, DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
+
+/// The learning rate of step `step` (from 0) of `steps` under a cosine schedule: a linear warm-up over the first
+/// `steps / 20` steps (at least 1, at most 50) up to `peak`, then a half cosine down to `peak / 10` at the last
+/// step.
+pub fn cosine_learning_rate(peak: f64, step: usize, steps: usize) -> f64 {
+    let warm = (steps / 20).clamp(1, 50);
+    if step < warm {
+        return peak * (step + 1) as f64 / warm as f64;
+    }
+    let floor = peak / 10.0;
+    let span = steps.saturating_sub(warm + 1).max(1) as f64;
+    let t = ((step - warm) as f64 / span).min(1.0);
+    floor + 0.5 * (peak - floor) * (1.0 + (std::f64::consts::PI * t).cos())
+}
 
 /// Distillation settings.
 #[derive(Debug, Clone)]
@@ -139,6 +153,23 @@ impl TopKCache {
     /// The number of cached sequences.
     pub fn sequences(&self) -> usize {
         self.tokens.len() / self.seq_len.max(1)
+    }
+
+    /// Appends another cache of the same sequence length and k (its sequences after this one's).
+    pub fn append(&mut self, other: TopKCache) -> Result<()> {
+        if other.sequences() > 0 && (other.seq_len, other.k) != (self.seq_len, self.k) {
+            return Err(RuntimeError::invalid(
+                "top-k cache",
+                format!(
+                    "appending sequences of {} tokens with k = {} to ones of {} with k = {}",
+                    other.seq_len, other.k, self.seq_len, self.k
+                ),
+            ));
+        }
+        self.tokens.extend(other.tokens);
+        self.ids.extend(other.ids);
+        self.probs.extend(other.probs);
+        Ok(())
     }
 
     /// Expected target-token counts: each position adds its kept probabilities to their ids (vocabulary `vocab`),
@@ -279,48 +310,187 @@ pub fn cache_top_k(
         let mut caches: Vec<KvCache> = chunk.iter().map(|_| target.new_cache()).collect();
         let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
         let ins: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
-        for l in target.forward_batch(&mut refs, &ins)? {
-            let rows = l.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let mut failed = None;
+        target.forward_batch_rows(&mut refs, &ins, &mut |_, rows| {
             // Rows are independent, and each is computed as alone: the cache is the same on any thread count.
-            let kept: Vec<Vec<(u32, f32)>> = rows
-                .par_iter()
+            let kept: Result<Vec<Vec<(u32, f32)>>> = rows
+                .par_chunks_exact(vocab)
                 .map(|row| top_k_probs(row, k))
-                .collect::<Result<_>>()?;
-            for (t, q) in kept.into_iter().flatten() {
-                out.ids.push(t);
-                out.probs.push(q);
+                .collect();
+            match kept {
+                Ok(kept) => {
+                    for (t, q) in kept.into_iter().flatten() {
+                        out.ids.push(t);
+                        out.probs.push(q);
+                    }
+                }
+                Err(e) => failed = Some(e),
             }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
         }
         log((done * batch + chunk.len()).min(seqs.len()));
     }
     Ok(out)
 }
 
+/// Continues every prompt to `seq_len` tokens by sampling the target under `params` (sequence b with its own
+/// generator seeded by `seeds[b]`: the tokens [`generate_plain_batch`] draws, cut at `seq_len`), and keeps the
+/// target's top-`k` distributions (temperature 1) at every position of the results, from the same passes: each
+/// prompt's prefill rows and each step's row are the cache's rows, so the text costs no second pass. Every
+/// unfinished sequence takes part in every pass; a sequence leaves once it holds `seq_len` tokens and its last
+/// position has been scored. Prompts must be non-empty and at most `seq_len` tokens. `log` gets the sequences
+/// finished after every pass.
+pub fn continue_and_cache(
+    target: &Model,
+    prompts: &[Vec<u32>],
+    params: &spin_core::SamplingParams,
+    seq_len: usize,
+    k: usize,
+    seeds: &[u64],
+    mut log: impl FnMut(usize),
+) -> Result<TopKCache> {
+    use rand::SeedableRng;
+    let vocab = target.config().vocab_size;
+    if k == 0 || k > vocab || seq_len == 0 {
+        return Err(RuntimeError::invalid(
+            "k, seq_len",
+            format!("k must be in [1, {vocab}] and seq_len positive"),
+        ));
+    }
+    if prompts.len() != seeds.len() {
+        return Err(RuntimeError::invalid(
+            "seeds",
+            format!("{} seeds for {} prompts", seeds.len(), prompts.len()),
+        ));
+    }
+    if let Some(i) = prompts.iter().position(|p| p.is_empty() || p.len() > seq_len) {
+        return Err(RuntimeError::invalid(
+            format!("prompts[{i}]"),
+            format!("has {} tokens, not 1 to {seq_len}", prompts[i].len()),
+        ));
+    }
+    let n = prompts.len();
+    let mut rngs: Vec<rand_chacha::ChaCha8Rng> = seeds
+        .iter()
+        .map(|&s| rand_chacha::ChaCha8Rng::seed_from_u64(s))
+        .collect();
+    let mut caches: Vec<KvCache> = prompts.iter().map(|_| target.new_cache()).collect();
+    let mut seqs: Vec<Vec<u32>> = prompts.to_vec();
+    // Per sequence, its rows' top-k in position order.
+    let mut kept: Vec<Vec<(u32, f32)>> = prompts.iter().map(|_| Vec::with_capacity(seq_len * k)).collect();
+    // The inputs of the next pass, per sequence (empty once it is finished).
+    let mut inputs: Vec<Vec<u32>> = prompts.to_vec();
+    let mut p = Vec::with_capacity(vocab);
+    let mut finished = 0;
+    while finished < n {
+        let active: Vec<usize> = (0..n).filter(|&b| !inputs[b].is_empty()).collect();
+        let mut failed = None;
+        {
+            let mut refs: Vec<&mut KvCache> = caches
+                .iter_mut()
+                .enumerate()
+                .filter(|(b, _)| !inputs[*b].is_empty())
+                .map(|(_, c)| c)
+                .collect();
+            let ins: Vec<&[u32]> = active.iter().map(|&b| inputs[b].as_slice()).collect();
+            let mut next: Vec<Option<u32>> = vec![None; active.len()];
+            target.forward_batch_rows(&mut refs, &ins, &mut |i, rows| {
+                let b = active[i];
+                let tops: Result<Vec<Vec<(u32, f32)>>> = rows
+                    .par_chunks_exact(vocab)
+                    .map(|row| top_k_probs(row, k))
+                    .collect();
+                let drawn = tops.and_then(|tops| {
+                    kept[b].extend(tops.into_iter().flatten());
+                    if seqs[b].len() == seq_len {
+                        return Ok(None);
+                    }
+                    probs_into(&rows[rows.len() - vocab..], params, &mut p)?;
+                    Ok(Some(spin_core::Dist::new(&p)?.sample(&mut rngs[b])))
+                });
+                match drawn {
+                    Ok(t) => next[i] = t,
+                    Err(e) => failed = Some(e),
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            for (&b, t) in active.iter().zip(next) {
+                inputs[b].clear();
+                if let Some(t) = t {
+                    seqs[b].push(t);
+                    inputs[b].push(t);
+                }
+            }
+        }
+        finished = inputs.iter().filter(|i| i.is_empty()).count();
+        log(finished);
+    }
+    let mut out = TopKCache {
+        seq_len,
+        k,
+        tokens: Vec::with_capacity(n * seq_len),
+        ids: Vec::with_capacity(n * seq_len * k),
+        probs: Vec::with_capacity(n * seq_len * k),
+    };
+    for (s, rows) in seqs.iter().zip(&kept) {
+        out.tokens.extend_from_slice(s);
+        for &(t, q) in rows {
+            out.ids.push(t);
+            out.probs.push(q);
+        }
+    }
+    Ok(out)
+}
+
 /// The `k` most probable tokens of one row of logits with their softmax probabilities, most probable first (ties
-/// to the smaller id).
+/// to the smaller id). One pass keeps the k largest logits seen so far (a token enters only above the k-th, so
+/// after the first few hundred columns almost none does) and sums the exponentials beside it; no per-row
+/// allocation of the vocabulary's size.
 fn top_k_probs(row: &[f32], k: usize) -> Result<Vec<(u32, f32)>> {
     let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if !m.is_finite() {
         return Err(RuntimeError::invalid("logits", "a row without a finite maximum"));
     }
-    let mut z = 0f64;
-    let p: Vec<f32> = row
-        .iter()
-        .map(|&l| {
-            let x = (l - m).exp();
-            z += f64::from(x);
-            x
-        })
-        .collect();
-    let mut order: Vec<u32> = (0..row.len() as u32).collect();
-    order.select_nth_unstable_by(k - 1, |&a, &b| {
-        p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b))
-    });
-    order.truncate(k);
-    order.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
-    Ok(order
+    // Sum of exponentials in eight f64 partial sums (a fixed order: the same bits on any thread count).
+    let mut parts = [0f64; 8];
+    let (chunks, tail) = row.as_chunks::<8>();
+    for c in chunks {
+        for (p, &l) in parts.iter_mut().zip(c) {
+            *p += f64::from(crate::kernels::exp_with::<false>(l - m));
+        }
+    }
+    for (p, &l) in parts.iter_mut().zip(tail) {
+        *p += f64::from(crate::kernels::exp_with::<false>(l - m));
+    }
+    let z: f64 = parts.iter().sum();
+    if !z.is_finite() {
+        return Err(RuntimeError::invalid(
+            "logits",
+            "a row whose exponentials do not sum to a finite number",
+        ));
+    }
+    // The k best (logit, id), best first: larger logit, then smaller id.
+    let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+    for (i, &l) in row.iter().enumerate() {
+        if best.len() == k && l <= best[k - 1].0 {
+            continue;
+        }
+        let at = best.partition_point(|&(b, _)| b >= l);
+        best.insert(at, (l, i as u32));
+        best.truncate(k);
+    }
+    Ok(best
         .into_iter()
-        .map(|t| (t, (f64::from(p[t as usize]) / z) as f32))
+        .map(|(l, t)| {
+            (
+                t,
+                (f64::from(crate::kernels::exp_with::<false>(l - m)) / z) as f32,
+            )
+        })
         .collect())
 }
 
@@ -476,6 +646,11 @@ impl HeadStudent {
         Ok(f64::from(loss.to_scalar::<f32>()?))
     }
 
+    /// Sets the learning rate of the following steps (a schedule's value for the next step).
+    pub fn set_learning_rate(&mut self, learning_rate: f64) {
+        self.opt.set_learning_rate(learning_rate);
+    }
+
     /// The student's tensors (Hugging Face names) as trained so far, for [`crate::hf::write_draft_dir`].
     pub fn tensors(&self) -> &HashMap<String, Tensor> {
         &self.tensors
@@ -601,4 +776,55 @@ pub fn student_from_layers(
         }
     }
     Ok((cfg, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cosine_learning_rate, top_k_probs};
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// The one-pass top-k equals sorting the whole softmax (f64) by probability, ties to the smaller id, on rows
+    /// with many repeated logits and on rows too short to fill k.
+    #[test]
+    fn top_k_equals_sorting_every_probability() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for case in 0..200 {
+            let vocab = [3, 17, 64, 1000][case % 4];
+            // Logits from a small set of values, so that ties are common.
+            let row: Vec<f32> = (0..vocab)
+                .map(|_| f32::from(rng.random_range(0u8..12)) * 0.75 - 4.0)
+                .collect();
+            let k = 1 + case % vocab.min(40);
+            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let e: Vec<f64> = row.iter().map(|&l| f64::from(l - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            let mut order: Vec<usize> = (0..vocab).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            let got = top_k_probs(&row, k).unwrap();
+            assert_eq!(got.len(), k);
+            for (j, &(t, p)) in got.iter().enumerate() {
+                assert_eq!(t as usize, order[j], "case {case}: rank {j}");
+                let want = e[order[j]] / z;
+                assert!(
+                    (f64::from(p) - want).abs() <= 1e-6 * want,
+                    "case {case}: {p} against {want}"
+                );
+            }
+        }
+        assert!(top_k_probs(&[f32::NEG_INFINITY; 4], 2).is_err());
+        assert!(top_k_probs(&[0.0, f32::NAN, 1.0], 2).is_err());
+    }
+
+    /// The cosine schedule warms up linearly to the peak, falls monotonically, and ends at a tenth of it.
+    #[test]
+    fn cosine_schedule_warms_up_then_decays_to_a_tenth() {
+        let steps = 400;
+        let lr: Vec<f64> = (0..steps).map(|s| cosine_learning_rate(1e-3, s, steps)).collect();
+        assert!((lr[0] - 1e-3 / 20.0).abs() < 1e-15);
+        assert!((lr[19] - 1e-3).abs() < 1e-15);
+        assert!(lr[20..].windows(2).all(|w| w[1] <= w[0]));
+        assert!((lr[steps - 1] - 1e-4).abs() < 1e-12, "{}", lr[steps - 1]);
+        assert_eq!(cosine_learning_rate(1e-3, 0, 1), 1e-3);
+    }
 }

@@ -5,8 +5,11 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_runtime::head_vocab::{HeadVocab, most_frequent};
-use spin_runtime::speculative::{generate_plain_batch, sampling};
-use spin_runtime::train::{HeadStudent, TopKCache, cache_top_k, layer_tensor_names, student_from_layers};
+use spin_runtime::speculative::sampling;
+use spin_runtime::train::{
+    HeadStudent, TopKCache, cache_top_k, continue_and_cache, cosine_learning_rate, layer_tensor_names,
+    student_from_layers,
+};
 use spin_runtime::{Config, RopeStyle, Tokenizer};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,6 +28,9 @@ pub struct Opts {
     pub heads: usize,
     pub kv_heads: usize,
     pub lr: f64,
+    /// Whether the learning rate follows [`cosine_learning_rate`] (warm-up, then a cosine to a tenth) rather
+    /// than staying at `lr`.
+    pub cosine: bool,
     pub seed: u64,
     /// Training stops after this many minutes (0: no limit); the steps done are printed, and `--steps` with that
     /// number gives the same draft.
@@ -219,16 +225,42 @@ fn held_in_stories() -> Result<String, String> {
     Ok(text[cut..].to_string())
 }
 
-/// The first 12 words of the held-in paragraphs longer than 200 characters (the evaluation's story prompts are
-/// made the same way from the held-out bytes), at most `n`.
+/// `n` story openings of 12 words from the held-in paragraphs longer than 200 characters: first every
+/// paragraph's first 12 words (the evaluation's story prompts are made the same way from the held-out bytes), then,
+/// while more are asked for, the 12 words from each paragraph's second sentence on, then its third, and so on.
 fn story_openings(n: usize) -> Result<Vec<String>, String> {
-    Ok(held_in_stories()?
+    let stories = held_in_stories()?;
+    let paragraphs: Vec<Vec<&str>> = stories
         .lines()
         .map(str::trim)
         .filter(|p| p.len() > 200)
-        .take(n)
-        .map(|p| p.split_whitespace().take(12).collect::<Vec<_>>().join(" "))
-        .collect())
+        .map(|p| p.split_whitespace().collect())
+        .collect();
+    // Word indices where sentence s (0 = the first) starts, per paragraph.
+    let starts: Vec<Vec<usize>> = paragraphs
+        .iter()
+        .map(|w| {
+            std::iter::once(0)
+                .chain((1..w.len()).filter(|&i| w[i - 1].ends_with(['.', '!', '?'])))
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    let deepest = starts.iter().map(Vec::len).max().unwrap_or(0);
+    for sentence in 0..deepest {
+        for (w, st) in paragraphs.iter().zip(&starts) {
+            if out.len() == n {
+                return Ok(out);
+            }
+            // An opening needs its 12 words and some story after them.
+            if let Some(&at) = st.get(sentence)
+                && at + 16 <= w.len()
+            {
+                out.push(w[at..at + 12].join(" "));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Training sequences of `seq_len` tokens: consecutive windows of the held-in TinyStories text.
@@ -244,16 +276,32 @@ fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u3
     Ok(ids.chunks_exact(seq_len).take(n).map(<[u32]>::to_vec).collect())
 }
 
-/// Step 1: held-in stories, the target's continuations of held-in story openings, and its own answers to
-/// instructions (greedy, then two sampled at temperature 0.8), `seq_len` tokens each.
-fn training_text(
+/// Steps 1 and 2: the training text and the target's top-k distributions over it. Held-in story windows are
+/// scored in passes of four; the target's own answers to instructions (greedy, then two sampled at temperature
+/// 0.8) and its greedy continuations of held-in story openings are scored by the passes that write them
+/// ([`continue_and_cache`]), `seq_len` tokens each, 64 sequences at a time.
+fn build_cache(
     target: &spin_runtime::Model,
     tok: &Tokenizer,
     o: &Opts,
     progress: &mut Progress,
-) -> Result<Vec<Vec<u32>>, String> {
-    let mut seqs = story_windows(tok, o.seq_len, o.story_seqs)?;
-    let stories = seqs.len();
+) -> Result<TopKCache, String> {
+    let mut cache = TopKCache {
+        seq_len: o.seq_len,
+        k: o.top_k,
+        tokens: Vec::new(),
+        ids: Vec::new(),
+        probs: Vec::new(),
+    };
+    let stories = story_windows(tok, o.seq_len, o.story_seqs)?;
+    if !stories.is_empty() {
+        let n = stories.len();
+        let c = cache_top_k(target, &stories, o.top_k, 4, |done| {
+            progress.line(done == n, || format!("scored {done} / {n} story windows"))
+        })
+        .map_err(|e| e.to_string())?;
+        cache.append(c).map_err(|e| e.to_string())?;
+    }
     let template = tok
         .chat_template()
         .ok_or("the target's file has no chat template")?;
@@ -271,20 +319,14 @@ fn training_text(
             .map(|i| o.seed.wrapping_mul(7919).wrapping_add(1000 * round as u64 + i))
             .collect();
         for (c, chunk) in prompts.chunks(64).enumerate() {
-            let seeds: Vec<u64> = seeds[64 * c..64 * c + chunk.len()].to_vec();
-            let shortest = chunk.iter().map(Vec::len).min().unwrap_or(0);
-            let answers = generate_plain_batch(target, chunk, &params, o.seq_len - shortest, &seeds)
+            let seeds = &seeds[64 * c..64 * c + chunk.len()];
+            let answers = continue_and_cache(target, chunk, &params, o.seq_len, o.top_k, seeds, |_| ())
                 .map_err(|e| e.to_string())?;
-            for (p, g) in chunk.iter().zip(answers) {
-                let mut s = p.clone();
-                s.extend(g);
-                s.truncate(o.seq_len);
-                seqs.push(s);
-            }
+            cache.append(answers).map_err(|e| e.to_string())?;
         }
         progress.line(true, || {
             format!(
-                "generated answers to {} instructions, round {} of 3",
+                "answered {} instructions, round {} of 3",
                 prompts.len(),
                 round + 1
             )
@@ -292,6 +334,7 @@ fn training_text(
     }
     // The target's greedy continuations of held-in story openings, 64 at a time.
     let openings = story_openings(o.openings)?;
+    let greedy = sampling(0.0).map_err(|e| e.to_string())?;
     let mut continued = 0;
     for chunk in openings.chunks(64) {
         let mut ps = Vec::with_capacity(chunk.len());
@@ -300,17 +343,10 @@ fn training_text(
             p.truncate(o.seq_len / 2);
             ps.push(p);
         }
-        let shortest = ps.iter().map(Vec::len).min().unwrap_or(0);
         let seeds = vec![o.seed; ps.len()];
-        let greedy = sampling(0.0).map_err(|e| e.to_string())?;
-        let outs = generate_plain_batch(target, &ps, &greedy, o.seq_len - shortest, &seeds)
+        let c = continue_and_cache(target, &ps, &greedy, o.seq_len, o.top_k, &seeds, |_| ())
             .map_err(|e| e.to_string())?;
-        for (p, g) in ps.into_iter().zip(outs) {
-            let mut s = p;
-            s.extend(g);
-            s.truncate(o.seq_len);
-            seqs.push(s);
-        }
+        cache.append(c).map_err(|e| e.to_string())?;
         continued += chunk.len();
         progress.line(continued == openings.len(), || {
             format!(
@@ -319,16 +355,16 @@ fn training_text(
             )
         });
     }
-    let n = seqs.len();
     println!(
-        "{stories} story windows, {} continued openings and {} answers of {} tokens; caching the target's \
-         top-{} distributions",
+        "{} story windows, {} answers and {} continued openings of {} tokens, with the target's top-{} \
+         distributions",
+        stories.len(),
+        3 * prompts.len(),
         openings.len(),
-        n - stories - openings.len(),
         o.seq_len,
         o.top_k
     );
-    Ok(seqs)
+    Ok(cache)
 }
 
 /// What the cache is built from: the target file's bytes and every option that changes the text or the cache
@@ -396,12 +432,7 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
             c
         }
         _ => {
-            let seqs = training_text(&target, &tok, o, &mut progress)?;
-            let n = seqs.len();
-            let c = cache_top_k(&target, &seqs, o.top_k, 4, |done| {
-                progress.line(done == n, || format!("cached {done} / {n} sequences"))
-            })
-            .map_err(|e| e.to_string())?;
+            let c = build_cache(&target, &tok, o, &mut progress)?;
             if let Some(f) = &o.cache_file {
                 std::fs::write(f, c.to_bytes(key))
                     .map_err(|e| format!("--cache-file: {}: {e}", f.display()))?;
@@ -469,6 +500,9 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
                 o.minutes
             );
             break;
+        }
+        if o.cosine {
+            student.set_learning_rate(cosine_learning_rate(o.lr, step, o.steps));
         }
         let rows: Vec<usize> = (0..o.batch).map(|_| rng.random_range(0..n)).collect();
         let b = student.batch(&cache, &rows).map_err(|e| e.to_string())?;

@@ -480,6 +480,33 @@ impl Model {
         in_worker(|| self.forward_batch_here(caches, tokens))
     }
 
+    /// As [`Model::forward_batch`], but each sequence's logits come to `out(b, rows)` as host rows
+    /// (tokens[b].len() × vocab, row-major), in sequence order: on the quantised host route straight from the
+    /// pass's own buffer (no tensor, no copy), elsewhere copied out of the candle route's tensors. For callers that
+    /// read every row of many sequences (distillation caches, batched decoding, verification).
+    pub fn forward_batch_rows(
+        &self,
+        caches: &mut [&mut KvCache],
+        tokens: &[&[u32]],
+        out: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        let shared: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+        if self.qhost_for(&shared) {
+            self.check_inputs(&shared, tokens)?;
+            self.forward_qhost(caches, tokens, out);
+            return Ok(());
+        }
+        for (b, l) in self.forward_batch(caches, tokens)?.iter().enumerate() {
+            out(
+                b,
+                &l.to_dtype(candle_core::DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            );
+        }
+        Ok(())
+    }
+
     /// Checks a batch's inputs: one token list per cache, none empty, every token in the vocabulary, caches of
     /// this model's shape and of one layout, no sequence past `max_seq_len`.
     fn check_inputs(&self, caches: &[&KvCache], tokens: &[&[u32]]) -> Result<()> {
