@@ -9,6 +9,10 @@
 //! x86-64-v3, SSE2 otherwise), with no `unsafe` here. Both split their work with rayon (the model calls them
 //! from inside the pool).
 
+mod panels;
+
+pub(crate) use panels::{KeyPanels, PanelAttention, PanelScratch};
+
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
 use rayon::prelude::*;
 

@@ -3,7 +3,7 @@
 
 use super::Model;
 use crate::error::{Result, RuntimeError};
-use crate::kernels::{AttnScratch, HeadLanes};
+use crate::kernels::{AttnScratch, HeadLanes, KeyPanels};
 use candle_core::{DType, Tensor};
 
 /// The keys and values one sequence has seen, per layer.
@@ -175,13 +175,19 @@ pub(crate) struct HostBuffers {
     /// Per layer, the cache's keys and values again in the layout of one-token steps ([`HeadLanes`]), extended
     /// from the cache when such a step needs them and cut when the cache is truncated.
     pub(super) lanes: Vec<HeadLanes>,
+    /// Per layer, the cache's keys again in the panels the quantised host route's attention reads
+    /// ([`KeyPanels`]), extended from the cache as a pass needs them and cut when the cache is truncated.
+    pub(super) panels: Vec<KeyPanels>,
 }
 
 impl HostBuffers {
-    /// Forgets the one-token layout's positions from `len` on (the cache was truncated to `len`).
+    /// Forgets the other layouts' positions from `len` on (the cache was truncated to `len`).
     pub(super) fn truncate(&mut self, len: usize) {
         for l in &mut self.lanes {
             l.truncate(len);
+        }
+        for p in &mut self.panels {
+            p.truncate(len);
         }
     }
 }

@@ -16,7 +16,7 @@ use super::cache::LayerKv;
 use super::weights::{HostRows, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
-use crate::kernels::{Attention, AttnScratch, Past, SwiGluRows};
+use crate::kernels::{PanelAttention, PanelScratch, SwiGluRows};
 use crate::quant::QMatrix;
 use candle_core::Tensor;
 use rayon::prelude::*;
@@ -138,8 +138,11 @@ struct QBuffers {
 
 #[derive(Debug, Default)]
 struct SeqScratch {
+    /// The sequence's attention output (T, n_heads, head_dim).
     att: Vec<f32>,
-    scratch: AttnScratch,
+    /// One kv head's output (T, rep, head_dim) before it is spread over `att`.
+    block: Vec<f32>,
+    panel: PanelScratch,
 }
 
 /// Sets a buffer's length for an output that will be written whole, keeping its capacity (no allocation once it
@@ -315,35 +318,84 @@ impl Model {
             for (row, &vis) in buf.qkv.chunks_exact_mut(w).zip(&buf.visible) {
                 self.rotate_row(row, vis - 1);
             }
+            // Each cache's key panels for this layer: what the cache holds, then the pass's new keys.
+            for (i, c) in caches.iter_mut().enumerate() {
+                let KvCache {
+                    layers, host, len, ..
+                } = &mut **c;
+                let LayerKv::Host { k, .. } = &layers[li] else {
+                    continue;
+                };
+                if host.panels.len() <= li {
+                    host.panels.resize_with(li + 1, Default::default);
+                }
+                let panels = &mut host.panels[li];
+                panels.truncate(*len);
+                let done = panels.len();
+                panels.extend(&k[done * kvd..*len * kvd], kvd, 0, kvd);
+                let (first, t) = (starts[i], tokens[i].len());
+                panels.extend(&buf.qkv[first * w..(first + t) * w], w, d, kvd);
+            }
             // Attention, one sequence per task (each over its own cache); the sequences' outputs are then
             // copied into place.
             {
                 let qkv = &buf.qkv;
                 let visible = &buf.visible;
                 let caches_ro: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
-                // A lone sequence of several positions splits its kv heads over the pool instead.
-                let parallel_heads = b == 1 && tokens[0].len() > 1;
-                let run = |i: usize, s: &mut SeqScratch| {
+                let rep = nh / nkv;
+                let att_of = |i: usize| -> Option<PanelAttention<'_>> {
                     let c = caches_ro[i];
-                    let LayerKv::Host { k, v } = &c.layers[li] else {
-                        return;
+                    let LayerKv::Host { v, .. } = &c.layers[li] else {
+                        return None;
                     };
                     let (first, t) = (starts[i], tokens[i].len());
-                    let past = [Past { k, len: c.len, v }];
-                    let att = Attention {
-                        qkv: &qkv[first * w..(first + t) * w],
-                        past: &past,
+                    Some(PanelAttention {
+                        rows: &qkv[first * w..(first + t) * w],
+                        stride: w,
+                        v_offset: d + kvd,
+                        keys: &c.host.panels[li],
+                        past_v: v,
+                        past: c.len,
                         visible: &visible[first..first + t],
-                        queries: t,
                         n_heads: nh,
                         n_kv_heads: nkv,
                         head_dim: hd,
                         scale,
+                    })
+                };
+                // Kv head g's block (T, rep, head_dim) into the sequence's output (T, n_heads, head_dim).
+                let spread = |att: &mut [f32], g: usize, block: &[f32]| {
+                    for (row, o) in block.chunks_exact(hd).enumerate() {
+                        let (j, r) = (row / rep, row % rep);
+                        let at = (j * nh + g * rep + r) * hd;
+                        att[at..at + hd].copy_from_slice(o);
+                    }
+                };
+                let run = |i: usize, s: &mut SeqScratch| {
+                    let Some(att) = att_of(i) else {
+                        return;
                     };
-                    if parallel_heads {
-                        s.att = att.run();
+                    let t = tokens[i].len();
+                    resize(&mut s.att, t * d);
+                    if b == 1 && t > 1 {
+                        // A lone sequence of several positions splits its kv heads over the pool.
+                        let blocks: Vec<Vec<f32>> = (0..nkv)
+                            .into_par_iter()
+                            .map_init(PanelScratch::default, |ps, g| {
+                                let mut block = vec![0f32; t * rep * hd];
+                                att.head(g, &mut block, ps);
+                                block
+                            })
+                            .collect();
+                        for (g, block) in blocks.iter().enumerate() {
+                            spread(&mut s.att, g, block);
+                        }
                     } else {
-                        att.run_serial(&mut s.att, &mut s.scratch);
+                        resize(&mut s.block, t * rep * hd);
+                        for g in 0..nkv {
+                            att.head(g, &mut s.block, &mut s.panel);
+                            spread(&mut s.att, g, &s.block);
+                        }
                     }
                 };
                 let seqs = &mut buf.seqs[..b];

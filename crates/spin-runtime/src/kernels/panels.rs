@@ -1,0 +1,610 @@
+//! Attention over key panels, the quantised host route's kernel: the keys of a sequence's layer kept a second
+//! time in blocks of eight positions, channel-major, so that one vector of a block holds one channel of eight
+//! consecutive keys.
+//!
+//! Why: the block kernel of `kernels.rs` puts the query rows of one kv head in the vector lanes, which a
+//! decoding step of a grouped-query model fills poorly (SmolLM2: 3 query heads per kv head, 3 of 8 lanes) and
+//! which needs a broadcast key channel per multiply-add. Here the lanes are keys: a score vector of eight keys is
+//! head_dim multiply-adds of a panel vector by a broadcast query channel, each panel vector serving every query
+//! head of its kv head; the weighted sum of values puts channels in the lanes, each value vector serving those
+//! heads too. Every lane is busy whatever the number of query heads or positions.
+//!
+//! Each query row gets the same operations in the same order whatever the other rows of the pass: its scores
+//! (one multiply-add chain per key over the channels in order), its visible keys (those before its own position;
+//! the lanes after them are set to −∞ and their weights to exactly zero), the maximum, the exponentials and their
+//! sums per lane in block order and then across lanes in a fixed tree, the value sums position by position and the
+//! final multiplication by 1/sum. A position decoded alone therefore gives the same bits as the same position
+//! among a verification's rows, which keeps plain and speculative greedy decoding identical (tested).
+
+use super::{Lanes, exp_with, fmadd, has_fma};
+
+/// One layer's keys of one sequence in panels: per block of eight positions and per kv head, head_dim lane
+/// vectors (lane l holds position 8·block + l). Lanes past the last position hold zeros or keys of a truncated
+/// tail; the kernel never weighs them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyPanels {
+    kt: Vec<Lanes>,
+    len: usize,
+    /// Key floats per position (n_kv_heads · head_dim), set by the first extension.
+    kvd: usize,
+}
+
+impl KeyPanels {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Forgets every position from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Appends one position per row of `rows` (rows of `stride` floats whose keys, `kvd` floats, start at
+    /// `offset`).
+    pub fn extend(&mut self, rows: &[f32], stride: usize, offset: usize, kvd: usize) {
+        self.kvd = kvd;
+        for row in rows.chunks_exact(stride) {
+            let (b, l) = (self.len / 8, self.len % 8);
+            if self.kt.len() < (b + 1) * kvd {
+                self.kt.resize((b + 1) * kvd, [0.0; 8]);
+            }
+            for (dst, &x) in self.kt[b * kvd..(b + 1) * kvd]
+                .iter_mut()
+                .zip(&row[offset..offset + kvd])
+            {
+                dst[l] = x;
+            }
+            self.len += 1;
+        }
+    }
+}
+
+/// Working buffers of one task of [`PanelAttention`], kept by its caller between calls.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PanelScratch {
+    /// The scaled queries of the rows in hand, `head_dim` floats each.
+    q: Vec<f32>,
+    /// Scores, then weights, of the rows in hand: `blocks` lane vectors per row.
+    s: Vec<Lanes>,
+}
+
+/// Causal grouped-query attention of one sequence's new positions, reading keys from [`KeyPanels`] (which already
+/// hold the new positions) and values from the cache and the new rows, one kv head per call.
+pub(crate) struct PanelAttention<'a> {
+    /// The sequence's new q|k|v rows after RoPE, `stride` floats each: queries at 0, values at `v_offset`.
+    pub rows: &'a [f32],
+    pub stride: usize,
+    pub v_offset: usize,
+    /// Keys of every position the queries may see: the cache's and the new ones.
+    pub keys: &'a KeyPanels,
+    /// The cache's values, position-major (`past` positions of n_kv_heads · head_dim floats).
+    pub past_v: &'a [f32],
+    pub past: usize,
+    /// Keys visible to each new position (its own position + 1).
+    pub visible: &'a [usize],
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// 1/√head_dim.
+    pub scale: f32,
+}
+
+impl PanelAttention<'_> {
+    /// The outputs of kv head `g`'s query heads for every new position into `out` (T · rep · head_dim floats,
+    /// position-major, then head, then channel; rep = n_heads / n_kv_heads).
+    pub fn head(&self, g: usize, out: &mut [f32], s: &mut PanelScratch) {
+        pulp::Arch::new().dispatch(HeadTask { att: self, g, out, s });
+    }
+
+    /// [`PanelAttention::head`] with fused multiply-adds exactly when `F`; the products in `S`'s vectors where they
+    /// hold eight lanes (x86-64-v3), in lane arrays otherwise (the same operations per lane).
+    #[inline(always)]
+    fn head_with<S: pulp::Simd, const F: bool>(
+        &self,
+        simd: S,
+        g: usize,
+        out: &mut [f32],
+        s: &mut PanelScratch,
+    ) {
+        let rep = self.n_heads / self.n_kv_heads;
+        let hd = self.head_dim;
+        for (j, &vis) in self.visible.iter().enumerate() {
+            let mut r0 = 0;
+            while r0 < rep {
+                let rn = (rep - r0).min(3);
+                let out = &mut out[(j * rep + r0) * hd..(j * rep + r0 + rn) * hd];
+                match rn {
+                    3 => self.rows::<S, 3, F>(simd, g, j, r0, vis, out, s),
+                    2 => self.rows::<S, 2, F>(simd, g, j, r0, vis, out, s),
+                    _ => self.rows::<S, 1, F>(simd, g, j, r0, vis, out, s),
+                }
+                r0 += rn;
+            }
+        }
+    }
+
+    /// Query heads g·rep + r0 .. + R of new position j, which sees `vis` keys, into `out` (R · head_dim).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn rows<S: pulp::Simd, const R: usize, const F: bool>(
+        &self,
+        simd: S,
+        g: usize,
+        j: usize,
+        r0: usize,
+        vis: usize,
+        out: &mut [f32],
+        s: &mut PanelScratch,
+    ) {
+        let (hd, rep) = (self.head_dim, self.n_heads / self.n_kv_heads);
+        let kvd = self.n_kv_heads * hd;
+        let nb = vis.div_ceil(8);
+        s.q.clear();
+        for r in 0..R {
+            let h = g * rep + r0 + r;
+            let q = &self.rows[j * self.stride + h * hd..][..hd];
+            s.q.extend(q.iter().map(|&x| x * self.scale));
+        }
+        s.s.clear();
+        s.s.resize(R * nb, [0.0; 8]);
+        // Scores: three blocks of eight keys at a time against the R rows (3·R accumulator vectors).
+        let panel = |b: usize| &self.keys.kt[b * kvd + g * hd..][..hd];
+        let wide = F && S::F32_LANES == 8;
+        let mut b = 0;
+        while b + 3 <= nb {
+            let p = [panel(b), panel(b + 1), panel(b + 2)];
+            if wide {
+                scores_wide::<S, R, 3>(simd, &s.q, p, &mut s.s, nb, b);
+            } else {
+                scores::<R, 3, F>(&s.q, p, &mut s.s, nb, b);
+            }
+            b += 3;
+        }
+        while b < nb {
+            if wide {
+                scores_wide::<S, R, 1>(simd, &s.q, [panel(b)], &mut s.s, nb, b);
+            } else {
+                scores::<R, 1, F>(&s.q, [panel(b)], &mut s.s, nb, b);
+            }
+            b += 1;
+        }
+        // Per row: mask the lanes at and after `vis`, softmax with per-lane sums in block order.
+        let live = vis - 8 * (nb - 1);
+        let mut inv = [0f32; R];
+        for (r, inv) in inv.iter_mut().enumerate() {
+            let sr = &mut s.s[r * nb..(r + 1) * nb];
+            for x in &mut sr[nb - 1][live..] {
+                *x = f32::NEG_INFINITY;
+            }
+            let mut m = [f32::NEG_INFINITY; 8];
+            for x in sr.iter() {
+                for l in 0..8 {
+                    m[l] = if x[l] > m[l] { x[l] } else { m[l] };
+                }
+            }
+            let m = m.into_iter().fold(f32::NEG_INFINITY, f32::max);
+            for x in sr.iter_mut() {
+                for v in x.iter_mut() {
+                    *v = exp_with::<F>(*v - m);
+                }
+            }
+            // exp clamps −∞ to e⁻⁸⁷: the hidden lanes get exactly zero weight before anything is summed.
+            for x in &mut sr[nb - 1][live..] {
+                *x = 0.0;
+            }
+            let mut z = [0f32; 8];
+            for x in sr.iter() {
+                for l in 0..8 {
+                    z[l] += x[l];
+                }
+            }
+            let z = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
+            *inv = 1.0 / z;
+        }
+        // Weighted sums of values: channels in lanes, four vectors (32 channels) at a time, positions in order:
+        // the cache's values (rows of kvd floats), then the new rows' (rows of `stride` floats from `v_offset`).
+        let np = self.past.min(vis);
+        let value = Values {
+            segments: [
+                (&self.past_v[..np * kvd], kvd, g * hd),
+                (
+                    &self.rows[..(vis - np) * self.stride],
+                    self.stride,
+                    self.v_offset + g * hd,
+                ),
+            ],
+        };
+        let mut c0 = 0;
+        while c0 + 32 <= hd {
+            if wide {
+                values_wide::<S, R, 4>(simd, &s.s, nb, &value, c0, inv, out, hd);
+            } else {
+                values::<R, 4, F>(&s.s, nb, &value, c0, inv, out, hd);
+            }
+            c0 += 32;
+        }
+        while c0 + 8 <= hd {
+            if wide {
+                values_wide::<S, R, 1>(simd, &s.s, nb, &value, c0, inv, out, hd);
+            } else {
+                values::<R, 1, F>(&s.s, nb, &value, c0, inv, out, hd);
+            }
+            c0 += 8;
+        }
+        // A head_dim that is not a multiple of eight: the last channels one at a time, in the same order.
+        for c in c0..hd {
+            let mut acc = [0f32; R];
+            value.each(|p, row| {
+                let x = row[c];
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = fmadd::<F>(s.s[r * nb + p / 8][p % 8], x, *a);
+                }
+            });
+            for (r, a) in acc.iter().enumerate() {
+                out[r * hd + c] = a * inv[r];
+            }
+        }
+    }
+}
+
+/// The value rows a query weighs, in position order: the cache's, then the pass's new ones, each a slice of rows
+/// of a stride with this kv head's values at an offset.
+struct Values<'a> {
+    segments: [(&'a [f32], usize, usize); 2],
+}
+
+impl Values<'_> {
+    /// Calls `f(position, row)` for every visible position in order, `row` starting at the kv head's values.
+    #[inline(always)]
+    fn each(&self, mut f: impl FnMut(usize, &[f32])) {
+        let mut p = 0;
+        for &(data, stride, offset) in &self.segments {
+            for row in data.chunks_exact(stride) {
+                f(p, &row[offset..]);
+                p += 1;
+            }
+        }
+    }
+}
+
+/// s[r·nb + b + i] = the scores of the eight keys of block b + i against row r: one multiply-add chain per lane
+/// over the channels in order.
+#[inline(always)]
+fn scores<const R: usize, const B: usize, const F: bool>(
+    q: &[f32],
+    panels: [&[Lanes]; B],
+    s: &mut [Lanes],
+    nb: usize,
+    b: usize,
+) {
+    let hd = panels[0].len();
+    let panels = panels.map(|p| &p[..hd]);
+    let mut acc = [[[0f32; 8]; B]; R];
+    for c in 0..hd {
+        let k: [Lanes; B] = std::array::from_fn(|i| panels[i][c]);
+        for r in 0..R {
+            let x = q[r * hd + c];
+            for i in 0..B {
+                for l in 0..8 {
+                    acc[r][i][l] = fmadd::<F>(x, k[i][l], acc[r][i][l]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for i in 0..B {
+            s[r * nb + b + i] = acc[r][i];
+        }
+    }
+}
+
+/// out[r·hd + c0 + 8v + l] = (Σ_{p < vis} w_r[p] · value(p)[c0 + 8v + l]) · inv[r] for V vectors of channels.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn values<const R: usize, const V: usize, const F: bool>(
+    w: &[Lanes],
+    nb: usize,
+    value: &Values<'_>,
+    c0: usize,
+    inv: [f32; R],
+    out: &mut [f32],
+    hd: usize,
+) {
+    let mut acc = [[[0f32; 8]; V]; R];
+    value.each(|p, row| {
+        let row = &row[c0..c0 + 8 * V];
+        let wp: [f32; R] = std::array::from_fn(|r| w[r * nb + p / 8][p % 8]);
+        for v in 0..V {
+            let x: &Lanes = row[8 * v..8 * v + 8].try_into().expect("eight channels");
+            for r in 0..R {
+                for l in 0..8 {
+                    acc[r][v][l] = fmadd::<F>(wp[r], x[l], acc[r][v][l]);
+                }
+            }
+        }
+    });
+    for r in 0..R {
+        for v in 0..V {
+            for l in 0..8 {
+                out[r * hd + c0 + 8 * v + l] = acc[r][v][l] * inv[r];
+            }
+        }
+    }
+}
+
+/// [`scores`] in vectors of eight lanes with fused multiply-adds (`S::F32_LANES == 8`): the same operations per
+/// lane, with the accumulators held in registers (LLVM keeps lane arrays of this size on the stack).
+#[inline(always)]
+fn scores_wide<S: pulp::Simd, const R: usize, const B: usize>(
+    simd: S,
+    q: &[f32],
+    panels: [&[Lanes]; B],
+    s: &mut [Lanes],
+    nb: usize,
+    b: usize,
+) {
+    let hd = panels[0].len();
+    let panels: [&[S::f32s]; B] = panels.map(|p| bytemuck::cast_slice(&p[..hd]));
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; B]; R];
+    for c in 0..hd {
+        let k: [S::f32s; B] = std::array::from_fn(|i| panels[i][c]);
+        for r in 0..R {
+            let x = simd.splat_f32s(q[r * hd + c]);
+            for i in 0..B {
+                acc[r][i] = simd.mul_add_f32s(x, k[i], acc[r][i]);
+            }
+        }
+    }
+    for r in 0..R {
+        let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(&mut s[r * nb + b..r * nb + b + B]);
+        dst.copy_from_slice(&acc[r]);
+    }
+}
+
+/// [`values`] in vectors of eight lanes with fused multiply-adds (`S::F32_LANES == 8`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
+    simd: S,
+    w: &[Lanes],
+    nb: usize,
+    value: &Values<'_>,
+    c0: usize,
+    inv: [f32; R],
+    out: &mut [f32],
+    hd: usize,
+) {
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; V]; R];
+    value.each(|p, row| {
+        let row: &[S::f32s] = bytemuck::cast_slice(&row[c0..c0 + 8 * V]);
+        let wp: [S::f32s; R] = std::array::from_fn(|r| simd.splat_f32s(w[r * nb + p / 8][p % 8]));
+        for v in 0..V {
+            for r in 0..R {
+                acc[r][v] = simd.mul_add_f32s(wp[r], row[v], acc[r][v]);
+            }
+        }
+    });
+    for r in 0..R {
+        let scale = simd.splat_f32s(inv[r]);
+        let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(&mut out[r * hd + c0..r * hd + c0 + 8 * V]);
+        for v in 0..V {
+            dst[v] = simd.mul_f32s(acc[r][v], scale);
+        }
+    }
+}
+
+/// [`PanelAttention::head`] compiled for the instruction set `pulp` picks (a struct rather than a closure, as
+/// `kernels::Block`).
+struct HeadTask<'a, 'b, 'c> {
+    att: &'a PanelAttention<'b>,
+    g: usize,
+    out: &'c mut [f32],
+    s: &'c mut PanelScratch,
+}
+
+impl pulp::WithSimd for HeadTask<'_, '_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        if has_fma::<S>() {
+            self.att.head_with::<S, true>(simd, self.g, self.out, self.s)
+        } else {
+            self.att.head_with::<S, false>(simd, self.g, self.out, self.s)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{RngExt, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// A sequence: `past` cached positions and `t` new q|k|v rows, with the panels built as the route builds them
+    /// (the cache's keys, then the new rows' keys), after a longer tail was appended and truncated away.
+    struct Case {
+        nh: usize,
+        nkv: usize,
+        hd: usize,
+        past: usize,
+        t: usize,
+        past_k: Vec<f32>,
+        past_v: Vec<f32>,
+        rows: Vec<f32>,
+    }
+
+    impl Case {
+        fn new(rng: &mut ChaCha8Rng, (nh, nkv, hd): (usize, usize, usize), past: usize, t: usize) -> Case {
+            let kvd = nkv * hd;
+            let w = nh * hd + 2 * kvd;
+            let mut r = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect() };
+            Case {
+                nh,
+                nkv,
+                hd,
+                past,
+                t,
+                past_k: r(past * kvd),
+                past_v: r(past * kvd),
+                rows: r(t * w),
+            }
+        }
+
+        fn w(&self) -> usize {
+            self.nh * self.hd + 2 * self.nkv * self.hd
+        }
+
+        /// The kernel's output (T, n_heads, head_dim).
+        fn run(&self) -> Vec<f32> {
+            let (kvd, w, d) = (self.nkv * self.hd, self.w(), self.nh * self.hd);
+            let mut keys = KeyPanels::default();
+            // A stale tail: keys of positions that a rejection then dropped.
+            keys.extend(&self.past_k, kvd, 0, kvd);
+            keys.extend(&vec![7.5; 11 * kvd], kvd, 0, kvd);
+            keys.truncate(self.past);
+            keys.extend(&self.rows, w, d, kvd);
+            let visible: Vec<usize> = (0..self.t).map(|j| self.past + j + 1).collect();
+            let att = PanelAttention {
+                rows: &self.rows,
+                stride: w,
+                v_offset: d + kvd,
+                keys: &keys,
+                past_v: &self.past_v,
+                past: self.past,
+                visible: &visible,
+                n_heads: self.nh,
+                n_kv_heads: self.nkv,
+                head_dim: self.hd,
+                scale: 1.0 / (self.hd as f32).sqrt(),
+            };
+            let rep = self.nh / self.nkv;
+            let mut y = vec![0f32; self.t * d];
+            let mut s = PanelScratch::default();
+            for g in 0..self.nkv {
+                let mut block = vec![f32::NAN; self.t * rep * self.hd];
+                att.head(g, &mut block, &mut s);
+                for (i, o) in block.chunks_exact(self.hd).enumerate() {
+                    let (j, r) = (i / rep, i % rep);
+                    let at = (j * self.nh + g * rep + r) * self.hd;
+                    y[at..at + self.hd].copy_from_slice(o);
+                }
+            }
+            y
+        }
+
+        /// Causal attention in f64, the plain way.
+        fn reference(&self) -> Vec<f64> {
+            let (kvd, w, d) = (self.nkv * self.hd, self.w(), self.nh * self.hd);
+            let rep = self.nh / self.nkv;
+            let key = |p: usize| -> &[f32] {
+                if p < self.past {
+                    &self.past_k[p * kvd..][..kvd]
+                } else {
+                    &self.rows[(p - self.past) * w + d..][..kvd]
+                }
+            };
+            let val = |p: usize| -> &[f32] {
+                if p < self.past {
+                    &self.past_v[p * kvd..][..kvd]
+                } else {
+                    &self.rows[(p - self.past) * w + d + kvd..][..kvd]
+                }
+            };
+            let scale = 1.0 / (self.hd as f64).sqrt();
+            let mut y = vec![0f64; self.t * d];
+            for j in 0..self.t {
+                for h in 0..self.nh {
+                    let g = h / rep;
+                    let q = &self.rows[j * w + h * self.hd..][..self.hd];
+                    let n = self.past + j + 1;
+                    let s: Vec<f64> = (0..n)
+                        .map(|p| {
+                            let k = &key(p)[g * self.hd..][..self.hd];
+                            q.iter()
+                                .zip(k)
+                                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                                .sum::<f64>()
+                                * scale
+                        })
+                        .collect();
+                    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for c in 0..self.hd {
+                        y[(j * self.nh + h) * self.hd + c] = (0..n)
+                            .map(|p| e[p] * f64::from(val(p)[g * self.hd + c]))
+                            .sum::<f64>()
+                            / z;
+                    }
+                }
+            }
+            y
+        }
+    }
+
+    const SHAPES: [(usize, usize, usize); 5] = [(9, 3, 64), (8, 4, 8), (4, 4, 12), (14, 2, 64), (6, 1, 16)];
+
+    /// The kernel against plain f64 attention, for every head grouping, head widths that are and are not
+    /// multiples of eight, caches of 0 to 41 positions (partial blocks), 1 to 6 new positions, and a truncated
+    /// stale tail in the panels.
+    #[test]
+    fn panel_attention_matches_plain_attention() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for shape in SHAPES {
+            for past in [0, 1, 7, 8, 9, 41] {
+                for t in [1, 2, 5, 6] {
+                    let c = Case::new(&mut rng, shape, past, t);
+                    let (got, want) = (c.run(), c.reference());
+                    let top = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
+                    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(g) - w).abs() <= 2e-6 * top.max(1.0),
+                            "{shape:?} past {past} t {t}: output {i} is {g}, plain attention {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A new position among several gets the bits it gets decoded alone with the earlier positions cached.
+    #[test]
+    fn a_position_alone_gets_the_bits_it_gets_in_a_pass() {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        for shape in SHAPES {
+            let (nh, nkv, hd) = shape;
+            let (kvd, d) = (nkv * hd, nh * hd);
+            let w = d + 2 * kvd;
+            for past in [0, 5, 8, 23] {
+                let t = 6;
+                let all = Case::new(&mut rng, shape, past, t);
+                let together = all.run();
+                for j in 0..t {
+                    // Position past + j alone: the pass's earlier new rows are in the cache now.
+                    let mut alone = Case {
+                        past: past + j,
+                        t: 1,
+                        past_k: all.past_k.clone(),
+                        past_v: all.past_v.clone(),
+                        rows: all.rows[j * w..(j + 1) * w].to_vec(),
+                        ..all
+                    };
+                    for row in all.rows[..j * w].chunks_exact(w) {
+                        alone.past_k.extend_from_slice(&row[d..d + kvd]);
+                        alone.past_v.extend_from_slice(&row[d + kvd..]);
+                    }
+                    let y = alone.run();
+                    let want = &together[j * d..(j + 1) * d];
+                    assert!(
+                        y.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{shape:?} past {past}: position {j} alone differs from the pass"
+                    );
+                }
+            }
+        }
+    }
+}
