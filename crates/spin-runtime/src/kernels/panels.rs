@@ -108,58 +108,62 @@ impl PanelAttention<'_> {
         s: &mut PanelScratch,
     ) {
         let rep = self.n_heads / self.n_kv_heads;
-        let hd = self.head_dim;
-        for (j, &vis) in self.visible.iter().enumerate() {
-            let mut r0 = 0;
-            while r0 < rep {
-                let rn = (rep - r0).min(3);
-                let out = &mut out[(j * rep + r0) * hd..(j * rep + r0 + rn) * hd];
-                match rn {
-                    3 => self.rows::<S, 3, F>(simd, g, j, r0, vis, out, s),
-                    2 => self.rows::<S, 2, F>(simd, g, j, r0, vis, out, s),
-                    _ => self.rows::<S, 1, F>(simd, g, j, r0, vis, out, s),
-                }
-                r0 += rn;
+        // The rows (position j, head r of the group), position-major, in groups of up to six: each panel and
+        // value vector loaded serves every row of a group (for SmolLM2's 3 heads per kv head, two positions).
+        let total = self.visible.len() * rep;
+        let mut first = 0;
+        while first < total {
+            let n = (total - first).min(6);
+            match n {
+                6 => self.rows::<S, 6, 2, 2, F>(simd, g, first, out, s),
+                5 => self.rows::<S, 5, 2, 2, F>(simd, g, first, out, s),
+                4 => self.rows::<S, 4, 2, 2, F>(simd, g, first, out, s),
+                3 => self.rows::<S, 3, 3, 4, F>(simd, g, first, out, s),
+                2 => self.rows::<S, 2, 3, 4, F>(simd, g, first, out, s),
+                _ => self.rows::<S, 1, 3, 4, F>(simd, g, first, out, s),
             }
+            first += n;
         }
     }
 
-    /// Query heads g·rep + r0 .. + R of new position j, which sees `vis` keys, into `out` (R · head_dim).
-    #[allow(clippy::too_many_arguments)]
+    /// Rows `first .. first + R` of kv head g (row i: new position i / rep, query head g·rep + i % rep) into
+    /// `out` rows of head_dim at the same indices; the scores in blocks of B panels, the values in V vectors of
+    /// channels. Rows that see fewer keys than others of their group get weight exactly zero on the keys they do
+    /// not see, which leaves their sums unchanged bit for bit (an accumulator that starts at +0 is never −0).
     #[inline(always)]
-    fn rows<S: pulp::Simd, const R: usize, const F: bool>(
+    fn rows<S: pulp::Simd, const R: usize, const B: usize, const V: usize, const F: bool>(
         &self,
         simd: S,
         g: usize,
-        j: usize,
-        r0: usize,
-        vis: usize,
+        first: usize,
         out: &mut [f32],
         s: &mut PanelScratch,
     ) {
         let (hd, rep) = (self.head_dim, self.n_heads / self.n_kv_heads);
         let kvd = self.n_kv_heads * hd;
-        let nb = vis.div_ceil(8);
+        let vis: [usize; R] = std::array::from_fn(|i| self.visible[(first + i) / rep]);
+        let most = vis.iter().copied().max().unwrap_or(0);
+        let nb = most.div_ceil(8);
         s.q.clear();
-        for r in 0..R {
-            let h = g * rep + r0 + r;
+        for i in 0..R {
+            let (j, h) = ((first + i) / rep, g * rep + (first + i) % rep);
             let q = &self.rows[j * self.stride + h * hd..][..hd];
             s.q.extend(q.iter().map(|&x| x * self.scale));
         }
         s.s.clear();
         s.s.resize(R * nb, [0.0; 8]);
-        // Scores: three blocks of eight keys at a time against the R rows (3·R accumulator vectors).
+        // Scores: B blocks of eight keys at a time against the R rows (B·R accumulator vectors).
         let panel = |b: usize| &self.keys.kt[b * kvd + g * hd..][..hd];
         let wide = F && S::F32_LANES == 8;
         let mut b = 0;
-        while b + 3 <= nb {
-            let p = [panel(b), panel(b + 1), panel(b + 2)];
+        while b + B <= nb {
+            let p: [&[Lanes]; B] = std::array::from_fn(|i| panel(b + i));
             if wide {
-                scores_wide::<S, R, 3>(simd, &s.q, p, &mut s.s, nb, b);
+                scores_wide::<S, R, B>(simd, &s.q, p, &mut s.s, nb, b);
             } else {
-                scores::<R, 3, F>(&s.q, p, &mut s.s, nb, b);
+                scores::<R, B, F>(&s.q, p, &mut s.s, nb, b);
             }
-            b += 3;
+            b += B;
         }
         while b < nb {
             if wide {
@@ -169,14 +173,14 @@ impl PanelAttention<'_> {
             }
             b += 1;
         }
-        // Per row: mask the lanes at and after `vis`, softmax with per-lane sums in block order.
-        let live = vis - 8 * (nb - 1);
+        // Per row: hide the keys at and after its `vis`, softmax with per-lane sums in block order.
         let mut inv = [0f32; R];
         for (r, inv) in inv.iter_mut().enumerate() {
-            let sr = &mut s.s[r * nb..(r + 1) * nb];
-            for x in &mut sr[nb - 1][live..] {
+            let sr: &mut [f32] = bytemuck::cast_slice_mut(&mut s.s[r * nb..(r + 1) * nb]);
+            for x in &mut sr[vis[r]..] {
                 *x = f32::NEG_INFINITY;
             }
+            let sr: &mut [Lanes] = bytemuck::cast_slice_mut(sr);
             let mut m = [f32::NEG_INFINITY; 8];
             for x in sr.iter() {
                 for l in 0..8 {
@@ -189,8 +193,9 @@ impl PanelAttention<'_> {
                     *v = exp_with::<F>(*v - m);
                 }
             }
-            // exp clamps −∞ to e⁻⁸⁷: the hidden lanes get exactly zero weight before anything is summed.
-            for x in &mut sr[nb - 1][live..] {
+            // exp clamps −∞ to e⁻⁸⁷: the hidden keys get exactly zero weight before anything is summed.
+            let flat: &mut [f32] = bytemuck::cast_slice_mut(sr);
+            for x in &mut flat[vis[r]..] {
                 *x = 0.0;
             }
             let mut z = [0f32; 8];
@@ -202,27 +207,28 @@ impl PanelAttention<'_> {
             let z = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
             *inv = 1.0 / z;
         }
-        // Weighted sums of values: channels in lanes, four vectors (32 channels) at a time, positions in order:
-        // the cache's values (rows of kvd floats), then the new rows' (rows of `stride` floats from `v_offset`).
-        let np = self.past.min(vis);
+        // Weighted sums of values: channels in lanes, V vectors at a time, positions in order: the cache's values
+        // (rows of kvd floats), then the new rows' (rows of `stride` floats from `v_offset`).
+        let np = self.past.min(most);
         let value = Values {
             segments: [
                 (&self.past_v[..np * kvd], kvd, g * hd),
                 (
-                    &self.rows[..(vis - np) * self.stride],
+                    &self.rows[..(most - np) * self.stride],
                     self.stride,
                     self.v_offset + g * hd,
                 ),
             ],
         };
+        let out = &mut out[first * hd..(first + R) * hd];
         let mut c0 = 0;
-        while c0 + 32 <= hd {
+        while c0 + 8 * V <= hd {
             if wide {
-                values_wide::<S, R, 4>(simd, &s.s, nb, &value, c0, inv, out, hd);
+                values_wide::<S, R, V>(simd, &s.s, nb, &value, c0, inv, out, hd);
             } else {
-                values::<R, 4, F>(&s.s, nb, &value, c0, inv, out, hd);
+                values::<R, V, F>(&s.s, nb, &value, c0, inv, out, hd);
             }
-            c0 += 32;
+            c0 += 8 * V;
         }
         while c0 + 8 <= hd {
             if wide {
