@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Speculative against plain greedy decoding of SmolLM2-135M-Instruct (Q4_1) with the distilled restricted-head
 # drafter (scripts/build-smollm2-draft.sh): whole `multispin generate` processes run alternately (plain,
-# speculative, plain, ...), for draft lengths 1..8, on held-out prompts: TinyStories validation openings from the
-# slice distillation never trains on (its first 64 KiB) and instructions (--chat) that are not among its training
-# instructions. Prints per draft length the median, min and max ratio speculative/plain wall time per generated
-# token (below 1 is faster), the greedy acceptance α (at temperature 0; else the acceptance rate), the draft step and verification pass costs, and the
+# speculative, speculative, plain, ...) on held-out prompts: TinyStories validation openings from the slice
+# distillation never trains on (its first 64 KiB) and instructions (--chat) that are not among its training
+# instructions. Per draft length and prompt set it prints the median, min and max over prompts and pairs of the
+# ratio speculative/plain wall time per generated token (below 1 is faster; whole processes, start-up included) and
+# the same ratio of the in-process time `--stats` reports (prompt and generation, load excluded), the greedy
+# acceptance α (at temperature 0; else the acceptance rate), the draft step and verification pass costs, and the
 # ratio the formula predicts,
 #   (L·t_draft + t_verify(L+1)) / (E[tokens per round] · t_step),  E = (1 − α^(L+1)) / (1 − α),
 # with the load average; and, at temperature 0, checks that every speculative text equals the plain text.
 # Build first: `cargo build --release -p multispin`.
 #
-# α is measured on every held-out prompt at draft length 4 (the table's alpha_all); per draft length, α, the pass
-# costs and the timed pairs come from the first story opening and the first instruction.
+# α is measured on every held-out prompt at draft length 4 (the first lines); the timed pairs run on the four story
+# openings and the first four instructions.
 #
 # The draft runs as DRAFT_FORMAT says (`generate --draft-format`, default q8_0: its f32 matrices quantised at load).
 # TEMPERATURE (default 0) samples both runs at that temperature with the same seed (`--seed 0`); above 0 the two
 # texts are different draws of one distribution (its exactness: scripts/chi2-smollm2.sh), so they are not compared.
+# LENGTHS (default "1 2 3 4 5 6 7 8") lists the draft lengths timed.
 #
 # Usage: scripts/bench-speculative-smollm2.sh [PAIRS] [TOKENS]   (default 2 pairs per prompt, 256 tokens)
 set -euo pipefail
@@ -84,36 +87,41 @@ for p, extra in prompts:
 print(f"greedy acceptance at draft length 4: stories {statistics.mean(alphas['s']):.3f} "
       f"(per prompt {[round(a, 3) for a in alphas['s']]}), instructions {statistics.mean(alphas['i']):.3f} "
       f"(per prompt {[round(a, 3) for a in alphas['i']]})  load {load():.2f}")
-timed = [prompts[0], prompts[len(stories)]]
-print("draft_len  ratio_median  ratio_min  ratio_max  alpha_story  alpha_instr  draft_ms  verify_ms  predicted  load")
-for L in range(1, 9):
-    alphas, t_d, t_v = {"s": [], "i": []}, [], []
-    for p, extra in timed:
-        _, text, err = run(spec(p, extra, L) + ["--stats"])
-        if not same_text(text, plain_text[p]):
-            sys.exit(f"draft length {L}, prompt {p!r}: speculative text differs from plain decoding")
-        a = re.search(r"acceptance ([0-9.]+)", err)
-        if a:
-            alphas["i" if extra else "s"].append(float(a.group(1)))
-        t_d.append(num(r"draft ([0-9.]+) ms/token", err) / 1e3)
-        t_v.append(num(r"verify ([0-9.]+) ms/round", err) / 1e3)
-    # Wall time per generated token (at temperature 0 both texts are the same, so this is the wall-time ratio).
-    def per_token(cmd):
-        wall, _, err = run(cmd + ["--stats"])
-        return wall / int(re.search(r"generated (\d+) tokens", err).group(1))
-    ratios = []
-    for p, extra in timed:
-        for i in range(pairs):
-            if i % 2 == 0:
-                a, b = per_token(plain(p, extra)), per_token(spec(p, extra, L))
-            else:
-                b, a = per_token(spec(p, extra, L)), per_token(plain(p, extra))
-            ratios.append(b / a)
-    alpha = statistics.mean(alphas["s"] + alphas["i"])
-    e = (1 - alpha ** (L + 1)) / (1 - alpha) if alpha < 1 else L + 1
-    td, tv = statistics.median(t_d), statistics.median(t_v)
-    pred = (L * td + tv) / (e * t_step)
-    print(f"{L:9d}  {statistics.median(ratios):12.3f}  {min(ratios):9.3f}  {max(ratios):9.3f}  "
-          f"{statistics.mean(alphas['s']):13.3f}  {statistics.mean(alphas['i']):11.3f}  {1e3 * td:8.3f}  "
-          f"{1e3 * tv:9.2f}  {pred:9.3f}  {load():.2f}", flush=True)
+timed = {"stories": prompts[:len(stories)], "instructions": prompts[len(stories):len(stories) + 4]}
+lengths = [int(x) for x in os.environ.get("LENGTHS", "1 2 3 4 5 6 7 8").split()]
+def per_token(cmd):
+    wall, _, err = run(cmd + ["--stats"])
+    n, s = re.search(r"generated (\d+) tokens in ([0-9.]+) s", err).groups()
+    return wall / int(n), float(s) / int(n)
+print("draft_len  set           ratio_median  ratio_min  ratio_max  inproc_median  inproc_min  inproc_max  "
+      "alpha  draft_ms  verify_ms  predicted  load")
+for L in lengths:
+    for name, group in timed.items():
+        alphas, t_d, t_v, steps = [], [], [], []
+        for p, extra in group:
+            _, text, err = run(spec(p, extra, L) + ["--stats"])
+            if not same_text(text, plain_text[p]):
+                sys.exit(f"draft length {L}, prompt {p!r}: speculative text differs from plain decoding")
+            a = re.search(r"acceptance ([0-9.]+)", err)
+            if a:
+                alphas.append(float(a.group(1)))
+            t_d.append(num(r"draft ([0-9.]+) ms/token", err) / 1e3)
+            t_v.append(num(r"verify ([0-9.]+) ms/round", err) / 1e3)
+        ratios, inproc = [], []
+        for p, extra in group:
+            for i in range(pairs):
+                if i % 2 == 0:
+                    a, b = per_token(plain(p, extra)), per_token(spec(p, extra, L))
+                else:
+                    b, a = per_token(spec(p, extra, L)), per_token(plain(p, extra))
+                ratios.append(b[0] / a[0])
+                inproc.append(b[1] / a[1])
+                steps.append(a[1])
+        alpha = statistics.mean(alphas)
+        e = (1 - alpha ** (L + 1)) / (1 - alpha) if alpha < 1 else L + 1
+        td, tv = statistics.median(t_d), statistics.median(t_v)
+        pred = (L * td + tv) / (e * statistics.median(steps))
+        print(f"{L:9d}  {name:12s}  {statistics.median(ratios):12.3f}  {min(ratios):9.3f}  {max(ratios):9.3f}  "
+              f"{statistics.median(inproc):13.3f}  {min(inproc):10.3f}  {max(inproc):10.3f}  {alpha:5.3f}  "
+              f"{1e3 * td:8.3f}  {1e3 * tv:9.2f}  {pred:9.3f}  {load():.2f}", flush=True)
 PY

@@ -8,7 +8,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
-use crate::probs::prob_rows;
+use crate::probs::probs_into;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};
@@ -246,9 +246,9 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         }
         let vocab = self.vocab();
         self.check_submissions(subs)?;
-        let (logits, verify_s) = self.target_pass(subs)?;
         let positions = subs.iter().map(|s| s.tokens.len()).max().unwrap_or(0) + 1;
-        let flat = self.target_rows(subs, &logits, positions)?;
+        let (mut flat, verify_s) = self.target_pass(subs, positions)?;
+        self.target_rows(subs, &mut flat, positions)?;
         let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
         let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
         self.judge_with_distributions(subs, &flat, &targets, &mut decisions)?;
@@ -352,9 +352,12 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         Ok(())
     }
 
-    /// The target's batched forward pass over every submission (the unfed tail of its sequence, then its draft),
-    /// and its wall time in seconds.
-    fn target_pass(&mut self, subs: &[Submission<'_>]) -> Result<(Vec<candle_core::Tensor>, f64)> {
+    /// The target's batched forward pass over every submission (the unfed tail of its sequence, then its draft):
+    /// the logits of each submission's last `g + 1` positions (the rows its draft is judged on), padded to
+    /// `positions` rows per submission, (submissions, positions, vocab) row-major, and the pass's wall time in
+    /// seconds. The rows come from the pass's own buffer (`Model::forward_batch_rows`), one copy.
+    fn target_pass(&mut self, subs: &[Submission<'_>], positions: usize) -> Result<(Vec<f32>, f64)> {
+        let vocab = self.vocab();
         // Target inputs: the unfed tail of each sequence, then its draft.
         let inputs: Vec<Vec<u32>> = subs
             .iter()
@@ -365,8 +368,9 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 v
             })
             .collect();
+        let mut flat = vec![0f32; subs.len() * positions * vocab];
         let start = Instant::now();
-        let logits = {
+        {
             let mut order: Vec<(usize, usize)> =
                 subs.iter().enumerate().map(|(i, s)| (s.device, i)).collect();
             order.sort_unstable();
@@ -382,31 +386,30 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             }
             let mut caches: Vec<&mut KvCache> = caches.into_iter().flatten().collect();
             let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
-            self.model.forward_batch(&mut caches, &refs)?
-        };
-        Ok((logits, start.elapsed().as_secs_f64()))
+            self.model
+                .forward_batch_rows(&mut caches, &refs, &mut |i, rows| {
+                    let g = subs[i].tokens.len();
+                    let last = &rows[rows.len() - (g + 1) * vocab..];
+                    flat[i * positions * vocab..][..last.len()].copy_from_slice(last);
+                })?;
+        }
+        Ok((flat, start.elapsed().as_secs_f64()))
     }
 
-    /// The target's probability rows at each submission's last `g + 1` positions, padded to `positions` rows per
-    /// submission: (submissions, positions, vocab) row-major.
-    fn target_rows(
-        &self,
-        subs: &[Submission<'_>],
-        logits: &[candle_core::Tensor],
-        positions: usize,
-    ) -> Result<Vec<f32>> {
+    /// Turns the logits rows of [`Verifier::target_pass`] into the target's probability rows in place (the padding
+    /// rows stay zero).
+    fn target_rows(&self, subs: &[Submission<'_>], flat: &mut [f32], positions: usize) -> Result<()> {
         let vocab = self.vocab();
-        let mut flat = vec![0f32; subs.len() * positions * vocab];
-        for (i, (s, l)) in subs.iter().zip(logits).enumerate() {
-            let n = l.dim(0)?;
-            let g = s.tokens.len();
-            let rows = prob_rows(&l.narrow(0, n - g - 1, g + 1)?, &self.cfg.params)?;
-            for (j, r) in rows.iter().enumerate() {
+        let mut p = Vec::with_capacity(vocab);
+        for (i, s) in subs.iter().enumerate() {
+            for j in 0..=s.tokens.len() {
                 let at = (i * positions + j) * vocab;
-                flat[at..at + vocab].copy_from_slice(r);
+                let row = &mut flat[at..at + vocab];
+                probs_into(row, &self.cfg.params, &mut p)?;
+                row.copy_from_slice(&p);
             }
         }
-        Ok(flat)
+        Ok(())
     }
 
     /// The submissions that carry distributions (dense, or sparse expanded and renormalised), judged in one batch

@@ -481,7 +481,7 @@ impl Model {
     }
 
     /// As [`Model::forward_batch`], but each sequence's logits come to `out(b, rows)` as host rows
-    /// (tokens[b].len() × vocab, row-major), in sequence order: on the quantised host route straight from the
+    /// (`tokens[b].len()` × vocab, row-major), in sequence order: on the quantised host route straight from the
     /// pass's own buffer (no tensor, no copy), elsewhere copied out of the candle route's tensors. For callers that
     /// read every row of many sequences (distillation caches, batched decoding, verification).
     pub fn forward_batch_rows(
