@@ -232,7 +232,7 @@ fn unified_case(rng: &mut ChaCha8Rng, case: usize) -> Round {
                 draft_token_s: 0.0152 * rng.random_range(1.0..1.3),
                 spectral_efficiency: 10f64.powf(rng.random_range(-2.0..1.0)),
                 uplink_gain: ul,
-                downlink_gain: if case % 2 == 0 {
+                downlink_gain: if case.is_multiple_of(2) {
                     ul
                 } else {
                     10f64.powf(rng.random_range(-14.0..-9.0))
