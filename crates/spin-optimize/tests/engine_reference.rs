@@ -12,8 +12,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_optimize::paper_b::{self, ModeScheme, Objective, proactive, saa};
 use spin_optimize::round::{
-    CorrectionPolicy, CorrectionSplit, Estimate, PaperPlanner, Payload, PayloadPolicy, Planner, Radio, Round,
-    RoundDevice, RoundPlan, RoundSpec, Scheme,
+    CorrectionPolicy, CorrectionSplit, PaperPlanner, PayloadPolicy, PlanEstimate, Planner, Radio, Round,
+    RoundDevice, RoundPlan, RoundSpec, Scheme, TokenPayload,
 };
 use spin_optimize::unified::{self, Evaluator, Expectation, Options, Scratch};
 
@@ -45,9 +45,9 @@ impl Digest {
         }
     }
 
-    fn lens(&mut self, lens: &[u32]) {
-        self.u64(lens.len() as u64);
-        for &l in lens {
+    fn draft_lengths(&mut self, draft_lengths: &[u32]) {
+        self.u64(draft_lengths.len() as u64);
+        for &l in draft_lengths {
             self.u64(u64::from(l));
         }
     }
@@ -60,7 +60,7 @@ impl Digest {
     }
 
     fn plan(&mut self, p: &RoundPlan) {
-        self.lens(&p.draft_lengths);
+        self.draft_lengths(&p.draft_lengths);
         self.flags(&p.sends_distributions);
         for &b in &p.uplink_share_hz {
             self.f64(b);
@@ -77,8 +77,8 @@ impl Digest {
         }
         self.u64(u64::from(p.proven_optimal));
         match p.estimate {
-            Estimate::Exact => self.u64(0),
-            Estimate::Saa {
+            PlanEstimate::Exact => self.u64(0),
+            PlanEstimate::Saa {
                 samples,
                 rate_ci95_tokens_per_s,
                 mean_ratio_ci95_tokens_per_s,
@@ -140,17 +140,17 @@ fn paper_b_digest(rng: &mut ChaCha8Rng, sc: &paper_b::Scenario) -> u64 {
     let g_max = sc.max_draft_len;
     for modes in MODES {
         for objective in OBJECTIVES {
-            let ev = paper_b::Evaluator::new(sc, modes, objective).unwrap();
-            let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=g_max)).collect();
-            let mut state = ev.state(&gamma);
+            let ev = paper_b::SaaEvaluator::new(sc, modes, objective).unwrap();
+            let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(0..=g_max)).collect();
+            let mut state = ev.state(&draft_lengths);
             d.f64(state.value);
-            let mut scratch = saa::Scratch::default();
+            let mut scratch = saa::SaaScratch::default();
             for step in 0..24 {
                 let count = [1, 2, k][step % 3].min(k);
                 let changes: Vec<(usize, u32)> = rand::seq::index::sample(rng, k, count)
                     .into_iter()
                     .map(|j| {
-                        let g = state.gamma[j];
+                        let g = state.draft_lengths[j];
                         let to = match step % 4 {
                             0 => (g + 1).min(g_max),
                             1 => g.saturating_sub(1),
@@ -162,7 +162,7 @@ fn paper_b_digest(rng: &mut ChaCha8Rng, sc: &paper_b::Scenario) -> u64 {
                 d.f64(ev.try_moves_with(&state, &changes, &mut scratch));
                 d.opt(ev.upper_bound(&state, &changes));
                 for &(j, to) in &changes {
-                    if to < state.gamma[j] {
+                    if to < state.draft_lengths[j] {
                         let drop = ev.leave_drop(&state, j, to, changes.len() == 1);
                         d.f64(drop);
                         d.f64(ev.bound_after_drop(&state, &changes, drop));
@@ -170,13 +170,13 @@ fn paper_b_digest(rng: &mut ChaCha8Rng, sc: &paper_b::Scenario) -> u64 {
                 }
                 if step % 5 == 4 {
                     // Applied without the try just made.
-                    ev.try_moves_with(&state, &[(0, state.gamma[0])], &mut scratch);
+                    ev.try_moves_with(&state, &[(0, state.draft_lengths[0])], &mut scratch);
                 }
                 ev.apply_moves(&mut state, &changes, &mut scratch);
-                d.lens(&state.gamma);
+                d.draft_lengths(&state.draft_lengths);
                 d.f64(state.value);
             }
-            let st = ev.stats(&state.gamma);
+            let st = ev.stats(&state.draft_lengths);
             for x in [
                 st.rate_tokens_per_s,
                 st.mean_ratio_tokens_per_s,
@@ -196,11 +196,11 @@ fn paper_b_digest(rng: &mut ChaCha8Rng, sc: &paper_b::Scenario) -> u64 {
                     proactive::comp_only(&ev),
                     proactive::best(&ev),
                 ] {
-                    d.lens(&plan.draft_lengths);
+                    d.draft_lengths(&plan.draft_lengths);
                     d.f64(plan.value);
                 }
                 if let Ok(plan) = proactive::exhaustive(&ev, 500) {
-                    d.lens(&plan.draft_lengths);
+                    d.draft_lengths(&plan.draft_lengths);
                     d.f64(plan.value);
                 }
             }
@@ -251,7 +251,7 @@ fn unified_case(rng: &mut ChaCha8Rng, case: usize) -> Round {
             dl_power_w: 10f64.powf(rng.random_range(-3.0..1.0)),
             ..Radio::paper_b()
         },
-        payload: Payload {
+        payload: TokenPayload {
             distribution_bits: 34_816.0,
             pair_bits: [34.0, 0.0][case % 5 / 4],
             policy,
@@ -300,9 +300,9 @@ fn unified_digest(rng: &mut ChaCha8Rng, round: &Round) -> u64 {
             };
             d.u64(u64::from(ev.is_exact()));
             for objective in OBJECTIVES {
-                let lens: Vec<u32> = (0..k).map(|_| rng.random_range(lo..=hi)).collect();
-                let dists = payloads(rng, policy, k);
-                let mut state = ev.state(&lens, &dists, objective).unwrap();
+                let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(lo..=hi)).collect();
+                let sends_distributions = payloads(rng, policy, k);
+                let mut state = ev.state(&draft_lengths, &sends_distributions, objective).unwrap();
                 d.f64(state.value);
                 d.f64(state.uplink_s);
                 let mut scratch = Scratch::default();
@@ -311,15 +311,15 @@ fn unified_digest(rng: &mut ChaCha8Rng, round: &Round) -> u64 {
                     let changes: Vec<(usize, u32, bool)> = rand::seq::index::sample(rng, k, count)
                         .into_iter()
                         .map(|j| {
-                            let l = state.lens[j];
+                            let l = state.draft_lengths[j];
                             let to = match step % 3 {
                                 0 => (l + 1).min(hi),
                                 1 => l.saturating_sub(1).max(lo),
                                 _ => rng.random_range(lo..=hi),
                             };
                             let z = match policy {
-                                PayloadPolicy::Choose if step % 4 == 1 => !state.dists[j],
-                                _ => state.dists[j],
+                                PayloadPolicy::Choose if step % 4 == 1 => !state.sends_distributions[j],
+                                _ => state.sends_distributions[j],
                             };
                             (j, to, z)
                         })
@@ -336,8 +336,8 @@ fn unified_digest(rng: &mut ChaCha8Rng, round: &Round) -> u64 {
                         ev.keep_last_try(&state, &changes, &mut scratch);
                     }
                     ev.apply_moves(&mut state, &changes, objective, &mut scratch);
-                    d.lens(&state.lens);
-                    d.flags(&state.dists);
+                    d.draft_lengths(&state.draft_lengths);
+                    d.flags(&state.sends_distributions);
                     d.f64(state.value);
                     d.f64(state.uplink_s);
                 }
@@ -349,13 +349,19 @@ fn unified_digest(rng: &mut ChaCha8Rng, round: &Round) -> u64 {
                 d.f64(at);
             }
             for _ in 0..3 {
-                let lens: Vec<u32> = (0..k).map(|_| rng.random_range(lo..=hi)).collect();
-                let dists = payloads(rng, policy, k);
+                let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(lo..=hi)).collect();
+                let sends_distributions = payloads(rng, policy, k);
                 let equal = vec![round.bandwidth_hz / k as f64; k];
-                let (_, lemma3) = ev.lemma3_shares(&lens, &dists);
+                let (_, lemma3) = ev.lemma3_shares(&draft_lengths, &sends_distributions);
                 for shares in [equal, lemma3] {
                     let p = ev
-                        .round_plan(Scheme::Fixed, &lens, &dists, &shares, false)
+                        .round_plan(
+                            Scheme::Fixed,
+                            &draft_lengths,
+                            &sends_distributions,
+                            &shares,
+                            false,
+                        )
                         .unwrap();
                     d.plan(&p);
                     let q = unified::score(
@@ -363,8 +369,8 @@ fn unified_digest(rng: &mut ChaCha8Rng, round: &Round) -> u64 {
                         expectation,
                         correction,
                         Scheme::Fixed,
-                        &lens,
-                        &dists,
+                        &draft_lengths,
+                        &sends_distributions,
                         &shares,
                         false,
                     )

@@ -2,7 +2,7 @@
 //! one-device move) and T_comm of that set under a mode rule (paper B §IV), with the UL delays kept in a lazy
 //! table and Proposition 1's bisection decided by SNR ratios where they decide it by far.
 
-use super::Engine;
+use super::GoodputEngine;
 use crate::paper_b::reactive::ModeScheme;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -76,7 +76,7 @@ pub(super) fn rejection_mask(f: &[u16], cap: &[u16]) -> u64 {
     mask
 }
 
-impl Engine {
+impl GoodputEngine {
     /// τ^ul of the device at position `p` when `m` devices share the band (see [`UlTable`]).
     #[inline]
     pub(crate) fn ul(&self, m: usize, p: usize) -> f64 {
@@ -328,7 +328,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Correction, Samples, Weights};
+    use crate::engine::{CorrectionSetup, Samples, Weights};
     use crate::paper_b::reactive::{Link, split_by_bisection};
     use rand::{RngExt, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -362,10 +362,10 @@ mod tests {
         k: usize,
         modes: ModeScheme,
         (separate, tables, outside): (bool, bool, bool),
-    ) -> Engine {
-        let max_len = rng.random_range(1..=8);
+    ) -> GoodputEngine {
+        let max_draft_len = rng.random_range(1..=8);
         let alpha: Vec<f64> = (0..k).map(|_| rng.random_range(0.2..0.97)).collect();
-        let samples = Samples::draw(&alpha, rng.random_range(20..=120), max_len, rng.random());
+        let samples = Samples::draw(&alpha, rng.random_range(20..=120), max_draft_len, rng.random());
         let mut ul_gain: Vec<f64> = (0..k)
             .map(|_| 10f64.powf(rng.random_range(-15.0..-9.0)))
             .collect();
@@ -383,18 +383,18 @@ mod tests {
             10f64.powf(rng.random_range(-3.0..0.0)),
             10f64.powf(rng.random_range(-3.0..1.0)),
         );
-        let correction = Correction {
+        let correction = CorrectionSetup {
             link,
             modes,
             ul_gain: &ul_gain,
             dl_gain: &dl_gain,
         };
-        Engine::new(samples, Weights::Count, correction, max_len, tables)
+        GoodputEngine::new(samples, Weights::Count, correction, max_draft_len, tables)
     }
 
     /// T_comm as paper B's evaluator computed it before the shortcuts: a scan of all devices in gain order, the
     /// running sums of 1/g^dl built from the weakest, and [`split_by_bisection`] on the UL delays themselves.
-    fn reference_comm(e: &Engine, s: usize, caps: &[u16]) -> f64 {
+    fn reference_comm(e: &GoodputEngine, s: usize, caps: &[u16]) -> f64 {
         let (k_n, n) = (e.devices(), e.count());
         let first = e.samples.first_rejections();
         let rejected: Vec<usize> = (0..k_n)
@@ -434,9 +434,9 @@ mod tests {
     }
 
     /// Random caps within the engine's range, by position.
-    fn random_caps(rng: &mut ChaCha8Rng, e: &Engine) -> Vec<u16> {
+    fn random_caps(rng: &mut ChaCha8Rng, e: &GoodputEngine) -> Vec<u16> {
         (0..e.devices())
-            .map(|_| rng.random_range(0..=e.max_len as u16))
+            .map(|_| rng.random_range(0..=e.max_draft_len as u16))
             .collect()
     }
 
@@ -490,13 +490,13 @@ mod tests {
             l.dl_power_w =
                 ul_power_w * g0 * l.noise_psd_device_w_per_hz * inverse_sum / l.noise_psd_server_w_per_hz;
             let samples = Samples::draw(&[0.3, 0.3], 50, 1, rng.random());
-            let correction = Correction {
+            let correction = CorrectionSetup {
                 link: l,
                 modes: ModeScheme::Optimal,
                 ul_gain: &[g0, g1],
                 dl_gain: &dl_gain,
             };
-            let e = Engine::new(samples, Weights::Count, correction, 1, case % 3 != 0);
+            let e = GoodputEngine::new(samples, Weights::Count, correction, 1, case % 3 != 0);
             let mut buf = SetBuf::default();
             for s in 0..e.count() {
                 let got = e.comm(s, &[1, 1], &mut buf).0;

@@ -21,11 +21,9 @@ pub use samples::Samples;
 use crate::OptimizeError;
 use crate::paper_b::reactive::{Link, ModeScheme};
 use comm::UlTable;
-use serde::{Deserialize, Serialize};
 
 /// What the proactive searches maximise, and what a plan's value is reported under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Objective {
     /// E\[ΣN\] / E\[T\]: long-run throughput in tokens/s (renewal–reward; default).
     #[default]
@@ -87,12 +85,12 @@ struct Tables {
 /// Outcomes with their weights, the correction link and mode rule, and the device order every rejected set is
 /// kept in.
 #[derive(Debug, Clone)]
-pub(crate) struct Engine {
+pub(crate) struct GoodputEngine {
     samples: Samples,
     weights: Weights,
     link: Link,
     modes: ModeScheme,
-    max_len: u32,
+    max_draft_len: u32,
     /// Devices by uplink gain, strongest first (= UL delay ascending at any equal share).
     order: Vec<usize>,
     /// The position of each device in `order`.
@@ -113,7 +111,7 @@ pub(crate) struct Engine {
 }
 
 /// The correction side of a round as the engine sees it.
-pub(crate) struct Correction<'a> {
+pub(crate) struct CorrectionSetup<'a> {
     /// The correction link (D, B, powers, noise).
     pub link: Link,
     /// The mode rule.
@@ -185,19 +183,19 @@ impl Flips {
     }
 }
 
-impl Engine {
+impl GoodputEngine {
     /// An engine over `samples` (F and the random-mode coins; coins may be empty unless the modes are random)
-    /// weighted by `weights`, for draft lengths up to `max_len`. With `tables` it builds what moves and bounds read
+    /// weighted by `weights`, for draft lengths up to `max_draft_len`. With `tables` it builds what moves and bounds read
     /// (the outcome-major copy of F, the outcomes bucketed by F, the token table and the lazy UL-delay table);
     /// without them it can only evaluate points, computing the same entries where they are read.
     pub(crate) fn new(
         samples: Samples,
         weights: Weights,
-        correction: Correction<'_>,
-        max_len: u32,
+        correction: CorrectionSetup<'_>,
+        max_draft_len: u32,
         tables: bool,
-    ) -> Engine {
-        let Correction {
+    ) -> GoodputEngine {
+        let CorrectionSetup {
             link,
             modes,
             ul_gain,
@@ -223,13 +221,13 @@ impl Engine {
                     && within(link.noise_psd_server_w_per_hz * b, 60.0)
                     && within(link.noise_psd_device_w_per_hz * b, 60.0)
             });
-        let mut engine = Engine {
+        let mut engine = GoodputEngine {
             samples,
             weights,
             inverse_dl_power: 1.0 / link.dl_power_w,
             link,
             modes,
-            max_len,
+            max_draft_len,
             order,
             position,
             ul_gain: ul_by_position,
@@ -245,14 +243,14 @@ impl Engine {
     }
 
     /// An engine without devices or outcomes, for a model that needs none (uplink latencies, closed forms).
-    pub(crate) fn without_outcomes(link: Link, modes: ModeScheme) -> Engine {
-        Engine {
+    pub(crate) fn without_outcomes(link: Link, modes: ModeScheme) -> GoodputEngine {
+        GoodputEngine {
             samples: Samples::from_parts(0, 0, vec![], vec![]),
             weights: Weights::Probability(vec![]),
             inverse_dl_power: 1.0 / link.dl_power_w,
             link,
             modes,
-            max_len: 0,
+            max_draft_len: 0,
             order: vec![],
             position: vec![],
             ul_gain: vec![],
@@ -275,7 +273,7 @@ impl Engine {
                 by_outcome[s * k_n + pos] = first[k * n + s];
             }
         }
-        let width = self.max_len as usize + 1;
+        let width = self.max_draft_len as usize + 1;
         let stride = width + 2;
         let mut tokens = vec![0.0; k_n * width];
         let mut bucket = vec![0u32; k_n * n];
@@ -372,7 +370,7 @@ impl Engine {
     /// the same expression).
     pub(crate) fn token_entry(&self, k: usize, l: u32) -> f64 {
         if self.has_tables() {
-            return self.tables.tokens[k * (self.max_len as usize + 1) + l as usize];
+            return self.tables.tokens[k * (self.max_draft_len as usize + 1) + l as usize];
         }
         let n = self.samples.count();
         let row = &self.samples.first_rejections()[k * n..(k + 1) * n];
@@ -389,18 +387,18 @@ impl Engine {
     /// then of s.
     pub(crate) fn flipping(&self, k: usize, lo: u16, hi: u16) -> &[u32] {
         let n = self.samples.count();
-        let stride = self.max_len as usize + 3;
+        let stride = self.max_draft_len as usize + 3;
         let from = self.tables.bucket_start[k * stride + usize::from(lo) + 1] as usize;
         let to = self.tables.bucket_start[k * stride + usize::from(hi) + 1] as usize;
         &self.tables.bucket[k * n + from..k * n + to]
     }
 
-    /// Full evaluation of the point with draft lengths `lens` (by device) and rejection caps `caps` (by position,
-    /// from [`Engine::caps`]) at base latency `base` (everything but T_comm): its per-outcome totals and its value
+    /// Full evaluation of the point with draft lengths `draft_lengths` (by device) and rejection caps `caps` (by position,
+    /// from [`GoodputEngine::caps`]) at base latency `base` (everything but T_comm): its per-outcome totals and its value
     /// under `objective`. The rejected sets are kept when `keep_sets` (for one-device moves to edit).
     pub(crate) fn evaluate(
         &self,
-        lens: &[u32],
+        draft_lengths: &[u32],
         caps: &[u16],
         base: f64,
         objective: Objective,
@@ -412,7 +410,7 @@ impl Engine {
         let mut tokens = vec![0u32; n];
         // Device by device over its row of F (contiguous, so the additions run as vector instructions; no rows
         // when N = 0).
-        for (&l, fs) in lens.iter().zip(first.chunks_exact(n.max(1))) {
+        for (&l, fs) in draft_lengths.iter().zip(first.chunks_exact(n.max(1))) {
             for (t, &f) in tokens.iter_mut().zip(fs) {
                 *t += u32::from(f).min(l + 1);
             }
@@ -441,7 +439,8 @@ impl Engine {
                 comm.iter().fold(0.0, |acc, c| acc + c),
             ),
             Weights::Probability(w) => (
-                lens.iter()
+                draft_lengths
+                    .iter()
                     .enumerate()
                     .map(|(k, &l)| self.token_entry(k, l))
                     .sum(),
@@ -524,7 +523,7 @@ impl Engine {
     /// are `caps` (by position), at base latency `base`: T_comm is recomputed only in the outcomes the move flips,
     /// and the totals are updated as a full evaluation would sum them (bit for bit: under [`Weights::Count`] the
     /// T_comm total is summed again in outcome order; under [`Weights::Probability`] it is the update that applying
-    /// the move makes). `flips` keeps what it computed for [`Engine::apply`].
+    /// the move makes). `flips` keeps what it computed for [`GoodputEngine::apply`].
     pub(crate) fn try_moves(
         &self,
         from: &Totals,
@@ -609,7 +608,7 @@ impl Engine {
         value
     }
 
-    /// Moves the point with totals `totals` by `moves`, from what [`Engine::try_moves`] of the same move from the
+    /// Moves the point with totals `totals` by `moves`, from what [`GoodputEngine::try_moves`] of the same move from the
     /// same point left in `flips` (`caps` are the caps after the move, for the sets a point keeps): the totals a
     /// full evaluation gives at the new point, bit for bit, with only the flipped outcomes written.
     pub(crate) fn apply(&self, totals: &mut Totals, moves: &[DeviceMove], caps: &[u16], flips: &mut Flips) {

@@ -18,15 +18,15 @@ pub struct Samples {
 }
 
 impl Samples {
-    /// Draws `count` samples for devices with acceptance rates `alpha` (validated, in (0, 1)) from `seed`.
+    /// Draws `count` samples for devices with acceptance rates `acceptance` (validated, in (0, 1)) from `seed`.
     ///
     /// Draw order is sample-major (for s, for k: one uniform for F, one for the coin), so a sample's outcome does
     /// not depend on how many samples follow it.
-    pub fn draw(alpha: &[f64], count: usize, max_draft_len: u32, seed: u64) -> Self {
-        let k_n = alpha.len();
+    pub fn draw(acceptance: &[f64], count: usize, max_draft_len: u32, seed: u64) -> Self {
+        let k_n = acceptance.len();
         let cap = max_draft_len + 1;
-        let log_alpha: Vec<f64> = alpha.iter().map(|a| a.ln()).collect();
-        let thresholds = Thresholds::new(alpha, cap);
+        let log_alpha: Vec<f64> = acceptance.iter().map(|a| a.ln()).collect();
+        let thresholds = Thresholds::new(acceptance, cap);
         let mut first_rejection = vec![0u16; k_n * count];
         let mut ul_coin = vec![false; k_n * count];
         let mut rng = ChaCha8Rng::seed_from_u64(seed);

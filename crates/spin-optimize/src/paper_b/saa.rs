@@ -17,16 +17,15 @@
 use super::reactive::ModeScheme;
 use super::scenario::Scenario;
 use crate::OptimizeError;
-use crate::engine::{Correction, DeviceMove, Engine, Flips, Totals, Weights};
+use crate::engine::{CorrectionSetup, DeviceMove, Flips, GoodputEngine, Totals, Weights};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
 pub use crate::engine::{BOUND_MARGIN, Objective, Samples, UL_TABLE_MAX_DEVICES};
 
 /// Statistics of a draft-length vector over the samples.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RoundStats {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SaaStats {
     /// E\[ΣN\] / E\[T\] in tokens/s.
     pub rate_tokens_per_s: f64,
     /// E[ΣN / T] in tokens/s.
@@ -47,21 +46,21 @@ pub struct RoundStats {
 
 /// Per-sample totals of the current point of a search, for cheap evaluation of nearby points.
 #[derive(Debug, Clone, PartialEq)]
-pub struct State {
+pub struct SaaState {
     /// The draft lengths.
-    pub gamma: Vec<u32>,
+    pub draft_lengths: Vec<u32>,
     /// ΣN, T_comm and |R| per sample, ΣN over all samples and Σ_s T_comm summed in sample order.
     totals: Totals,
     /// max_k γ_k T_k^dft and a device attaining it.
     draft: (f64, usize),
-    /// The objective value at `gamma`.
+    /// The objective value at `draft_lengths`.
     pub value: f64,
 }
 
-/// Reusable buffers of [`Evaluator::try_moves_with`] and [`Evaluator::apply_moves`], and what the last try
+/// Reusable buffers of [`SaaEvaluator::try_moves_with`] and [`SaaEvaluator::apply_moves`], and what the last try
 /// computed, so that applying the move just tried does not compute it again.
 #[derive(Debug, Clone, Default)]
-pub struct Scratch {
+pub struct SaaScratch {
     /// The engine's buffers and what its last try computed.
     flips: Flips,
     /// The caps (γ by position in the engine's device order) of the point being evaluated.
@@ -76,16 +75,16 @@ pub struct Scratch {
 
 /// Evaluates draft-length vectors of one scenario on one set of samples under one mode policy.
 #[derive(Debug, Clone)]
-pub struct Evaluator {
-    engine: Engine,
+pub struct SaaEvaluator {
+    engine: GoodputEngine,
     objective: Objective,
     max_draft_len: u32,
     verify_s: f64,
-    alpha: Vec<f64>,
+    acceptance: Vec<f64>,
     draft_token_s: Vec<f64>,
 }
 
-impl Evaluator {
+impl SaaEvaluator {
     /// Draws the scenario's `saa_samples` with its `seed` and prepares the tables.
     pub fn new(scenario: &Scenario, policy: ModeScheme, objective: Objective) -> Result<Self, OptimizeError> {
         scenario.check_planning_size()?;
@@ -122,18 +121,18 @@ impl Evaluator {
             });
         }
         let gains: Vec<f64> = scenario.devices.iter().map(|d| d.channel_gain).collect();
-        let correction = Correction {
+        let correction = CorrectionSetup {
             link: scenario.link(),
             modes: policy,
             ul_gain: &gains,
             dl_gain: &gains,
         };
-        Ok(Evaluator {
-            engine: Engine::new(samples, Weights::Count, correction, scenario.max_draft_len, true),
+        Ok(SaaEvaluator {
+            engine: GoodputEngine::new(samples, Weights::Count, correction, scenario.max_draft_len, true),
             objective,
             max_draft_len: scenario.max_draft_len,
             verify_s: scenario.verify_s(),
-            alpha: scenario.devices.iter().map(|d| d.acceptance).collect(),
+            acceptance: scenario.devices.iter().map(|d| d.acceptance).collect(),
             draft_token_s: scenario.devices.iter().map(|d| d.draft_token_s).collect(),
         })
     }
@@ -149,8 +148,8 @@ impl Evaluator {
     }
 
     /// α_k per device.
-    pub fn alpha(&self) -> &[f64] {
-        &self.alpha
+    pub fn acceptance(&self) -> &[f64] {
+        &self.acceptance
     }
 
     /// T_k^dft per device in seconds.
@@ -174,8 +173,8 @@ impl Evaluator {
     }
 
     /// Drafting time of the slowest device, max_k γ_k T_k^dft.
-    pub fn draft_s(&self, gamma: &[u32]) -> f64 {
-        gamma
+    pub fn draft_s(&self, draft_lengths: &[u32]) -> f64 {
+        draft_lengths
             .iter()
             .zip(&self.draft_token_s)
             .map(|(&g, t)| f64::from(g) * t)
@@ -183,8 +182,8 @@ impl Evaluator {
     }
 
     /// [`Self::draft_s`] and the first device attaining it (0 when every γ is 0).
-    fn draft_argmax(&self, gamma: &[u32]) -> (f64, usize) {
-        gamma
+    fn draft_argmax(&self, draft_lengths: &[u32]) -> (f64, usize) {
+        draft_lengths
             .iter()
             .zip(&self.draft_token_s)
             .enumerate()
@@ -195,47 +194,47 @@ impl Evaluator {
     }
 
     /// γ by position in the engine's device order, into `caps`: a device is rejected in a sample iff F ≤ γ.
-    fn caps(&self, gamma: &[u32], caps: &mut Vec<u16>) {
+    fn caps(&self, draft_lengths: &[u32], caps: &mut Vec<u16>) {
         // γ ≤ γ_max ≤ MAX_DRAFT_LEN_LIMIT fits 16 bits, as F does.
-        self.engine.caps(|k| gamma[k] as u16, caps);
+        self.engine.caps(|k| draft_lengths[k] as u16, caps);
     }
 
-    fn check(&self, gamma: &[u32]) {
-        debug_assert_eq!(gamma.len(), self.devices());
-        debug_assert!(gamma.iter().all(|&g| g <= self.max_draft_len));
+    fn check(&self, draft_lengths: &[u32]) {
+        debug_assert_eq!(draft_lengths.len(), self.devices());
+        debug_assert!(draft_lengths.iter().all(|&g| g <= self.max_draft_len));
     }
 
-    /// Full evaluation of `gamma` (length K, entries ≤ γ_max), keeping per-sample totals for [`Self::try_moves`].
-    pub fn state(&self, gamma: &[u32]) -> State {
-        self.state_with(gamma, &mut Scratch::default())
+    /// Full evaluation of `draft_lengths` (length K, entries ≤ γ_max), keeping per-sample totals for [`Self::try_moves`].
+    pub fn state(&self, draft_lengths: &[u32]) -> SaaState {
+        self.state_with(draft_lengths, &mut SaaScratch::default())
     }
 
     /// [`Self::state`] with reusable buffers.
-    pub fn state_with(&self, gamma: &[u32], scratch: &mut Scratch) -> State {
-        self.check(gamma);
-        self.caps(gamma, &mut scratch.caps);
-        let base = self.draft_s(gamma) + self.verify_s;
+    pub fn state_with(&self, draft_lengths: &[u32], scratch: &mut SaaScratch) -> SaaState {
+        self.check(draft_lengths);
+        self.caps(draft_lengths, &mut scratch.caps);
+        let base = self.draft_s(draft_lengths) + self.verify_s;
         let (totals, value) = self
             .engine
-            .evaluate(gamma, &scratch.caps, base, self.objective, false);
-        State {
-            gamma: gamma.to_vec(),
+            .evaluate(draft_lengths, &scratch.caps, base, self.objective, false);
+        SaaState {
+            draft_lengths: draft_lengths.to_vec(),
             totals,
-            draft: self.draft_argmax(gamma),
+            draft: self.draft_argmax(draft_lengths),
             value,
         }
     }
 
-    /// The objective at `gamma`.
-    pub fn value(&self, gamma: &[u32]) -> f64 {
-        self.state(gamma).value
+    /// The objective at `draft_lengths`.
+    pub fn value(&self, draft_lengths: &[u32]) -> f64 {
+        self.state(draft_lengths).value
     }
 
     /// The objective after changing the draft lengths of `state` by `changes` = [(device, new γ)] (distinct
     /// devices), without a full evaluation: only samples where a changed device switches between rejected and
     /// accepted recompute T_comm. Bit-for-bit equal to [`Self::value`] at the changed point.
-    pub fn try_moves(&self, state: &State, changes: &[(usize, u32)]) -> f64 {
-        self.try_moves_with(state, changes, &mut Scratch::default())
+    pub fn try_moves(&self, state: &SaaState, changes: &[(usize, u32)]) -> f64 {
+        self.try_moves_with(state, changes, &mut SaaScratch::default())
     }
 
     /// [`Self::try_moves`] with reusable buffers; remembers what it computed in `scratch` for
@@ -244,23 +243,28 @@ impl Evaluator {
     /// The token total comes from per-device sums (integers, so exact in any order), T_comm is recomputed only on
     /// the flipped samples, and the latency is summed over all samples in sample order as the full evaluation does,
     /// so the result has the same bits as a full evaluation.
-    pub fn try_moves_with(&self, state: &State, changes: &[(usize, u32)], scratch: &mut Scratch) -> f64 {
-        let mut gamma = std::mem::take(&mut scratch.from);
-        gamma.clear();
-        gamma.extend_from_slice(&state.gamma);
+    pub fn try_moves_with(
+        &self,
+        state: &SaaState,
+        changes: &[(usize, u32)],
+        scratch: &mut SaaScratch,
+    ) -> f64 {
+        let mut draft_lengths = std::mem::take(&mut scratch.from);
+        draft_lengths.clear();
+        draft_lengths.extend_from_slice(&state.draft_lengths);
         scratch.moves.clear();
         for &(k, g) in changes {
-            let old = state.gamma[k];
-            gamma[k] = g;
+            let old = state.draft_lengths[k];
+            draft_lengths[k] = g;
             scratch.moves.push(DeviceMove {
                 device: k,
                 len: (old, g),
                 cap: (old as u16, g as u16),
             });
         }
-        self.check(&gamma);
-        self.caps(&gamma, &mut scratch.caps);
-        let base = self.draft_s(&gamma) + self.verify_s;
+        self.check(&draft_lengths);
+        self.caps(&draft_lengths, &mut scratch.caps);
+        let base = self.draft_s(&draft_lengths) + self.verify_s;
         let value = self.engine.try_moves(
             &state.totals,
             &scratch.moves,
@@ -269,9 +273,9 @@ impl Evaluator {
             self.objective,
             &mut scratch.flips,
         );
-        scratch.from = gamma;
+        scratch.from = draft_lengths;
         for &(k, _) in changes {
-            scratch.from[k] = state.gamma[k];
+            scratch.from[k] = state.draft_lengths[k];
         }
         scratch.changes.clear();
         scratch.changes.extend_from_slice(changes);
@@ -282,8 +286,8 @@ impl Evaluator {
     /// Moves `state` by `changes` in place: the state [`Self::state`] gives at the new point, bit for bit, with
     /// only the flipped samples recomputed (none when the last [`Self::try_moves_with`] on `scratch` tried this
     /// move from this state).
-    pub fn apply_moves(&self, state: &mut State, changes: &[(usize, u32)], scratch: &mut Scratch) {
-        let reuse = scratch.valid && scratch.changes == changes && scratch.from == state.gamma;
+    pub fn apply_moves(&self, state: &mut SaaState, changes: &[(usize, u32)], scratch: &mut SaaScratch) {
+        let reuse = scratch.valid && scratch.changes == changes && scratch.from == state.draft_lengths;
         if !reuse {
             self.try_moves_with(state, changes, scratch);
         }
@@ -294,9 +298,9 @@ impl Evaluator {
             &mut scratch.flips,
         );
         for &(k, g) in changes {
-            state.gamma[k] = g;
+            state.draft_lengths[k] = g;
         }
-        state.draft = self.draft_argmax(&state.gamma);
+        state.draft = self.draft_argmax(&state.draft_lengths);
         state.value = scratch.flips.value;
         scratch.valid = false;
     }
@@ -312,14 +316,18 @@ impl Evaluator {
     /// the form D/(b log₂(1 + c/b)) grows by at most m/(m − 1) when the share falls from B/(m − 1) to B/m, as
     /// b log(1 + c/b) is concave and 0 at b = 0); otherwise it is bounded by 0. With two or more leaving devices
     /// the flipped samples of all of them are bounded by 0.
-    pub fn upper_bound(&self, state: &State, changes: &[(usize, u32)]) -> Option<f64> {
+    pub fn upper_bound(&self, state: &SaaState, changes: &[(usize, u32)]) -> Option<f64> {
         if self.objective != Objective::Rate {
             return None;
         }
-        let alone = changes.iter().filter(|&&(k, g)| g < state.gamma[k]).count() == 1;
+        let alone = changes
+            .iter()
+            .filter(|&&(k, g)| g < state.draft_lengths[k])
+            .count()
+            == 1;
         let drop = changes
             .iter()
-            .filter(|&&(k, g)| g < state.gamma[k])
+            .filter(|&&(k, g)| g < state.draft_lengths[k])
             .map(|&(k, g)| self.leave_drop(state, k, g, alone))
             .sum();
         Some(self.bound_after_drop(state, changes, drop))
@@ -328,8 +336,8 @@ impl Evaluator {
     /// How much Σ_s T_comm can fall at most on the samples where device `k` leaves the rejected set when its γ
     /// falls to `g`: Σ (T_comm − the floor of [`Self::upper_bound`]), with the (m − 1)/m floor only when `alone`
     /// (the only device that leaves).
-    pub fn leave_drop(&self, state: &State, k: usize, g: u32, alone: bool) -> f64 {
-        let old = state.gamma[k];
+    pub fn leave_drop(&self, state: &SaaState, k: usize, g: u32, alone: bool) -> f64 {
+        let old = state.draft_lengths[k];
         let scaled = alone && matches!(self.engine.modes(), ModeScheme::Optimal | ModeScheme::AllUl);
         let pos = self.engine.position(k);
         let mut drop = 0.0;
@@ -350,10 +358,10 @@ impl Evaluator {
 
     /// The bound of [`Self::upper_bound`] (rate objective) when Σ_s T_comm falls by at most `drop` (from
     /// [`Self::leave_drop`] of the leaving devices).
-    pub fn bound_after_drop(&self, state: &State, changes: &[(usize, u32)], drop: f64) -> f64 {
+    pub fn bound_after_drop(&self, state: &SaaState, changes: &[(usize, u32)], drop: f64) -> f64 {
         let mut tok = state.totals.tokens_total;
         for &(k, g) in changes {
-            let old = state.gamma[k];
+            let old = state.draft_lengths[k];
             tok += self.engine.token_entry(k, g) - self.engine.token_entry(k, old);
         }
         // A lower bound on the drafting time at the new point (so an upper bound on the value): the changed devices
@@ -372,19 +380,19 @@ impl Evaluator {
         (tok / nf) / (draft_s + self.verify_s + floor / nf)
     }
 
-    /// Both objectives and the mode statistics of `gamma`.
-    pub fn stats(&self, gamma: &[u32]) -> RoundStats {
-        self.check(gamma);
+    /// Both objectives and the mode statistics of `draft_lengths`.
+    pub fn stats(&self, draft_lengths: &[u32]) -> SaaStats {
+        self.check(draft_lengths);
         let n = self.engine.count();
         let k_n = self.devices();
-        let base = self.draft_s(gamma) + self.verify_s;
-        let mut sc = Scratch::default();
-        self.caps(gamma, &mut sc.caps);
+        let base = self.draft_s(draft_lengths) + self.verify_s;
+        let mut sc = SaaScratch::default();
+        self.caps(draft_lengths, &mut sc.caps);
         let mut buf = Default::default();
         let (mut tok, mut lat, mut comm_sum, mut ratio) = (0u64, 0.0, 0.0, 0.0);
         let (mut n_rej, mut n_ul) = (0usize, 0usize);
         for s in 0..n {
-            let t: u32 = (0..k_n).map(|k| self.engine.tokens(k, s, gamma[k])).sum();
+            let t: u32 = (0..k_n).map(|k| self.engine.tokens(k, s, draft_lengths[k])).sum();
             let (c, ul) = self.engine.comm(s, &sc.caps, &mut buf);
             n_rej += buf.set.len();
             n_ul += ul;
@@ -395,7 +403,7 @@ impl Evaluator {
         }
         let nf = n as f64;
         let dev_rounds = (n * k_n) as f64;
-        RoundStats {
+        SaaStats {
             rate_tokens_per_s: tok as f64 / lat,
             mean_ratio_tokens_per_s: ratio / nf,
             tokens_per_round: tok as f64 / nf,
@@ -414,18 +422,18 @@ impl Evaluator {
 /// "all accepted"; refuses more than `limit` outcome combinations and the random-mode policy.
 pub fn exact_value(
     scenario: &Scenario,
-    gamma: &[u32],
+    draft_lengths: &[u32],
     policy: ModeScheme,
     objective: Objective,
     limit: u128,
 ) -> Result<f64, OptimizeError> {
-    if policy == ModeScheme::Random || gamma.len() != scenario.device_count() {
+    if policy == ModeScheme::Random || draft_lengths.len() != scenario.device_count() {
         return Err(OptimizeError::Invalid {
             field: "policy".into(),
             reason: "exact enumeration needs a deterministic policy and one γ per device".into(),
         });
     }
-    let size = gamma
+    let size = draft_lengths
         .iter()
         .fold(1u128, |acc, &g| acc.saturating_mul(u128::from(g) + 1));
     if size > limit {
@@ -436,8 +444,8 @@ pub fn exact_value(
         });
     }
     let link = scenario.link();
-    let k_n = gamma.len();
-    let draft = gamma
+    let k_n = draft_lengths.len();
+    let draft = draft_lengths
         .iter()
         .zip(&scenario.devices)
         .map(|(&g, d)| f64::from(g) * d.draft_token_s)
@@ -452,11 +460,11 @@ pub fn exact_value(
         let mut gains = Vec::new();
         for k in 0..k_n {
             let a = scenario.devices[k].acceptance;
-            if f[k] <= gamma[k] {
+            if f[k] <= draft_lengths[k] {
                 p *= a.powi(f[k] as i32 - 1) * (1.0 - a);
                 gains.push(scenario.devices[k].channel_gain);
             } else {
-                p *= a.powi(gamma[k] as i32);
+                p *= a.powi(draft_lengths[k] as i32);
             }
             tokens += f[k];
         }
@@ -467,7 +475,7 @@ pub fn exact_value(
         // Odometer over F_k ∈ 1..=γ_k + 1.
         let mut k = 0;
         while k < k_n {
-            if f[k] <= gamma[k] {
+            if f[k] <= draft_lengths[k] {
                 f[k] += 1;
                 break;
             }
@@ -512,14 +520,16 @@ mod tests {
                 d.channel_gain *= 10f64.powf(rng.random_range(-1.0..1.0));
             }
             let sc = Scenario::new(spec).unwrap();
-            let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=3)).collect();
+            let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(0..=3)).collect();
             for policy in [ModeScheme::Optimal, ModeScheme::AllUl, ModeScheme::AllDl] {
                 for objective in [Objective::Rate, Objective::MeanRatio] {
-                    let exact = exact_value(&sc, &gamma, policy, objective, 1 << 20).unwrap();
-                    let saa = Evaluator::new(&sc, policy, objective).unwrap().value(&gamma);
+                    let exact = exact_value(&sc, &draft_lengths, policy, objective, 1 << 20).unwrap();
+                    let saa = SaaEvaluator::new(&sc, policy, objective)
+                        .unwrap()
+                        .value(&draft_lengths);
                     assert!(
                         (saa - exact).abs() < 0.01 * exact,
-                        "case {case} γ={gamma:?} {policy:?} {objective:?}: SAA {saa} vs exact {exact}"
+                        "case {case} γ={draft_lengths:?} {policy:?} {objective:?}: SAA {saa} vs exact {exact}"
                     );
                 }
             }
@@ -532,7 +542,7 @@ mod tests {
         let sc = Scenario::new(example(3)).unwrap();
         let v = exact_value(&sc, &[0, 0, 0], ModeScheme::Optimal, Objective::Rate, 1000).unwrap();
         assert!((v - 3.0 / sc.verify_s()).abs() < 1e-12);
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+        let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
         assert!((ev.value(&[0, 0, 0]) - 3.0 / sc.verify_s()).abs() < 1e-12);
         let err = exact_value(&sc, &[20, 20, 20], ModeScheme::Optimal, Objective::Rate, 1000).unwrap_err();
         assert!(err.to_string().starts_with("draft_lengths:"));
@@ -544,15 +554,15 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(4);
         for policy in SAA_POLICIES {
             for objective in [Objective::Rate, Objective::MeanRatio] {
-                let ev = Evaluator::new(&sc, policy, objective).unwrap();
-                let gamma: Vec<u32> = (0..12).map(|_| rng.random_range(0..=20)).collect();
-                let state = ev.state(&gamma);
+                let ev = SaaEvaluator::new(&sc, policy, objective).unwrap();
+                let draft_lengths: Vec<u32> = (0..12).map(|_| rng.random_range(0..=20)).collect();
+                let state = ev.state(&draft_lengths);
                 // One or two changes take the sparse path under the rate objective, three the general one.
                 for _ in 0..80 {
                     let changes: Vec<(usize, u32)> = (0..rng.random_range(1..=3))
                         .map(|_| (rng.random_range(0..12), rng.random_range(0..=20)))
                         .collect();
-                    let mut moved = gamma.clone();
+                    let mut moved = draft_lengths.clone();
                     for &(k, g) in &changes {
                         moved[k] = g;
                     }
@@ -564,7 +574,7 @@ mod tests {
                     assert_eq!(
                         ev.try_moves(&state, &changes).to_bits(),
                         ev.value(&moved).to_bits(),
-                        "{policy:?} {objective:?} {changes:?} {gamma:?}"
+                        "{policy:?} {objective:?} {changes:?} {draft_lengths:?}"
                     );
                 }
             }
@@ -596,10 +606,10 @@ mod tests {
             let g_max = sc.max_draft_len;
             for policy in SAA_POLICIES {
                 for objective in [Objective::Rate, Objective::MeanRatio] {
-                    let ev = Evaluator::new(&sc, policy, objective).unwrap();
-                    let gamma: Vec<u32> = (0..k).map(|_| rng.random_range(0..=g_max)).collect();
-                    let mut state = ev.state(&gamma);
-                    let mut scratch = Scratch::default();
+                    let ev = SaaEvaluator::new(&sc, policy, objective).unwrap();
+                    let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(0..=g_max)).collect();
+                    let mut state = ev.state(&draft_lengths);
+                    let mut scratch = SaaScratch::default();
                     for step in 0..30 {
                         // One, two (distinct) or all devices, by ±1 or a jump.
                         let mut changes: Vec<(usize, u32)> = Vec::new();
@@ -607,7 +617,7 @@ mod tests {
                         for d in rand::seq::index::sample(&mut rng, k, count) {
                             changes.push((d, rng.random_range(0..=g_max)));
                         }
-                        let mut moved = state.gamma.clone();
+                        let mut moved = state.draft_lengths.clone();
                         for &(d, g) in &changes {
                             moved[d] = g;
                         }
@@ -625,7 +635,7 @@ mod tests {
                         }
                         // Every other step applies without the try just made (a stale or fresh scratch).
                         if step % 2 == 1 {
-                            ev.try_moves_with(&state, &[(0, state.gamma[0])], &mut scratch);
+                            ev.try_moves_with(&state, &[(0, state.draft_lengths[0])], &mut scratch);
                         }
                         ev.apply_moves(&mut state, &changes, &mut scratch);
                         assert_eq!(state, full, "case {case} step {step} {policy:?} {objective:?}");
@@ -638,16 +648,18 @@ mod tests {
     #[test]
     fn stats_are_consistent() {
         let sc = Scenario::new(example(8)).unwrap();
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
-        let gamma = vec![4; 8];
-        let st = ev.stats(&gamma);
-        assert!((st.rate_tokens_per_s - ev.value(&gamma)).abs() < 1e-9 * st.rate_tokens_per_s);
+        let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+        let draft_lengths = vec![4; 8];
+        let st = ev.stats(&draft_lengths);
+        assert!((st.rate_tokens_per_s - ev.value(&draft_lengths)).abs() < 1e-9 * st.rate_tokens_per_s);
         assert!((st.frac_accepted + st.frac_ul + st.frac_dl - 1.0).abs() < 1e-12);
         assert!(
             (st.rate_tokens_per_s - st.tokens_per_round / st.latency_s).abs() < 1e-9 * st.rate_tokens_per_s
         );
-        let mr = Evaluator::new(&sc, ModeScheme::Optimal, Objective::MeanRatio).unwrap();
-        assert!((st.mean_ratio_tokens_per_s - mr.value(&gamma)).abs() < 1e-9 * st.mean_ratio_tokens_per_s);
+        let mr = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::MeanRatio).unwrap();
+        assert!(
+            (st.mean_ratio_tokens_per_s - mr.value(&draft_lengths)).abs() < 1e-9 * st.mean_ratio_tokens_per_s
+        );
         assert!(
             Objective::parse("speed")
                 .unwrap_err()

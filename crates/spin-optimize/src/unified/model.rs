@@ -11,10 +11,12 @@
 //! bounds of the searches, and the scoring of plans.
 
 use crate::OptimizeError;
-use crate::engine::{BOUND_MARGIN, Correction, DeviceMove, Engine, Flips, Samples, SetBuf, Totals, Weights};
+use crate::engine::{
+    BOUND_MARGIN, CorrectionSetup, DeviceMove, Flips, GoodputEngine, Samples, SetBuf, Totals, Weights,
+};
 use crate::paper_a::bandwidth::equalised_root;
 use crate::paper_b::{ModeScheme, Objective};
-use crate::round::plan::{CorrectionPolicy, Estimate, RoundPlan};
+use crate::round::plan::{CorrectionPolicy, PlanEstimate, RoundPlan};
 use crate::round::scheme::Scheme;
 use crate::round::spec::{PayloadPolicy, Round};
 use rand::{RngExt, SeedableRng};
@@ -39,8 +41,8 @@ pub enum Expectation {
     },
 }
 
-fn outcome_space(k: usize, max_len: u32) -> u128 {
-    (0..k).fold(1u128, |acc, _| acc.saturating_mul(u128::from(max_len) + 1))
+fn outcome_space(k: usize, max_draft_len: u32) -> u128 {
+    (0..k).fold(1u128, |acc, _| acc.saturating_mul(u128::from(max_draft_len) + 1))
 }
 
 /// Paper B's samples for rates `alpha` (`count` of them, L_max, `seed`), or `drawn` when the caller has drawn
@@ -50,7 +52,7 @@ fn outcome_space(k: usize, max_len: u32) -> u128 {
 fn sampled(
     alpha: &[f64],
     count: usize,
-    max_len: u32,
+    max_draft_len: u32,
     seed: u64,
     coins: bool,
     drawn: Option<&Samples>,
@@ -60,7 +62,7 @@ fn sampled(
         Some(samples) if samples.count() == count && samples.devices() == k_n => {
             samples.first_rejections().to_vec()
         }
-        _ => Samples::draw(alpha, count, max_len, seed)
+        _ => Samples::draw(alpha, count, max_draft_len, seed)
             .first_rejections()
             .to_vec(),
     };
@@ -77,9 +79,9 @@ fn sampled(
 }
 
 /// Every outcome F ∈ {1..L_max + 1}^K with its probability (refused above `limit` outcomes).
-fn enumerated(alpha: &[f64], max_len: u32, limit: u128) -> Result<(Samples, Weights), OptimizeError> {
+fn enumerated(alpha: &[f64], max_draft_len: u32, limit: u128) -> Result<(Samples, Weights), OptimizeError> {
     let k_n = alpha.len();
-    let size = outcome_space(k_n, max_len);
+    let size = outcome_space(k_n, max_draft_len);
     if size > limit {
         return Err(OptimizeError::TooLarge {
             field: "devices".into(),
@@ -88,7 +90,7 @@ fn enumerated(alpha: &[f64], max_len: u32, limit: u128) -> Result<(Samples, Weig
         });
     }
     let count = size as usize;
-    let cap = max_len + 1;
+    let cap = max_draft_len + 1;
     let mut first = vec![0u16; k_n * count];
     let mut weight = vec![0.0; count];
     let mut f = vec![1u32; k_n];
@@ -100,7 +102,7 @@ fn enumerated(alpha: &[f64], max_len: u32, limit: u128) -> Result<(Samples, Weig
             p *= if f[k] < cap {
                 a.powi(f[k] as i32 - 1) * (1.0 - a)
             } else {
-                a.powi(max_len as i32)
+                a.powi(max_draft_len as i32)
             };
         }
         *w = p;
@@ -122,9 +124,9 @@ fn enumerated(alpha: &[f64], max_len: u32, limit: u128) -> Result<(Samples, Weig
 #[derive(Debug, Clone, PartialEq)]
 pub struct State {
     /// L_k per device.
-    pub lens: Vec<u32>,
+    pub draft_lengths: Vec<u32>,
     /// z_k per device (true = distributions per token).
-    pub dists: Vec<bool>,
+    pub sends_distributions: Vec<bool>,
     /// The Lemma-3 uplink latency φ(L, z).
     pub uplink_s: f64,
     /// Σ w_k/(φ − β_k) and Σ w_k/(φ − β_k)² over the devices with bits: the Lemma-3 function and its slope at
@@ -148,20 +150,20 @@ pub type Change = (usize, u32, bool);
 #[derive(Debug, Clone)]
 pub struct Evaluator {
     k_n: usize,
-    alpha: Vec<f64>,
+    acceptance: Vec<f64>,
     draft_token_s: Vec<f64>,
     spectral_efficiency: Vec<f64>,
     distribution_bits: f64,
     pair_bits: f64,
     bandwidth_hz: f64,
     verify_s: f64,
-    min_len: u32,
-    max_len: u32,
+    min_draft_len: u32,
+    max_draft_len: u32,
     payload: PayloadPolicy,
     policy: CorrectionPolicy,
     /// The weighted outcomes, rejected sets and T_comm (with the tables of moves and bounds, except in an
     /// evaluator that only scores plans: [`Evaluator::for_scoring`]).
-    engine: Engine,
+    engine: GoodputEngine,
     /// Whether the outcomes are enumerated exactly.
     exact: bool,
     /// Tokens in closed form (Σ E[N_k]) when no device can be rejected and the round sends only distributions.
@@ -211,7 +213,7 @@ impl Evaluator {
             "",
         )?;
         let alpha: Vec<f64> = round.devices.iter().map(|d| d.acceptance).collect();
-        let max_len = round.max_draft_len;
+        let max_draft_len = round.max_draft_len;
         // Random modes draw their coins with the samples, so `auto` samples for them.
         let expectation = match expectation {
             Expectation::Auto { .. } if policy.modes == ModeScheme::Random => Expectation::Saa,
@@ -220,13 +222,19 @@ impl Evaluator {
         let coins = policy.modes == ModeScheme::Random;
         let count = round.saa_samples as usize;
         let ((samples, weights), exact) = match expectation {
-            Expectation::Saa => (sampled(&alpha, count, max_len, round.seed, coins, drawn), false),
-            Expectation::Exact { limit } => (enumerated(&alpha, max_len, limit)?, true),
+            Expectation::Saa => (
+                sampled(&alpha, count, max_draft_len, round.seed, coins, drawn),
+                false,
+            ),
+            Expectation::Exact { limit } => (enumerated(&alpha, max_draft_len, limit)?, true),
             Expectation::Auto { limit } => {
-                if outcome_space(k_n, max_len) <= limit {
-                    (enumerated(&alpha, max_len, limit)?, true)
+                if outcome_space(k_n, max_draft_len) <= limit {
+                    (enumerated(&alpha, max_draft_len, limit)?, true)
                 } else {
-                    (sampled(&alpha, count, max_len, round.seed, coins, drawn), false)
+                    (
+                        sampled(&alpha, count, max_draft_len, round.seed, coins, drawn),
+                        false,
+                    )
                 }
             }
         };
@@ -246,29 +254,29 @@ impl Evaluator {
         }
         let ul_gain: Vec<f64> = round.devices.iter().map(|d| d.uplink_gain).collect();
         let dl_gain: Vec<f64> = round.devices.iter().map(|d| d.downlink_gain).collect();
-        let correction = Correction {
+        let correction = CorrectionSetup {
             link: round.link(),
             modes: policy.modes,
             ul_gain: &ul_gain,
             dl_gain: &dl_gain,
         };
-        let engine = Engine::new(samples, weights, correction, max_len, tables);
+        let engine = GoodputEngine::new(samples, weights, correction, max_draft_len, tables);
         Ok(Evaluator::with_engine(round, policy, engine, exact))
     }
 
     /// The evaluator of `round` over `engine`.
-    fn with_engine(round: &Round, policy: CorrectionPolicy, engine: Engine, exact: bool) -> Evaluator {
+    fn with_engine(round: &Round, policy: CorrectionPolicy, engine: GoodputEngine, exact: bool) -> Evaluator {
         Evaluator {
             k_n: round.len(),
-            alpha: round.devices.iter().map(|d| d.acceptance).collect(),
+            acceptance: round.devices.iter().map(|d| d.acceptance).collect(),
             draft_token_s: round.devices.iter().map(|d| d.draft_token_s).collect(),
             spectral_efficiency: round.devices.iter().map(|d| d.spectral_efficiency).collect(),
             distribution_bits: round.payload.distribution_bits,
             pair_bits: round.payload.pair_bits,
             bandwidth_hz: round.bandwidth_hz,
             verify_s: round.verify_s(),
-            min_len: round.min_draft_len,
-            max_len: round.max_draft_len,
+            min_draft_len: round.min_draft_len,
+            max_draft_len: round.max_draft_len,
             payload: round.payload.policy,
             policy,
             engine,
@@ -284,7 +292,7 @@ impl Evaluator {
         Evaluator::with_engine(
             round,
             policy,
-            Engine::without_outcomes(round.link(), policy.modes),
+            GoodputEngine::without_outcomes(round.link(), policy.modes),
             true,
         )
     }
@@ -296,7 +304,7 @@ impl Evaluator {
 
     /// The draft-length range of the round.
     pub fn draft_range(&self) -> std::ops::RangeInclusive<u32> {
-        self.min_len..=self.max_len
+        self.min_draft_len..=self.max_draft_len
     }
 
     /// The round's payload policy.
@@ -338,11 +346,11 @@ impl Evaluator {
 
     /// The smallest uplink latency φ(L, z) over all shares with Σ B_k ≤ B (Lemma 3 on the devices with bits to
     /// send; a device without bits finishes at L_k T_k^S).
-    pub fn uplink_latency_s(&self, lens: &[u32], dists: &[bool]) -> f64 {
+    pub fn uplink_latency_s(&self, draft_lengths: &[u32], sends_distributions: &[bool]) -> f64 {
         let mut floor = 0.0f64;
         let mut any = false;
         for k in 0..self.k_n {
-            let (w, b) = self.term(k, lens[k], dists[k]);
+            let (w, b) = self.term(k, draft_lengths[k], sends_distributions[k]);
             if w > 0.0 {
                 any = true;
             } else {
@@ -353,17 +361,17 @@ impl Evaluator {
             return floor;
         }
         let terms = (0..self.k_n)
-            .map(|k| self.term(k, lens[k], dists[k]))
+            .map(|k| self.term(k, draft_lengths[k], sends_distributions[k]))
             .filter(|&(w, _)| w > 0.0);
         equalised_root(terms, self.bandwidth_hz).max(floor)
     }
 
     /// Lemma 3 shares B_k = w_k/(φ − β_k) (0 for a device without bits) with their φ.
-    pub fn lemma3_shares(&self, lens: &[u32], dists: &[bool]) -> (f64, Vec<f64>) {
-        let phi = self.uplink_latency_s(lens, dists);
+    pub fn lemma3_shares(&self, draft_lengths: &[u32], sends_distributions: &[bool]) -> (f64, Vec<f64>) {
+        let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
         let shares = (0..self.k_n)
             .map(|k| {
-                let (w, b) = self.term(k, lens[k], dists[k]);
+                let (w, b) = self.term(k, draft_lengths[k], sends_distributions[k]);
                 if w > 0.0 { w / (phi - b) } else { 0.0 }
             })
             .collect();
@@ -373,8 +381,8 @@ impl Evaluator {
     /// max_k L_k (T_k^S + u_k/(B_k r_k)) for given shares; errors name `uplink_share_hz`.
     pub fn uplink_latency_with_shares(
         &self,
-        lens: &[u32],
-        dists: &[bool],
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
         shares: &[f64],
     ) -> Result<f64, OptimizeError> {
         if shares.len() != self.k_n {
@@ -389,7 +397,7 @@ impl Evaluator {
             let b = OptimizeError::non_negative("", shares[k])
                 .map_err(|e| e.naming(|| format!("uplink_share_hz[{k}]")))?;
             total += b;
-            let (w, beta) = self.term(k, lens[k], dists[k]);
+            let (w, beta) = self.term(k, draft_lengths[k], sends_distributions[k]);
             let t = if w > 0.0 {
                 if b <= 0.0 {
                     return Err(OptimizeError::Invalid {
@@ -417,10 +425,18 @@ impl Evaluator {
     /// The rejection cap of every device by position in the engine's order, into `caps`: a device is rejected in
     /// an outcome iff its F ≤ cap, with cap = L_k for a pair sender and 0 (never) for a device that sent
     /// distributions.
-    fn caps(&self, lens: &[u32], dists: &[bool], caps: &mut Vec<u16>) {
+    fn caps(&self, draft_lengths: &[u32], sends_distributions: &[bool], caps: &mut Vec<u16>) {
         // L ≤ L_max ≤ MAX_DRAFT_LEN_LIMIT fits 16 bits, as F does.
-        self.engine
-            .caps(|k| if dists[k] { 0 } else { lens[k] as u16 }, caps);
+        self.engine.caps(
+            |k| {
+                if sends_distributions[k] {
+                    0
+                } else {
+                    draft_lengths[k] as u16
+                }
+            },
+            caps,
+        );
     }
 
     /// The engine's form of `changes` from `state`: each device's length and cap before and after, into `moves`.
@@ -428,7 +444,7 @@ impl Evaluator {
         let cap = |l: u32, d: bool| if d { 0 } else { l as u16 };
         moves.clear();
         moves.extend(changes.iter().map(|&(k, l, d)| {
-            let (l0, d0) = (state.lens[k], state.dists[k]);
+            let (l0, d0) = (state.draft_lengths[k], state.sends_distributions[k]);
             DeviceMove {
                 device: k,
                 len: (l0, l),
@@ -437,41 +453,46 @@ impl Evaluator {
         }));
     }
 
-    fn rejectable(&self, lens: &[u32], dists: &[bool]) -> bool {
-        lens.iter().zip(dists).any(|(&l, &d)| l > 0 && !d)
+    fn rejectable(&self, draft_lengths: &[u32], sends_distributions: &[bool]) -> bool {
+        draft_lengths
+            .iter()
+            .zip(sends_distributions)
+            .any(|(&l, &d)| l > 0 && !d)
     }
 
-    fn closed_form_tokens(&self, lens: &[u32]) -> f64 {
-        lens.iter()
-            .zip(&self.alpha)
+    fn closed_form_tokens(&self, draft_lengths: &[u32]) -> f64 {
+        draft_lengths
+            .iter()
+            .zip(&self.acceptance)
             .map(|(&l, &a)| expected_accepted(a, l))
             .sum()
     }
 
-    fn token_mean(&self, lens: &[u32]) -> f64 {
-        lens.iter()
+    fn token_mean(&self, draft_lengths: &[u32]) -> f64 {
+        draft_lengths
+            .iter()
             .enumerate()
             .map(|(k, &l)| self.engine.token_entry(k, l))
             .sum()
     }
 
-    fn check(&self, lens: &[u32], dists: &[bool]) -> Result<(), OptimizeError> {
-        if lens.len() != self.k_n || dists.len() != self.k_n {
+    fn check(&self, draft_lengths: &[u32], sends_distributions: &[bool]) -> Result<(), OptimizeError> {
+        if draft_lengths.len() != self.k_n || sends_distributions.len() != self.k_n {
             return Err(OptimizeError::Invalid {
                 field: "draft_lengths".into(),
                 reason: format!(
                     "{} lengths and {} payload choices for {} devices",
-                    lens.len(),
-                    dists.len(),
+                    draft_lengths.len(),
+                    sends_distributions.len(),
                     self.k_n
                 ),
             });
         }
-        for (k, &l) in lens.iter().enumerate() {
-            if l > self.max_len {
+        for (k, &l) in draft_lengths.iter().enumerate() {
+            if l > self.max_draft_len {
                 return Err(OptimizeError::Invalid {
                     field: format!("draft_lengths[{k}]"),
-                    reason: format!("{l} is above max_draft_len = {}", self.max_len),
+                    reason: format!("{l} is above max_draft_len = {}", self.max_draft_len),
                 });
             }
         }
@@ -479,12 +500,16 @@ impl Evaluator {
     }
 
     /// A plan's place in the round's space: every L_k ≥ `min_draft_len` and every payload one the policy allows.
-    fn check_allowed(&self, lens: &[u32], dists: &[bool]) -> Result<(), OptimizeError> {
-        for (k, (&l, &d)) in lens.iter().zip(dists).enumerate() {
-            if l < self.min_len {
+    fn check_allowed(
+        &self,
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
+    ) -> Result<(), OptimizeError> {
+        for (k, (&l, &d)) in draft_lengths.iter().zip(sends_distributions).enumerate() {
+            if l < self.min_draft_len {
                 return Err(OptimizeError::Invalid {
                     field: format!("draft_lengths[{k}]"),
-                    reason: format!("{l} is below min_draft_len = {}", self.min_len),
+                    reason: format!("{l} is below min_draft_len = {}", self.min_draft_len),
                 });
             }
             let allowed = if d {
@@ -507,20 +532,31 @@ impl Evaluator {
     }
 
     /// Full evaluation at Lemma-3 shares, keeping per-outcome totals for [`Evaluator::try_moves`].
-    pub fn state(&self, lens: &[u32], dists: &[bool], objective: Objective) -> Result<State, OptimizeError> {
-        self.check(lens, dists)?;
-        let phi = self.uplink_latency_s(lens, dists);
-        Ok(self.state_at(lens, dists, phi, objective))
+    pub fn state(
+        &self,
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
+        objective: Objective,
+    ) -> Result<State, OptimizeError> {
+        self.check(draft_lengths, sends_distributions)?;
+        let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
+        Ok(self.state_at(draft_lengths, sends_distributions, phi, objective))
     }
 
-    fn state_at(&self, lens: &[u32], dists: &[bool], phi: f64, objective: Objective) -> State {
+    fn state_at(
+        &self,
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
+        phi: f64,
+        objective: Objective,
+    ) -> State {
         let base = phi + self.verify_s;
-        let uplink_load = self.uplink_load(lens, dists, phi);
-        if self.closed_tokens && !self.rejectable(lens, dists) {
-            let tokens = self.closed_form_tokens(lens);
+        let uplink_load = self.uplink_load(draft_lengths, sends_distributions, phi);
+        if self.closed_tokens && !self.rejectable(draft_lengths, sends_distributions) {
+            let tokens = self.closed_form_tokens(draft_lengths);
             return State {
-                lens: lens.to_vec(),
-                dists: dists.to_vec(),
+                draft_lengths: draft_lengths.to_vec(),
+                sends_distributions: sends_distributions.to_vec(),
                 uplink_s: phi,
                 uplink_load,
                 totals: Totals {
@@ -531,13 +567,15 @@ impl Evaluator {
             };
         }
         let mut caps = Vec::new();
-        self.caps(lens, dists, &mut caps);
+        self.caps(draft_lengths, sends_distributions, &mut caps);
         // Only a search moves from a state; a scorer's states keep no sets.
         let keep_sets = self.engine.has_tables() && self.engine.count().saturating_mul(self.k_n) <= SET_LIMIT;
-        let (totals, value) = self.engine.evaluate(lens, &caps, base, objective, keep_sets);
+        let (totals, value) = self
+            .engine
+            .evaluate(draft_lengths, &caps, base, objective, keep_sets);
         State {
-            lens: lens.to_vec(),
-            dists: dists.to_vec(),
+            draft_lengths: draft_lengths.to_vec(),
+            sends_distributions: sends_distributions.to_vec(),
             uplink_s: phi,
             uplink_load,
             totals,
@@ -572,17 +610,25 @@ impl Evaluator {
         scratch: &mut Scratch,
     ) -> Option<f64> {
         scratch.last_phi = None;
-        scratch.lens.clone_from(&state.lens);
-        scratch.dists.clone_from(&state.dists);
+        scratch.draft_lengths.clone_from(&state.draft_lengths);
+        scratch.sends_distributions.clone_from(&state.sends_distributions);
         for &(k, l, d) in changes {
-            scratch.lens[k] = l;
-            scratch.dists[k] = d;
+            scratch.draft_lengths[k] = l;
+            scratch.sends_distributions[k] = d;
         }
-        let lens = std::mem::take(&mut scratch.lens);
-        let dists = std::mem::take(&mut scratch.dists);
-        let value = self.try_at(state, changes, objective, scratch, &lens, &dists, threshold);
-        scratch.lens = lens;
-        scratch.dists = dists;
+        let draft_lengths = std::mem::take(&mut scratch.draft_lengths);
+        let sends_distributions = std::mem::take(&mut scratch.sends_distributions);
+        let value = self.try_at(
+            state,
+            changes,
+            objective,
+            scratch,
+            &draft_lengths,
+            &sends_distributions,
+            threshold,
+        );
+        scratch.draft_lengths = draft_lengths;
+        scratch.sends_distributions = sends_distributions;
         value
     }
 
@@ -593,18 +639,21 @@ impl Evaluator {
         changes: &[Change],
         objective: Objective,
         scratch: &mut Scratch,
-        lens: &[u32],
-        dists: &[bool],
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
         threshold: f64,
     ) -> Option<f64> {
-        let closed_now = self.closed_tokens && !self.rejectable(lens, dists);
+        let closed_now = self.closed_tokens && !self.rejectable(draft_lengths, sends_distributions);
         if closed_now || state.totals.tokens.is_empty() {
-            let phi = self.uplink_latency_s(lens, dists);
+            let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
             if closed_now {
-                return Some(self.closed_form_tokens(lens) / (phi + self.verify_s));
+                return Some(self.closed_form_tokens(draft_lengths) / (phi + self.verify_s));
             }
             // The state was in closed form: no per-outcome totals to update from.
-            return Some(self.state_at(lens, dists, phi, objective).value);
+            return Some(
+                self.state_at(draft_lengths, sends_distributions, phi, objective)
+                    .value,
+            );
         }
         // Under the rate objective the value is E[ΣN] / (φ + T_ver + E[T_comm]): bound it from above with lower
         // bounds on φ (O(1) for one device) and on E[T_comm], then with the exact φ, before any T_comm.
@@ -612,7 +661,8 @@ impl Evaluator {
         if bounded {
             let mut token_mean = state.totals.tokens_total;
             for &(k, l, _) in changes {
-                token_mean += self.engine.token_entry(k, l) - self.engine.token_entry(k, state.lens[k]);
+                token_mean +=
+                    self.engine.token_entry(k, l) - self.engine.token_entry(k, state.draft_lengths[k]);
             }
             let comm_floor = self.comm_floor(state, changes);
             let below =
@@ -622,14 +672,30 @@ impl Evaluator {
             {
                 return None;
             }
-            let phi = self.uplink_latency_s(lens, dists);
+            let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
             if below(phi) {
                 return None;
             }
-            return Some(self.try_engine(state, changes, objective, scratch, lens, dists, phi));
+            return Some(self.try_engine(
+                state,
+                changes,
+                objective,
+                scratch,
+                draft_lengths,
+                sends_distributions,
+                phi,
+            ));
         }
-        let phi = self.uplink_latency_s(lens, dists);
-        Some(self.try_engine(state, changes, objective, scratch, lens, dists, phi))
+        let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
+        Some(self.try_engine(
+            state,
+            changes,
+            objective,
+            scratch,
+            draft_lengths,
+            sends_distributions,
+            phi,
+        ))
     }
 
     /// The engine's evaluation of `changes` from `state` (not in closed form) at uplink latency `phi`.
@@ -640,12 +706,12 @@ impl Evaluator {
         changes: &[Change],
         objective: Objective,
         scratch: &mut Scratch,
-        lens: &[u32],
-        dists: &[bool],
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
         phi: f64,
     ) -> f64 {
         self.moves(state, changes, &mut scratch.moves);
-        self.caps(lens, dists, &mut scratch.caps);
+        self.caps(draft_lengths, sends_distributions, &mut scratch.caps);
         let value = self.engine.try_moves(
             &state.totals,
             &scratch.moves,
@@ -668,8 +734,8 @@ impl Evaluator {
             return;
         };
         let mut kept = scratch.kept.take().unwrap_or_default();
-        kept.lens.clone_from(&state.lens);
-        kept.dists.clone_from(&state.dists);
+        kept.draft_lengths.clone_from(&state.draft_lengths);
+        kept.sends_distributions.clone_from(&state.sends_distributions);
         kept.changes.clear();
         kept.changes.extend_from_slice(changes);
         kept.phi = phi;
@@ -678,10 +744,10 @@ impl Evaluator {
     }
 
     /// (Σ w_k/(φ − β_k), Σ w_k/(φ − β_k)²) over the devices with bits to send.
-    fn uplink_load(&self, lens: &[u32], dists: &[bool], phi: f64) -> (f64, f64) {
+    fn uplink_load(&self, draft_lengths: &[u32], sends_distributions: &[bool], phi: f64) -> (f64, f64) {
         let (mut load, mut slope) = (0.0, 0.0);
         for k in 0..self.k_n {
-            let (w, b) = self.term(k, lens[k], dists[k]);
+            let (w, b) = self.term(k, draft_lengths[k], sends_distributions[k]);
             if w > 0.0 {
                 let inv = 1.0 / (phi - b);
                 load += w * inv;
@@ -697,7 +763,7 @@ impl Evaluator {
     /// Always φ' ≥ β'_k + w'_k/B (device k alone on the whole band) and φ' ≥ β'_k.
     fn uplink_floor(&self, state: &State, (k, l, d): Change) -> f64 {
         let phi = state.uplink_s;
-        let (w0, b0) = self.term(k, state.lens[k], state.dists[k]);
+        let (w0, b0) = self.term(k, state.draft_lengths[k], state.sends_distributions[k]);
         let (w1, b1) = self.term(k, l, d);
         let alone = b1 + w1 / self.bandwidth_hz;
         if w1 > 0.0 && b1 >= phi {
@@ -733,7 +799,7 @@ impl Evaluator {
         let mut floor = state.totals.comm_total;
         let mut removals = 0;
         for &(k, l, d) in changes {
-            let (l0, d0) = (state.lens[k], state.dists[k]);
+            let (l0, d0) = (state.draft_lengths[k], state.sends_distributions[k]);
             // Rejected in outcomes with F ≤ cap.
             let (cap0, cap1) = (if d0 { 0 } else { l0 }, if d { 0 } else { l });
             if cap1 >= cap0 {
@@ -769,28 +835,29 @@ impl Evaluator {
         objective: Objective,
         scratch: &mut Scratch,
     ) {
-        let kept = scratch
-            .kept
-            .take()
-            .filter(|t| t.changes == changes && t.lens == state.lens && t.dists == state.dists);
-        let mut lens = state.lens.clone();
-        let mut dists = state.dists.clone();
+        let kept = scratch.kept.take().filter(|t| {
+            t.changes == changes
+                && t.draft_lengths == state.draft_lengths
+                && t.sends_distributions == state.sends_distributions
+        });
+        let mut draft_lengths = state.draft_lengths.clone();
+        let mut sends_distributions = state.sends_distributions.clone();
         for &(k, l, d) in changes {
-            lens[k] = l;
-            dists[k] = d;
+            draft_lengths[k] = l;
+            sends_distributions[k] = d;
         }
         let phi = match &kept {
             Some(t) => t.phi,
-            None => self.uplink_latency_s(&lens, &dists),
+            None => self.uplink_latency_s(&draft_lengths, &sends_distributions),
         };
-        let closed_now = self.closed_tokens && !self.rejectable(&lens, &dists);
+        let closed_now = self.closed_tokens && !self.rejectable(&draft_lengths, &sends_distributions);
         if closed_now || state.totals.tokens.is_empty() {
-            *state = self.state_at(&lens, &dists, phi, objective);
+            *state = self.state_at(&draft_lengths, &sends_distributions, phi, objective);
             return;
         }
         let base = phi + self.verify_s;
         self.moves(state, changes, &mut scratch.moves);
-        self.caps(&lens, &dists, &mut scratch.caps);
+        self.caps(&draft_lengths, &sends_distributions, &mut scratch.caps);
         match kept {
             Some(mut t) => {
                 self.engine
@@ -814,27 +881,27 @@ impl Evaluator {
                 );
             }
         }
-        state.lens = lens;
-        state.dists = dists;
+        state.draft_lengths = draft_lengths;
+        state.sends_distributions = sends_distributions;
         state.uplink_s = phi;
-        state.uplink_load = self.uplink_load(&state.lens, &state.dists, phi);
+        state.uplink_load = self.uplink_load(&state.draft_lengths, &state.sends_distributions, phi);
         state.value = self.engine.value(&state.totals, base, objective);
     }
 
-    /// An upper bound on the objective over the box lo ≤ L ≤ hi at payload choice `dists`, and the exact value at
+    /// An upper bound on the objective over the box lo ≤ L ≤ hi at payload choice `sends_distributions`, and the exact value at
     /// `lo`: tokens rise with every L_k in every outcome, and φ and every outcome's T_comm rise with L too (a larger
     /// rejected set has a smaller share per device and a larger Σ 1/g^dl), so N(hi) over T(lo) bounds the box.
     pub fn box_bound(
         &self,
         lo: &[u32],
         hi: &[u32],
-        dists: &[bool],
+        sends_distributions: &[bool],
         objective: Objective,
         scratch: &mut Scratch,
     ) -> (f64, f64) {
-        let phi = self.uplink_latency_s(lo, dists);
+        let phi = self.uplink_latency_s(lo, sends_distributions);
         let base = phi + self.verify_s;
-        let closed = self.closed_tokens && !self.rejectable(hi, dists);
+        let closed = self.closed_tokens && !self.rejectable(hi, sends_distributions);
         if closed {
             return (
                 self.closed_form_tokens(hi) / base,
@@ -842,8 +909,8 @@ impl Evaluator {
             );
         }
         let n = self.engine.count();
-        let rejectable = self.rejectable(lo, dists);
-        self.caps(lo, dists, &mut scratch.caps);
+        let rejectable = self.rejectable(lo, sends_distributions);
+        self.caps(lo, sends_distributions, &mut scratch.caps);
         let caps = &scratch.caps;
         let buf = &mut scratch.set;
         match objective {
@@ -909,18 +976,18 @@ impl Evaluator {
     pub fn round_plan(
         &self,
         scheme: Scheme,
-        lens: &[u32],
-        dists: &[bool],
+        draft_lengths: &[u32],
+        sends_distributions: &[bool],
         shares: &[f64],
         proven_optimal: bool,
     ) -> Result<RoundPlan, OptimizeError> {
-        self.check(lens, dists)?;
-        self.check_allowed(lens, dists)?;
-        let uplink = self.uplink_latency_with_shares(lens, dists, shares)?;
+        self.check(draft_lengths, sends_distributions)?;
+        self.check_allowed(draft_lengths, sends_distributions)?;
+        let uplink = self.uplink_latency_with_shares(draft_lengths, sends_distributions, shares)?;
         // One evaluation serves both objectives: the per-outcome totals do not depend on the objective, only
         // the reduction of them does.
-        let closed = self.closed_tokens && !self.rejectable(lens, dists);
-        let rate = self.state_at(lens, dists, uplink, Objective::Rate);
+        let closed = self.closed_tokens && !self.rejectable(draft_lengths, sends_distributions);
+        let rate = self.state_at(draft_lengths, sends_distributions, uplink, Objective::Rate);
         let base = uplink + self.verify_s;
         let mean_ratio = if closed {
             // Closed form: E[ΣN]/T under either objective (no outcome changes T).
@@ -929,10 +996,10 @@ impl Evaluator {
             self.engine.value(&rate.totals, base, Objective::MeanRatio)
         };
         let estimate = if closed || self.exact {
-            Estimate::Exact
+            PlanEstimate::Exact
         } else {
             let (rate_ci, ratio_ci) = self.ci95(&rate, base);
-            Estimate::Saa {
+            PlanEstimate::Saa {
                 samples: self.engine.count() as u32,
                 rate_ci95_tokens_per_s: rate_ci,
                 mean_ratio_ci95_tokens_per_s: ratio_ci,
@@ -940,9 +1007,9 @@ impl Evaluator {
         };
         Ok(RoundPlan {
             scheme,
-            draft_lengths: lens.to_vec(),
+            draft_lengths: draft_lengths.to_vec(),
             uplink_share_hz: shares.to_vec(),
-            sends_distributions: dists.to_vec(),
+            sends_distributions: sends_distributions.to_vec(),
             correction: self.policy,
             rate_tokens_per_s: rate.value,
             mean_ratio_tokens_per_s: mean_ratio,
@@ -959,7 +1026,7 @@ impl Evaluator {
 /// z of the two-sided 95 % normal interval.
 const Z95: f64 = 1.959_963_984_540_054;
 
-/// The one evaluator of every printed plan: scores `lens`, `dists` (true = distributions per token) and the draft
+/// The one evaluator of every printed plan: scores `draft_lengths`, `sends_distributions` (true = distributions per token) and the draft
 /// uplink `shares` of `round` with the unified model under `policy` and `expectation` ([`Evaluator::round_plan`]).
 /// A plan under a `distribution` policy has no correction phase, so its value is exact in closed form and no
 /// outcome is drawn or enumerated for it.
@@ -969,8 +1036,8 @@ pub fn score(
     expectation: Expectation,
     policy: CorrectionPolicy,
     scheme: Scheme,
-    lens: &[u32],
-    dists: &[bool],
+    draft_lengths: &[u32],
+    sends_distributions: &[bool],
     shares: &[f64],
     proven_optimal: bool,
 ) -> Result<RoundPlan, OptimizeError> {
@@ -980,8 +1047,8 @@ pub fn score(
         policy,
         None,
         scheme,
-        lens,
-        dists,
+        draft_lengths,
+        sends_distributions,
         shares,
         proven_optimal,
     )
@@ -997,36 +1064,43 @@ pub(crate) fn score_on(
     policy: CorrectionPolicy,
     drawn: Option<&Samples>,
     scheme: Scheme,
-    lens: &[u32],
-    dists: &[bool],
+    draft_lengths: &[u32],
+    sends_distributions: &[bool],
     shares: &[f64],
     proven_optimal: bool,
 ) -> Result<RoundPlan, OptimizeError> {
     let light = Evaluator::without_outcomes(round, policy);
-    if light.closed_tokens && dists.len() == light.k_n && !light.rejectable(lens, dists) {
-        return light.round_plan(scheme, lens, dists, shares, proven_optimal);
+    if light.closed_tokens
+        && sends_distributions.len() == light.k_n
+        && !light.rejectable(draft_lengths, sends_distributions)
+    {
+        return light.round_plan(scheme, draft_lengths, sends_distributions, shares, proven_optimal);
     }
     Evaluator::for_scoring(round, expectation, policy, drawn)?.round_plan(
         scheme,
-        lens,
-        dists,
+        draft_lengths,
+        sends_distributions,
         shares,
         proven_optimal,
     )
 }
 
-/// Lemma 3's draft-uplink shares for `lens` and `dists` on `round` (0 for a device without bits to send).
-pub fn lemma3_shares(round: &Round, lens: &[u32], dists: &[bool]) -> Result<Vec<f64>, OptimizeError> {
+/// Lemma 3's draft-uplink shares for `draft_lengths` and `sends_distributions` on `round` (0 for a device without bits to send).
+pub fn lemma3_shares(
+    round: &Round,
+    draft_lengths: &[u32],
+    sends_distributions: &[bool],
+) -> Result<Vec<f64>, OptimizeError> {
     let ev = Evaluator::without_outcomes(round, CorrectionPolicy::default());
-    ev.check(lens, dists)?;
-    Ok(ev.lemma3_shares(lens, dists).1)
+    ev.check(draft_lengths, sends_distributions)?;
+    Ok(ev.lemma3_shares(draft_lengths, sends_distributions).1)
 }
 
 /// Reusable buffers of [`Evaluator::try_moves`] and [`Evaluator::box_bound`].
 #[derive(Debug, Default, Clone)]
 pub struct Scratch {
-    lens: Vec<u32>,
-    dists: Vec<bool>,
+    draft_lengths: Vec<u32>,
+    sends_distributions: Vec<bool>,
     /// The engine's form of the move being tried, and the caps after it.
     moves: Vec<DeviceMove>,
     caps: Vec<u16>,
@@ -1044,8 +1118,8 @@ pub struct Scratch {
 /// (T_comm and |R| in the outcomes that flip, in the order they were computed, and the totals after the move).
 #[derive(Debug, Default, Clone)]
 struct Kept {
-    lens: Vec<u32>,
-    dists: Vec<bool>,
+    draft_lengths: Vec<u32>,
+    sends_distributions: Vec<bool>,
     changes: Vec<Change>,
     phi: f64,
     flips: Flips,
@@ -1072,8 +1146,8 @@ mod tests {
         .collect();
         bits.extend(p.uplink_share_hz.iter().map(|x| x.to_bits()));
         match p.estimate {
-            Estimate::Exact => bits.push(0),
-            Estimate::Saa {
+            PlanEstimate::Exact => bits.push(0),
+            PlanEstimate::Saa {
                 samples,
                 rate_ci95_tokens_per_s,
                 mean_ratio_ci95_tokens_per_s,
@@ -1140,8 +1214,9 @@ mod tests {
                     };
                     assert!(full.engine.has_tables() && !light.engine.has_tables());
                     for _ in 0..6 {
-                        let lens: Vec<u32> = (0..devices).map(|_| rng.random_range(l_min..=6)).collect();
-                        let dists: Vec<bool> = (0..devices)
+                        let draft_lengths: Vec<u32> =
+                            (0..devices).map(|_| rng.random_range(l_min..=6)).collect();
+                        let sends_distributions: Vec<bool> = (0..devices)
                             .map(|_| match policy {
                                 PayloadPolicy::Pair => false,
                                 PayloadPolicy::Distribution => true,
@@ -1149,34 +1224,53 @@ mod tests {
                             })
                             .collect();
                         let equal = vec![round.bandwidth_hz / devices as f64; devices];
-                        let (_, lemma3) = full.lemma3_shares(&lens, &dists);
+                        let (_, lemma3) = full.lemma3_shares(&draft_lengths, &sends_distributions);
                         for shares in [equal, lemma3] {
                             let scheme = Scheme::Fixed;
-                            let a = full.round_plan(scheme, &lens, &dists, &shares, false).unwrap();
-                            let b = light.round_plan(scheme, &lens, &dists, &shares, false).unwrap();
+                            let a = full
+                                .round_plan(scheme, &draft_lengths, &sends_distributions, &shares, false)
+                                .unwrap();
+                            let b = light
+                                .round_plan(scheme, &draft_lengths, &sends_distributions, &shares, false)
+                                .unwrap();
                             let c = score(
                                 &round,
                                 expectation,
                                 correction,
                                 scheme,
-                                &lens,
-                                &dists,
+                                &draft_lengths,
+                                &sends_distributions,
                                 &shares,
                                 false,
                             )
                             .unwrap();
-                            assert_eq!(plan_bits(&a), plan_bits(&b), "{modes:?} {expectation:?} {lens:?}");
-                            assert_eq!(plan_bits(&a), plan_bits(&c), "{modes:?} {expectation:?} {lens:?}");
+                            assert_eq!(
+                                plan_bits(&a),
+                                plan_bits(&b),
+                                "{modes:?} {expectation:?} {draft_lengths:?}"
+                            );
+                            assert_eq!(
+                                plan_bits(&a),
+                                plan_bits(&c),
+                                "{modes:?} {expectation:?} {draft_lengths:?}"
+                            );
                             // The two states of the full evaluator, one per objective.
                             let uplink = a.uplink_latency_s;
-                            let rate = full.state_at(&lens, &dists, uplink, Objective::Rate);
-                            let ratio = full.state_at(&lens, &dists, uplink, Objective::MeanRatio);
+                            let rate =
+                                full.state_at(&draft_lengths, &sends_distributions, uplink, Objective::Rate);
+                            let ratio = full.state_at(
+                                &draft_lengths,
+                                &sends_distributions,
+                                uplink,
+                                Objective::MeanRatio,
+                            );
                             assert_eq!(a.rate_tokens_per_s.to_bits(), rate.value.to_bits());
                             assert_eq!(a.mean_ratio_tokens_per_s.to_bits(), ratio.value.to_bits());
                             assert_eq!(a.tokens_per_round.to_bits(), ratio.totals.tokens_total.to_bits());
                             assert_eq!(a.comm_delay_s.to_bits(), ratio.totals.comm_total.to_bits());
                             // What moves read of a state is the same from both evaluators.
-                            let light_rate = light.state_at(&lens, &dists, uplink, Objective::Rate);
+                            let light_rate =
+                                light.state_at(&draft_lengths, &sends_distributions, uplink, Objective::Rate);
                             assert_eq!(
                                 (&rate.totals.tokens, &rate.totals.rejected),
                                 (&light_rate.totals.tokens, &light_rate.totals.rejected)
@@ -1224,9 +1318,9 @@ mod tests {
             let ev = Evaluator::new(&round, Expectation::Saa, policy).unwrap();
             for objective in [Objective::Rate, Objective::MeanRatio] {
                 for _ in 0..25 {
-                    let lens: Vec<u32> = (0..9).map(|_| rng.random_range(0..=12)).collect();
-                    let dists: Vec<bool> = (0..9).map(|_| rng.random_bool(0.3)).collect();
-                    let with_sets = ev.state(&lens, &dists, objective).unwrap();
+                    let draft_lengths: Vec<u32> = (0..9).map(|_| rng.random_range(0..=12)).collect();
+                    let sends_distributions: Vec<bool> = (0..9).map(|_| rng.random_bool(0.3)).collect();
+                    let with_sets = ev.state(&draft_lengths, &sends_distributions, objective).unwrap();
                     assert!(!with_sets.totals.sets.is_empty());
                     let mut without = with_sets.clone();
                     without.totals.sets.clear();
@@ -1248,7 +1342,9 @@ mod tests {
                         (&y.totals.comm, &y.totals.rejected)
                     );
                     // The edited sets are the sets a fresh evaluation scans.
-                    let fresh = ev.state(&x.lens, &x.dists, objective).unwrap();
+                    let fresh = ev
+                        .state(&x.draft_lengths, &x.sends_distributions, objective)
+                        .unwrap();
                     for s in 0..ev.outcome_count() {
                         let (at, m) = (s * ev.devices(), x.totals.rejected[s] as usize);
                         assert_eq!(x.totals.sets[at..at + m], fresh.totals.sets[at..at + m]);
