@@ -98,13 +98,9 @@ impl SaaEvaluator {
         Self::with_samples(scenario, policy, objective, samples)
     }
 
-    /// Uses the given samples (drawn for this scenario's devices and γ_max).
-    pub fn with_samples(
-        scenario: &Scenario,
-        policy: ModeScheme,
-        objective: Objective,
-        samples: Samples,
-    ) -> Result<Self, OptimizeError> {
+    /// What [`SaaEvaluator::new`] checks before it draws anything: the planning size of `scenario` and that
+    /// `policy` is an SAA policy (not the brute-force reference).
+    pub fn check_scenario(scenario: &Scenario, policy: ModeScheme) -> Result<(), OptimizeError> {
         scenario.check_planning_size()?;
         if policy == ModeScheme::BruteForce {
             return Err(OptimizeError::Invalid {
@@ -113,6 +109,17 @@ impl SaaEvaluator {
                     .into(),
             });
         }
+        Ok(())
+    }
+
+    /// Uses the given samples (drawn for this scenario's devices and γ_max).
+    pub fn with_samples(
+        scenario: &Scenario,
+        policy: ModeScheme,
+        objective: Objective,
+        samples: Samples,
+    ) -> Result<Self, OptimizeError> {
+        Self::check_scenario(scenario, policy)?;
         let k_n = scenario.device_count();
         if samples.devices() != k_n {
             return Err(OptimizeError::Invalid {

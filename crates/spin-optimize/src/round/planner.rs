@@ -145,16 +145,30 @@ impl PaperPlanner {
     }
 
     /// Paper B's plan of `round`, scored on the samples its planner drew (the round's: the same rates, count,
-    /// L_max and seed), so they are drawn once.
+    /// L_max and seed), so they are drawn once. `comp-only` plans from the round alone (its lengths maximise
+    /// Σ E[N_k] over the drafting deadline, which needs no sample; paper B's own SAA value of them is not reported
+    /// here), so no SAA evaluator is built for it and the scorer draws the samples; the checks are the evaluator's,
+    /// so it refuses what the other schemes refuse.
     fn paper_b(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
         let k = round.len();
         let s = round.to_paper_b()?;
-        let ev = paper_b::SaaEvaluator::new(&s, self.correction.modes, self.objective)?;
-        let draft_lengths: Vec<u32> = plan_paper_b(self.scheme, &ev)?
-            .draft_lengths
-            .into_iter()
-            .map(|g| g.max(round.min_draft_len))
-            .collect();
+        let ev;
+        let (planned, drawn) = if self.scheme == Scheme::CompOnly {
+            paper_b::SaaEvaluator::check_scenario(&s, self.correction.modes)?;
+            let acceptance: Vec<f64> = s.devices.iter().map(|d| d.acceptance).collect();
+            let draft_token_s: Vec<f64> = s.devices.iter().map(|d| d.draft_token_s).collect();
+            let lengths = paper_b::proactive::comp_only_lengths(
+                &acceptance,
+                &draft_token_s,
+                s.verify_s(),
+                s.max_draft_len,
+            );
+            (lengths, None)
+        } else {
+            ev = paper_b::SaaEvaluator::new(&s, self.correction.modes, self.objective)?;
+            (plan_paper_b(self.scheme, &ev)?.draft_lengths, Some(ev.samples()))
+        };
+        let draft_lengths: Vec<u32> = planned.into_iter().map(|g| g.max(round.min_draft_len)).collect();
         let sends_distributions = !round.payload.policy.allows_pair();
         let shares = if sends_distributions {
             unified::lemma3_shares(round, &draft_lengths, &vec![true; k])?
@@ -165,7 +179,7 @@ impl PaperPlanner {
             round,
             self.expectation,
             self.correction,
-            Some(ev.samples()),
+            drawn,
             self.scheme,
             &draft_lengths,
             &vec![sends_distributions; k],
@@ -299,6 +313,45 @@ mod tests {
                 assert_eq!(bits(&p), bits(&again), "{scheme} {policy:?}");
                 assert_eq!(p.estimate, again.estimate, "{scheme} {policy:?}");
             }
+        }
+    }
+
+    #[test]
+    fn comp_only_plans_without_an_saa_evaluator_and_refuses_what_the_others_refuse() {
+        let mut rng = ChaCha8Rng::seed_from_u64(65);
+        let round = DropRound {
+            devices: 12,
+            draft_range: (0, 8),
+            saa_samples: 90,
+            ..DropRound::default()
+        }
+        .draw(&mut rng)
+        .unwrap();
+        // The lengths are the ones paper B's comp-only plan takes on its evaluator.
+        let ev = paper_b::SaaEvaluator::new(
+            &round.to_paper_b().unwrap(),
+            paper_b::ModeScheme::Optimal,
+            Objective::Rate,
+        )
+        .unwrap();
+        let want = plan_paper_b(Scheme::CompOnly, &ev).unwrap();
+        let got = PaperPlanner::new(Scheme::CompOnly, Objective::Rate)
+            .plan(&round)
+            .unwrap();
+        assert_eq!(got.draft_lengths, want.draft_lengths);
+        // A mode rule no SAA evaluator takes is refused alike.
+        for scheme in [Scheme::CompOnly, Scheme::Greedy] {
+            let planner = PaperPlanner {
+                correction: CorrectionPolicy {
+                    modes: paper_b::ModeScheme::BruteForce,
+                    ..CorrectionPolicy::default()
+                },
+                ..PaperPlanner::new(scheme, Objective::Rate)
+            };
+            assert_eq!(
+                planner.plan(&round).unwrap_err().to_string(),
+                "scheme: brute-force mode selection is a test reference, not an SAA policy (use optimal)"
+            );
         }
     }
 
