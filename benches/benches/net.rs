@@ -54,15 +54,15 @@ fn draft_bodies(rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Encodes the K plans of a round (every device told γ = 4 and its share); the bytes written.
-fn plan_bytes(send_dists: bool) -> usize {
+/// Encodes the K plans of a round (every device told L = 4 and its share); the bytes written.
+fn plan_bytes(sends_distributions: bool) -> usize {
     (0..K)
         .map(|_| {
             let plan = ServerMsg::Plan {
                 round: 7,
                 draft_len: 4,
-                bandwidth_hz: 1e5,
-                send_dists,
+                uplink_share_hz: 1e5,
+                sends_distributions,
             };
             proto::encode(&plan).unwrap().len()
         })
@@ -194,10 +194,10 @@ fn protocol(c: &mut Criterion) {
     });
     let views: Vec<DeviceView> = (0..K)
         .map(|k| DeviceView {
-            alpha: 0.5 + 0.4 * (k as f64 / K as f64),
+            acceptance: 0.5 + 0.4 * (k as f64 / K as f64),
             draft_token_s: 0.015 * (1.0 + 0.15 * (k % 7) as f64 / 7.0),
             gain: gains[k],
-            max_len: 100,
+            max_draft_len: 100,
         })
         .collect();
     // Fewer samples for the planners: `best` and `unified` take milliseconds to seconds per round at K = 64.
@@ -218,8 +218,8 @@ fn protocol(c: &mut Criterion) {
             scheme: Scheme::parse_per_round(scheme).unwrap(),
             modes: ModeScheme::Optimal,
             max_draft_len: 8,
-            fixed_len: 4,
-            payload_bits: 12_800.0,
+            fixed_draft_len: 4,
+            distribution_bits: 12_800.0,
             pair_bits: 41.0,
             saa_samples: 200,
         };

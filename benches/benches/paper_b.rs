@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use spin_channel::paper_b::Drop;
 use spin_optimize::paper_b::proactive::{best, comp_only, greedy};
 use spin_optimize::paper_b::reactive::{Link, ModeScheme, solve};
-use spin_optimize::paper_b::{DeviceSpec, Evaluator, Objective, Samples, Scenario, ScenarioSpec};
+use spin_optimize::paper_b::{DeviceSpec, Objective, SaaEvaluator, Samples, Scenario, ScenarioSpec};
 use std::hint::black_box;
 
 fn gains(count: usize, seed: u64) -> Vec<f64> {
@@ -70,7 +70,7 @@ fn reactive(c: &mut Criterion) {
 
 fn proactive(c: &mut Criterion) {
     let sc = paper_scenario(20);
-    let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).expect("valid evaluator");
+    let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).expect("valid evaluator");
     c.bench_function("paper_b_greedy_k20_g20_n1000", |b| {
         b.iter(|| greedy(black_box(&ev)))
     });
@@ -79,7 +79,7 @@ fn proactive(c: &mut Criterion) {
     group.bench_function("k20_g20_n1000", |b| b.iter(|| best(black_box(&ev))));
     group.finish();
     c.bench_function("paper_b_saa_setup_k20_n1000", |b| {
-        b.iter(|| Evaluator::new(black_box(&sc), ModeScheme::Optimal, Objective::Rate).expect("valid"))
+        b.iter(|| SaaEvaluator::new(black_box(&sc), ModeScheme::Optimal, Objective::Rate).expect("valid"))
     });
 }
 
@@ -119,7 +119,7 @@ fn plan_k64(c: &mut Criterion) {
     group.bench_function("samples", |b| {
         b.iter(|| Samples::draw(black_box(&alpha), 200, 8, 3))
     });
-    let new = || Evaluator::new(black_box(&sc), ModeScheme::Optimal, Objective::Rate).expect("valid");
+    let new = || SaaEvaluator::new(black_box(&sc), ModeScheme::Optimal, Objective::Rate).expect("valid");
     group.bench_function("evaluator", |b| b.iter(new));
     group.bench_function("greedy", |b| b.iter(|| greedy(&new())));
     group.bench_function("comp-only", |b| b.iter(|| comp_only(&new())));

@@ -15,7 +15,7 @@ use spin_optimize::paper_a::simulate::simulate_rounds;
 use spin_optimize::paper_a::{self, Plan};
 use spin_optimize::paper_b::proactive::{best, greedy};
 use spin_optimize::paper_b::reactive::ModeScheme;
-use spin_optimize::paper_b::{self, Evaluator, Objective};
+use spin_optimize::paper_b::{self, Objective, SaaEvaluator};
 use std::hint::black_box;
 
 /// Paper A's channel law (scenarios/paper-a.toml).
@@ -108,11 +108,11 @@ fn paper_b_instance() -> paper_b::Scenario {
 
 fn paper_b_kernels(c: &mut Criterion) {
     let sc = paper_b_instance();
-    let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).expect("valid evaluator");
+    let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).expect("valid evaluator");
     let mut group = c.benchmark_group("reproduce_paper_b");
     group.sample_size(10);
     group.bench_function("evaluator_k20_n1000", |b| {
-        b.iter(|| Evaluator::new(black_box(&sc), ModeScheme::Optimal, Objective::Rate).expect("valid"))
+        b.iter(|| SaaEvaluator::new(black_box(&sc), ModeScheme::Optimal, Objective::Rate).expect("valid"))
     });
     group.bench_function("greedy_k20_g20_n1000", |b| b.iter(|| greedy(black_box(&ev))));
     group.bench_function("best_k20_g20_n1000", |b| b.iter(|| best(black_box(&ev))));

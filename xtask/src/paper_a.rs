@@ -12,9 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use spin_optimize::paper_a::bandwidth::lemma1_bandwidth;
 use spin_optimize::paper_a::baselines::{cen, p2p};
-use spin_optimize::paper_a::brute::{BRUTE_FORCE_LIMIT, brute_force};
-use spin_optimize::paper_a::exact::exact;
-use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
+use spin_optimize::paper_a::heterogeneous::Alg1Params;
 use spin_optimize::paper_a::homogeneous::{continuous_optimum, optimal_uniform_length};
 use spin_optimize::paper_a::simulate::simulate_rounds;
 use spin_optimize::paper_a::testing::random_scenario;
@@ -382,8 +380,8 @@ pub fn fig6(cfg: &Config, ctx: &Ctx) -> Result<Table> {
                 let row = [
                     p2p(&s).goodput_tokens_per_s,
                     cen(&s, &pair.cen())?.goodput_tokens_per_s,
-                    paper_alg1(&s, &cfg.alg1(ctx))?.goodput_tokens_per_s,
-                    exact(&s)?.goodput_tokens_per_s,
+                    run_scheme(cfg, ctx, Scheme::PaperAlg1, &s)?.goodput_tokens_per_s,
+                    run_scheme(cfg, ctx, Scheme::Exact, &s)?.goodput_tokens_per_s,
                 ];
                 bar.inc(1);
                 Ok(row)
@@ -478,13 +476,14 @@ pub fn alg1_gap(cfg: &Config, ctx: &Ctx) -> Result<Table> {
             .map(|i| {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed_for(ctx.seed, &[90, k as u64, i as u64]));
                 let s = random_scenario(&mut rng, k, 10);
-                let best = brute_force(&s, BRUTE_FORCE_LIMIT)?.goodput_tokens_per_s;
-                let ex = exact(&s)?.goodput_tokens_per_s;
+                let best = run_scheme(cfg, ctx, Scheme::BruteForce, &s)?.goodput_tokens_per_s;
+                let ex = run_scheme(cfg, ctx, Scheme::Exact, &s)?.goodput_tokens_per_s;
                 anyhow::ensure!(
                     (best - ex).abs() <= 1e-9 * best,
                     "exact planner differs from brute force"
                 );
-                let gap = (best - paper_alg1(&s, &cfg.alg1(ctx))?.goodput_tokens_per_s) / best * 100.0;
+                let gap =
+                    (best - run_scheme(cfg, ctx, Scheme::PaperAlg1, &s)?.goodput_tokens_per_s) / best * 100.0;
                 bar.inc(1);
                 Ok(gap)
             })
@@ -569,7 +568,7 @@ pub fn sensitivity(cfg: &Config, ctx: &Ctx) -> Result<Table> {
                 .map(|spec| {
                     let s = Scenario::new(spec)?;
                     Ok([
-                        exact(&s)?.goodput_tokens_per_s,
+                        run_scheme(&v, ctx, Scheme::Exact, &s)?.goodput_tokens_per_s,
                         cen_goodput(&s, &pair)?,
                         p2p(&s).goodput_tokens_per_s,
                     ])

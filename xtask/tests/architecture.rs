@@ -89,6 +89,32 @@ fn workspace_edges_point_down_only() {
 }
 
 #[test]
+fn the_planners_know_nothing_of_serialisation() {
+    // Plans, rounds and schemes are printed and read at the edge (multispin's plan_output.rs, spin-scenario's file
+    // types); spin-optimize itself serialises nothing, not even for its tests.
+    let meta = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    let meta: Value = serde_json::from_slice(&meta.stdout).expect("cargo metadata prints JSON");
+    let optimize = meta["packages"]
+        .as_array()
+        .expect("packages array")
+        .iter()
+        .find(|p| p["name"] == "spin-optimize")
+        .expect("spin-optimize is a workspace package");
+    let serialising: Vec<&str> = optimize["dependencies"]
+        .as_array()
+        .expect("dependencies array")
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .filter(|d| d.starts_with("serde") || ["postcard", "toml"].contains(d))
+        .collect();
+    assert!(serialising.is_empty(), "spin-optimize depends on {serialising:?}");
+}
+
+#[test]
 fn only_spin_runtime_owns_candle_and_cuda() {
     let graph = normal_dependencies();
     for (name, deps) in &graph {

@@ -1,7 +1,7 @@
 //! `multispin correct`: the reactive step of paper B for one verification outcome (modes and DL powers).
 
 use crate::failure::Failure;
-use crate::plan_args::Format;
+use crate::plan_args::OutputFormat;
 use crate::scenario::{self, Loaded};
 use clap::{Args, ValueEnum};
 use rand::SeedableRng;
@@ -9,6 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use spin_optimize::paper_b::Scenario;
 use spin_optimize::paper_b::reactive::{self, Mode, ModeScheme};
+use spin_optimize::round::Family;
 use std::path::PathBuf;
 
 /// Arguments of `multispin correct`.
@@ -34,8 +35,8 @@ pub struct CorrectArgs {
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Json)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Json)]
+    pub format: OutputFormat,
 }
 
 /// The mode-selection schemes of `correct`.
@@ -116,7 +117,7 @@ pub fn parse_rejected(text: &str, devices: usize) -> Result<Vec<usize>, Failure>
 
 /// Reads a paper-B scenario file and validates it.
 pub fn read_paper_b(path: &std::path::Path) -> Result<Scenario, Failure> {
-    match scenario::load_expecting(path, Some(scenario::Model::PaperB))? {
+    match scenario::load_expecting(path, Some(Family::PaperB))? {
         Loaded::PaperB(spec) => Scenario::new(spec).map_err(Failure::input),
         Loaded::PaperA(_) | Loaded::Unified(_) => Err(Failure::Input(
             "model: this command needs a paper-b scenario (\"model\": \"paper-b\")".into(),
@@ -142,11 +143,11 @@ pub fn run(args: &CorrectArgs) -> Result<(), Failure> {
         dl_delay_s: c.dl_delay_s,
     };
     match args.format {
-        Format::Json => println!(
+        OutputFormat::Json => println!(
             "{}",
             serde_json::to_string_pretty(&out).map_err(anyhow::Error::from)?
         ),
-        Format::Table => print!("{}", to_table(&out, &gains)),
+        OutputFormat::Table => print!("{}", to_table(&out, &gains)),
     }
     Ok(())
 }

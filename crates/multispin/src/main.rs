@@ -17,6 +17,7 @@ mod plan;
 mod plan_a;
 mod plan_args;
 mod plan_b;
+mod plan_output;
 mod plan_unified;
 mod scenario;
 mod serve;

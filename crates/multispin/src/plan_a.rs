@@ -2,7 +2,8 @@
 //! plan as JSON or as a table.
 
 use crate::failure::Failure;
-use crate::plan_args::{Format, PlanArgs};
+use crate::plan_args::{OutputFormat, PlanArgs};
+use crate::plan_output::OptimalityOutput;
 use crate::scenario::PaperA;
 use serde_json::{Value, json};
 use spin_optimize::OptimizeError;
@@ -42,21 +43,22 @@ pub fn run(file: PaperA, args: &PlanArgs) -> Result<(), Failure> {
     })?;
     let name = args.scheme.0.name();
     match args.format {
-        Format::Json => println!("{}", to_json(name, &plan)),
-        Format::Table => print!("{}", to_table(name, &scenario, &plan)),
+        OutputFormat::Json => println!("{}", to_json(name, &plan)),
+        OutputFormat::Table => print!("{}", to_table(name, &scenario, &plan)),
     }
     Ok(())
 }
 
-/// The JSON contract: scheme, draft_lengths, bandwidth_hz, goodput_tokens_per_s, round_latency_s.
+/// The JSON contract: scheme, draft_lengths, uplink_share_hz (each device's share B_k), goodput_tokens_per_s,
+/// round_latency_s, optimality.
 fn to_json(scheme: &str, plan: &Plan) -> Value {
     json!({
         "scheme": scheme,
         "draft_lengths": plan.draft_lengths,
-        "bandwidth_hz": plan.bandwidth_hz,
+        "uplink_share_hz": plan.uplink_share_hz,
         "goodput_tokens_per_s": plan.goodput_tokens_per_s,
         "round_latency_s": plan.round_latency_s,
-        "optimality": plan.optimality,
+        "optimality": OptimalityOutput::from(plan.optimality),
     })
 }
 
@@ -90,12 +92,12 @@ fn to_table(scheme: &str, s: &Scenario, plan: &Plan) -> String {
     for (k, (d, (&l, &b))) in s
         .devices
         .iter()
-        .zip(plan.draft_lengths.iter().zip(&plan.bandwidth_hz))
+        .zip(plan.draft_lengths.iter().zip(&plan.uplink_share_hz))
         .enumerate()
     {
         out.push_str(&format!(
             "{k:>6} {:>9.4} {l:>9} {:>10.3} {:>12.3} {:>12.3}\n",
-            d.alpha,
+            d.acceptance,
             d.draft_token_s * 1e3,
             d.spectral_efficiency,
             b / 1e3

@@ -37,8 +37,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "L")]
     pub fixed_draft_len: Option<u32>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Json)]
-    pub format: Format,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Json)]
+    pub format: OutputFormat,
     /// Paper B objective (default rate).
     #[arg(long, value_enum, value_name = "OBJECTIVE")]
     pub objective: Option<ObjectiveArg>,
@@ -81,7 +81,7 @@ pub enum ObjectiveArg {
 
 /// How `plan` prints its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub enum OutputFormat {
     /// One JSON object.
     Json,
     /// A human-readable table.

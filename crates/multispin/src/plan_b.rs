@@ -1,11 +1,10 @@
 //! `multispin plan` for paper-B scenarios: proactive draft lengths scored by SAA with optimal reactive correction.
 
 use crate::failure::Failure;
-use crate::plan_args::{Format, PlanArgs};
+use crate::plan_args::{OutputFormat, PlanArgs};
 use serde::Serialize;
-use spin_optimize::paper_b::proactive;
-use spin_optimize::paper_b::{Evaluator, ModeScheme, Scenario, ScenarioSpec};
-use spin_optimize::round::Family;
+use spin_optimize::paper_b::{ModeScheme, SaaEvaluator, Scenario, ScenarioSpec};
+use spin_optimize::round::{Family, plan_paper_b};
 
 #[derive(Debug, Serialize)]
 struct Output {
@@ -36,8 +35,8 @@ pub fn run(spec: ScenarioSpec, args: &PlanArgs) -> Result<(), Failure> {
     }
     let objective = args.objective();
     let sc = Scenario::new(spec).map_err(Failure::input)?;
-    let ev = Evaluator::new(&sc, ModeScheme::Optimal, objective).map_err(Failure::input)?;
-    let plan = proactive::plan(&ev, scheme).map_err(Failure::input)?;
+    let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, objective).map_err(Failure::input)?;
+    let plan = plan_paper_b(scheme, &ev).map_err(Failure::input)?;
     let st = ev.stats(&plan.draft_lengths);
     let out = Output {
         model: "paper-b",
@@ -57,11 +56,11 @@ pub fn run(spec: ScenarioSpec, args: &PlanArgs) -> Result<(), Failure> {
         seed: sc.seed,
     };
     match args.format {
-        Format::Json => println!(
+        OutputFormat::Json => println!(
             "{}",
             serde_json::to_string_pretty(&out).map_err(anyhow::Error::from)?
         ),
-        Format::Table => {
+        OutputFormat::Table => {
             println!(
                 "scheme {} objective {} ({} SAA samples, seed {})",
                 out.scheme, out.objective, out.saa_samples, out.seed

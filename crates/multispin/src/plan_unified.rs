@@ -2,11 +2,12 @@
 //! scenario (or on a paper-A/paper-B scenario converted to its special case), printed as JSON or a table.
 
 use crate::failure::Failure;
-use crate::plan_args::{Format, PlanArgs};
+use crate::plan_args::{OutputFormat, PlanArgs};
+use crate::plan_output::UnifiedPlanOutput;
 use crate::scenario::Loaded;
 use spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN;
 use spin_optimize::paper_b::Objective;
-use spin_optimize::round::{Estimate, Radio, Round, RoundPlan, Scheme, planner};
+use spin_optimize::round::{PlanEstimate, Radio, Round, RoundPlan, Scheme, planner};
 use spin_optimize::{paper_a, paper_b, unified};
 
 /// Plans one round of the unified model from any parsed scenario (paper A and paper B become its special cases).
@@ -33,11 +34,12 @@ pub fn run(loaded: Loaded, args: &PlanArgs) -> Result<(), Failure> {
         .plan(&round)
         .map_err(Failure::input)?;
     match args.format {
-        Format::Json => println!(
+        OutputFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&Output::new(&plan, objective)).map_err(anyhow::Error::from)?
+            serde_json::to_string_pretty(&UnifiedPlanOutput::new(&plan, objective))
+                .map_err(anyhow::Error::from)?
         ),
-        Format::Table => print!("{}", table(&round, &plan, objective)),
+        OutputFormat::Table => print!("{}", table(&round, &plan, objective)),
     }
     Ok(())
 }
@@ -62,26 +64,6 @@ fn fixed_draft_len(round: &Round, scheme: Scheme, flag: Option<u32>) -> Result<u
     Ok(l)
 }
 
-#[derive(Debug, serde::Serialize)]
-struct Output<'a> {
-    model: &'static str,
-    objective: &'static str,
-    goodput_tokens_per_s: f64,
-    #[serde(flatten)]
-    plan: &'a RoundPlan,
-}
-
-impl<'a> Output<'a> {
-    fn new(plan: &'a RoundPlan, objective: Objective) -> Self {
-        Output {
-            model: "unified",
-            objective: objective.name(),
-            goodput_tokens_per_s: plan.goodput(objective),
-            plan,
-        }
-    }
-}
-
 fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
     let mut out = format!(
         "scheme {} objective {} ({} payload policy){}\n",
@@ -101,8 +83,8 @@ fn table(round: &Round, plan: &RoundPlan, objective: Objective) -> String {
         plan.mean_ratio_tokens_per_s
     ));
     out.push_str(&match plan.estimate {
-        Estimate::Exact => "expectation: exact\n".to_string(),
-        Estimate::Saa { samples, .. } => match plan.estimate.ci95(objective) {
+        PlanEstimate::Exact => "expectation: exact\n".to_string(),
+        PlanEstimate::Saa { samples, .. } => match plan.estimate.ci95(objective) {
             Some(ci) => {
                 format!("expectation: SAA estimate over {samples} samples, 95 % CI ± {ci:.3} tokens/s\n")
             }

@@ -2,11 +2,12 @@
 //! or TOML for `*.toml`; strict, every error naming its field path, unit pairs; docs/cli.md lists the fields).
 
 use crate::failure::Failure;
+use spin_optimize::round::Family;
 use spin_scenario::Format;
 use std::io::Read;
 use std::path::Path;
 
-pub use spin_scenario::{Loaded, Model, PaperA};
+pub use spin_scenario::{Loaded, PaperA};
 
 /// The largest scenario file read: 16 MiB (checked before and while reading).
 pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
@@ -18,7 +19,7 @@ pub fn load(path: &Path) -> Result<Loaded, Failure> {
 
 /// [`load`] for a command that takes only `expect` scenarios: a file of the other model is refused by its `model`
 /// field before its other fields are checked.
-pub fn load_expecting(path: &Path, expect: Option<Model>) -> Result<Loaded, Failure> {
+pub fn load_expecting(path: &Path, expect: Option<Family>) -> Result<Loaded, Failure> {
     let text = read_text(path, "scenario")?;
     spin_scenario::parse_expecting(&text, Format::of_path(path), expect).map_err(Failure::input)
 }

@@ -69,9 +69,9 @@ pub struct ServerArgs {
     /// Largest draft length L_max / γ_max.
     #[arg(long, default_value_t = 8)]
     pub max_draft_len: u32,
-    /// The draft length of the `fixed` scheme.
-    #[arg(long, default_value_t = 4)]
-    pub fixed_len: u32,
+    /// The draft length of the `fixed` scheme (`--fixed-len` is its older spelling, still read).
+    #[arg(long, alias = "fixed-len", default_value_t = 4)]
+    pub fixed_draft_len: u32,
     /// Sampling temperature; 0 is greedy decoding.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -140,7 +140,7 @@ impl ServerArgs {
         cfg.max_new_tokens = self.max_tokens;
         cfg.max_rounds = self.rounds;
         cfg.max_draft_len = self.max_draft_len;
-        cfg.fixed_len = self.fixed_len;
+        cfg.fixed_draft_len = self.fixed_draft_len;
         cfg.temperature = self.temperature;
         cfg.seed = self.seed;
         cfg.v_eff = self.v_eff;
@@ -857,8 +857,8 @@ fn drafting(rounds: &[RoundTrace]) -> (f64, f64) {
     let (mut n, mut drafted, mut accepted) = (0u64, 0u64, 0u64);
     for d in rounds.iter().flat_map(|r| &r.devices) {
         n += 1;
-        drafted += u64::from(d.gamma);
-        accepted += u64::from(d.accepted.min(d.gamma));
+        drafted += u64::from(d.draft_len);
+        accepted += u64::from(d.accepted.min(d.draft_len));
     }
     let mean = if n > 0 {
         drafted as f64 / n as f64
@@ -1034,6 +1034,24 @@ pub fn seconds(field: &str, s: f64) -> Result<Duration, Failure> {
 mod tests {
     use super::*;
     use spin_optimize::round::Family;
+
+    #[test]
+    fn the_fixed_draft_length_is_read_by_its_name_and_by_its_older_one() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            server: ServerArgs,
+        }
+        use clap::Parser;
+        for flag in ["--fixed-draft-len", "--fixed-len"] {
+            let cli = Cli::try_parse_from(["multispin", flag, "6"]).unwrap();
+            assert_eq!(cli.server.fixed_draft_len, 6, "{flag}");
+        }
+        assert_eq!(
+            Cli::try_parse_from(["multispin"]).unwrap().server.fixed_draft_len,
+            4
+        );
+    }
 
     /// The test vectors of docs/protocol.md §"The tokenizer fingerprint": the embedded tok512, and SmolLM2's GGUF
     /// vocabulary when it is in the cache (a visible skip otherwise). tok512's is also rebuilt from the rule on its

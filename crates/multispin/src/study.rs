@@ -43,7 +43,7 @@ pub fn check(summary: &Summary, rounds: &[RoundTrace]) -> PredictionCheck {
         rounds
             .iter()
             .flat_map(|r| &r.devices)
-            .filter(|d| d.gamma > 0 && d.mode.verified())
+            .filter(|d| d.draft_len > 0 && d.mode.verified())
     };
     // Per device: accepted tokens and rejections, whose ratio is the i.i.d. maximum-likelihood α̂_k.
     let n = kept().map(|d| d.device + 1).max().unwrap_or(0);
@@ -51,7 +51,7 @@ pub fn check(summary: &Summary, rounds: &[RoundTrace]) -> PredictionCheck {
     let mut rejections = vec![0u64; n];
     for d in kept() {
         accepted[d.device] += u64::from(d.accepted);
-        rejections[d.device] += u64::from(d.accepted < d.gamma);
+        rejections[d.device] += u64::from(d.accepted < d.draft_len);
     }
     let alpha_of = |k: usize| {
         let total = accepted[k] + rejections[k];
@@ -81,8 +81,8 @@ pub fn check(summary: &Summary, rounds: &[RoundTrace]) -> PredictionCheck {
     for d in kept() {
         let alpha = alpha_of(d.device);
         c.drafts += 1;
-        c.full_observed += u64::from(d.accepted == d.gamma);
-        c.full_expected += alpha.powi(d.gamma as i32);
+        c.full_observed += u64::from(d.accepted == d.draft_len);
+        c.full_expected += alpha.powi(d.draft_len as i32);
         c.first_rejected_observed += u64::from(d.accepted == 0);
         c.first_rejected_expected += 1.0 - alpha;
     }
@@ -179,13 +179,13 @@ pub fn csv(checks: &[PredictionCheck]) -> String {
 mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
-    use spin_net::server::{Clock, DeviceTrace, Outcome, UplinkPayload};
+    use spin_net::server::{Clock, DeviceTrace, RoundOutcome, UplinkPayload};
 
-    fn device(k: usize, gamma: u32, accepted: u32, mode: Outcome) -> DeviceTrace {
+    fn device(k: usize, draft_len: u32, accepted: u32, mode: RoundOutcome) -> DeviceTrace {
         DeviceTrace {
             device: k,
-            gamma,
-            bandwidth_hz: 1.0,
+            draft_len,
+            uplink_share_hz: 1.0,
             payload: UplinkPayload::Pairs,
             accepted,
             emitted: accepted + 1,
@@ -247,9 +247,14 @@ mod tests {
             let mut b = Vec::new();
             for (k, alpha) in [0.3f64, 0.8].into_iter().enumerate() {
                 let n = (0..gamma).take_while(|_| rng.random::<f64>() < alpha).count() as u32;
-                a.push(device(k, gamma, n, Outcome::Server));
+                a.push(device(k, gamma, n, RoundOutcome::Server));
                 let all = rng.random::<f64>() < alpha;
-                b.push(device(k, gamma, if all { gamma } else { 0 }, Outcome::Server));
+                b.push(device(
+                    k,
+                    gamma,
+                    if all { gamma } else { 0 },
+                    RoundOutcome::Server,
+                ));
             }
             iid.push(round(r, a, 0.5));
             bursty.push(round(r, b, 0.5));
@@ -258,8 +263,8 @@ mod tests {
         iid.push(round(
             4000,
             vec![
-                device(0, 5, 0, Outcome::Dropped),
-                device(1, 0, 0, Outcome::Server),
+                device(0, 5, 0, RoundOutcome::Dropped),
+                device(1, 0, 0, RoundOutcome::Server),
             ],
             0.5,
         ));

@@ -59,7 +59,9 @@ fn every_scheme_prints_the_json_contract() {
                 .iter()
                 .all(|l| l.as_u64().is_some_and(|l| (1..=25).contains(&l)))
         );
-        let bw: f64 = v["bandwidth_hz"]
+        // Each device's share of the band (the key was `bandwidth_hz` before, which elsewhere means the total).
+        assert!(v.get("bandwidth_hz").is_none());
+        let bw: f64 = v["uplink_share_hz"]
             .as_array()
             .unwrap()
             .iter()

@@ -168,3 +168,20 @@ fn residual_for<Wl: Weight, Wr: Weight, C: Chance + ?Sized>(
         Mode::Downlink => sample_residual(received, local, chance),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_keep_their_names_in_files_and_output() {
+        // Plans, traces and `multispin correct` write the modes as `ul` and `dl`; nothing else is read.
+        assert_eq!(
+            serde_json::to_string(&[Mode::Uplink, Mode::Downlink]).unwrap(),
+            r#"["ul","dl"]"#
+        );
+        let back: Vec<Mode> = serde_json::from_str(r#"["dl","ul"]"#).unwrap();
+        assert_eq!(back, [Mode::Downlink, Mode::Uplink]);
+        assert!(serde_json::from_str::<Mode>(r#""uplink""#).is_err());
+    }
+}

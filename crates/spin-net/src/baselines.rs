@@ -12,7 +12,8 @@ use crate::controller::alpha_with_prior;
 use crate::error::{NetError, Result};
 use crate::link::LinkConfig;
 use crate::server::{
-    Clock, Compute, DeviceSummary, DeviceTrace, Outcome, RoundTrace, ServerConfig, Summary, UplinkPayload,
+    Clock, Compute, DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, ServerConfig, Summary,
+    UplinkPayload,
 };
 use spin_runtime::Model;
 use spin_runtime::drafter::{DistForm, Drafter, device_rng, draft_many};
@@ -334,12 +335,12 @@ fn central(
             down_s = down_s.max(air_down);
             traces.push(DeviceTrace {
                 device: k,
-                gamma: lens[i] as u32,
-                bandwidth_hz: share,
+                draft_len: lens[i] as u32,
+                uplink_share_hz: share,
                 payload: UplinkPayload::Pairs,
                 accepted: accepted as u32,
                 emitted: emitted as u32,
-                mode: Outcome::Server,
+                mode: RoundOutcome::Server,
                 bits_up: bits_up as u64,
                 bits_down: bits_down as u64,
                 air_up_s: air_up,

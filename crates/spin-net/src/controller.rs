@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::link::LinkConfig;
 use spin_optimize::paper_b::{ModeScheme, Objective};
 use spin_optimize::round::{
-    self, CorrectionPolicy, CorrectionSplit, Family, Payload, PayloadPolicy, Radio, Round, RoundDevice,
-    RoundPlan, RoundSpec,
+    self, CorrectionPolicy, CorrectionSplit, Family, PayloadPolicy, Radio, Round, RoundDevice, RoundPlan,
+    RoundSpec, TokenPayload,
 };
 use spin_optimize::unified;
 
@@ -26,13 +26,13 @@ pub use spin_optimize::round::Scheme;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeviceView {
     /// Estimated acceptance rate α̂_k ∈ (0, 1).
-    pub alpha: f64,
+    pub acceptance: f64,
     /// Estimated drafting time per token in seconds (> 0).
     pub draft_token_s: f64,
     /// The round's power gain g_k.
     pub gain: f64,
     /// The longest draft the device's token budget allows.
-    pub max_len: u32,
+    pub max_draft_len: u32,
 }
 
 /// Settings of the controller.
@@ -45,9 +45,9 @@ pub struct ControllerConfig {
     /// L_max / γ_max.
     pub max_draft_len: u32,
     /// Fixed BW&L's length.
-    pub fixed_len: u32,
+    pub fixed_draft_len: u32,
     /// Bits per drafted token Q_tok (paper A) or per exchanged distribution D (paper B).
-    pub payload_bits: f64,
+    pub distribution_bits: f64,
     /// Bits of one (token, probability) pair on the uplink, ⌈log₂V⌉ + 32 (the unified planner charges them).
     pub pair_bits: f64,
     /// SAA samples for paper B's planners.
@@ -103,8 +103,8 @@ pub fn build_round(
             noise_psd_server_w_per_hz: link.noise_psd_server_w_per_hz,
             noise_psd_device_w_per_hz: link.noise_psd_device_w_per_hz,
         },
-        payload: Payload {
-            distribution_bits: cfg.payload_bits,
+        payload: TokenPayload {
+            distribution_bits: cfg.distribution_bits,
             pair_bits: cfg.pair_bits,
             policy: payload_policy(cfg.scheme),
         },
@@ -115,7 +115,7 @@ pub fn build_round(
             .iter()
             .map(|d| {
                 Ok(RoundDevice {
-                    acceptance: d.alpha,
+                    acceptance: d.acceptance,
                     draft_token_s: d.draft_token_s,
                     spectral_efficiency: link.spectral_efficiency(d.gain)?,
                     uplink_gain: d.gain,
@@ -148,9 +148,9 @@ pub fn plan_round(
         Scheme::parse_per_round(cfg.scheme.name())?;
     }
     let r = build_round(cfg, link, devices, verify_fixed_s, verify_per_device_s, seed)?;
-    let mut plan = round::planner(cfg.scheme, &options, cfg.fixed_len).plan(&r)?;
+    let mut plan = round::planner(cfg.scheme, &options, cfg.fixed_draft_len).plan(&r)?;
     for (l, d) in plan.draft_lengths.iter_mut().zip(devices) {
-        *l = (*l).min(d.max_len);
+        *l = (*l).min(d.max_draft_len);
     }
     Ok(plan)
 }
@@ -256,10 +256,10 @@ mod tests {
         let link = LinkConfig::paper_b();
         let devs: Vec<DeviceView> = (0..4)
             .map(|k| DeviceView {
-                alpha: 0.5 + 0.1 * k as f64,
+                acceptance: 0.5 + 0.1 * k as f64,
                 draft_token_s: 0.01,
                 gain: 1e-11 * (k + 1) as f64,
-                max_len: if k == 3 { 2 } else { 100 },
+                max_draft_len: if k == 3 { 2 } else { 100 },
             })
             .collect();
         for n in Scheme::PER_ROUND.map(Scheme::name) {
@@ -267,8 +267,8 @@ mod tests {
                 scheme: Scheme::parse_per_round(n).unwrap(),
                 modes: ModeScheme::Optimal,
                 max_draft_len: 8,
-                fixed_len: 4,
-                payload_bits: 12_800.0,
+                fixed_draft_len: 4,
+                distribution_bits: 12_800.0,
                 pair_bits: 41.0,
                 saa_samples: 64,
             };

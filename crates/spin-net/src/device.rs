@@ -237,7 +237,7 @@ pub async fn run_device_with_ready(
             ServerMsg::Plan {
                 round,
                 draft_len,
-                send_dists,
+                sends_distributions,
                 ..
             } => {
                 let gamma = (draft_len as usize).min(j.max_new);
@@ -257,7 +257,7 @@ pub async fn run_device_with_ready(
                 }
                 // The plan says whether the distributions go up (always in a paper-A session, never in a paper-B
                 // one, the planner's choice in a unified one).
-                let dists = if send_dists {
+                let dists = if sends_distributions {
                     d.dists.iter().map(proto::pack).collect::<Result<Vec<_>>>()?
                 } else {
                     Vec::new()

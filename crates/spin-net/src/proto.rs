@@ -253,13 +253,14 @@ pub enum ServerMsg {
     Plan {
         /// The round number.
         round: u64,
-        /// γ_k.
+        /// L_k, the draft length.
         draft_len: u32,
-        /// The device's uplink bandwidth share b_k in Hz (informative).
-        bandwidth_hz: f64,
+        /// The device's draft-uplink share B_k in Hz (informative; protocol v2 called it `bandwidth_hz`: postcard
+        /// encodes fields by position, so the frame is the same).
+        uplink_share_hz: f64,
         /// Whether the draft goes up with its distributions (`DistsWithDraft`: always; `ProbsOnly`: never;
-        /// `Planned`: the planner's choice for this device and round).
-        send_dists: bool,
+        /// `Planned`: the planner's choice for this device and round; `send_dists` in protocol v2, the same bytes).
+        sends_distributions: bool,
     },
     /// The verification result.
     Verdict {
@@ -533,6 +534,24 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use spin_core::Dist;
+
+    #[test]
+    fn a_plan_frame_has_the_bytes_of_protocol_v3_before_its_fields_were_renamed() {
+        // `Plan`'s share and payload fields were `bandwidth_hz` and `send_dists`; postcard writes fields by position,
+        // so a peer built before the rename reads the same frame: variant 1, round and draft length as varints, the
+        // share as 8 little-endian bytes, the flag as one byte.
+        let plan = ServerMsg::Plan {
+            round: 7,
+            draft_len: 4,
+            uplink_share_hz: 1e5,
+            sends_distributions: true,
+        };
+        let mut want = vec![1, 7, 4];
+        want.extend_from_slice(&1e5f64.to_le_bytes());
+        want.push(1);
+        assert_eq!(encode(&plan).unwrap(), want);
+        assert_eq!(decode::<ServerMsg>(&want).unwrap(), plan);
+    }
 
     #[test]
     fn packed_distributions_round_trip_with_spin_core_sizes() {

@@ -119,13 +119,13 @@ fn bits_on_the_air_are_spin_cores_payload_sizes() {
     let mut drafted = 0;
     for t in traces.iter().flat_map(|r| &r.devices) {
         assert_eq!(t.mode, "server");
-        assert_eq!(t.bits_up, u64::from(t.gamma) * q_tok, "{t:?}");
+        assert_eq!(t.bits_up, u64::from(t.draft_len) * q_tok, "{t:?}");
         // The frame carries the packed payload plus a small header.
         assert!(
             t.wire_up_bytes * 8 >= t.bits_up
-                && t.wire_up_bytes * 8 <= t.bits_up + 8 * (24 + 8 * u64::from(t.gamma))
+                && t.wire_up_bytes * 8 <= t.bits_up + 8 * (24 + 8 * u64::from(t.draft_len))
         );
-        drafted += t.gamma;
+        drafted += t.draft_len;
     }
     assert!(drafted > 0);
     let mut cfg = config("best", &target);
@@ -133,7 +133,7 @@ fn bits_on_the_air_are_spin_cores_payload_sizes() {
     let (_, traces) = run(&target, &drafter, cfg, &sim_devices());
     let (mut ul, mut dl) = (0, 0);
     for t in traces.iter().flat_map(|r| &r.devices) {
-        let pairs = u64::from(t.gamma) * (5 + 32);
+        let pairs = u64::from(t.draft_len) * (5 + 32);
         match t.mode.name() {
             "ul" => {
                 ul += 1;
@@ -173,16 +173,18 @@ fn unified_plans_each_devices_payload_and_keeps_the_greedy_text() {
             .all(|t| t.scheme == "unified" && t.predicted_goodput > 0.0)
     );
     for t in traces.iter().flat_map(|r| &r.devices) {
-        let pairs = u64::from(t.gamma) * (5 + 32);
+        let pairs = u64::from(t.draft_len) * (5 + 32);
         match (t.payload.name(), t.mode.name()) {
             // Distributions up: the server corrects on its own, nothing is exchanged afterwards.
-            ("dists", "server") => assert_eq!((t.bits_up, t.bits_down), (u64::from(t.gamma) * q_tok, 0)),
+            ("distributions", "server") => {
+                assert_eq!((t.bits_up, t.bits_down), (u64::from(t.draft_len) * q_tok, 0))
+            }
             ("pairs", "server") => assert_eq!((t.bits_up, t.bits_down), (pairs, 0), "{t:?}"),
             ("pairs", "ul") => assert_eq!((t.bits_up, t.bits_down), (pairs + q_tok, 0), "{t:?}"),
             ("pairs", "dl") => assert_eq!((t.bits_up, t.bits_down), (pairs, q_tok), "{t:?}"),
             other => panic!("payload and mode {other:?}: {t:?}"),
         }
-        let share_sum: f64 = traces[0].devices.iter().map(|d| d.bandwidth_hz).sum();
+        let share_sum: f64 = traces[0].devices.iter().map(|d| d.uplink_share_hz).sum();
         assert!(share_sum <= 10e6 * (1.0 + 1e-9), "the uplink shares fit the band");
     }
 }

@@ -4,6 +4,7 @@
 //! uplink/downlink correction with downlink power allocation and proactive draft control (paper B). This crate
 //! knows latencies, rates and acceptance statistics only: never models, files or sockets.
 
+mod engine;
 pub mod error;
 pub mod paper_a;
 pub mod paper_b;

@@ -92,6 +92,6 @@ fn a_zero_budget_still_plans() {
     let (plan, _) = exact_with_budget(&s, 0).unwrap();
     assert_eq!(plan.draft_lengths.len(), s.len());
     assert!(matches!(plan.optimality, Optimality::Bounded { .. }));
-    let total: f64 = plan.bandwidth_hz.iter().sum();
+    let total: f64 = plan.uplink_share_hz.iter().sum();
     assert!(total <= s.bandwidth_hz);
 }

@@ -57,7 +57,7 @@ fn check_all(spec: &ScenarioSpec, tag: &str) {
     let mut exact_value = None;
     for (name, plan) in all_schemes(&s) {
         let plan = plan.unwrap_or_else(|e| panic!("{tag}: {name} refused a feasible scenario: {e}"));
-        let total: f64 = plan.bandwidth_hz.iter().sum();
+        let total: f64 = plan.uplink_share_hz.iter().sum();
         assert!(
             total <= s.bandwidth_hz,
             "{tag}: {name} uses {total} Hz of {}",
@@ -141,7 +141,7 @@ fn a_plan_a_few_ulps_over_the_band_is_accepted_and_a_real_excess_is_not() {
     assert!(s.evaluate(&lens, &[share * (1.0 + 1e-12); 4]).is_ok());
     let err = s.evaluate(&lens, &[share * (1.0 + 1e-6); 4]).unwrap_err();
     assert!(
-        err.to_string().starts_with("infeasible: bandwidths sum to"),
+        err.to_string().starts_with("infeasible: uplink shares sum to"),
         "{err}"
     );
 }

@@ -9,7 +9,7 @@ use spin_optimize::paper_a::scenario::{MAX_DEVICES, MAX_PLAN_TABLE, MAX_TIME_S};
 use spin_optimize::paper_a::{self, Scenario};
 use spin_optimize::paper_b::reactive::{self, ModeScheme};
 use spin_optimize::paper_b::scenario::MAX_PLANNING_WORK;
-use spin_optimize::paper_b::{self, Evaluator, Objective};
+use spin_optimize::paper_b::{self, Objective, SaaEvaluator};
 
 fn paper_a_spec(k: usize, max_draft_len: u32) -> paper_a::ScenarioSpec {
     paper_a::ScenarioSpec {
@@ -143,7 +143,7 @@ fn search_sizes_never_print_as_u128_max() {
 fn paper_b_planning_at_a_hundred_thousand_devices_is_refused_before_allocating() {
     // K = 10⁵ used to allocate 8·K² = 80 GB and abort. Reactive correction still accepts the scenario.
     let sc = paper_b::Scenario::new(paper_b_spec(100_000)).unwrap();
-    let e = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)
+    let e = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)
         .unwrap_err()
         .to_string();
     assert!(
@@ -169,7 +169,7 @@ fn paper_b_planning_at_a_hundred_thousand_devices_is_refused_before_allocating()
 
     // The work limit: K²·(γ_max + 1)·N_SAA.
     let sc = paper_b::Scenario::new(paper_b_spec(300)).unwrap();
-    let e = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)
+    let e = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)
         .unwrap_err()
         .to_string();
     const { assert!(300u128 * 300 * 21 * 1000 > MAX_PLANNING_WORK) };
@@ -178,7 +178,7 @@ fn paper_b_planning_at_a_hundred_thousand_devices_is_refused_before_allocating()
         "{e}"
     );
     let sc = paper_b::Scenario::new(paper_b_spec(20)).unwrap();
-    assert!(Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).is_ok());
+    assert!(SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).is_ok());
 }
 
 #[test]
@@ -193,14 +193,14 @@ fn paper_b_planning_memory_is_linear_in_devices() {
         d.channel_gain = 1e-12 * (1.0 + (k % 7) as f64);
     }
     let sc = paper_b::Scenario::new(spec).unwrap();
-    let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
-    let gamma = vec![1u32; 5000];
-    let v = ev.value(&gamma);
+    let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+    let draft_lengths = vec![1u32; 5000];
+    let v = ev.value(&draft_lengths);
     assert!(v.is_finite() && v > 0.0, "{v}");
     // K alone past the limit is named as `devices`, even with one sample.
     let mut spec = paper_b_spec(30_000);
     spec.saa_samples = 1;
-    let e = Evaluator::new(
+    let e = SaaEvaluator::new(
         &paper_b::Scenario::new(spec).unwrap(),
         ModeScheme::Optimal,
         Objective::Rate,

@@ -13,10 +13,9 @@ use spin_optimize::paper_a::exact::{
 use spin_optimize::paper_a::heterogeneous::{Alg1Params, paper_alg1};
 use spin_optimize::paper_a::homogeneous::homo;
 use spin_optimize::paper_a::{self, Optimality, Plan, Scenario};
-use spin_optimize::paper_b::proactive;
 use spin_optimize::paper_b::reactive::{self, Mode, ModeScheme};
 use spin_optimize::paper_b::scenario::MAX_PLANNING_WORK;
-use spin_optimize::paper_b::{self, Evaluator, Objective};
+use spin_optimize::paper_b::{self, Objective, SaaEvaluator};
 use spin_optimize::round::Scheme;
 
 /// 10^x for x drawn uniformly from `lo..hi`: scales over many decades.
@@ -69,7 +68,7 @@ fn check_plan(s: &Scenario, name: &str, plan: &Plan) -> Result<f64, TestCaseErro
         "{}",
         name
     );
-    let total: f64 = plan.bandwidth_hz.iter().sum();
+    let total: f64 = plan.uplink_share_hz.iter().sum();
     prop_assert!(
         total <= s.bandwidth_hz,
         "{}: {} Hz of {}",
@@ -77,9 +76,9 @@ fn check_plan(s: &Scenario, name: &str, plan: &Plan) -> Result<f64, TestCaseErro
         total,
         s.bandwidth_hz
     );
-    prop_assert!(plan.bandwidth_hz.iter().all(|&b| b > 0.0), "{}", name);
+    prop_assert!(plan.uplink_share_hz.iter().all(|&b| b > 0.0), "{}", name);
     let (tau, round) = s
-        .evaluate(&plan.draft_lengths, &plan.bandwidth_hz)
+        .evaluate(&plan.draft_lengths, &plan.uplink_share_hz)
         .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
     prop_assert_eq!(tau, plan.goodput_tokens_per_s, "{}", name);
     prop_assert_eq!(round, plan.round_latency_s, "{}", name);
@@ -227,10 +226,10 @@ proptest! {
         let objective = if mean_ratio { Objective::MeanRatio } else { Objective::Rate };
         let k = sc.device_count() as u128;
         prop_assert!(k * k * (u128::from(sc.max_draft_len) + 1) * u128::from(sc.saa_samples) <= MAX_PLANNING_WORK);
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, objective).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, objective).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut values = Vec::new();
         for scheme in [Scheme::Greedy, Scheme::Best, Scheme::Uniform, Scheme::CompOnly, Scheme::Exhaustive] {
-            let plan = proactive::plan(&ev, scheme).map_err(|e| TestCaseError::fail(format!("{scheme:?}: {e}")))?;
+            let plan = spin_optimize::round::plan_paper_b(scheme, &ev).map_err(|e| TestCaseError::fail(format!("{scheme:?}: {e}")))?;
             prop_assert_eq!(plan.draft_lengths.len(), sc.device_count());
             prop_assert!(plan.draft_lengths.iter().all(|&g| g <= sc.max_draft_len));
             prop_assert!(plan.value.is_finite() && plan.value > 0.0, "{:?}: {}", scheme, plan.value);
@@ -266,8 +265,8 @@ proptest! {
             }
         }
         for scheme in [ModeScheme::AllUl, ModeScheme::AllDl, ModeScheme::Random] {
-            let ev = Evaluator::new(&sc, scheme, Objective::Rate).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let plan = proactive::plan(&ev, Scheme::Greedy).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let ev = SaaEvaluator::new(&sc, scheme, Objective::Rate).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let plan = spin_optimize::round::plan_paper_b(Scheme::Greedy, &ev).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert!(plan.value.is_finite() && plan.value > 0.0);
         }
     }

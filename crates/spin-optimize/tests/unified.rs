@@ -5,8 +5,8 @@ use rand_chacha::ChaCha8Rng;
 use spin_optimize::paper_a;
 use spin_optimize::paper_b::{self, ModeScheme, Objective};
 use spin_optimize::round::{
-    CorrectionPolicy, CorrectionSplit, PaperPlanner, Payload, PayloadPolicy, Planner, Radio, Round,
-    RoundDevice, RoundSpec, Scheme, full_band_spectral_efficiency,
+    CorrectionPolicy, CorrectionSplit, PaperPlanner, PayloadPolicy, Planner, Radio, Round, RoundDevice,
+    RoundSpec, Scheme, TokenPayload, full_band_spectral_efficiency,
 };
 use spin_optimize::unified::{self, Evaluator, Expectation, Options, Scratch};
 
@@ -108,7 +108,7 @@ fn paper_a_payload_without_correction_gives_paper_a_numbers() {
     assert!(close(plan.rate_tokens_per_s, exact.goodput_tokens_per_s, 1e-12));
     assert!(stats.proven_optimal && plan.proven_optimal);
     // Lemma 3 shares: the same as paper A's.
-    for (a, b) in plan.uplink_share_hz.iter().zip(&exact.bandwidth_hz) {
+    for (a, b) in plan.uplink_share_hz.iter().zip(&exact.uplink_share_hz) {
         assert!(close(*a, *b, 1e-9), "{a} vs {b}");
     }
 }
@@ -118,9 +118,9 @@ fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
     let s = paper_b_example();
     let round = Round::from_paper_b(&s).unwrap();
     for objective in [Objective::Rate, Objective::MeanRatio] {
-        let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, objective).unwrap();
+        let ev = paper_b::SaaEvaluator::new(&s, ModeScheme::Optimal, objective).unwrap();
         for scheme in [Scheme::Greedy, Scheme::Uniform, Scheme::CompOnly] {
-            let theirs = paper_b::proactive::plan(&ev, scheme).unwrap();
+            let theirs = spin_optimize::round::plan_paper_b(scheme, &ev).unwrap();
             // Scored on the round's samples, as paper B scores it.
             let ours = PaperPlanner {
                 expectation: Expectation::Saa,
@@ -146,7 +146,7 @@ fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
     }
     // Also every policy of the reactive step, scored on the same samples.
     for modes in [ModeScheme::AllUl, ModeScheme::AllDl] {
-        let ev = paper_b::Evaluator::new(&s, modes, Objective::Rate).unwrap();
+        let ev = paper_b::SaaEvaluator::new(&s, modes, Objective::Rate).unwrap();
         let ours = Evaluator::new(
             &round,
             Expectation::Saa,
@@ -156,12 +156,12 @@ fn paper_b_payload_with_equal_shares_gives_paper_b_numbers() {
             },
         )
         .unwrap();
-        let gamma = [3, 5, 2, 7, 0, 4];
-        let st = ours.state(&gamma, &[false; 6], Objective::Rate).unwrap();
-        assert!(close(st.value, ev.value(&gamma), 1e-12));
+        let draft_lengths = [3, 5, 2, 7, 0, 4];
+        let st = ours.state(&draft_lengths, &[false; 6], Objective::Rate).unwrap();
+        assert!(close(st.value, ev.value(&draft_lengths), 1e-12));
     }
     // The unified planner on paper B's round is never below paper B's best search on the same samples.
-    let ev = paper_b::Evaluator::new(&s, ModeScheme::Optimal, Objective::Rate).unwrap();
+    let ev = paper_b::SaaEvaluator::new(&s, ModeScheme::Optimal, Objective::Rate).unwrap();
     let best = paper_b::proactive::best(&ev);
     let plan = unified::plan(
         &round,
@@ -210,7 +210,7 @@ fn random_round(rng: &mut ChaCha8Rng, k: usize, l_min: u32, l_max: u32, policy: 
         min_draft_len: l_min,
         max_draft_len: l_max,
         radio,
-        payload: Payload {
+        payload: TokenPayload {
             distribution_bits: 34_816.0 * u(0.05, 1.0),
             pair_bits: 34.0,
             policy,
@@ -225,8 +225,14 @@ fn random_round(rng: &mut ChaCha8Rng, k: usize, l_min: u32, l_max: u32, policy: 
 
 /// The reference: every outcome enumerated with its probability, every mode assignment of the rejected devices
 /// tried (Lemma-1 DL powers, equal split), tokens counted from the outcome. Shares by Lemma 3 (checked below).
-fn reference_value(round: &Round, ev: &Evaluator, lens: &[u32], dists: &[bool], objective: Objective) -> f64 {
-    let phi = ev.uplink_latency_s(lens, dists);
+fn reference_value(
+    round: &Round,
+    ev: &Evaluator,
+    draft_lengths: &[u32],
+    sends_distributions: &[bool],
+    objective: Objective,
+) -> f64 {
+    let phi = ev.uplink_latency_s(draft_lengths, sends_distributions);
     let base = phi + round.verify_s();
     let link = round.link();
     let k_n = round.len();
@@ -238,13 +244,13 @@ fn reference_value(round: &Round, ev: &Evaluator, lens: &[u32], dists: &[bool], 
         let mut rejected = Vec::new();
         for k in 0..k_n {
             let a = round.devices[k].acceptance;
-            if f[k] <= lens[k] {
+            if f[k] <= draft_lengths[k] {
                 p *= a.powi(f[k] as i32 - 1) * (1.0 - a);
-                if !dists[k] {
+                if !sends_distributions[k] {
                     rejected.push(k);
                 }
             } else {
-                p *= a.powi(lens[k] as i32);
+                p *= a.powi(draft_lengths[k] as i32);
             }
             tokens += f[k];
         }
@@ -272,7 +278,7 @@ fn reference_value(round: &Round, ev: &Evaluator, lens: &[u32], dists: &[bool], 
         e_ratio += p * f64::from(tokens) / (base + comm);
         let mut k = 0;
         while k < k_n {
-            if f[k] <= lens[k] {
+            if f[k] <= draft_lengths[k] {
                 f[k] += 1;
                 break;
             }
@@ -300,20 +306,20 @@ fn brute_force(round: &Round, objective: Objective) -> (f64, Vec<u32>, Vec<bool>
     let ev = Evaluator::new(round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
     let mut best = (f64::NEG_INFINITY, vec![], vec![]);
     for mask in masks {
-        let dists: Vec<bool> = (0..k_n).map(|k| mask >> k & 1 == 1).collect();
-        let mut lens = vec![round.min_draft_len; k_n];
+        let sends_distributions: Vec<bool> = (0..k_n).map(|k| mask >> k & 1 == 1).collect();
+        let mut draft_lengths = vec![round.min_draft_len; k_n];
         loop {
-            let v = reference_value(round, &ev, &lens, &dists, objective);
+            let v = reference_value(round, &ev, &draft_lengths, &sends_distributions, objective);
             if v > best.0 {
-                best = (v, lens.clone(), dists.clone());
+                best = (v, draft_lengths.clone(), sends_distributions.clone());
             }
             let mut k = 0;
             while k < k_n {
-                if lens[k] < round.max_draft_len {
-                    lens[k] += 1;
+                if draft_lengths[k] < round.max_draft_len {
+                    draft_lengths[k] += 1;
                     break;
                 }
-                lens[k] = round.min_draft_len;
+                draft_lengths[k] = round.min_draft_len;
                 k += 1;
             }
             if k == k_n {
@@ -345,17 +351,17 @@ fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
     for (case, &(k, l_min, l_max, policy)) in cases.iter().cycle().take(18).enumerate() {
         let round = random_round(&mut rng, k, l_min, l_max, policy);
         for objective in [Objective::Rate, Objective::MeanRatio] {
-            let (want, lens, dists) = brute_force(&round, objective);
+            let (want, draft_lengths, sends_distributions) = brute_force(&round, objective);
             let (plan, stats) = unified::plan_with_stats(&round, &Options { objective, ..exact }).unwrap();
             assert!(stats.proven_optimal, "case {case}: not proven ({stats:?})");
             let got = plan.goodput(objective);
             assert!(
                 close(got, want, 1e-9),
-                "case {case} {objective:?}: planner {got} {:?} {:?} vs brute force {want} {lens:?} {dists:?}",
+                "case {case} {objective:?}: planner {got} {:?} {:?} vs brute force {want} {draft_lengths:?} {sends_distributions:?}",
                 plan.draft_lengths,
                 plan.sends_distributions
             );
-            if dists.iter().any(|&d| d) && dists.iter().any(|&d| !d) {
+            if sends_distributions.iter().any(|&d| d) && sends_distributions.iter().any(|&d| !d) {
                 mixed += 1;
             }
         }
@@ -373,16 +379,20 @@ fn lemma3_shares_beat_every_other_split() {
         let k = rng.random_range(1..=5);
         let round = random_round(&mut rng, k, 0, 10, PayloadPolicy::Choose);
         let ev = Evaluator::new(&round, Expectation::Saa, CorrectionPolicy::default()).unwrap();
-        let lens: Vec<u32> = (0..k).map(|_| rng.random_range(0..=10)).collect();
-        let dists: Vec<bool> = (0..k).map(|_| rng.random_bool(0.5)).collect();
-        let (phi, shares) = ev.lemma3_shares(&lens, &dists);
-        let at = ev.uplink_latency_with_shares(&lens, &dists, &shares).unwrap();
+        let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(0..=10)).collect();
+        let sends_distributions: Vec<bool> = (0..k).map(|_| rng.random_bool(0.5)).collect();
+        let (phi, shares) = ev.lemma3_shares(&draft_lengths, &sends_distributions);
+        let at = ev
+            .uplink_latency_with_shares(&draft_lengths, &sends_distributions, &shares)
+            .unwrap();
         assert!(close(at, phi, 1e-9), "{at} vs {phi}");
         for _ in 0..100 {
             let raw: Vec<f64> = (0..k).map(|_| rng.random::<f64>() + 1e-9).collect();
             let sum: f64 = raw.iter().sum();
             let other: Vec<f64> = raw.iter().map(|r| r / sum * round.bandwidth_hz).collect();
-            let t = ev.uplink_latency_with_shares(&lens, &dists, &other).unwrap();
+            let t = ev
+                .uplink_latency_with_shares(&draft_lengths, &sends_distributions, &other)
+                .unwrap();
             assert!(t >= phi * (1.0 - 1e-12), "{t} < {phi}");
         }
     }
@@ -401,13 +411,16 @@ fn exact_enumeration_agrees_with_the_reference_and_saa_is_close() {
         )
         .unwrap();
         assert!(exact.is_exact());
-        let lens: Vec<u32> = (0..k).map(|_| rng.random_range(0..=4)).collect();
-        let dists: Vec<bool> = (0..k).map(|_| rng.random_bool(0.4)).collect();
+        let draft_lengths: Vec<u32> = (0..k).map(|_| rng.random_range(0..=4)).collect();
+        let sends_distributions: Vec<bool> = (0..k).map(|_| rng.random_bool(0.4)).collect();
         for objective in [Objective::Rate, Objective::MeanRatio] {
-            let v = exact.state(&lens, &dists, objective).unwrap().value;
+            let v = exact
+                .state(&draft_lengths, &sends_distributions, objective)
+                .unwrap()
+                .value;
             assert!(close(
                 v,
-                reference_value(&round, &exact, &lens, &dists, objective),
+                reference_value(&round, &exact, &draft_lengths, &sends_distributions, objective),
                 1e-12
             ));
         }
@@ -437,10 +450,10 @@ fn incremental_moves_equal_full_evaluation() {
             };
             for objective in [Objective::Rate, Objective::MeanRatio] {
                 for _ in 0..30 {
-                    let lens: Vec<u32> = (0..7).map(|_| rng.random_range(0..=12)).collect();
-                    let dists: Vec<bool> = (0..7).map(|_| rng.random_bool(0.5)).collect();
-                    let state = ev.state(&lens, &dists, objective).unwrap();
-                    let mut moved = (lens.clone(), dists.clone());
+                    let draft_lengths: Vec<u32> = (0..7).map(|_| rng.random_range(0..=12)).collect();
+                    let sends_distributions: Vec<bool> = (0..7).map(|_| rng.random_bool(0.5)).collect();
+                    let state = ev.state(&draft_lengths, &sends_distributions, objective).unwrap();
+                    let mut moved = (draft_lengths.clone(), sends_distributions.clone());
                     let mut changes = Vec::new();
                     for k in 0..7 {
                         if rng.random_bool(0.3) {
@@ -456,7 +469,10 @@ fn incremental_moves_equal_full_evaluation() {
                     // The committed move lands on the same point and value.
                     let mut applied = state.clone();
                     ev.apply_moves(&mut applied, &changes, objective, &mut scratch);
-                    assert_eq!((&applied.lens, &applied.dists), (&moved.0, &moved.1));
+                    assert_eq!(
+                        (&applied.draft_lengths, &applied.sends_distributions),
+                        (&moved.0, &moved.1)
+                    );
                     assert!(close(applied.value, full, 1e-12), "{} vs {full}", applied.value);
                     // Applying a kept try reuses its φ and T_comm values and lands on the same state exactly.
                     let again = ev.try_moves(&state, &changes, objective, &mut scratch);
@@ -495,9 +511,11 @@ fn a_move_skipped_by_the_bound_is_never_above_its_threshold() {
                 continue;
             };
             for _ in 0..40 {
-                let lens: Vec<u32> = (0..7).map(|_| rng.random_range(0..=12)).collect();
-                let dists: Vec<bool> = (0..7).map(|_| rng.random_bool(0.3)).collect();
-                let state = ev.state(&lens, &dists, Objective::Rate).unwrap();
+                let draft_lengths: Vec<u32> = (0..7).map(|_| rng.random_range(0..=12)).collect();
+                let sends_distributions: Vec<bool> = (0..7).map(|_| rng.random_bool(0.3)).collect();
+                let state = ev
+                    .state(&draft_lengths, &sends_distributions, Objective::Rate)
+                    .unwrap();
                 let mut changes = vec![(
                     rng.random_range(0..7),
                     rng.random_range(0..=12),
@@ -736,14 +754,14 @@ fn paper_a_schemes_take_the_pair_size_when_only_pairs_are_allowed() {
     assert!(idle.rate_tokens_per_s > p.rate_tokens_per_s);
     let mut drafting = spec.clone();
     drafting.min_draft_len = 1;
-    let dists = PaperPlanner::new(Scheme::Exact, Objective::Rate)
+    let sends_distributions = PaperPlanner::new(Scheme::Exact, Objective::Rate)
         .plan(&Round::new(drafting).unwrap())
         .unwrap();
     assert!(
-        p.rate_tokens_per_s > 2.0 * dists.rate_tokens_per_s,
+        p.rate_tokens_per_s > 2.0 * sends_distributions.rate_tokens_per_s,
         "{} vs {}",
         p.rate_tokens_per_s,
-        dists.rate_tokens_per_s
+        sends_distributions.rate_tokens_per_s
     );
     spec.payload.policy = PayloadPolicy::Pair;
     spec.payload.pair_bits = 0.0;
@@ -827,7 +845,7 @@ fn sampled_values_come_with_their_sample_count_and_an_interval_that_holds_the_ex
         };
         let p = saa.plan(&round).unwrap();
         assert_eq!(p.draft_lengths, [3; 4]);
-        let spin_optimize::round::Estimate::Saa { samples, .. } = p.estimate else {
+        let spin_optimize::round::PlanEstimate::Saa { samples, .. } = p.estimate else {
             panic!("{:?}", p.estimate)
         };
         assert_eq!(samples, 400);

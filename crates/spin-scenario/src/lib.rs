@@ -21,5 +21,5 @@ pub mod unified;
 
 pub use error::FileError;
 pub use reader::Format;
-pub use scenario::{Loaded, Model, PaperA, parse, parse_expecting};
+pub use scenario::{Loaded, PaperA, parse, parse_expecting};
 pub use unified::UnifiedScenario;

@@ -8,29 +8,8 @@ use crate::unified::{UnifiedFile, UnifiedScenario};
 use serde::Deserialize;
 use spin_channel::units::Conversion;
 use spin_optimize::paper_a::heterogeneous::Alg1Params;
+use spin_optimize::round::Family;
 use spin_optimize::{paper_a, paper_b};
-
-/// Which control model a scenario file describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Model {
-    /// Paper A: draft lengths and OFDMA uplink bandwidth.
-    PaperA,
-    /// Paper B: uplink/downlink correction and proactive draft lengths.
-    PaperB,
-    /// The unified model of both papers (docs/unified.md).
-    Unified,
-}
-
-impl Model {
-    /// The `model` field's value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Model::PaperA => "paper-a",
-            Model::PaperB => "paper-b",
-            Model::Unified => "unified",
-        }
-    }
-}
 
 /// A paper-A scenario with the planner settings a file may carry.
 #[derive(Debug, Clone)]
@@ -124,13 +103,13 @@ pub fn parse(text: &str, format: Format) -> Result<Loaded, FileError> {
 
 /// [`parse`] for a command that takes only `expect` scenarios: a file of another model is refused by its `model`
 /// field before its other fields are checked.
-pub fn parse_expecting(text: &str, format: Format, expect: Option<Model>) -> Result<Loaded, FileError> {
+pub fn parse_expecting(text: &str, format: Format, expect: Option<Family>) -> Result<Loaded, FileError> {
     let doc = Document::parse(text, format, "scenario")?;
     let model = match doc.top_level_str("model") {
-        None => Model::PaperA,
-        Some(Ok(s)) if s == "paper-a" => Model::PaperA,
-        Some(Ok(s)) if s == "paper-b" => Model::PaperB,
-        Some(Ok(s)) if s == "unified" => Model::Unified,
+        None => Family::PaperA,
+        Some(Ok(s)) if s == "paper-a" => Family::PaperA,
+        Some(Ok(s)) if s == "paper-b" => Family::PaperB,
+        Some(Ok(s)) if s == "unified" => Family::Unified,
         Some(other) => {
             let found = match other {
                 Ok(s) => serde_json::Value::String(s).to_string(),
@@ -156,9 +135,9 @@ pub fn parse_expecting(text: &str, format: Format, expect: Option<Model>) -> Res
         ));
     }
     match model {
-        Model::PaperA => paper_a_from(doc.into_struct()?).map(Loaded::PaperA),
-        Model::PaperB => paper_b_from(doc.into_struct()?).map(Loaded::PaperB),
-        Model::Unified => UnifiedScenario::from_file(doc.into_struct::<UnifiedFile>()?).map(Loaded::Unified),
+        Family::PaperA => paper_a_from(doc.into_struct()?).map(Loaded::PaperA),
+        Family::PaperB => paper_b_from(doc.into_struct()?).map(Loaded::PaperB),
+        Family::Unified => UnifiedScenario::from_file(doc.into_struct::<UnifiedFile>()?).map(Loaded::Unified),
     }
 }
 

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use spin_channel::units::Conversion;
 use spin_optimize::OptimizeError;
 use spin_optimize::round::{
-    CorrectionSplit, DistributionFormat, Payload, PayloadPolicy, Radio, Round, RoundDevice, RoundSpec,
+    CorrectionSplit, DistributionFormat, PayloadPolicy, Radio, Round, RoundDevice, RoundSpec, TokenPayload,
     full_band_spectral_efficiency,
 };
 
@@ -222,7 +222,7 @@ impl UnifiedScenario {
             min_draft_len: self.min_draft_len,
             max_draft_len: self.max_draft_len,
             radio,
-            payload: Payload {
+            payload: TokenPayload {
                 distribution_bits: format.distribution_bits(),
                 pair_bits: if self.charge_pairs {
                     format.pair_bits()

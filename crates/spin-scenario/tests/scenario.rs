@@ -221,7 +221,7 @@ fn paper_a_optional_fields_take_their_documented_defaults() {
 
 #[test]
 fn a_command_that_needs_one_model_names_the_other() {
-    let e = spin_scenario::parse_expecting(A, Format::Json, Some(spin_scenario::Model::PaperB))
+    let e = spin_scenario::parse_expecting(A, Format::Json, Some(spin_optimize::round::Family::PaperB))
         .unwrap_err()
         .to_string();
     assert_eq!(

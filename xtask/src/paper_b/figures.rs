@@ -13,7 +13,8 @@ use spin_channel::paper_b::{Drop, PowerBudget};
 use spin_channel::units::dbm_to_w;
 use spin_optimize::paper_b::proactive;
 use spin_optimize::paper_b::reactive::{Link, ModeScheme, split_by_bisection};
-use spin_optimize::paper_b::{DeviceSpec, Evaluator, Objective, Scenario, ScenarioSpec};
+use spin_optimize::paper_b::{DeviceSpec, Objective, SaaEvaluator, Scenario, ScenarioSpec};
+use spin_optimize::round::{Scheme, plan_paper_b};
 
 /// SplitMix64 finaliser over (seed, figure, index): independent, reproducible streams.
 pub fn mix(seed: u64, figure: u64, index: u64) -> u64 {
@@ -215,14 +216,15 @@ pub fn fig7(cfg: &Config, ctx: &Ctx, pair_index: usize) -> anyhow::Result<Table>
                 size.saa_samples,
                 mix(ctx.seed, figure + 100, d),
             )?;
-            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
             let mut row = Vec::new();
-            let greedy = proactive::greedy(&ev);
+            let greedy = plan_paper_b(Scheme::Greedy, &ev)?;
+            // `best` from the three plans already made on these samples (the plan `Scheme::Best` makes).
             let best = proactive::best_from(
                 &ev,
                 greedy.clone(),
-                proactive::uniform(&ev),
-                proactive::comp_only(&ev),
+                plan_paper_b(Scheme::Uniform, &ev)?,
+                plan_paper_b(Scheme::CompOnly, &ev)?,
             );
             let plans = [greedy, best];
             row.extend(plans.iter().map(|p| p.value));
@@ -291,14 +293,17 @@ pub fn fig9(cfg: &Config, ctx: &Ctx, ratio: f64, figure: u64) -> anyhow::Result<
                 mix(ctx.seed, figure + 100, d),
             )?;
             let mut row = Vec::new();
-            let optimal = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
-            let greedy = proactive::greedy(&optimal);
+            let optimal = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            let greedy = plan_paper_b(Scheme::Greedy, &optimal)?;
             row.push(greedy.value);
             for policy in [ModeScheme::AllUl, ModeScheme::AllDl, ModeScheme::Random] {
-                let ev = Evaluator::new(&sc, policy, Objective::Rate)?;
-                row.push(proactive::greedy(&ev).value);
+                let ev = SaaEvaluator::new(&sc, policy, Objective::Rate)?;
+                row.push(plan_paper_b(Scheme::Greedy, &ev)?.value);
             }
-            let (u, c) = (proactive::uniform(&optimal), proactive::comp_only(&optimal));
+            let (u, c) = (
+                plan_paper_b(Scheme::Uniform, &optimal)?,
+                plan_paper_b(Scheme::CompOnly, &optimal)?,
+            );
             row.push(proactive::best_from(&optimal, greedy, u, c).value);
             Ok(row)
         })?;
@@ -347,11 +352,11 @@ pub fn fig11(cfg: &Config, ctx: &Ctx) -> anyhow::Result<Table> {
         let (avg, ci) = over_drops(size.drops, |d| {
             let r = realise(cfg, pair, k, mix(ctx.seed, 11, d))?;
             let sc = scenario(cfg, pair, &r, budget, size.saa_samples, mix(ctx.seed, 111, d))?;
-            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
+            let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate)?;
             let (g, u, c) = (
-                proactive::greedy(&ev),
-                proactive::uniform(&ev),
-                proactive::comp_only(&ev),
+                plan_paper_b(Scheme::Greedy, &ev)?,
+                plan_paper_b(Scheme::Uniform, &ev)?,
+                plan_paper_b(Scheme::CompOnly, &ev)?,
             );
             let (gv, uv, cv) = (g.value, u.value, c.value);
             Ok(vec![gv, proactive::best_from(&ev, g, u, c).value, uv, cv])

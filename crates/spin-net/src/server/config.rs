@@ -48,7 +48,7 @@ pub struct ServerConfig {
     /// L_max / γ_max.
     pub max_draft_len: u32,
     /// Fixed BW&L's length.
-    pub fixed_len: u32,
+    pub fixed_draft_len: u32,
     /// V_eff of every distribution on the air (capped at V).
     pub v_eff: u32,
     /// Q of every distribution on the air.
@@ -119,7 +119,7 @@ impl ServerConfig {
             scheme,
             modes: ModeScheme::Optimal,
             max_draft_len: 8,
-            fixed_len: 4,
+            fixed_draft_len: 4,
             v_eff: 1024,
             q_bits: 16,
             temperature: 0.0,

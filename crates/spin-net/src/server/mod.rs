@@ -22,7 +22,7 @@ pub use conn::accept_backoff;
 use conn::*;
 pub use round::has_mass;
 use session::*;
-pub use trace::{DeviceSummary, DeviceTrace, Outcome, RoundTrace, Summary, UplinkPayload};
+pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};
 
 use crate::controller::{ControllerConfig, DeviceView, Scheme, alpha_with_prior, fit_verify, plan_round};
 use crate::error::{NetError, Result};
@@ -183,7 +183,7 @@ struct Engine {
 /// A received draft.
 struct Got {
     /// Whether the plan asked for the distributions (they are then in `dists`).
-    with_dists: bool,
+    sends_distributions: bool,
     tokens: Vec<u32>,
     probs: Vec<f32>,
     dists: Vec<SparseDist>,

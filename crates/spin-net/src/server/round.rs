@@ -5,12 +5,12 @@ use super::*;
 
 /// What the plan decided for one device this round, kept here (the trace line is output only, never read back).
 pub(super) struct Planned {
-    /// γ_k.
-    gamma: u32,
-    /// b_k in Hz.
-    bandwidth_hz: f64,
+    /// L_k.
+    draft_len: u32,
+    /// B_k, the draft-uplink share in Hz.
+    uplink_share_hz: f64,
     /// Whether the draft carries its distributions.
-    send_dists: bool,
+    sends_distributions: bool,
     /// The connection the plan went to: a device that left or resumed since is out of this round.
     conn: Option<u64>,
 }
@@ -78,10 +78,10 @@ impl Engine {
                     Compute::Measured => s.measured_draft.unwrap_or(0.005),
                 };
                 Ok(DeviceView {
-                    alpha: alpha_with_prior(mean, n, self.cfg.alpha_prior, self.cfg.alpha_prior_weight),
+                    acceptance: alpha_with_prior(mean, n, self.cfg.alpha_prior, self.cfg.alpha_prior_weight),
                     draft_token_s,
                     gain: gains[k],
-                    max_len: self.verifier.max_draft_len(k)? as u32,
+                    max_draft_len: self.verifier.max_draft_len(k)? as u32,
                 })
             })
             .collect::<Result<_>>()?;
@@ -90,8 +90,8 @@ impl Engine {
             scheme: self.cfg.scheme,
             modes: self.cfg.modes,
             max_draft_len: self.cfg.max_draft_len,
-            fixed_len: self.cfg.fixed_len,
-            payload_bits: self.payload_bits_per_dist(),
+            fixed_draft_len: self.cfg.fixed_draft_len,
+            distribution_bits: self.payload_bits_per_dist(),
             pair_bits: self.pair_bits(),
             saa_samples: self.cfg.saa_samples,
         };
@@ -111,16 +111,16 @@ impl Engine {
             let msg = ServerMsg::Plan {
                 round,
                 draft_len: plan.draft_lengths[i],
-                bandwidth_hz: plan.uplink_share_hz[i],
-                send_dists: plan.sends_distributions[i],
+                uplink_share_hz: plan.uplink_share_hz[i],
+                sends_distributions: plan.sends_distributions[i],
             };
             let down = self.send(k, msg);
             planned.insert(
                 k,
                 Planned {
-                    gamma: plan.draft_lengths[i],
-                    bandwidth_hz: plan.uplink_share_hz[i],
-                    send_dists: plan.sends_distributions[i],
+                    draft_len: plan.draft_lengths[i],
+                    uplink_share_hz: plan.uplink_share_hz[i],
+                    sends_distributions: plan.sends_distributions[i],
                     conn: self.conn_id(k),
                 },
             );
@@ -128,16 +128,16 @@ impl Engine {
                 k,
                 DeviceTrace {
                     device: k,
-                    gamma: plan.draft_lengths[i],
-                    bandwidth_hz: plan.uplink_share_hz[i],
+                    draft_len: plan.draft_lengths[i],
+                    uplink_share_hz: plan.uplink_share_hz[i],
                     payload: if plan.sends_distributions[i] {
-                        UplinkPayload::Dists
+                        UplinkPayload::Distributions
                     } else {
                         UplinkPayload::Pairs
                     },
                     accepted: 0,
                     emitted: 0,
-                    mode: Outcome::Lost,
+                    mode: RoundOutcome::Lost,
                     bits_up: 0,
                     bits_down: 0,
                     air_up_s: 0.0,
@@ -206,8 +206,17 @@ impl Engine {
                     },
                 ) if r == round => {
                     let plan = &st.planned[&k];
-                    let (gamma, with_dists) = (plan.gamma as usize, plan.send_dists);
-                    match self.check_draft(gamma, with_dists, tokens, probs, dists, draft_s, bytes) {
+                    let (draft_len, sends_distributions) =
+                        (plan.draft_len as usize, plan.sends_distributions);
+                    match self.check_draft(
+                        draft_len,
+                        sends_distributions,
+                        tokens,
+                        probs,
+                        dists,
+                        draft_s,
+                        bytes,
+                    ) {
                         Ok(g) => {
                             st.got.insert(k, g);
                             self.sessions[k].drafted = true;
@@ -239,14 +248,14 @@ impl Engine {
                 Compute::Profile { .. } => gamma * self.sessions[k].draft_token_s,
                 Compute::Measured => g.draft_s,
             };
-            let bits_up: u64 = if g.with_dists {
+            let bits_up: u64 = if g.sends_distributions {
                 g.dists.iter().map(|d| d.bits_on_air()).sum()
             } else {
                 // Paper B: (token, probability) pairs, ⌈log₂V⌉ + 32 bits each.
                 g.tokens.len() as u64 * u64::from(pair_bits(self.vocab as usize, 32))
             };
             let r = link.spectral_efficiency(st.gains[k])?;
-            let air = air_time_s(bits_up as f64, st.planned[&k].bandwidth_hz, r);
+            let air = air_time_s(bits_up as f64, st.planned[&k].uplink_share_hz, r);
             let t = st.traces.get_mut(&k).expect("every active device has a trace");
             t.bits_up = bits_up;
             t.air_up_s = air;
@@ -257,7 +266,7 @@ impl Engine {
                 Clock::Real => (g.arrived - st.wall0).as_secs_f64() + air,
             };
             if arrival > self.cfg.round_deadline_s {
-                t.mode = Outcome::Dropped;
+                t.mode = RoundOutcome::Dropped;
                 self.sessions[k].dropped += 1;
                 t.wire_down_bytes += self.send(k, ServerMsg::Dropped { round });
                 continue;
@@ -283,8 +292,8 @@ impl Engine {
             if !st.got.contains_key(&k) && self.on_planned_conn(st, k) {
                 let t = st.traces.get_mut(&k).expect("trace");
                 t.mode = match self.cfg.clock {
-                    Clock::Virtual => Outcome::Silent,
-                    Clock::Real => Outcome::Dropped,
+                    Clock::Virtual => RoundOutcome::Silent,
+                    Clock::Real => RoundOutcome::Dropped,
                 };
                 self.sessions[k].silent = true;
                 self.sessions[k].dropped += 1;
@@ -308,7 +317,7 @@ impl Engine {
             .map(|(k, g)| Submission {
                 device: *k,
                 tokens: &g.tokens,
-                dists: if g.with_dists {
+                dists: if g.sends_distributions {
                     DraftDists::Sparse(&g.dists)
                 } else {
                     DraftDists::Probs(&g.probs)
@@ -348,7 +357,7 @@ impl Engine {
                     self.sessions[k].done = done;
                     let t = st.traces.get_mut(&k).expect("trace");
                     t.accepted = accepted as u32;
-                    t.mode = Outcome::Server;
+                    t.mode = RoundOutcome::Server;
                     t.wire_down_bytes += self.send(
                         k,
                         ServerMsg::Verdict {
@@ -370,7 +379,7 @@ impl Engine {
         for (&k, &len0) in &st.before {
             let now = self.verifier.tokens(k)?.len();
             let t = st.traces.get_mut(&k).expect("trace");
-            if t.mode != Outcome::Lost {
+            if t.mode != RoundOutcome::Lost {
                 t.emitted = now.saturating_sub(len0) as u32;
                 tokens += u64::from(t.emitted);
             }
@@ -402,18 +411,18 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn check_draft(
         &self,
-        gamma: usize,
-        with_dists: bool,
+        draft_len: usize,
+        sends_distributions: bool,
         tokens: Vec<u32>,
         probs: Vec<f32>,
         dists: Vec<proto::PackedDist>,
         draft_s: f64,
         bytes: usize,
     ) -> Result<Got> {
-        if tokens.len() > gamma {
+        if tokens.len() > draft_len {
             return Err(NetError::invalid(
                 "draft.tokens",
-                format!("{} tokens for a plan of {gamma}", tokens.len()),
+                format!("{} tokens for a plan of {draft_len}", tokens.len()),
             ));
         }
         if probs.len() != tokens.len() {
@@ -437,7 +446,7 @@ impl Engine {
                 format!("{draft_s} is not a finite number ≥ 0"),
             ));
         }
-        let dists = match with_dists {
+        let dists = match sends_distributions {
             true => {
                 if dists.len() != tokens.len() {
                     return Err(NetError::invalid(
@@ -470,7 +479,7 @@ impl Engine {
             }
         };
         Ok(Got {
-            with_dists,
+            sends_distributions,
             tokens,
             probs,
             dists,
@@ -504,7 +513,7 @@ impl Engine {
             let t = traces.get_mut(&k).expect("trace");
             t.accepted = pos as u32;
             if ul {
-                t.mode = Outcome::Ul;
+                t.mode = RoundOutcome::Ul;
                 t.wire_down_bytes += self.send(
                     k,
                     ServerMsg::Verdict {
@@ -519,7 +528,7 @@ impl Engine {
                     .downlink_p(k, self.v_eff as usize, u32::from(self.cfg.q_bits))?;
                 let bits = p.bits_on_air();
                 let t = traces.get_mut(&k).expect("trace");
-                t.mode = Outcome::Dl;
+                t.mode = RoundOutcome::Dl;
                 t.bits_down = bits;
                 t.air_corr_s = self.cfg.link.paper_b_link(bits as f64).dl_delay_at_power_s(
                     share,
@@ -551,7 +560,7 @@ impl Engine {
             for k in gone {
                 waiting.remove(&k);
                 self.verifier.abandon(k)?;
-                traces.get_mut(&k).expect("trace").mode = Outcome::Lost;
+                traces.get_mut(&k).expect("trace").mode = RoundOutcome::Lost;
             }
             if waiting.is_empty() {
                 break;
@@ -624,14 +633,14 @@ impl Engine {
                 }
                 Err(e) => {
                     self.verifier.abandon(k)?;
-                    traces.get_mut(&k).expect("trace").mode = Outcome::Lost;
+                    traces.get_mut(&k).expect("trace").mode = RoundOutcome::Lost;
                     self.refuse(k, &e);
                 }
             }
         }
         for &k in waiting.keys() {
             self.verifier.abandon(k)?;
-            traces.get_mut(&k).expect("trace").mode = Outcome::Lost;
+            traces.get_mut(&k).expect("trace").mode = RoundOutcome::Lost;
         }
         let t_comm = rejected
             .iter()

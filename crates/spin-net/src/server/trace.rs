@@ -7,12 +7,12 @@ use super::*;
 pub struct DeviceTrace {
     /// Device index.
     pub device: usize,
-    /// γ_k planned.
-    pub gamma: u32,
-    /// b_k in Hz.
-    pub bandwidth_hz: f64,
-    /// What each drafted token carried up: `dists` (its distribution, paper A) or `pairs` (token and probability,
-    /// paper B); the unified planner picks per device and round.
+    /// L_k planned (the trace said `gamma` before).
+    pub draft_len: u32,
+    /// B_k, the device's draft-uplink share in Hz (the trace said `bandwidth_hz` before).
+    pub uplink_share_hz: f64,
+    /// What each drafted token carried up: `distributions` (its distribution, paper A) or `pairs` (token and
+    /// probability, paper B); the unified planner picks per device and round (the trace said `dists` before).
     pub payload: UplinkPayload,
     /// Drafted tokens accepted.
     pub accepted: u32,
@@ -20,7 +20,7 @@ pub struct DeviceTrace {
     pub emitted: u32,
     /// `server` (corrected or bonus at the server), `ul`, `dl`, `dropped` (late), `silent` (no answer within the wall
     /// deadline on the virtual clock), `lost` (disconnected).
-    pub mode: Outcome,
+    pub mode: RoundOutcome,
     /// Payload bits put on the uplink air.
     pub bits_up: u64,
     /// Payload bits put on the downlink air.
@@ -150,12 +150,12 @@ pub struct Summary {
     pub stopped: String,
 }
 
-/// What a device's drafted tokens carried up in a round (the trace's `payload`: `"dists"` or `"pairs"`).
+/// What a device's drafted tokens carried up in a round (the trace's `payload`: `"distributions"` or `"pairs"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UplinkPayload {
     /// Each token with its truncated, quantised distribution (paper A).
-    Dists,
+    Distributions,
     /// (token, probability) pairs (paper B).
     Pairs,
 }
@@ -163,7 +163,7 @@ pub enum UplinkPayload {
 /// How a device's round ended (the trace's `mode`, by these lowercase names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Outcome {
+pub enum RoundOutcome {
     /// Corrected or bonus token drawn at the server.
     Server,
     /// Paper B's uplink correction (the device uploaded q_r).
@@ -182,33 +182,33 @@ impl UplinkPayload {
     /// The trace's name.
     pub fn name(self) -> &'static str {
         match self {
-            UplinkPayload::Dists => "dists",
+            UplinkPayload::Distributions => "distributions",
             UplinkPayload::Pairs => "pairs",
         }
     }
 }
 
-impl Outcome {
+impl RoundOutcome {
     /// The trace's name.
     pub fn name(self) -> &'static str {
         match self {
-            Outcome::Server => "server",
-            Outcome::Ul => "ul",
-            Outcome::Dl => "dl",
-            Outcome::Dropped => "dropped",
-            Outcome::Silent => "silent",
-            Outcome::Lost => "lost",
+            RoundOutcome::Server => "server",
+            RoundOutcome::Ul => "ul",
+            RoundOutcome::Dl => "dl",
+            RoundOutcome::Dropped => "dropped",
+            RoundOutcome::Silent => "silent",
+            RoundOutcome::Lost => "lost",
         }
     }
 
     /// Whether the device's draft was verified this round (the rounds that carry acceptance information).
     pub fn verified(self) -> bool {
-        matches!(self, Outcome::Server | Outcome::Ul | Outcome::Dl)
+        matches!(self, RoundOutcome::Server | RoundOutcome::Ul | RoundOutcome::Dl)
     }
 }
 
 /// Compared with the trace's names, so that `mode == "dropped"` reads as the JSON does.
-impl PartialEq<&str> for Outcome {
+impl PartialEq<&str> for RoundOutcome {
     fn eq(&self, other: &&str) -> bool {
         self.name() == *other
     }

@@ -4,7 +4,6 @@
 use super::bandwidth::fit_to_budget;
 use super::scenario::{Plan, Scenario};
 use crate::OptimizeError;
-use serde::{Deserialize, Serialize};
 
 /// Fixed BW&L: every device drafts `draft_len` tokens (paper: L̄ = 8) and gets B/K.
 pub fn fixed(s: &Scenario, draft_len: u32) -> Result<Plan, OptimizeError> {
@@ -145,7 +144,7 @@ impl Neumaier {
 }
 
 /// The goodput of a protocol baseline that is not a Multi-SPIN plan (no shared band).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProtocolOutcome {
     /// The draft length of each device (P2P) or the common one (Cen-SPIN, repeated).
     pub draft_lengths: Vec<u32>,
@@ -180,7 +179,7 @@ pub fn p2p(s: &Scenario) -> ProtocolOutcome {
 }
 
 /// Cen-SPIN's server-side drafting cost, which paper A does not state ⟨C⟩.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CenParams {
     /// Time of one drafting step of the SLM on the server for a batch of one prompt, in seconds.
     pub server_draft_fixed_s: f64,

@@ -77,7 +77,7 @@ struct Solver<'a> {
     draft_s: Vec<f64>,
     /// c_k(l, `cost_at`) = a_k l / (`cost_at` − l T_k^S) (+∞ where drafting alone takes that long), row-major by
     /// device: one branch-free pass per latency serves the price, the Lagrangian, the tangent bound and the knapsack
-    /// at that latency, which each recomputed it (bit for bit as `Device::bandwidth_for` does).
+    /// at that latency, which each recomputed it (bit for bit as `ScenarioDevice::bandwidth_for` does).
     cost: Vec<f64>,
     cost_at: f64,
     /// Scratch for `best_price`: (running-minimum efficiency, bandwidth increment) per step.
@@ -1005,8 +1005,8 @@ mod tests {
             let drafting = exact(&s).unwrap();
             assert!(with_idle.goodput_tokens_per_s >= drafting.goodput_tokens_per_s * (1.0 - 1e-12));
             // Idle devices get no band, the others share all of it.
-            for (&l, &b) in with_idle.draft_lengths.iter().zip(&with_idle.bandwidth_hz) {
-                assert_eq!(l == 0, b == 0.0, "case {case}: {:?}", with_idle.bandwidth_hz);
+            for (&l, &b) in with_idle.draft_lengths.iter().zip(&with_idle.uplink_share_hz) {
+                assert_eq!(l == 0, b == 0.0, "case {case}: {:?}", with_idle.uplink_share_hz);
             }
             if with_idle.draft_lengths.contains(&0) {
                 idle_cases += 1;
@@ -1071,7 +1071,7 @@ mod tests {
         let (plan, stats) = exact_with_stats(&s).unwrap();
         assert_eq!(plan.draft_lengths.len(), 12);
         assert!(stats.evaluations < 200_000, "{stats:?}");
-        let total: f64 = plan.bandwidth_hz.iter().sum();
+        let total: f64 = plan.uplink_share_hz.iter().sum();
         assert!((total - s.bandwidth_hz).abs() < 1e-9 * s.bandwidth_hz);
     }
     #[test]

@@ -2,10 +2,9 @@
 //! grid search over (φ, λ) with round-half-up and Lemma 3 bandwidth (eqs. 36, 38, 39; ranges of Appendix G).
 
 use super::bandwidth::lemma3_bandwidth;
-use super::scenario::{Device, Plan, Scenario};
+use super::scenario::{Plan, Scenario, ScenarioDevice};
 use crate::OptimizeError;
 use lambert_w::lambert_w0;
-use serde::{Deserialize, Serialize};
 
 /// The principal branch W₀ evaluated from ln z, so that z = e^{ln z} never has to be formed.
 ///
@@ -34,16 +33,16 @@ pub fn lambert_w0_from_ln(ln_z: f64) -> f64 {
 /// # Formula
 /// β = −ln α, L̃ = φ/T^S − (2/β)·W₀(z), z = α^{−φ/(2T^S)}/(2T^S) · sqrt(λ Q_tok φ β (1 − α)/(r α)); W₀ is taken
 /// from ln z = βφ/(2T^S) − ln(2T^S) + ½ ln(λ Q_tok φ β (1 − α)/(r α)), so φ/T^S ≫ 1 cannot overflow.
-pub fn continuous_length(d: &Device, latency_s: f64, lambda: f64) -> f64 {
-    let beta = -d.alpha.ln();
+pub fn continuous_length(d: &ScenarioDevice, latency_s: f64, lambda: f64) -> f64 {
+    let beta = -d.acceptance.ln();
     let t = d.draft_token_s;
     let ln_z = beta * latency_s / (2.0 * t) - (2.0 * t).ln()
-        + 0.5 * (lambda * d.hz_s_per_token * latency_s * beta * (1.0 - d.alpha) / d.alpha).ln();
+        + 0.5 * (lambda * d.hz_s_per_token * latency_s * beta * (1.0 - d.acceptance) / d.acceptance).ln();
     latency_s / t - 2.0 / beta * lambert_w0_from_ln(ln_z)
 }
 
 /// Grid sizes and the λ floor of Algorithm 1 (the paper gives none of them ⟨C⟩).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Alg1Params {
     /// |Φ|: points of the φ grid, evenly spaced on [φ_lo, φ_hi] (Appendix G).
     pub phi_points: usize,
@@ -86,7 +85,8 @@ pub fn search_ranges(s: &Scenario, params: &Alg1Params) -> ((f64, f64), (f64, f6
         .iter()
         .map(|d| {
             let gap = phi_hi - d.draft_token_s;
-            gap * gap / (d.hz_s_per_token * phi_hi) * (-d.alpha.ln()) * d.alpha * d.alpha / (1.0 - d.alpha)
+            gap * gap / (d.hz_s_per_token * phi_hi) * (-d.acceptance.ln()) * d.acceptance * d.acceptance
+                / (1.0 - d.acceptance)
         })
         .fold(0.0, f64::max);
     ((phi_lo, phi_hi), (params.lambda_lo_ratio * lambda_hi, lambda_hi))
@@ -238,7 +238,7 @@ impl<'a> Grid<'a> {
         let ln_lambdas: Vec<f64> = (0..params.lambda_points)
             .map(|j| step(lam_lo.ln(), lam_hi.ln(), params.lambda_points, j))
             .collect();
-        let beta: Vec<f64> = s.devices.iter().map(|d| -d.alpha.ln()).collect();
+        let beta: Vec<f64> = s.devices.iter().map(|d| -d.acceptance.ln()).collect();
         let n_l = ln_lambdas.len();
         let (lo, hi) = (ln_lambdas[0], ln_lambdas[n_l - 1]);
         let guess_scale = if n_l > 1 && hi > lo {
@@ -256,7 +256,7 @@ impl<'a> Grid<'a> {
                 .devices
                 .iter()
                 .zip(&beta)
-                .map(|(d, b)| b.ln() - (1.0 - d.alpha).ln() - d.hz_s_per_token.ln())
+                .map(|(d, b)| b.ln() - (1.0 - d.acceptance).ln() - d.hz_s_per_token.ln())
                 .collect(),
             beta,
             ln_two_t: s.devices.iter().map(|d| (2.0 * d.draft_token_s).ln()).collect(),
@@ -273,8 +273,10 @@ impl<'a> Grid<'a> {
         let d = &self.s.devices[k];
         let beta = self.beta[k];
         let head = beta * phi / (2.0 * d.draft_token_s) - self.ln_two_t[k];
-        let ln_z =
-            head + 0.5 * (self.lambdas[j] * d.hz_s_per_token * phi * beta * (1.0 - d.alpha) / d.alpha).ln();
+        let ln_z = head
+            + 0.5
+                * (self.lambdas[j] * d.hz_s_per_token * phi * beta * (1.0 - d.acceptance) / d.acceptance)
+                    .ln();
         let l = phi / d.draft_token_s - 2.0 / beta * lambert_w0_from_ln(ln_z);
         round_length(l, self.s.min_draft_len, self.s.max_draft_len)
     }
@@ -520,7 +522,7 @@ mod tests {
                     assert!(l.is_finite());
                     let y = phi - l * d.draft_token_s;
                     assert!(y > 0.0);
-                    let lhs = -d.alpha.powf(l + 1.0) * d.alpha.ln() / (1.0 - d.alpha);
+                    let lhs = -d.acceptance.powf(l + 1.0) * d.acceptance.ln() / (1.0 - d.acceptance);
                     let rhs = lambda * d.hz_s_per_token * phi / (y * y);
                     assert!(
                         (lhs - rhs).abs() <= 1e-8 * rhs.max(1e-300),
@@ -672,7 +674,7 @@ mod tests {
         )
         .unwrap();
         assert!(plan.goodput_tokens_per_s > 0.0);
-        let total: f64 = plan.bandwidth_hz.iter().sum();
+        let total: f64 = plan.uplink_share_hz.iter().sum();
         assert!((total - s.bandwidth_hz).abs() < 1e-9 * s.bandwidth_hz);
         assert!(
             paper_alg1(

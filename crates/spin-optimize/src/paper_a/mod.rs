@@ -15,4 +15,4 @@ pub mod scenario;
 pub mod simulate;
 pub mod testing;
 
-pub use scenario::{Device, DeviceSpec, Optimality, Plan, Scenario, ScenarioSpec};
+pub use scenario::{DeviceSpec, Optimality, Plan, Scenario, ScenarioDevice, ScenarioSpec};

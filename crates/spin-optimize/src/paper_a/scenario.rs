@@ -5,7 +5,6 @@
 //! on its inputs.
 
 use crate::OptimizeError;
-use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
 
 /// One device of a scenario, SI units (unvalidated).
@@ -40,9 +39,9 @@ pub struct ScenarioSpec {
 
 /// One validated device, with a_k = Q_tok / r_k precomputed (bandwidth-seconds per drafted token).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Device {
+pub struct ScenarioDevice {
     /// α_k ∈ (0, 1).
-    pub alpha: f64,
+    pub acceptance: f64,
     /// T_k^S in seconds.
     pub draft_token_s: f64,
     /// r_k in bit/s/Hz.
@@ -51,10 +50,10 @@ pub struct Device {
     pub hz_s_per_token: f64,
 }
 
-impl Device {
+impl ScenarioDevice {
     /// E[N_k | L] (paper A, eq. 12).
     pub fn expected_tokens(&self, draft_len: u32) -> f64 {
-        expected_accepted(self.alpha, draft_len)
+        expected_accepted(self.acceptance, draft_len)
     }
 
     /// Bandwidth needed to draft and upload `draft_len` tokens within `latency_s` (Lemma 3, eq. 31), or +∞ when
@@ -86,7 +85,7 @@ pub struct Scenario {
     /// L_max.
     pub max_draft_len: u32,
     /// The devices (non-empty).
-    pub devices: Vec<Device>,
+    pub devices: Vec<ScenarioDevice>,
 }
 
 /// The largest L_max accepted (E[N|L] and the planners are well defined beyond it, but no use case needs it).
@@ -215,8 +214,8 @@ impl Scenario {
                         ),
                     });
                 }
-                Ok(Device {
-                    alpha,
+                Ok(ScenarioDevice {
+                    acceptance: alpha,
                     draft_token_s: t,
                     spectral_efficiency: r,
                     hz_s_per_token: spec.distribution_bits / r,
@@ -268,14 +267,18 @@ impl Scenario {
     /// # Formula
     /// T^ma = max_k L_k (T_k^S + Q_tok / (B_k r_k)) (eq. 26); τ = Σ_k E[N_k | L_k] / (T^ma + T_ver) (eq. 27).
     /// Every B_k must be positive, except that of a device with L_k = 0, which sends nothing (B_k ≥ 0).
-    pub fn evaluate(&self, draft_lengths: &[u32], bandwidth_hz: &[f64]) -> Result<(f64, f64), OptimizeError> {
-        if draft_lengths.len() != self.len() || bandwidth_hz.len() != self.len() {
+    pub fn evaluate(
+        &self,
+        draft_lengths: &[u32],
+        uplink_share_hz: &[f64],
+    ) -> Result<(f64, f64), OptimizeError> {
+        if draft_lengths.len() != self.len() || uplink_share_hz.len() != self.len() {
             return Err(OptimizeError::Invalid {
                 field: "draft_lengths".into(),
                 reason: format!(
                     "{} lengths and {} bandwidths for {} devices",
                     draft_lengths.len(),
-                    bandwidth_hz.len(),
+                    uplink_share_hz.len(),
                     self.len()
                 ),
             });
@@ -286,11 +289,11 @@ impl Scenario {
             .devices
             .iter()
             .zip(draft_lengths)
-            .zip(bandwidth_hz)
+            .zip(uplink_share_hz)
             .enumerate()
         {
             // The field is named only on failure (a server evaluates a plan every round).
-            let name = |e: OptimizeError| e.naming(|| format!("bandwidth_hz[{k}]"));
+            let name = |e: OptimizeError| e.naming(|| format!("uplink_share_hz[{k}]"));
             if l == 0 {
                 // A device that drafts nothing sends nothing: it needs no band and adds no latency.
                 OptimizeError::non_negative("", b).map_err(name)?;
@@ -302,11 +305,11 @@ impl Scenario {
             latency = latency.max(lf * (d.draft_token_s + d.hz_s_per_token / b));
             tokens += d.expected_tokens(l);
         }
-        let total = bandwidth_hz.iter().sum::<f64>();
+        let total = uplink_share_hz.iter().sum::<f64>();
         if total > self.bandwidth_hz * (1.0 + BANDWIDTH_TOLERANCE) {
             return Err(OptimizeError::Infeasible {
                 reason: format!(
-                    "bandwidths sum to {total} Hz, above bandwidth_hz = {}",
+                    "uplink shares sum to {total} Hz, above bandwidth_hz = {}",
                     self.bandwidth_hz
                 ),
             });
@@ -318,8 +321,7 @@ impl Scenario {
 
 /// What a planner can say about the optimality of its plan for (P2). Outcomes, not errors: a plan always comes with
 /// one of them.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Optimality {
     /// Proven to be the integer optimum of (P2) (up to a relative 1e−13 that only breaks exact ties): the exact
     /// planner finished its search, or brute force enumerated every plan.
@@ -349,18 +351,17 @@ impl Optimality {
 }
 
 /// A round plan: per-device draft lengths and bandwidths with its goodput (eq. 27) and round latency.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// L_k per device.
     pub draft_lengths: Vec<u32>,
-    /// B_k per device, in Hz.
-    pub bandwidth_hz: Vec<f64>,
+    /// B_k, each device's share of the uplink band, in Hz.
+    pub uplink_share_hz: Vec<f64>,
     /// τ of eq. 27 at this plan, tokens per second.
     pub goodput_tokens_per_s: f64,
     /// T^ma + T_ver, seconds.
     pub round_latency_s: f64,
     /// Whether this plan is proven optimal for (P2), within a bounded gap, or a heuristic.
-    #[serde(default)]
     pub optimality: Optimality,
 }
 
@@ -369,12 +370,12 @@ impl Plan {
     pub fn evaluated(
         s: &Scenario,
         draft_lengths: Vec<u32>,
-        bandwidth_hz: Vec<f64>,
+        uplink_share_hz: Vec<f64>,
     ) -> Result<Self, OptimizeError> {
-        let (goodput, round) = s.evaluate(&draft_lengths, &bandwidth_hz)?;
+        let (goodput, round) = s.evaluate(&draft_lengths, &uplink_share_hz)?;
         Ok(Self {
             draft_lengths,
-            bandwidth_hz,
+            uplink_share_hz,
             goodput_tokens_per_s: goodput,
             round_latency_s: round,
             optimality: Optimality::NoClaim,

@@ -10,7 +10,7 @@ use spin_channel::paper_a::PaperAChannel;
 
 /// What a simulation produced.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SimOutcome {
+pub struct MonteCarloRounds {
     /// Rounds simulated.
     pub rounds: usize,
     /// Tokens emitted by all devices together.
@@ -45,7 +45,7 @@ pub fn simulate_rounds<R, P>(
     channel: &PaperAChannel,
     rounds: usize,
     mut planner: P,
-) -> Result<SimOutcome, OptimizeError>
+) -> Result<MonteCarloRounds, OptimizeError>
 where
     R: Rng + ?Sized,
     P: FnMut(&Scenario) -> Result<Plan, OptimizeError>,
@@ -79,12 +79,12 @@ where
         let scenario = Scenario::new(&spec)?;
         let plan = planner(&scenario)?;
         for (d, &l) in scenario.devices.iter().zip(&plan.draft_lengths) {
-            tokens += u64::from(sample_round_tokens(rng, d.alpha, l));
+            tokens += u64::from(sample_round_tokens(rng, d.acceptance, l));
         }
         time += plan.round_latency_s;
         formula += plan.goodput_tokens_per_s;
     }
-    Ok(SimOutcome {
+    Ok(MonteCarloRounds {
         rounds,
         tokens,
         time_s: time,

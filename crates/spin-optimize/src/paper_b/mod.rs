@@ -11,6 +11,6 @@ pub mod saa;
 pub mod scenario;
 
 pub use proactive::Plan;
-pub use reactive::{Correction, Link, Mode, ModeScheme};
-pub use saa::{Evaluator, Objective, RoundStats, Samples};
+pub use reactive::{CorrectionPlan, Link, Mode, ModeScheme};
+pub use saa::{Objective, SaaEvaluator, SaaStats, Samples};
 pub use scenario::{DeviceSpec, Scenario, ScenarioSpec};

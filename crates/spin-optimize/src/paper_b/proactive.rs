@@ -1,6 +1,6 @@
 //! Proactive draft-length control (paper B §V): the paper's two-phase greedy, its baselines and a stronger search.
 //!
-//! All schemes score candidates with one [`Evaluator`] (one set of outcome samples), so their values compare
+//! All schemes score candidates with one [`SaaEvaluator`] (one set of outcome samples), so their values compare
 //! exactly. Schemes:
 //! - `greedy` (paper B, §V-A): from γ = 0 ⟨C⟩, phase 1 adds the all-ones vector while that improves; phase 2
 //!   raises the single γ_k with the largest improvement while any improves.
@@ -13,10 +13,8 @@
 //!   Never below greedy or uniform on the same samples.
 //! - `exhaustive`: every vector of {0..γ_max}^K (tiny K only).
 
-use super::saa::{BOUND_MARGIN, Evaluator, Objective, Scratch, State};
+use super::saa::{BOUND_MARGIN, Objective, SaaEvaluator, SaaScratch, SaaState};
 use crate::OptimizeError;
-use crate::round::scheme::{Family, Scheme};
-use serde::{Deserialize, Serialize};
 use spin_core::expected_accepted;
 use std::collections::{HashMap, HashSet};
 
@@ -33,7 +31,7 @@ pub const PAIR_MOVES_MAX_DEVICES: usize = 64;
 pub const LOCAL_SEARCH_STEPS_PER_LEVEL: usize = 4;
 
 /// A chosen draft-length vector with its SAA objective value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// γ_k per device.
     pub draft_lengths: Vec<u32>,
@@ -48,41 +46,20 @@ impl Plan {
     }
 }
 
-/// Runs the paper-B `scheme` (`greedy`, `best`, `uniform`, `comp-only` or `exhaustive`) on the evaluator's
-/// scenario. A scheme of another family is an error naming `scheme`, never a silent fallback.
-pub fn plan(ev: &Evaluator, scheme: Scheme) -> Result<Plan, OptimizeError> {
-    Ok(match scheme {
-        Scheme::Greedy => greedy(ev),
-        Scheme::Best => best(ev),
-        Scheme::Uniform => uniform(ev),
-        Scheme::CompOnly => comp_only(ev),
-        Scheme::Exhaustive => exhaustive(ev, EXHAUSTIVE_LIMIT)?,
-        other => {
-            return Err(OptimizeError::Invalid {
-                field: "scheme".into(),
-                reason: format!(
-                    "{other} is not a paper-b scheme; expected {}",
-                    Scheme::name_list(Scheme::of_family(Family::PaperB))
-                ),
-            });
-        }
-    })
-}
-
-fn to_plan(state: State) -> Plan {
+fn to_plan(state: SaaState) -> Plan {
     Plan {
-        draft_lengths: state.gamma,
+        draft_lengths: state.draft_lengths,
         value: state.value,
     }
 }
 
 /// Paper B's greedy: all-ones updates from γ = 0, then single-coordinate increases, best first.
-pub fn greedy(ev: &Evaluator) -> Plan {
+pub fn greedy(ev: &SaaEvaluator) -> Plan {
     Planner::new(ev).greedy()
 }
 
 /// The optimal common draft length γ ∈ {0..γ_max}.
-pub fn uniform(ev: &Evaluator) -> Plan {
+pub fn uniform(ev: &SaaEvaluator) -> Plan {
     Planner::new(ev).uniform()
 }
 
@@ -91,7 +68,7 @@ pub fn uniform(ev: &Evaluator) -> Plan {
 /// For a drafting deadline t every device drafts as long as it can, γ_k = min(γ_max, ⌊t / T_k⌋) (E[N|γ] rises in
 /// γ); the optimum is among the deadlines t ∈ {0} ∪ {γ T_k}. Exact, deterministic (no samples).
 pub fn comp_only_lengths(
-    alpha: &[f64],
+    acceptance: &[f64],
     draft_token_s: &[f64],
     verify_s: f64,
     max_draft_len: u32,
@@ -130,39 +107,44 @@ pub fn comp_only_lengths(
     };
     // E[N_k | γ] for every device and length, computed once instead of once per deadline (the same values).
     let levels = max_draft_len as usize + 1;
-    let expected: Vec<f64> = alpha
+    let expected: Vec<f64> = acceptance
         .iter()
         .flat_map(|&a| (0..=max_draft_len).map(move |g| expected_accepted(a, g)))
         .collect();
-    let mut best = (f64::NEG_INFINITY, vec![0; alpha.len()]);
+    let mut best = (f64::NEG_INFINITY, vec![0; acceptance.len()]);
     for d in deadlines {
-        let gamma = lengths_at(d);
-        let draft = gamma
+        let draft_lengths = lengths_at(d);
+        let draft = draft_lengths
             .iter()
             .zip(draft_token_s)
             .map(|(&g, t)| f64::from(g) * t)
             .fold(0.0, f64::max);
-        let tokens: f64 = gamma
+        let tokens: f64 = draft_lengths
             .iter()
             .enumerate()
             .map(|(k, &g)| expected[k * levels + g as usize])
             .sum();
         let v = tokens / (draft + verify_s);
         if v > best.0 {
-            best = (v, gamma);
+            best = (v, draft_lengths);
         }
     }
     best.1
 }
 
 /// Computation-only control, scored with communication on the evaluator's samples.
-pub fn comp_only(ev: &Evaluator) -> Plan {
-    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
-    to_plan(ev.state(&gamma))
+pub fn comp_only(ev: &SaaEvaluator) -> Plan {
+    let draft_lengths = comp_only_lengths(
+        ev.acceptance(),
+        ev.draft_token_s(),
+        ev.verify_s(),
+        ev.max_draft_len(),
+    );
+    to_plan(ev.state(&draft_lengths))
 }
 
 /// Exhaustive search over {0..γ_max}^K; refuses more than `limit` points.
-pub fn exhaustive(ev: &Evaluator, limit: u128) -> Result<Plan, OptimizeError> {
+pub fn exhaustive(ev: &SaaEvaluator, limit: u128) -> Result<Plan, OptimizeError> {
     let k_n = ev.devices();
     let g_max = ev.max_draft_len();
     let size = (0..k_n).fold(1u128, |acc, _| acc.saturating_mul(u128::from(g_max) + 1));
@@ -173,31 +155,31 @@ pub fn exhaustive(ev: &Evaluator, limit: u128) -> Result<Plan, OptimizeError> {
             limit,
         });
     }
-    let mut gamma = vec![0u32; k_n];
-    let mut best = ev.state(&gamma);
+    let mut draft_lengths = vec![0u32; k_n];
+    let mut best = ev.state(&draft_lengths);
     loop {
         let mut k = 0;
         while k < k_n {
-            if gamma[k] < g_max {
-                gamma[k] += 1;
+            if draft_lengths[k] < g_max {
+                draft_lengths[k] += 1;
                 break;
             }
-            gamma[k] = 0;
+            draft_lengths[k] = 0;
             k += 1;
         }
         if k == k_n {
             return Ok(to_plan(best));
         }
-        let v = ev.value(&gamma);
+        let v = ev.value(&draft_lengths);
         if v > best.value {
-            best = ev.state(&gamma);
+            best = ev.state(&draft_lengths);
         }
     }
 }
 
 /// The most improving steps one local search of `best` takes on `ev`
 /// ([`LOCAL_SEARCH_STEPS_PER_LEVEL`]·K·(γ_max + 1)).
-pub fn local_search_step_cap(ev: &Evaluator) -> usize {
+pub fn local_search_step_cap(ev: &SaaEvaluator) -> usize {
     LOCAL_SEARCH_STEPS_PER_LEVEL
         .saturating_mul(ev.devices())
         .saturating_mul(ev.max_draft_len() as usize + 1)
@@ -221,21 +203,21 @@ type Candidate = (f64, Source, [(usize, u32); 2], usize);
 /// One planning call's shared work: the full states of the common draft lengths (greedy's first phase, `uniform`
 /// and the common shifts of the local search from a common point all visit them) and reusable buffers. Every
 /// value it returns is the one a full evaluation gives, bit for bit; the shortcuts only skip work:
-/// - a move is scored only when [`Evaluator::upper_bound`] does not rule it out against the best value already
+/// - a move is scored only when [`SaaEvaluator::upper_bound`] does not rule it out against the best value already
 ///   known (the state's, or a better candidate's), by more than [`BOUND_MARGIN`]: a skipped move could never have
 ///   been chosen, as the searches keep the first candidate with the largest value;
-/// - the chosen move is applied from the buffers that scored it ([`Evaluator::apply_moves`]) instead of a full
+/// - the chosen move is applied from the buffers that scored it ([`SaaEvaluator::apply_moves`]) instead of a full
 ///   evaluation of the new point;
 /// - a local search that reaches a point on the path of an earlier one that ended at a local optimum, with at
 ///   least as many steps left, stops there: it would retrace that path to the same end point, already kept.
 struct Planner<'a> {
-    ev: &'a Evaluator,
-    uniform: Vec<Option<State>>,
+    ev: &'a SaaEvaluator,
+    uniform: Vec<Option<SaaState>>,
     /// Whether `uniform` keeps the states (γ_max + 1 of them, N samples each).
     keep_uniform: bool,
-    work: Scratch,
-    kept: Scratch,
-    shift: [Scratch; 2],
+    work: SaaScratch,
+    kept: SaaScratch,
+    shift: [SaaScratch; 2],
     changes: Vec<(usize, u32)>,
     /// Points on the paths of finished local searches that ended at a local optimum: the steps left to that end.
     converged: HashMap<Vec<u32>, usize>,
@@ -252,15 +234,15 @@ const UNIFORM_MEMORY_LIMIT: usize = 1 << 20;
 const PATH_MEMORY_LIMIT: usize = 1 << 22;
 
 impl<'a> Planner<'a> {
-    fn new(ev: &'a Evaluator) -> Self {
+    fn new(ev: &'a SaaEvaluator) -> Self {
         Planner {
             ev,
             uniform: vec![None; ev.max_draft_len() as usize + 1],
             keep_uniform: (ev.max_draft_len() as usize + 1).saturating_mul(ev.samples().count())
                 <= UNIFORM_MEMORY_LIMIT,
-            work: Scratch::default(),
-            kept: Scratch::default(),
-            shift: [Scratch::default(), Scratch::default()],
+            work: SaaScratch::default(),
+            kept: SaaScratch::default(),
+            shift: [SaaScratch::default(), SaaScratch::default()],
             changes: Vec::with_capacity(ev.devices()),
             converged: HashMap::new(),
             remembered: 0,
@@ -269,7 +251,7 @@ impl<'a> Planner<'a> {
 
     /// The full state at γ = (g, …, g): evaluated once when the planner keeps them (see
     /// [`UNIFORM_MEMORY_LIMIT`]), else each time.
-    fn uniform_state(&mut self, g: u32) -> State {
+    fn uniform_state(&mut self, g: u32) -> SaaState {
         if let Some(s) = &self.uniform[g as usize] {
             return s.clone();
         }
@@ -288,18 +270,18 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// The full state at `gamma` (from the common-length states when they hold it).
-    fn start_state(&mut self, gamma: &[u32]) -> State {
-        match gamma.first() {
-            Some(&g) if gamma.iter().all(|&x| x == g) && self.uniform[g as usize].is_some() => {
+    /// The full state at `draft_lengths` (from the common-length states when they hold it).
+    fn start_state(&mut self, draft_lengths: &[u32]) -> SaaState {
+        match draft_lengths.first() {
+            Some(&g) if draft_lengths.iter().all(|&x| x == g) && self.uniform[g as usize].is_some() => {
                 self.uniform_state(g)
             }
-            _ => self.ev.state_with(gamma, &mut self.work),
+            _ => self.ev.state_with(draft_lengths, &mut self.work),
         }
     }
 
     /// Whether a move scored at most `bound` can be skipped against the best value `threshold` known so far.
-    fn ruled_out(&self, state: &State, changes: &[(usize, u32)], threshold: f64) -> bool {
+    fn ruled_out(&self, state: &SaaState, changes: &[(usize, u32)], threshold: f64) -> bool {
         self.ev
             .upper_bound(state, changes)
             .is_some_and(|bound| bound < threshold * (1.0 - BOUND_MARGIN))
@@ -325,8 +307,8 @@ impl<'a> Planner<'a> {
         loop {
             let mut best: Option<(f64, usize)> = None;
             for k in 0..k_n {
-                if state.gamma[k] < g_max {
-                    let m = [(k, state.gamma[k] + 1)];
+                if state.draft_lengths[k] < g_max {
+                    let m = [(k, state.draft_lengths[k] + 1)];
                     let threshold = best.map_or(state.value, |b| b.0);
                     if self.ruled_out(&state, &m, threshold) {
                         continue;
@@ -340,7 +322,7 @@ impl<'a> Planner<'a> {
             }
             match best {
                 Some((_, k)) => {
-                    let m = [(k, state.gamma[k] + 1)];
+                    let m = [(k, state.draft_lengths[k] + 1)];
                     ev.apply_moves(&mut state, &m, &mut self.kept);
                 }
                 None => return to_plan(state),
@@ -350,7 +332,7 @@ impl<'a> Planner<'a> {
 
     /// The optimal common draft length (see [`uniform`]): the first best of γ = 0, 1, …, γ_max.
     fn uniform(&mut self) -> Plan {
-        let mut best: Option<State> = None;
+        let mut best: Option<SaaState> = None;
         for g in 0..=self.ev.max_draft_len() {
             // As a fold that keeps the earlier state unless the later one is better.
             let s = self.uniform_state(g);
@@ -365,10 +347,10 @@ impl<'a> Planner<'a> {
     }
 
     /// The common shift of `state` by one up (`up`) or down, capped at 0 and γ_max, into `self.changes`.
-    fn shift_changes(&mut self, state: &State, up: bool) {
+    fn shift_changes(&mut self, state: &SaaState, up: bool) {
         let g_max = self.ev.max_draft_len();
         self.changes.clear();
-        for (k, &g) in state.gamma.iter().enumerate() {
+        for (k, &g) in state.draft_lengths.iter().enumerate() {
             let to = if up {
                 (g + 1).min(g_max)
             } else {
@@ -383,16 +365,16 @@ impl<'a> Planner<'a> {
     /// Best-improvement local search from `start`: ±1 single moves and ±1 common shifts; pair moves when those
     /// stall. Stops at a local optimum or after `max_steps` improving steps, whichever comes first. `None` when it
     /// reached the path of an earlier search that ends at a point already returned.
-    fn local_search(&mut self, mut state: State, max_steps: usize) -> Option<State> {
+    fn local_search(&mut self, mut state: SaaState, max_steps: usize) -> Option<SaaState> {
         let ev = self.ev;
         let k_n = ev.devices();
         let g_max = ev.max_draft_len();
-        let mut path = vec![state.gamma.clone()];
+        let mut path = vec![state.draft_lengths.clone()];
         let mut converged = false;
         for step in 0..max_steps {
             if self
                 .converged
-                .get(&state.gamma)
+                .get(&state.draft_lengths)
                 .is_some_and(|&left| left <= max_steps - step)
             {
                 return None;
@@ -400,10 +382,10 @@ impl<'a> Planner<'a> {
             // The common shifts first (scored in full, or read from the common-length states): their values
             // raise the threshold the single moves must beat. They are still considered after the singles.
             let common = state
-                .gamma
+                .draft_lengths
                 .iter()
-                .all(|&g| g == state.gamma[0])
-                .then_some(state.gamma[0]);
+                .all(|&g| g == state.draft_lengths[0])
+                .then_some(state.draft_lengths[0]);
             let mut shifts: [Option<(f64, Source)>; 2] = [None, None];
             for (i, up) in [true, false].into_iter().enumerate() {
                 self.shift_changes(&state, up);
@@ -437,7 +419,7 @@ impl<'a> Planner<'a> {
                 }
             };
             for k in 0..k_n {
-                let g = state.gamma[k];
+                let g = state.draft_lengths[k];
                 for to in [(g < g_max).then(|| g + 1), g.checked_sub(1)]
                     .into_iter()
                     .flatten()
@@ -460,14 +442,14 @@ impl<'a> Planner<'a> {
                 // The bound of a pair only needs the drop of its leaving device j: once per j, not per pair.
                 let rate = ev.objective() == Objective::Rate;
                 let drops: Vec<f64> = (0..k_n)
-                    .map(|j| match state.gamma[j] {
+                    .map(|j| match state.draft_lengths[j] {
                         gj if rate && gj > 0 => ev.leave_drop(&state, j, gj - 1, true),
                         _ => 0.0,
                     })
                     .collect();
                 for i in 0..k_n {
                     for (j, &drop) in drops.iter().enumerate() {
-                        let (gi, gj) = (state.gamma[i], state.gamma[j]);
+                        let (gi, gj) = (state.draft_lengths[i], state.draft_lengths[j]);
                         if i != j && gi < g_max && gj > 0 {
                             let m = [(i, gi + 1), (j, gj - 1)];
                             if rate
@@ -503,7 +485,7 @@ impl<'a> Planner<'a> {
             // Remember the path while it stays small; past the limit start again from here (a suffix of the path
             // still gives every kept point its steps to the end).
             if path.len() * k_n < PATH_MEMORY_LIMIT {
-                path.push(state.gamma.clone());
+                path.push(state.draft_lengths.clone());
             } else {
                 path.clear();
             }
@@ -531,8 +513,8 @@ impl<'a> Planner<'a> {
                 value: 0.0,
             },
         ];
-        let mut winner: Option<State> = None;
-        let mut keep = |s: State| {
+        let mut winner: Option<SaaState> = None;
+        let mut keep = |s: SaaState| {
             if winner.as_ref().is_none_or(|w| s.value > w.value) {
                 winner = Some(s);
             }
@@ -561,7 +543,7 @@ impl<'a> Planner<'a> {
 
 /// Best-improvement local search from `start` (see [`Planner::local_search`]), on its own.
 #[cfg(test)]
-fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
+fn local_search(ev: &SaaEvaluator, start: &[u32], max_steps: usize) -> SaaState {
     let mut planner = Planner::new(ev);
     let first = planner.start_state(start);
     planner
@@ -571,31 +553,41 @@ fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
 
 /// [`best`] by a planner that keeps no common-length states (as one above [`UNIFORM_MEMORY_LIMIT`]).
 #[cfg(test)]
-fn best_without_kept_states(ev: &Evaluator) -> Plan {
+fn best_without_kept_states(ev: &SaaEvaluator) -> Plan {
     let mut planner = Planner::new(ev);
     planner.keep_uniform = false;
     let g = planner.greedy();
     let u = planner.uniform();
-    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
-    let c = to_plan(planner.start_state(&gamma));
+    let draft_lengths = comp_only_lengths(
+        ev.acceptance(),
+        ev.draft_token_s(),
+        ev.verify_s(),
+        ev.max_draft_len(),
+    );
+    let c = to_plan(planner.start_state(&draft_lengths));
     planner.best_from(g, u, c)
 }
 
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
 /// best of all visited end points, so never below [`greedy`] or [`uniform`] on the same samples.
-pub fn best(ev: &Evaluator) -> Plan {
+pub fn best(ev: &SaaEvaluator) -> Plan {
     let mut planner = Planner::new(ev);
     let g = planner.greedy();
     let u = planner.uniform();
-    let gamma = comp_only_lengths(ev.alpha(), ev.draft_token_s(), ev.verify_s(), ev.max_draft_len());
-    let c = to_plan(planner.start_state(&gamma));
+    let draft_lengths = comp_only_lengths(
+        ev.acceptance(),
+        ev.draft_token_s(),
+        ev.verify_s(),
+        ev.max_draft_len(),
+    );
+    let c = to_plan(planner.start_state(&draft_lengths));
     planner.best_from(g, u, c)
 }
 
 /// [`best`] for a caller that has already computed the [`greedy`], [`uniform`] and [`comp_only`] plans on `ev`
 /// (a figure that reports them too): the same search from the same starts, without computing them again. Plans
 /// from another evaluator only change the starting points.
-pub fn best_from(ev: &Evaluator, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
+pub fn best_from(ev: &SaaEvaluator, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
     Planner::new(ev).best_from(greedy, uniform, comp_only)
 }
 
@@ -629,7 +621,7 @@ mod tests {
             let k = 1 + case % 3;
             let sc = random_scenario(&mut rng, k, 6, 200);
             for objective in [Objective::Rate, Objective::MeanRatio] {
-                let ev = Evaluator::new(&sc, ModeScheme::Optimal, objective).unwrap();
+                let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, objective).unwrap();
                 let g = greedy(&ev);
                 let u = uniform(&ev);
                 let b = best(&ev);
@@ -654,12 +646,12 @@ mod tests {
     mod reference {
         use super::super::*;
 
-        pub fn greedy(ev: &Evaluator) -> Plan {
+        pub fn greedy(ev: &SaaEvaluator) -> Plan {
             let k_n = ev.devices();
             let g_max = ev.max_draft_len();
             let mut state = ev.state(&vec![0; k_n]);
-            while state.gamma.iter().all(|&g| g < g_max) {
-                let next: Vec<u32> = state.gamma.iter().map(|g| g + 1).collect();
+            while state.draft_lengths.iter().all(|&g| g < g_max) {
+                let next: Vec<u32> = state.draft_lengths.iter().map(|g| g + 1).collect();
                 let cand = ev.state(&next);
                 if cand.value > state.value {
                     state = cand;
@@ -670,8 +662,8 @@ mod tests {
             loop {
                 let mut best: Option<(f64, usize)> = None;
                 for k in 0..k_n {
-                    if state.gamma[k] < g_max {
-                        let v = ev.try_moves(&state, &[(k, state.gamma[k] + 1)]);
+                    if state.draft_lengths[k] < g_max {
+                        let v = ev.try_moves(&state, &[(k, state.draft_lengths[k] + 1)]);
                         if v > best.map_or(state.value, |b| b.0) {
                             best = Some((v, k));
                         }
@@ -679,7 +671,7 @@ mod tests {
                 }
                 match best {
                     Some((_, k)) => {
-                        let mut next = state.gamma.clone();
+                        let mut next = state.draft_lengths.clone();
                         next[k] += 1;
                         state = ev.state(&next);
                     }
@@ -688,11 +680,11 @@ mod tests {
             }
         }
 
-        pub fn uniform(ev: &Evaluator) -> Plan {
+        pub fn uniform(ev: &SaaEvaluator) -> Plan {
             let k_n = ev.devices();
             (0..=ev.max_draft_len())
                 .map(|g| ev.state(&vec![g; k_n]))
-                .fold(None::<State>, |best, s| match best {
+                .fold(None::<SaaState>, |best, s| match best {
                     Some(b) if b.value >= s.value => Some(b),
                     _ => Some(s),
                 })
@@ -700,7 +692,7 @@ mod tests {
                 .unwrap()
         }
 
-        fn local_search(ev: &Evaluator, start: &[u32], max_steps: usize) -> State {
+        fn local_search(ev: &SaaEvaluator, start: &[u32], max_steps: usize) -> SaaState {
             let k_n = ev.devices();
             let g_max = ev.max_draft_len();
             let mut state = ev.state(start);
@@ -713,7 +705,7 @@ mod tests {
                         }
                     };
                 for k in 0..k_n {
-                    let g = state.gamma[k];
+                    let g = state.draft_lengths[k];
                     if g < g_max {
                         consider(ev.try_moves(&state, &[(k, g + 1)]), &[(k, g + 1)], &mut best);
                     }
@@ -723,7 +715,7 @@ mod tests {
                 }
                 for up in [true, false] {
                     let changes: Vec<(usize, u32)> = state
-                        .gamma
+                        .draft_lengths
                         .iter()
                         .enumerate()
                         .map(|(k, &g)| {
@@ -736,7 +728,7 @@ mod tests {
                                 },
                             )
                         })
-                        .filter(|&(k, to)| to != state.gamma[k])
+                        .filter(|&(k, to)| to != state.draft_lengths[k])
                         .collect();
                     if !changes.is_empty() {
                         consider(ev.try_moves(&state, &changes), &changes, &mut best);
@@ -745,7 +737,7 @@ mod tests {
                 if best.is_none() && k_n <= PAIR_MOVES_MAX_DEVICES {
                     for i in 0..k_n {
                         for j in 0..k_n {
-                            let (gi, gj) = (state.gamma[i], state.gamma[j]);
+                            let (gi, gj) = (state.draft_lengths[i], state.draft_lengths[j]);
                             if i != j && gi < g_max && gj > 0 {
                                 let m = [(i, gi + 1), (j, gj - 1)];
                                 consider(ev.try_moves(&state, &m), &m, &mut best);
@@ -755,7 +747,7 @@ mod tests {
                 }
                 match best {
                     Some((_, moves)) => {
-                        let mut next = state.gamma.clone();
+                        let mut next = state.draft_lengths.clone();
                         for (k, g) in moves {
                             next[k] = g;
                         }
@@ -767,7 +759,7 @@ mod tests {
             state
         }
 
-        pub fn best(ev: &Evaluator, cap: usize) -> Plan {
+        pub fn best(ev: &SaaEvaluator, cap: usize) -> Plan {
             let k_n = ev.devices();
             let starts = [
                 greedy(ev),
@@ -778,8 +770,8 @@ mod tests {
                     value: 0.0,
                 },
             ];
-            let mut winner: Option<State> = None;
-            let mut keep = |s: State| {
+            let mut winner: Option<SaaState> = None;
+            let mut keep = |s: SaaState| {
                 if winner.as_ref().is_none_or(|w| s.value > w.value) {
                     winner = Some(s);
                 }
@@ -811,7 +803,7 @@ mod tests {
                 (ModeScheme::Random, Objective::Rate),
                 (ModeScheme::Optimal, Objective::MeanRatio),
             ] {
-                let ev = Evaluator::new(&sc, policy, objective).unwrap();
+                let ev = SaaEvaluator::new(&sc, policy, objective).unwrap();
                 assert_eq!(
                     greedy(&ev),
                     reference::greedy(&ev),
@@ -822,6 +814,10 @@ mod tests {
                 let want = reference::best(&ev, cap);
                 assert_eq!(best(&ev), want, "case {case} {policy:?} {objective:?}");
                 assert_eq!(best_without_kept_states(&ev), want);
+                // A figure that reports greedy, uniform and comp-only too hands them to `best_from`: the same plan.
+                let from = best_from(&ev, greedy(&ev), uniform(&ev), comp_only(&ev));
+                assert_eq!(from, want);
+                assert_eq!(from.value.to_bits(), want.value.to_bits());
             }
         }
     }
@@ -832,7 +828,7 @@ mod tests {
         let mut strictly = 0;
         for _ in 0..4 {
             let sc = random_scenario(&mut rng, 10, 12, 150);
-            let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+            let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
             let (g, u, b) = (greedy(&ev), uniform(&ev), best(&ev));
             assert!(b.value >= g.value && b.value >= u.value);
             if b.value > g.value * (1.0 + 1e-9) {
@@ -852,22 +848,26 @@ mod tests {
         spec.max_draft_len = 12;
         spec.saa_samples = 200;
         let sc = Scenario::new(spec).unwrap();
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+        let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
         let zeros = vec![0u32; 6];
         let free = local_search(&ev, &zeros, usize::MAX);
         // From zeros the climb needs more than one step here; with a cap of one it stops after the first,
         // strictly better than the start and no better than the uncapped end point.
-        assert!(free.gamma.iter().sum::<u32>() > 1, "{:?}", free.gamma);
+        assert!(
+            free.draft_lengths.iter().sum::<u32>() > 1,
+            "{:?}",
+            free.draft_lengths
+        );
         let one = local_search(&ev, &zeros, 1);
         assert!(one.value > ev.value(&zeros));
         assert!(one.value <= free.value);
-        let changed: u32 = one.gamma.iter().sum();
+        let changed: u32 = one.draft_lengths.iter().sum();
         assert!(
             changed <= 6,
             "one step moves each device by at most one: {:?}",
-            one.gamma
+            one.draft_lengths
         );
-        assert_eq!(local_search(&ev, &zeros, 0).gamma, zeros);
+        assert_eq!(local_search(&ev, &zeros, 0).draft_lengths, zeros);
         assert_eq!(local_search_step_cap(&ev), 4 * 6 * 13);
     }
 
@@ -878,7 +878,7 @@ mod tests {
         spec.devices[0].channel_gain = 1e-6;
         spec.max_draft_len = 20;
         let sc = Scenario::new(spec).unwrap();
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+        let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
         let e = exhaustive(&ev, EXHAUSTIVE_LIMIT).unwrap();
         let g = greedy(&ev);
         assert_eq!(g.draft_lengths, e.draft_lengths);
@@ -928,27 +928,5 @@ mod tests {
             }
             assert!((got - best).abs() <= 1e-12 * best, "{got} vs {best}");
         }
-    }
-
-    #[test]
-    fn scheme_names_and_limits() {
-        let sc = Scenario::new(example(3)).unwrap();
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
-        for s in Scheme::ALL {
-            let r = plan(&ev, s);
-            assert_eq!(r.is_ok(), s.family() == Family::PaperB, "{s}");
-            if let Err(e) = r {
-                assert_eq!(
-                    e.to_string(),
-                    format!(
-                        "scheme: {s} is not a paper-b scheme; expected greedy, best, uniform, comp-only or exhaustive"
-                    )
-                );
-            }
-        }
-        let sc = Scenario::new(example(8)).unwrap();
-        let ev = Evaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
-        let err = plan(&ev, Scheme::Exhaustive).unwrap_err();
-        assert!(err.to_string().starts_with("devices:"), "{err}");
     }
 }

@@ -11,13 +11,12 @@
 
 use crate::OptimizeError;
 use rand::{Rng, RngExt};
-use serde::{Deserialize, Serialize};
 
 /// The largest rejected set [`solve`] enumerates exhaustively (2^20 assignments).
 pub const BRUTE_FORCE_LIMIT: usize = 20;
 
 /// The radio parameters of the correction step (SI units; validated by the scenario).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Link {
     /// D, bits of one distribution.
     pub distribution_bits: f64,
@@ -115,8 +114,7 @@ pub fn split_by_bisection(m: usize, ul: impl Fn(usize) -> f64, dl: impl Fn(usize
 pub use spin_core::correction::Mode;
 
 /// How the modes are chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ModeScheme {
     /// Prefix structure and bisection (Proposition 1): optimal.
     Optimal,
@@ -163,8 +161,8 @@ impl ModeScheme {
 }
 
 /// The reactive decision for one set of rejected devices, in the order the devices were given.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Correction {
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorrectionPlan {
     /// UL or DL per device.
     pub modes: Vec<Mode>,
     /// Server power per device in W (0 for UL devices).
@@ -192,7 +190,7 @@ pub fn assignment_delay_s(link: &Link, gains: &[f64], ul: &[bool]) -> (f64, f64)
     (ul_max, link.dl_delay_s(b, inv))
 }
 
-fn correction_from(link: &Link, gains: &[f64], ul: Vec<bool>) -> Correction {
+fn correction_from(link: &Link, gains: &[f64], ul: Vec<bool>) -> CorrectionPlan {
     let (ul_delay_s, dl_delay_s) = assignment_delay_s(link, gains, &ul);
     let dl_gains: Vec<f64> = gains
         .iter()
@@ -209,7 +207,7 @@ fn correction_from(link: &Link, gains: &[f64], ul: Vec<bool>) -> Correction {
         .iter()
         .map(|&u| if u { Mode::Uplink } else { Mode::Downlink })
         .collect();
-    Correction {
+    CorrectionPlan {
         modes,
         dl_power_w,
         comm_delay_s: ul_delay_s.max(dl_delay_s),
@@ -227,10 +225,10 @@ pub fn solve<R: Rng + ?Sized>(
     gains: &[f64],
     scheme: ModeScheme,
     rng: &mut R,
-) -> Result<Correction, OptimizeError> {
+) -> Result<CorrectionPlan, OptimizeError> {
     let m = gains.len();
     if m == 0 {
-        return Ok(Correction {
+        return Ok(CorrectionPlan {
             modes: vec![],
             dl_power_w: vec![],
             comm_delay_s: 0.0,
@@ -416,16 +414,11 @@ mod tests {
     }
 
     #[test]
-    fn modes_are_spin_cores_and_keep_their_file_names() {
-        // One mode type: the planner's decision is the runtime's `spin_core::Mode`, serialised as before.
+    fn modes_are_spin_cores() {
+        // One mode type: the planner's decision is the runtime's `spin_core::Mode` (its names in files and output
+        // are spin-core's, tested there).
         let m: spin_core::Mode = Mode::Uplink;
-        assert_eq!(
-            serde_json::to_string(&[m, Mode::Downlink]).unwrap(),
-            r#"["ul","dl"]"#
-        );
-        let back: Vec<Mode> = serde_json::from_str(r#"["dl","ul"]"#).unwrap();
-        assert_eq!(back, [Mode::Downlink, Mode::Uplink]);
-        assert!(serde_json::from_str::<Mode>(r#""uplink""#).is_err());
+        assert_eq!(m.sender(), spin_core::correction::Side::Device);
     }
 
     #[test]

@@ -14,10 +14,10 @@ pub mod planner;
 pub mod scheme;
 pub mod spec;
 
-pub use plan::{CorrectionPolicy, Estimate, RoundPlan};
-pub use planner::{PaperPlanner, Planner, plan_paper_a, planner};
+pub use plan::{CorrectionPolicy, PlanEstimate, RoundPlan};
+pub use planner::{PaperPlanner, Planner, plan_paper_a, plan_paper_b, planner};
 pub use scheme::{Family, Scheme};
 pub use spec::{
-    CorrectionSplit, DistributionFormat, MAX_DRAFT_LEN_LIMIT, Payload, PayloadPolicy, Radio, Round,
-    RoundDevice, RoundSpec, full_band_spectral_efficiency,
+    CorrectionSplit, DistributionFormat, MAX_DRAFT_LEN_LIMIT, PayloadPolicy, Radio, Round, RoundDevice,
+    RoundSpec, TokenPayload, full_band_spectral_efficiency,
 };

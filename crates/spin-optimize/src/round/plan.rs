@@ -1,13 +1,12 @@
 //! A round's plan: the decisions (draft lengths, uplink shares, payload per device, correction rule) and what the
-//! unified model predicts for them, with how that prediction was taken ([`Estimate`]).
+//! unified model predicts for them, with how that prediction was taken ([`PlanEstimate`]).
 
 use super::scheme::Scheme;
 use super::spec::CorrectionSplit;
 use crate::paper_b::{ModeScheme, Objective};
-use serde::{Deserialize, Serialize};
 
 /// How the rejected devices are corrected: the mode rule and the band split; DL powers follow Lemma 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CorrectionPolicy {
     /// The mode rule (paper B's reactive schemes; `optimal` is Proposition 1).
     pub modes: ModeScheme,
@@ -25,7 +24,7 @@ impl Default for CorrectionPolicy {
 }
 
 /// One round's decisions and what the unified model predicts for them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RoundPlan {
     /// The scheme that made the plan.
     pub scheme: Scheme,
@@ -52,13 +51,12 @@ pub struct RoundPlan {
     /// Whether the planner proved this plan optimal for its objective (exact search completed).
     pub proven_optimal: bool,
     /// How the predicted numbers were taken: exactly, or as a sample average with its confidence intervals.
-    pub estimate: Estimate,
+    pub estimate: PlanEstimate,
 }
 
 /// How the expectation behind a [`RoundPlan`]'s numbers was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "expectation", rename_all = "kebab-case")]
-pub enum Estimate {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PlanEstimate {
     /// The exact expectation: every rejection outcome enumerated, or none that changes the round (tokens in
     /// closed form, no correction phase).
     Exact,
@@ -75,17 +73,17 @@ pub enum Estimate {
     },
 }
 
-impl Estimate {
+impl PlanEstimate {
     /// Whether the numbers are the exact expectation.
     pub fn is_exact(&self) -> bool {
-        matches!(self, Estimate::Exact)
+        matches!(self, PlanEstimate::Exact)
     }
 
     /// The 95 % half-width of the goodput under `objective` (0 when exact, `None` when unknown).
     pub fn ci95(&self, objective: Objective) -> Option<f64> {
         match *self {
-            Estimate::Exact => Some(0.0),
-            Estimate::Saa {
+            PlanEstimate::Exact => Some(0.0),
+            PlanEstimate::Saa {
                 rate_ci95_tokens_per_s,
                 mean_ratio_ci95_tokens_per_s,
                 ..
@@ -113,7 +111,7 @@ impl RoundPlan {
             verify_s: 0.0,
             comm_delay_s: 0.0,
             proven_optimal: false,
-            estimate: Estimate::Exact,
+            estimate: PlanEstimate::Exact,
         }
     }
 

@@ -32,6 +32,29 @@ pub fn plan_paper_a(
     }
 }
 
+/// Runs the paper-B planner of `scheme` (`greedy`, `best`, `uniform`, `comp-only` or `exhaustive`, the last up to
+/// [`paper_b::proactive::EXHAUSTIVE_LIMIT`] points) on `ev`'s scenario and samples, under its mode rule and
+/// objective. A scheme of another family is an error naming `scheme`, never a silent fallback.
+pub fn plan_paper_b(scheme: Scheme, ev: &paper_b::SaaEvaluator) -> Result<paper_b::Plan, OptimizeError> {
+    use paper_b::proactive;
+    Ok(match scheme {
+        Scheme::Greedy => proactive::greedy(ev),
+        Scheme::Best => proactive::best(ev),
+        Scheme::Uniform => proactive::uniform(ev),
+        Scheme::CompOnly => proactive::comp_only(ev),
+        Scheme::Exhaustive => proactive::exhaustive(ev, proactive::EXHAUSTIVE_LIMIT)?,
+        other => {
+            return Err(OptimizeError::Invalid {
+                field: "scheme".into(),
+                reason: format!(
+                    "{other} is not a paper-b scheme; expected {}",
+                    Scheme::name_list(Scheme::of_family(Family::PaperB))
+                ),
+            });
+        }
+    })
+}
+
 /// A planner: one round in, one plan out, scored by the unified model ([`unified::score`]).
 pub trait Planner {
     /// The scheme this planner implements.
@@ -89,8 +112,8 @@ impl PaperPlanner {
     /// too ([`paper_a::exact::exact_with_idle`]); the other paper-A schemes draft L ≥ 1 as paper A does.
     fn paper_a(&self, round: &Round) -> Result<(Vec<u32>, Vec<f64>, bool, bool), OptimizeError> {
         let policy = round.payload.policy;
-        let dists = policy.allows_distribution();
-        let token_bits = if dists {
+        let sends_distributions = policy.allows_distribution();
+        let token_bits = if sends_distributions {
             round.payload.distribution_bits
         } else if round.payload.pair_bits > 0.0 {
             round.payload.pair_bits
@@ -109,7 +132,7 @@ impl PaperPlanner {
         // Drafting nothing is searched where paper A's objective is the model's: with distributions per token no
         // rejection is corrected, so the plan's value is paper A's eq. 27. With pairs it is not (paper A does not
         // see the correction phase), and a larger search space in that objective need not score better.
-        let idle = self.scheme == Scheme::Exact && round.min_draft_len == 0 && dists;
+        let idle = self.scheme == Scheme::Exact && round.min_draft_len == 0 && sends_distributions;
         let p = if idle {
             paper_a::exact::exact_with_idle(&s)?
         } else {
@@ -118,24 +141,37 @@ impl PaperPlanner {
         let proven = policy == PayloadPolicy::Distribution
             && (round.min_draft_len >= 1 || idle)
             && p.optimality == paper_a::Optimality::Optimal;
-        Ok((p.draft_lengths, p.bandwidth_hz, dists, proven))
+        Ok((p.draft_lengths, p.uplink_share_hz, sends_distributions, proven))
     }
 
     /// Paper B's plan of `round`, scored on the samples its planner drew (the round's: the same rates, count,
-    /// L_max and seed), so they are drawn once.
+    /// L_max and seed), so they are drawn once. `comp-only` plans from the round alone (its lengths maximise
+    /// Σ E[N_k] over the drafting deadline, which needs no sample; paper B's own SAA value of them is not reported
+    /// here), so no SAA evaluator is built for it and the scorer draws the samples; the checks are the evaluator's,
+    /// so it refuses what the other schemes refuse.
     fn paper_b(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
         let k = round.len();
         let s = round.to_paper_b()?;
-        let ev = paper_b::Evaluator::new(&s, self.correction.modes, self.objective)?;
-        let p = paper_b::proactive::plan(&ev, self.scheme)?;
-        let lens: Vec<u32> = p
-            .draft_lengths
-            .into_iter()
-            .map(|g| g.max(round.min_draft_len))
-            .collect();
-        let dists = !round.payload.policy.allows_pair();
-        let shares = if dists {
-            unified::lemma3_shares(round, &lens, &vec![true; k])?
+        let ev;
+        let (planned, drawn) = if self.scheme == Scheme::CompOnly {
+            paper_b::SaaEvaluator::check_scenario(&s, self.correction.modes)?;
+            let acceptance: Vec<f64> = s.devices.iter().map(|d| d.acceptance).collect();
+            let draft_token_s: Vec<f64> = s.devices.iter().map(|d| d.draft_token_s).collect();
+            let lengths = paper_b::proactive::comp_only_lengths(
+                &acceptance,
+                &draft_token_s,
+                s.verify_s(),
+                s.max_draft_len,
+            );
+            (lengths, None)
+        } else {
+            ev = paper_b::SaaEvaluator::new(&s, self.correction.modes, self.objective)?;
+            (plan_paper_b(self.scheme, &ev)?.draft_lengths, Some(ev.samples()))
+        };
+        let draft_lengths: Vec<u32> = planned.into_iter().map(|g| g.max(round.min_draft_len)).collect();
+        let sends_distributions = !round.payload.policy.allows_pair();
+        let shares = if sends_distributions {
+            unified::lemma3_shares(round, &draft_lengths, &vec![true; k])?
         } else {
             vec![round.bandwidth_hz / k as f64; k]
         };
@@ -143,10 +179,10 @@ impl PaperPlanner {
             round,
             self.expectation,
             self.correction,
-            Some(ev.samples()),
+            drawn,
             self.scheme,
-            &lens,
-            &vec![dists; k],
+            &draft_lengths,
+            &vec![sends_distributions; k],
             &shares,
             false,
         )
@@ -160,7 +196,7 @@ impl Planner for PaperPlanner {
 
     fn plan(&self, round: &Round) -> Result<RoundPlan, OptimizeError> {
         let k = round.len();
-        let (lens, shares, dists, proven) = match self.scheme.family() {
+        let (draft_lengths, shares, sends_distributions, proven) = match self.scheme.family() {
             Family::PaperA => self.paper_a(round)?,
             Family::PaperB => return self.paper_b(round),
             Family::Unified => {
@@ -180,8 +216,8 @@ impl Planner for PaperPlanner {
             self.expectation,
             self.correction,
             self.scheme,
-            &lens,
-            &vec![dists; k],
+            &draft_lengths,
+            &vec![sends_distributions; k],
             &shares,
             proven,
         )
@@ -261,7 +297,7 @@ mod tests {
                 )
                 .unwrap();
                 assert!(
-                    matches!(p.estimate, crate::round::Estimate::Saa { samples: 120, .. })
+                    matches!(p.estimate, crate::round::PlanEstimate::Saa { samples: 120, .. })
                         || policy == PayloadPolicy::Distribution
                 );
                 let bits = |q: &RoundPlan| {
@@ -278,6 +314,89 @@ mod tests {
                 assert_eq!(p.estimate, again.estimate, "{scheme} {policy:?}");
             }
         }
+    }
+
+    #[test]
+    fn comp_only_plans_without_an_saa_evaluator_and_refuses_what_the_others_refuse() {
+        let mut rng = ChaCha8Rng::seed_from_u64(65);
+        let round = DropRound {
+            devices: 12,
+            draft_range: (0, 8),
+            saa_samples: 90,
+            ..DropRound::default()
+        }
+        .draw(&mut rng)
+        .unwrap();
+        // The lengths are the ones paper B's comp-only plan takes on its evaluator.
+        let ev = paper_b::SaaEvaluator::new(
+            &round.to_paper_b().unwrap(),
+            paper_b::ModeScheme::Optimal,
+            Objective::Rate,
+        )
+        .unwrap();
+        let want = plan_paper_b(Scheme::CompOnly, &ev).unwrap();
+        let got = PaperPlanner::new(Scheme::CompOnly, Objective::Rate)
+            .plan(&round)
+            .unwrap();
+        assert_eq!(got.draft_lengths, want.draft_lengths);
+        // A mode rule no SAA evaluator takes is refused alike.
+        for scheme in [Scheme::CompOnly, Scheme::Greedy] {
+            let planner = PaperPlanner {
+                correction: CorrectionPolicy {
+                    modes: paper_b::ModeScheme::BruteForce,
+                    ..CorrectionPolicy::default()
+                },
+                ..PaperPlanner::new(scheme, Objective::Rate)
+            };
+            assert_eq!(
+                planner.plan(&round).unwrap_err().to_string(),
+                "scheme: brute-force mode selection is a test reference, not an SAA policy (use optimal)"
+            );
+        }
+    }
+
+    #[test]
+    fn plan_paper_b_refuses_other_papers_schemes_and_too_large_exhaustive_searches() {
+        let spec = |k: usize| paper_b::ScenarioSpec {
+            bandwidth_hz: 1e7,
+            distribution_bits: 34_816.0,
+            verify_fixed_s: 0.0428,
+            verify_per_device_s: 0.0076,
+            max_draft_len: 20,
+            ul_power_w: 0.0316,
+            dl_power_w: 1.0,
+            noise_psd_server_w_per_hz: 1.26e-20,
+            noise_psd_device_w_per_hz: 2.0e-20,
+            saa_samples: 50,
+            seed: 1,
+            devices: vec![
+                paper_b::DeviceSpec {
+                    acceptance: 0.8,
+                    draft_token_s: 0.015,
+                    channel_gain: 1e-11,
+                };
+                k
+            ],
+        };
+        let sc = paper_b::Scenario::new(spec(1)).unwrap();
+        let ev = paper_b::SaaEvaluator::new(&sc, paper_b::ModeScheme::Optimal, Objective::Rate).unwrap();
+        for scheme in Scheme::ALL {
+            let r = plan_paper_b(scheme, &ev);
+            assert_eq!(r.is_ok(), scheme.family() == Family::PaperB, "{scheme}");
+            if let Err(e) = r {
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "scheme: {scheme} is not a paper-b scheme; expected greedy, best, uniform, comp-only or \
+                         exhaustive"
+                    )
+                );
+            }
+        }
+        let sc = paper_b::Scenario::new(spec(8)).unwrap();
+        let ev = paper_b::SaaEvaluator::new(&sc, paper_b::ModeScheme::Optimal, Objective::Rate).unwrap();
+        let err = plan_paper_b(Scheme::Exhaustive, &ev).unwrap_err();
+        assert!(err.to_string().starts_with("devices:"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! paper ([`Family`]) and its help line.
 
 use crate::OptimizeError;
-use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -17,9 +16,19 @@ pub enum Family {
     Unified,
 }
 
+impl Family {
+    /// The name scenario files give it in their `model` field: `paper-a`, `paper-b` or `unified`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::PaperA => "paper-a",
+            Family::PaperB => "paper-b",
+            Family::Unified => "unified",
+        }
+    }
+}
+
 /// Every planning scheme of both papers and the unified planner, by one name each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scheme {
     /// Paper A: the exact integer optimum of (P2).
     Exact,

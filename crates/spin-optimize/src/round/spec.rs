@@ -6,12 +6,10 @@ use crate::OptimizeError;
 use crate::paper_a;
 use crate::paper_b;
 use crate::paper_b::scenario::check;
-use serde::{Deserialize, Serialize};
 use std::ops::Deref;
 
 /// What each drafted token carries on the uplink, and hence whether a rejection needs an exchange afterwards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PayloadPolicy {
     /// Paper A: every drafted token goes up with its truncated distribution (D bits); the server then holds q at
     /// every position and corrects a rejection itself, so no exchange follows verification.
@@ -45,17 +43,25 @@ impl PayloadPolicy {
 }
 
 /// How the band of the correction phase is split among the rejected devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CorrectionSplit {
     /// b = B/|R| for every rejected device, in both directions (paper B).
     #[default]
     Equal,
 }
 
+impl CorrectionSplit {
+    /// The file and output name (`equal`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CorrectionSplit::Equal => "equal",
+        }
+    }
+}
+
 /// The payload sizes of a round in bits.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Payload {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenPayload {
     /// D: bits of one truncated, quantised distribution (paper A's Q_tok, paper B's D).
     pub distribution_bits: f64,
     /// Bits of one (token, probability) pair; 0 neglects them as paper B does.
@@ -65,7 +71,7 @@ pub struct Payload {
 }
 
 /// The format of an exchanged distribution: V_eff entries of a V-token vocabulary, Q bits per value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DistributionFormat {
     /// V_eff, the entries kept (1 ≤ V_eff ≤ V).
     pub effective_support: u32,
@@ -128,7 +134,7 @@ impl DistributionFormat {
 }
 
 /// The radio of the correction phase (SI units).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Radio {
     /// P_ul, each device's maximum transmit power in W.
     pub ul_power_w: f64,
@@ -154,7 +160,7 @@ impl Radio {
 }
 
 /// One device of a round.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundDevice {
     /// α_k ∈ (0, 1), the per-token acceptance rate.
     pub acceptance: f64,
@@ -169,7 +175,7 @@ pub struct RoundDevice {
 }
 
 /// A round as the planners see it (unvalidated; [`Round::new`] checks it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RoundSpec {
     /// B in Hz, shared by the draft uplink (OFDMA shares) and, afterwards, by the correction phase.
     pub bandwidth_hz: f64,
@@ -184,7 +190,7 @@ pub struct RoundSpec {
     /// The correction radio.
     pub radio: Radio,
     /// Payload sizes and policy.
-    pub payload: Payload,
+    pub payload: TokenPayload,
     /// How the correction band is split.
     pub correction_split: CorrectionSplit,
     /// Outcome samples of the sample-average approximation (when outcomes are not enumerated).
@@ -308,7 +314,7 @@ impl Round {
                 let snr = spin_channel::snr_for_spectral_efficiency(d.spectral_efficiency);
                 let gain = snr * radio.noise_psd_server_w_per_hz * s.bandwidth_hz / radio.ul_power_w;
                 RoundDevice {
-                    acceptance: d.alpha,
+                    acceptance: d.acceptance,
                     draft_token_s: d.draft_token_s,
                     spectral_efficiency: d.spectral_efficiency,
                     uplink_gain: gain,
@@ -323,7 +329,7 @@ impl Round {
             min_draft_len: s.min_draft_len,
             max_draft_len: s.max_draft_len,
             radio,
-            payload: Payload {
+            payload: TokenPayload {
                 distribution_bits: s.distribution_bits,
                 pair_bits: 0.0,
                 policy: PayloadPolicy::Distribution,
@@ -374,7 +380,7 @@ impl Round {
             min_draft_len: 0,
             max_draft_len: s.max_draft_len,
             radio,
-            payload: Payload {
+            payload: TokenPayload {
                 distribution_bits: s.distribution_bits,
                 pair_bits: 0.0,
                 policy: PayloadPolicy::Pair,

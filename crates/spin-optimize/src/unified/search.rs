@@ -94,9 +94,9 @@ impl Search<'_> {
         }
     }
 
-    fn state(&mut self, lens: &[u32], dists: &[bool]) -> Result<State, OptimizeError> {
+    fn state(&mut self, draft_lengths: &[u32], sends_distributions: &[bool]) -> Result<State, OptimizeError> {
         self.stats.evaluations += 1;
-        self.ev.state(lens, dists, self.objective)
+        self.ev.state(draft_lengths, sends_distributions, self.objective)
     }
 
     /// The value of `changes` if it may beat `threshold` (`None` only when a bound proves it cannot).
@@ -127,7 +127,7 @@ impl Search<'_> {
         loop {
             let mut improved = false;
             for k in 0..k_n {
-                let (l, d) = (state.lens[k], state.dists[k]);
+                let (l, d) = (state.draft_lengths[k], state.sends_distributions[k]);
                 candidates.clear();
                 for flip in if choose { &[false, true][..] } else { &[false][..] } {
                     let nd = d ^ flip;
@@ -159,14 +159,14 @@ impl Search<'_> {
             for up in [true, false] {
                 changes.clear();
                 for k in 0..k_n {
-                    let l = state.lens[k];
+                    let l = state.draft_lengths[k];
                     let to = if up {
                         (l + 1).min(l_max)
                     } else {
                         l.saturating_sub(1).max(l_min)
                     };
                     if to != l {
-                        changes.push((k, to, state.dists[k]));
+                        changes.push((k, to, state.sends_distributions[k]));
                     }
                 }
                 if !changes.is_empty()
@@ -184,9 +184,12 @@ impl Search<'_> {
                 let mut best: Option<(f64, [Change; 2])> = None;
                 for i in 0..k_n {
                     for j in 0..k_n {
-                        let (li, lj) = (state.lens[i], state.lens[j]);
+                        let (li, lj) = (state.draft_lengths[i], state.draft_lengths[j]);
                         if i != j && li < l_max && lj > l_min {
-                            let m = [(i, li + 1, state.dists[i]), (j, lj - 1, state.dists[j])];
+                            let m = [
+                                (i, li + 1, state.sends_distributions[i]),
+                                (j, lj - 1, state.sends_distributions[j]),
+                            ];
                             let threshold = best.map_or(state.value, |b| b.0);
                             if let Some(v) = self.try_above(&state, &m, threshold)
                                 && v > threshold
@@ -214,8 +217,12 @@ impl Search<'_> {
             .apply_moves(state, changes, self.objective, &mut self.scratch);
     }
 
-    /// Branch and bound over boxes of draft lengths at payload choice `dists`; false if the node limit stopped it.
-    fn branch_and_bound(&mut self, dists: &[bool], node_limit: usize) -> Result<bool, OptimizeError> {
+    /// Branch and bound over boxes of draft lengths at payload choice `sends_distributions`; false if the node limit stopped it.
+    fn branch_and_bound(
+        &mut self,
+        sends_distributions: &[bool],
+        node_limit: usize,
+    ) -> Result<bool, OptimizeError> {
         let ev = self.ev;
         let range = ev.draft_range();
         let k_n = ev.devices();
@@ -225,10 +232,11 @@ impl Search<'_> {
             if self.stats.boxes > node_limit {
                 return Ok(false);
             }
-            let (upper, at_lo) = ev.box_bound(&lo, &hi, dists, self.objective, &mut self.scratch);
+            let (upper, at_lo) =
+                ev.box_bound(&lo, &hi, sends_distributions, self.objective, &mut self.scratch);
             let incumbent = self.best.as_ref().map_or(0.0, |b| b.value);
             if at_lo > incumbent {
-                let s = self.state(&lo, dists)?;
+                let s = self.state(&lo, sends_distributions)?;
                 self.offer(s);
             }
             let incumbent = self.best.as_ref().map_or(0.0, |b| b.value);
@@ -308,7 +316,7 @@ pub fn plan_with_paper_b_best(
     }
     if policy.allows_pair() {
         let s = round.to_paper_b()?;
-        let pb = || paper_b::Evaluator::new(&s, ModeScheme::Optimal, options.objective);
+        let pb = || paper_b::SaaEvaluator::new(&s, ModeScheme::Optimal, options.objective);
         let mut push =
             |g: Vec<u32>| seeds.push((g.into_iter().map(|l| l.max(l_min)).collect(), vec![false; k_n]));
         if k_n <= options.paper_b_best_max_devices {
@@ -333,8 +341,8 @@ pub fn plan_with_paper_b_best(
     if policy.allows_pair() {
         seeds.push((vec![l_min; k_n], vec![false; k_n]));
     }
-    for (lens, dists) in seeds {
-        let start = search.state(&lens, &dists)?;
+    for (draft_lengths, sends_distributions) in seeds {
+        let start = search.state(&draft_lengths, &sends_distributions)?;
         search.offer(start.clone());
         if !paper_a_exact {
             // First without payload flips (so `choose` never ends below the single-payload searches from the same
@@ -368,7 +376,13 @@ pub fn plan_with_paper_b_best(
     let best = search.best.ok_or_else(|| OptimizeError::Infeasible {
         reason: "unified planner: no plan evaluated".into(),
     })?;
-    let (_, shares) = ev.lemma3_shares(&best.lens, &best.dists);
-    let plan = ev.round_plan(Scheme::Unified, &best.lens, &best.dists, &shares, proven)?;
+    let (_, shares) = ev.lemma3_shares(&best.draft_lengths, &best.sends_distributions);
+    let plan = ev.round_plan(
+        Scheme::Unified,
+        &best.draft_lengths,
+        &best.sends_distributions,
+        &shares,
+        proven,
+    )?;
     Ok((plan, search.stats))
 }

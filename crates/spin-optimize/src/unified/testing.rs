@@ -2,7 +2,7 @@
 
 use crate::OptimizeError;
 use crate::round::{
-    CorrectionSplit, DistributionFormat, Payload, PayloadPolicy, Radio, Round, RoundDevice, RoundSpec,
+    CorrectionSplit, DistributionFormat, PayloadPolicy, Radio, Round, RoundDevice, RoundSpec, TokenPayload,
     full_band_spectral_efficiency,
 };
 use rand::{Rng, RngExt};
@@ -87,7 +87,7 @@ impl DropRound {
             min_draft_len: self.draft_range.0,
             max_draft_len: self.draft_range.1,
             radio: self.radio,
-            payload: Payload {
+            payload: TokenPayload {
                 distribution_bits: self.format.distribution_bits(),
                 pair_bits: self.format.pair_bits(),
                 policy: self.policy,
