@@ -69,8 +69,9 @@ pub struct ServerArgs {
     /// Largest draft length L_max / γ_max.
     #[arg(long, default_value_t = 8)]
     pub max_draft_len: u32,
-    /// The draft length of the `fixed` scheme (`--fixed-len` is its older spelling, still read).
-    #[arg(long, alias = "fixed-len", default_value_t = 4)]
+    /// The draft length of the `fixed` scheme (paper A's L̄, the same default as `multispin plan`; `--fixed-len` is
+    /// its older spelling, still read).
+    #[arg(long, alias = "fixed-len", default_value_t = spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN)]
     pub fixed_draft_len: u32,
     /// Sampling temperature; 0 is greedy decoding.
     #[arg(long, default_value_t = 0.0)]

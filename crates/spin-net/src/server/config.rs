@@ -119,7 +119,7 @@ impl ServerConfig {
             scheme,
             modes: ModeScheme::Optimal,
             max_draft_len: 8,
-            fixed_draft_len: 4,
+            fixed_draft_len: spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN,
             v_eff: 1024,
             q_bits: 16,
             temperature: 0.0,
