@@ -1050,7 +1050,8 @@ mod tests {
         }
         assert_eq!(
             Cli::try_parse_from(["multispin"]).unwrap().server.fixed_draft_len,
-            4
+            spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN,
+            "the default is paper A's L̄, as in `multispin plan`"
         );
     }
 
