@@ -500,6 +500,21 @@ impl<'a> Planner<'a> {
         Some(state)
     }
 
+    /// [`best`]'s search: the greedy, uniform and comp-only plans computed here, then [`Planner::best_from`].
+    fn best(&mut self) -> Plan {
+        let g = self.greedy();
+        let u = self.uniform();
+        let ev = self.ev;
+        let draft_lengths = comp_only_lengths(
+            ev.acceptance(),
+            ev.draft_token_s(),
+            ev.verify_s(),
+            ev.max_draft_len(),
+        );
+        let c = to_plan(self.start_state(&draft_lengths));
+        self.best_from(g, u, c)
+    }
+
     /// [`best_from`] on this planner's evaluator.
     fn best_from(&mut self, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
         let ev = self.ev;
@@ -556,32 +571,13 @@ fn local_search(ev: &SaaEvaluator, start: &[u32], max_steps: usize) -> SaaState 
 fn best_without_kept_states(ev: &SaaEvaluator) -> Plan {
     let mut planner = Planner::new(ev);
     planner.keep_uniform = false;
-    let g = planner.greedy();
-    let u = planner.uniform();
-    let draft_lengths = comp_only_lengths(
-        ev.acceptance(),
-        ev.draft_token_s(),
-        ev.verify_s(),
-        ev.max_draft_len(),
-    );
-    let c = to_plan(planner.start_state(&draft_lengths));
-    planner.best_from(g, u, c)
+    planner.best()
 }
 
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
 /// best of all visited end points, so never below [`greedy`] or [`uniform`] on the same samples.
 pub fn best(ev: &SaaEvaluator) -> Plan {
-    let mut planner = Planner::new(ev);
-    let g = planner.greedy();
-    let u = planner.uniform();
-    let draft_lengths = comp_only_lengths(
-        ev.acceptance(),
-        ev.draft_token_s(),
-        ev.verify_s(),
-        ev.max_draft_len(),
-    );
-    let c = to_plan(planner.start_state(&draft_lengths));
-    planner.best_from(g, u, c)
+    Planner::new(ev).best()
 }
 
 /// [`best`] for a caller that has already computed the [`greedy`], [`uniform`] and [`comp_only`] plans on `ev`

@@ -357,26 +357,10 @@ mod tests {
 
     #[test]
     fn plan_paper_b_refuses_other_papers_schemes_and_too_large_exhaustive_searches() {
+        // Any paper-B scenario: the crate's example with fewer samples.
         let spec = |k: usize| paper_b::ScenarioSpec {
-            bandwidth_hz: 1e7,
-            distribution_bits: 34_816.0,
-            verify_fixed_s: 0.0428,
-            verify_per_device_s: 0.0076,
-            max_draft_len: 20,
-            ul_power_w: 0.0316,
-            dl_power_w: 1.0,
-            noise_psd_server_w_per_hz: 1.26e-20,
-            noise_psd_device_w_per_hz: 2.0e-20,
             saa_samples: 50,
-            seed: 1,
-            devices: vec![
-                paper_b::DeviceSpec {
-                    acceptance: 0.8,
-                    draft_token_s: 0.015,
-                    channel_gain: 1e-11,
-                };
-                k
-            ],
+            ..paper_b::scenario::tests::example(k)
         };
         let sc = paper_b::Scenario::new(spec(1)).unwrap();
         let ev = paper_b::SaaEvaluator::new(&sc, paper_b::ModeScheme::Optimal, Objective::Rate).unwrap();

@@ -657,36 +657,29 @@ impl Evaluator {
         }
         // Under the rate objective the value is E[ΣN] / (φ + T_ver + E[T_comm]): bound it from above with lower
         // bounds on φ (O(1) for one device) and on E[T_comm], then with the exact φ, before any T_comm.
-        let bounded = objective == Objective::Rate && threshold > 0.0;
-        if bounded {
+        let below = if objective == Objective::Rate && threshold > 0.0 {
             let mut token_mean = state.totals.tokens_total;
             for &(k, l, _) in changes {
                 token_mean +=
                     self.engine.token_entry(k, l) - self.engine.token_entry(k, state.draft_lengths[k]);
             }
             let comm_floor = self.comm_floor(state, changes);
-            let below =
-                |phi: f64| token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN);
+            let below = move |phi: f64| {
+                token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN)
+            };
             if let [change] = changes
                 && below(self.uplink_floor(state, *change))
             {
                 return None;
             }
-            let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
-            if below(phi) {
-                return None;
-            }
-            return Some(self.try_engine(
-                state,
-                changes,
-                objective,
-                scratch,
-                draft_lengths,
-                sends_distributions,
-                phi,
-            ));
-        }
+            Some(below)
+        } else {
+            None
+        };
         let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
+        if below.is_some_and(|below| below(phi)) {
+            return None;
+        }
         Some(self.try_engine(
             state,
             changes,
