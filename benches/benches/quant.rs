@@ -7,7 +7,8 @@
 //! at 1 thread and on the whole pool, against the measured bus: the table of docs/runtime.md. Random weights (random
 //! code bytes, small finite scales): no model file is needed. When the SmolLM2-135M GGUF files are in
 //! `$MULTISPIN_CACHE` (or `~/.cache/multispin`; `scripts/fetch-smollm2.sh`), the summary also times every matrix of
-//! each file once (what one decoding step or one pass multiplies), and says so when they are absent.
+//! each file once (what one decoding step or one pass multiplies), and says so when they are absent; the numbers of
+//! rows it times are 1 and 40, or the comma-separated list in `QUANT_BENCH_POSITIONS` (e.g. `1,2,3,4,5`).
 
 use criterion::{Criterion, Throughput, criterion_group};
 use rand::{RngExt, SeedableRng};
@@ -266,7 +267,11 @@ fn real_models() {
             formats.join(", "),
             bytes as f64 / 1e6
         );
-        for n in [1, 40] {
+        let positions: Vec<usize> = std::env::var("QUANT_BENCH_POSITIONS")
+            .ok()
+            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![1, 40]);
+        for &n in &positions {
             let mut run = step(n);
             let t1 = one.install(|| median_secs(budget, &mut run));
             let c1 = one.install(|| mean_cpu_secs(((1.0 / t1) as usize).clamp(5, 500), &mut run));

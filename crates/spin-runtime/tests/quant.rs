@@ -153,18 +153,23 @@ fn a_row_gets_the_same_bits_alone_and_in_any_batch() {
     for dtype in FORMATS {
         let cols = 3 * block_width(dtype);
         let (m, _) = weights(&mut rng, dtype, 9, cols);
-        let n = 6;
-        let x = random(&mut rng, n * cols);
-        let mut all = vec![0f32; n * 9];
-        m.matmul(&x, n, &mut all);
-        for i in 0..n {
-            let mut one = vec![0f32; 9];
-            m.matmul(&x[i * cols..(i + 1) * cols], 1, &mut one);
-            let same = one
-                .iter()
-                .zip(&all[i * 9..(i + 1) * 9])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{dtype:?}: row {i} alone differs from row {i} of the batch");
+        // Groups of four rows and a last group of one, two or three (the kernels' row groups).
+        for n in [2, 3, 5, 6, 7] {
+            let x = random(&mut rng, n * cols);
+            let mut all = vec![0f32; n * 9];
+            m.matmul(&x, n, &mut all);
+            for i in 0..n {
+                let mut one = vec![0f32; 9];
+                m.matmul(&x[i * cols..(i + 1) * cols], 1, &mut one);
+                let same = one
+                    .iter()
+                    .zip(&all[i * 9..(i + 1) * 9])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype:?}: row {i} alone differs from row {i} of a batch of {n}"
+                );
+            }
         }
     }
 }

@@ -706,24 +706,32 @@ mod x86 {
         let main = n / 4 * 4;
         let mut c = 0;
         while c < main {
-            if F == Q4K {
-                il_group_q4k::<4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
-            } else if F == Q6K {
-                il_group_q6k::<4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
-            } else {
-                il_group::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
-            }
+            il_group_any::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
             c += 4;
         }
-        while c < n {
-            if F == Q4K {
-                il_group_q4k::<1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
-            } else if F == Q6K {
-                il_group_q6k::<1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
-            } else {
-                il_group::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
-            }
-            c += 1;
+        // The last one to three rows go in one group too: each extra pass over the tile would unpack its codes
+        // and scales again (a pass of 2 or 3 positions, the usual verification, is all remainder).
+        match n - main {
+            3 => il_group_any::<F, 3>(tile, a, start + c, &mut out[c * interleave::ROWS..]),
+            2 => il_group_any::<F, 2>(tile, a, start + c, &mut out[c * interleave::ROWS..]),
+            1 => il_group_any::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]),
+            _ => {}
+        }
+    }
+
+    #[inline(always)]
+    fn il_group_any<const F: u8, const C: usize>(
+        tile: &[u8],
+        a: &interleave::Acts,
+        i0: usize,
+        out: &mut [f32],
+    ) {
+        if F == Q4K {
+            il_group_q4k::<C>(tile, a, i0, out);
+        } else if F == Q6K {
+            il_group_q6k::<C>(tile, a, i0, out);
+        } else {
+            il_group::<F, C>(tile, a, i0, out);
         }
     }
 
