@@ -255,7 +255,7 @@ impl Model {
             None => fresh.get_or_insert_with(QBuffers::default),
         };
         // On a worker of the pool: the products' parallel loops then start without a hand-off per product.
-        super::in_worker(|| self.qhost_pass(hw, buf, caches, tokens));
+        super::in_worker(|| with_helpers_awake(|| self.qhost_pass(hw, buf, caches, tokens)));
         let vocab = self.cfg.vocab_size;
         let mut row = 0;
         for (b, s) in tokens.iter().enumerate() {
@@ -443,6 +443,54 @@ impl Model {
             c.len += s.len();
         }
     }
+}
+
+/// Runs `f` (on a worker of the pool) while every other worker of the pool polls for work instead of sleeping.
+///
+/// A pass hands each of its ~120 products to the pool; a worker that finds nothing to do goes to sleep within
+/// tens of microseconds, and waking it again (a futex and, in a virtual machine, an interrupt to another virtual
+/// CPU) took longer than a layer's product: on the 2-core VM of docs/runtime.md the second thread then joined most
+/// products late or not at all. Here the other workers each run a task that takes any pending job of the pool
+/// (`rayon::yield_now`) until `f` returns, so a product's second half starts within a poll. They spin only for the
+/// length of the pass, and the flag that ends them is set when `f` returns or unwinds.
+///
+/// One pass at a time gets pollers (`POLLING`); a pass that starts while another has them runs as before. With two
+/// polled passes at once, each pass's thread could, while it waits for a stolen product, pick up the other's poller
+/// and stay under it while that poller waits for the other pass, which is buried the same way: a deadlock. With one,
+/// a poller waits only for its own pass, and everything stacked above that pass's frame is a job that finishes.
+/// The pollers are spawned before `f` pushes any job, so a thief takes them first (rayon steals the oldest job).
+fn with_helpers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static POLLING: AtomicBool = AtomicBool::new(false);
+    struct SetOnDrop<'a>(&'a AtomicBool, bool);
+    impl Drop for SetOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(self.1, Ordering::Release);
+        }
+    }
+    let others = rayon::current_num_threads().saturating_sub(1);
+    if others == 0
+        || POLLING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        return f();
+    }
+    let _release = SetOnDrop(&POLLING, false);
+    let done = AtomicBool::new(false);
+    rayon::scope(|s| {
+        for _ in 0..others {
+            s.spawn(|_| {
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        let _set = SetOnDrop(&done, true);
+        f()
+    })
 }
 
 /// x += y, element by element.
