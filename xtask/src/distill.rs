@@ -86,6 +86,10 @@ pub struct DistillArgs {
     /// steps/20 steps (at most 50), then decays along a half cosine to a tenth of --lr at the last step.
     #[arg(long, default_value = "constant", value_parser = ["constant", "cosine"])]
     pub lr_schedule: String,
+    /// With --head-vocab: weight of the cross-entropy at the target's most probable head token, added to the KL
+    /// (0: the KL alone). Greedy acceptance needs only the top token to agree.
+    #[arg(long, default_value_t = 0.0)]
+    pub argmax_weight: f64,
 }
 
 impl DistillArgs {
@@ -117,6 +121,7 @@ impl DistillArgs {
             ("--instructions", self.instructions.to_string()),
             ("--cache-file", self.cache_file.clone()),
             ("--lr-schedule", self.lr_schedule.clone()),
+            ("--argmax-weight", self.argmax_weight.to_string()),
         ] {
             a.push(flag.to_owned());
             a.push(v);

@@ -12,7 +12,7 @@
 //! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
 //!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
 //!        [--story-seqs 512] [--minutes 0] [--init-layers none]
-//!        [--openings 0] [--instructions 48] [--cache-file none] [--lr-schedule constant]
+//!        [--openings 0] [--instructions 48] [--cache-file none] [--lr-schedule constant] [--argmax-weight 0]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
@@ -103,6 +103,7 @@ fn run() -> Result<(), String> {
                 Some("cosine") => true,
                 Some(v) => return Err(format!("--lr-schedule: {v:?} is not constant or cosine")),
             },
+            argmax_weight: num(get("--argmax-weight"), "--argmax-weight", 0.0)?,
             seed: num(get("--seed"), "--seed", 0)?,
             minutes: num(get("--minutes"), "--minutes", 0.0)?,
             init_layers: layers(get("--init-layers"))?,

@@ -513,6 +513,8 @@ pub struct HeadStudent {
     tensors: HashMap<String, Tensor>,
     opt: AdamW,
     hv: crate::head_vocab::HeadVocab,
+    /// Weight of the cross-entropy on the target's most probable head token added to the KL (0: KL alone).
+    argmax_weight: f64,
 }
 
 impl HeadStudent {
@@ -579,6 +581,7 @@ impl HeadStudent {
             tensors,
             opt: AdamW::new(vars, params)?,
             hv,
+            argmax_weight: 0.0,
         })
     }
 
@@ -626,24 +629,58 @@ impl HeadStudent {
         })
     }
 
-    fn loss(&self, b: &HeadBatch) -> Result<Tensor> {
+    /// The training loss and the KL part of it, each the weighted mean over the batch's positions.
+    fn losses(&self, b: &HeadBatch) -> Result<(Tensor, Tensor)> {
         let vd = self.hv.ids().len();
         let logits = self.model.forward_full(&b.ids)?.narrow(D::Minus1, 0, vd)?;
         let log_q = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-        let kl = (&b.target * (&b.log_target - log_q)?)?.sum(D::Minus1)?;
-        Ok(((kl * &b.weight)?.sum_all()? / b.weight_sum.max(1.0))?)
+        let kl = (&b.target * (&b.log_target - &log_q)?)?.sum(D::Minus1)?;
+        let mean =
+            |per: Tensor| -> Result<Tensor> { Ok(((per * &b.weight)?.sum_all()? / b.weight_sum.max(1.0))?) };
+        if self.argmax_weight == 0.0 {
+            let kl = mean(kl)?;
+            return Ok((kl.clone(), kl));
+        }
+        // −log q at the target's most probable head token (a row's ties all count; rows of weight 0 do not).
+        let top = b
+            .target
+            .broadcast_eq(&b.target.max_keepdim(D::Minus1)?)?
+            .to_dtype(DType::F32)?;
+        let ce = (top * &log_q)?.sum(D::Minus1)?.neg()?;
+        let total = (&kl + (ce * self.argmax_weight)?)?;
+        Ok((mean(total)?, mean(kl)?))
     }
 
     /// The mean KL(p̃ ‖ q) over the batch's weighted positions, in nats.
     pub fn kl(&self, b: &HeadBatch) -> Result<f64> {
-        Ok(f64::from(self.loss(b)?.to_scalar::<f32>()?))
+        Ok(f64::from(self.losses(b)?.1.to_scalar::<f32>()?))
     }
 
-    /// One AdamW step on the batch; returns the KL before the step.
+    /// The training loss on the batch: [`HeadStudent::kl`], plus the argmax weight times the mean cross-entropy
+    /// at the target's most probable head token.
+    pub fn loss(&self, b: &HeadBatch) -> Result<f64> {
+        Ok(f64::from(self.losses(b)?.0.to_scalar::<f32>()?))
+    }
+
+    /// One AdamW step on the batch's training loss; returns the KL before the step.
     pub fn step(&mut self, b: &HeadBatch) -> Result<f64> {
-        let loss = self.loss(b)?;
+        let (loss, kl) = self.losses(b)?;
         self.opt.backward_step(&loss)?;
-        Ok(f64::from(loss.to_scalar::<f32>()?))
+        Ok(f64::from(kl.to_scalar::<f32>()?))
+    }
+
+    /// Adds `weight` × the cross-entropy at the target's most probable head token to the training loss (0, the
+    /// default: the KL alone). Greedy acceptance asks only that the draft's top token be the target's; the KL
+    /// spends the student's capacity on the whole distribution, which sampling at temperature 1 needs.
+    pub fn set_argmax_weight(&mut self, weight: f64) -> Result<()> {
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(RuntimeError::invalid(
+                "argmax_weight",
+                format!("{weight} is not a finite number ≥ 0"),
+            ));
+        }
+        self.argmax_weight = weight;
+        Ok(())
     }
 
     /// Sets the learning rate of the following steps (a schedule's value for the next step).

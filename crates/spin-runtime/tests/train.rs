@@ -107,6 +107,22 @@ fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
     assert_eq!(s.step(&batch).unwrap(), before);
     let after = s.kl(&batch).unwrap();
     assert!(after < before, "KL {before} -> {after}");
+    // With the cross-entropy at the target's top token added, the loss exceeds the KL by that term (≥ 0, and > 0
+    // for a student that is not sure of every top token), the step lowers the loss and still reports the KL; a
+    // negative or non-finite weight is refused by name.
+    let mut g = HeadStudent::new(student_cfg.clone(), hv.clone(), 1e-2, 3).unwrap();
+    assert_eq!(g.loss(&batch).unwrap(), g.kl(&batch).unwrap());
+    g.set_argmax_weight(0.5).unwrap();
+    let (loss0, kl0) = (g.loss(&batch).unwrap(), g.kl(&batch).unwrap());
+    assert_eq!(kl0, before);
+    assert!(loss0 > kl0, "loss {loss0}, KL {kl0}");
+    assert_eq!(g.step(&batch).unwrap(), kl0);
+    let loss1 = g.loss(&batch).unwrap();
+    assert!(loss1 < loss0, "loss {loss0} -> {loss1}");
+    for bad in [-0.1, f64::NAN, f64::INFINITY] {
+        let e = g.set_argmax_weight(bad).unwrap_err().to_string();
+        assert!(e.contains("argmax_weight"), "{e}");
+    }
     // The trained student saves and loads as a restricted draft.
     let dir = tempfile::tempdir().unwrap();
     spin_runtime::hf::write_draft_dir(dir.path(), &student_cfg, s.tensors(), &hv).unwrap();

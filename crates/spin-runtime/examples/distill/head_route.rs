@@ -31,6 +31,8 @@ pub struct Opts {
     /// Whether the learning rate follows [`cosine_learning_rate`] (warm-up, then a cosine to a tenth) rather
     /// than staying at `lr`.
     pub cosine: bool,
+    /// Weight of the cross-entropy at the target's top head token added to the KL (0: the KL alone).
+    pub argmax_weight: f64,
     pub seed: u64,
     /// Training stops after this many minutes (0: no limit); the steps done are printed, and `--steps` with that
     /// number gives the same draft.
@@ -490,6 +492,9 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
         let s = HeadStudent::from_tensors(cfg.clone(), hv.clone(), o.lr, &init).map_err(|e| e.to_string())?;
         (cfg, s)
     };
+    student
+        .set_argmax_weight(o.argmax_weight)
+        .map_err(|e| format!("--argmax-weight: {e}"))?;
     let mut rng = ChaCha8Rng::seed_from_u64(o.seed);
     let mut recent = Vec::new();
     let train_start = Instant::now();
