@@ -269,7 +269,14 @@ fn real_models() {
         );
         let positions: Vec<usize> = std::env::var("QUANT_BENCH_POSITIONS")
             .ok()
-            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .map(|v| {
+                v.split(',')
+                    .map(|n| match n.trim().parse::<usize>() {
+                        Ok(n) if n > 0 => n,
+                        _ => panic!("QUANT_BENCH_POSITIONS: {n:?} is not a row count ≥ 1 (e.g. 1,2,3,4,5)"),
+                    })
+                    .collect()
+            })
             .unwrap_or_else(|| vec![1, 40]);
         for &n in &positions {
             let mut run = step(n);

@@ -103,7 +103,13 @@ fn run() -> Result<(), String> {
                 Some("cosine") => true,
                 Some(v) => return Err(format!("--lr-schedule: {v:?} is not constant or cosine")),
             },
-            argmax_weight: num(get("--argmax-weight"), "--argmax-weight", 0.0)?,
+            // Checked here, not when training starts after minutes of caching the target's passes.
+            argmax_weight: spin_runtime::train::check_argmax_weight(num(
+                get("--argmax-weight"),
+                "--argmax-weight",
+                0.0,
+            )?)
+            .map_err(|e| format!("--argmax-weight: {e}"))?,
             seed: num(get("--seed"), "--seed", 0)?,
             minutes: num(get("--minutes"), "--minutes", 0.0)?,
             init_layers: layers(get("--init-layers"))?,

@@ -506,6 +506,19 @@ pub struct HeadBatch {
     weight_sum: f64,
 }
 
+/// `weight` if [`HeadStudent::set_argmax_weight`] takes it (finite and ≥ 0), else an error naming
+/// `argmax_weight`: for a caller that checks its options before the long work that precedes training.
+pub fn check_argmax_weight(weight: f64) -> Result<f64> {
+    if weight.is_finite() && weight >= 0.0 {
+        Ok(weight)
+    } else {
+        Err(RuntimeError::invalid(
+            "argmax_weight",
+            format!("{weight} is not a finite number ≥ 0"),
+        ))
+    }
+}
+
 /// A student with a restricted head (`crate::head_vocab`), trained by AdamW on the KL divergence from the
 /// target's top-k distributions restricted to the head, KL(p̃ ‖ q) with p̃ = p on the head's tokens, renormalised.
 pub struct HeadStudent {
@@ -673,13 +686,7 @@ impl HeadStudent {
     /// default: the KL alone). Greedy acceptance asks only that the draft's top token be the target's; the KL
     /// spends the student's capacity on the whole distribution, which sampling at temperature 1 needs.
     pub fn set_argmax_weight(&mut self, weight: f64) -> Result<()> {
-        if !(weight.is_finite() && weight >= 0.0) {
-            return Err(RuntimeError::invalid(
-                "argmax_weight",
-                format!("{weight} is not a finite number ≥ 0"),
-            ));
-        }
-        self.argmax_weight = weight;
+        self.argmax_weight = check_argmax_weight(weight)?;
         Ok(())
     }
 

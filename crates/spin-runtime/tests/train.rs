@@ -122,7 +122,9 @@ fn top_k_cache_and_one_restricted_head_step_lowers_the_kl_on_a_fixed_batch() {
     for bad in [-0.1, f64::NAN, f64::INFINITY] {
         let e = g.set_argmax_weight(bad).unwrap_err().to_string();
         assert!(e.contains("argmax_weight"), "{e}");
+        assert!(spin_runtime::train::check_argmax_weight(bad).is_err());
     }
+    assert_eq!(spin_runtime::train::check_argmax_weight(0.5).unwrap(), 0.5);
     // The trained student saves and loads as a restricted draft.
     let dir = tempfile::tempdir().unwrap();
     spin_runtime::hf::write_draft_dir(dir.path(), &student_cfg, s.tensors(), &hv).unwrap();
