@@ -246,6 +246,9 @@ fn real_models() {
                 Err(_) => skipped.push(format!("{name} ({:?})", info.ggml_dtype)),
             }
         }
+        // Side by side in one buffer in huge pages, as a loaded model holds them.
+        let mats = QMatrix::side_by_side(&mats.iter().collect::<Vec<_>>());
+        let huge = mats.iter().all(QMatrix::in_huge_pages);
         let bytes: usize = mats.iter().map(|m| m.data().len()).sum();
         let mut formats: Vec<String> = mats.iter().map(|m| format!("{:?}", m.format())).collect();
         formats.sort();
@@ -262,10 +265,15 @@ fn real_models() {
         };
         let budget = Duration::from_millis(1500);
         let mut line = format!(
-            "quant summary: SmolLM2 {quant}: {} matrices ({}), {:.1} MB",
+            "quant summary: SmolLM2 {quant}: {} matrices ({}), {:.1} MB{}",
             mats.len(),
             formats.join(", "),
-            bytes as f64 / 1e6
+            bytes as f64 / 1e6,
+            if huge {
+                " in huge pages"
+            } else {
+                " (huge pages refused)"
+            }
         );
         let positions: Vec<usize> = std::env::var("QUANT_BENCH_POSITIONS")
             .ok()

@@ -41,6 +41,8 @@ fn load(cfg: &Config, dtype: GgmlDType, overrides: &[(&str, GgmlDType)], seed: u
     };
     gguf::write_with(&path, cfg, &w, &opts).unwrap();
     let host = gguf::load(&path, &Device::Cpu).unwrap();
+    // Every host matrix was copied into one mapping advised for huge pages (Linux; elsewhere they stay on the heap).
+    assert_eq!(host.host_matrices_in_huge_pages(), cfg!(target_os = "linux"));
     assert!(host.has_quantised_host_route(), "{dtype:?}");
     assert!(!host.is_dense());
     let mut candle = host.clone();

@@ -131,6 +131,7 @@ impl Model {
             host_on: true,
             head_vocab: None,
         };
+        model.gather_host_matrices();
         model.rebuild_fused()?;
         Ok(model)
     }
@@ -291,6 +292,7 @@ impl Model {
         } else {
             proj("lm_head", &self.head)?
         };
+        m.gather_host_matrices();
         m.rebuild_fused()?;
         Ok(m)
     }

@@ -185,6 +185,28 @@ pub(crate) struct Layer {
     pub(crate) fused: std::sync::OnceLock<Option<Fused>>,
 }
 
+impl Layer {
+    /// The seven projections in the order a pass applies them.
+    pub(crate) fn projs(&self) -> [&Proj; 7] {
+        [
+            &self.wq, &self.wk, &self.wv, &self.wo, &self.gate, &self.up, &self.down,
+        ]
+    }
+
+    /// The seven projections, mutably, in the same order.
+    pub(crate) fn projs_mut(&mut self) -> [&mut Proj; 7] {
+        [
+            &mut self.wq,
+            &mut self.wk,
+            &mut self.wv,
+            &mut self.wo,
+            &mut self.gate,
+            &mut self.up,
+            &mut self.down,
+        ]
+    }
+}
+
 impl Proj {
     /// The dense layer, or `None` for a quantised projection.
     pub(super) fn dense(&self) -> Option<candle_nn::Linear> {
@@ -586,6 +608,75 @@ pub(crate) fn ggml_of(f: BlockFormat) -> GgmlDType {
     }
 }
 
+impl Model {
+    /// Whether the model has host matrices and all of them sit in a mapping advised for huge pages
+    /// (`gather_host_matrices`; false where the system refused the mapping).
+    pub fn host_matrices_in_huge_pages(&self) -> bool {
+        let mut any = false;
+        let mut all = true;
+        let projs = self.layers.iter().flat_map(|l| l.projs()).chain([&self.head]);
+        for m in projs.filter_map(|p| p.host()).map(|h| &h.m) {
+            any = true;
+            all &= m.in_huge_pages();
+        }
+        if let Embedding::Host(m) = &self.embed {
+            any = true;
+            all &= m.in_huge_pages();
+        }
+        any && all
+    }
+
+    /// Copies every host matrix of the model (embedding, projections, output head; each once however many
+    /// projections share it) side by side into one buffer in huge pages (`QMatrix::side_by_side`), in the order a
+    /// pass reads them, and points the projections at the copies. The old buffers are freed as the last
+    /// reference to each goes.
+    pub(super) fn gather_host_matrices(&mut self) {
+        let mut unique: Vec<Arc<QMatrix>> = Vec::new();
+        let mut note = |m: &Arc<QMatrix>| {
+            if !unique.iter().any(|u| Arc::ptr_eq(u, m)) {
+                unique.push(m.clone());
+            }
+        };
+        for layer in &self.layers {
+            for p in layer.projs() {
+                if let Some(h) = p.host() {
+                    note(&h.m);
+                }
+            }
+        }
+        if let Some(h) = self.head.host() {
+            note(&h.m);
+        }
+        if let Embedding::Host(m) = &self.embed {
+            note(m);
+        }
+        if unique.is_empty() || unique.iter().all(|m| m.in_huge_pages()) {
+            return;
+        }
+        let refs: Vec<&QMatrix> = unique.iter().map(|m| &**m).collect();
+        let copies: Vec<Arc<QMatrix>> = QMatrix::side_by_side(&refs).into_iter().map(Arc::new).collect();
+        let copy_of = |m: &Arc<QMatrix>| -> Arc<QMatrix> {
+            let i = unique.iter().position(|u| Arc::ptr_eq(u, m));
+            // Every host matrix was noted above.
+            i.map_or_else(|| m.clone(), |i| copies[i].clone())
+        };
+        let re = |p: &mut Proj| {
+            if let Proj::Host { w, .. } = p {
+                *w = w.on(copy_of(&w.m));
+            }
+        };
+        for layer in &mut self.layers {
+            for p in layer.projs_mut() {
+                re(p);
+            }
+        }
+        re(&mut self.head);
+        if let Embedding::Host(m) = &mut self.embed {
+            *m = copy_of(m);
+        }
+    }
+}
+
 /// Rows `first .. first + rows` of a host matrix that may be shared with the projections stacked beside it
 /// (q|k|v, gate|up): what a quantised projection of a GGUF model on the CPU holds.
 #[derive(Debug, Clone)]
@@ -618,6 +709,11 @@ impl HostRows {
     /// Input width.
     pub(crate) fn cols(&self) -> usize {
         self.m.cols()
+    }
+
+    /// The same rows of `m`, a copy of this matrix (candle's form of them is rebuilt on first use).
+    fn on(&self, m: Arc<QMatrix>) -> HostRows {
+        HostRows::part(m, self.first, self.rows)
     }
 
     /// The block bytes of these rows as the file stores them.

@@ -176,14 +176,14 @@ fn fifth_bits_from_tile(tile_block: &[u8], r: usize) -> u32 {
 ///
 /// # Panics
 /// If `format` is not [`supported`] or `data` is not rows × cols of it (the caller checked both).
-pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -> super::pages::WeightBytes {
     let be = format.block_elems();
     assert!(supported(format) && cols.is_multiple_of(be));
     let (bb, nb) = (format.block_bytes(), cols / be);
     assert_eq!(data.len(), rows * nb * bb);
     let tb = tile_block_bytes(format);
     let tiles = rows.div_ceil(ROWS);
-    let mut out = vec![0u8; tiles * nb * tb];
+    let mut out = super::pages::WeightBytes::zeroed(tiles * nb * tb);
     for row in 0..rows {
         let (t, r) = (row / ROWS, row % ROWS);
         for b in 0..nb {

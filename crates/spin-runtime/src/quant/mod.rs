@@ -15,6 +15,7 @@
 //! order whatever the pool size, so 1 and 2 threads give the same bits.
 
 mod interleave;
+mod pages;
 mod reference;
 mod simd;
 
@@ -108,7 +109,7 @@ pub struct QMatrix {
     format: BlockFormat,
     rows: usize,
     cols: usize,
-    data: Vec<u8>,
+    data: pages::Shared,
     /// Whether `data` is the interleaved form.
     interleaved: bool,
 }
@@ -142,9 +143,9 @@ impl QMatrix {
         }
         let interleaved = simd::interleaved() && interleave::supported(format);
         let data = if interleaved {
-            interleave::pack(format, rows, cols, &data)
+            pages::Shared::own(interleave::pack(format, rows, cols, &data))
         } else {
-            data
+            pages::Shared::own(pages::WeightBytes::from_vec(data))
         };
         Ok(QMatrix {
             format,
@@ -221,6 +222,29 @@ impl QMatrix {
         self.file_rows(r, 1)
     }
 
+    /// The same matrices with their bytes copied side by side into one buffer in transparent huge pages where the
+    /// system gives them (`pages.rs` says why: a step streams every weight, and 4 KiB pages cost a page walk per
+    /// 4 KiB). Products give the same bits as before; the copies share the buffer, which lives until the last
+    /// of them is dropped.
+    pub fn side_by_side(ms: &[&QMatrix]) -> Vec<QMatrix> {
+        let parts: Vec<&[u8]> = ms.iter().map(|m| &m.data[..]).collect();
+        ms.iter()
+            .zip(pages::Shared::side_by_side(&parts))
+            .map(|(m, data)| QMatrix {
+                format: m.format,
+                rows: m.rows,
+                cols: m.cols,
+                data,
+                interleaved: m.interleaved,
+            })
+            .collect()
+    }
+
+    /// Whether the bytes live in a mapping advised for huge pages ([`QMatrix::side_by_side`]).
+    pub fn in_huge_pages(&self) -> bool {
+        self.data.is_huge()
+    }
+
     /// Rows of several matrices of one format and width stacked (q|k|v, gate|up); `None` if formats or widths
     /// differ or `parts` is empty.
     pub fn stack(parts: &[&QMatrix]) -> Option<QMatrix> {
@@ -237,10 +261,9 @@ impl QMatrix {
             .all(|p| p.rows.is_multiple_of(interleave::ROWS));
         if first.interleaved && whole_tiles {
             // Tiles are independent: the stacked matrix's tiles are the parts' tiles in order.
-            let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
-            for p in parts {
-                data.extend_from_slice(&p.data);
-            }
+            let data = pages::Shared::own(pages::WeightBytes::concat(
+                &parts.iter().map(|p| &p.data[..]).collect::<Vec<_>>(),
+            ));
             return Some(QMatrix {
                 format: first.format,
                 rows,
