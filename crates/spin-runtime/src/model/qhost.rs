@@ -454,6 +454,11 @@ impl Model {
 /// (`rayon::yield_now`) until `f` returns, so a product's second half starts within a poll. They spin only for the
 /// length of the pass, and the flag that ends them is set when `f` returns or unwinds.
 ///
+/// Between polls that find nothing a poller gives its core away (`sched_yield`): when another program holds one of
+/// the cores, a poller and the pass's own thread can share the other, and a poller that only spun would take
+/// half of it from the thread doing the work (SmolLM2 Q4_1, 2 threads, a compile on the other core: 1.30× the
+/// tokens/s of spinning; on a quiet machine 1.02× [0.93–1.09], docs/runtime.md).
+///
 /// One pass at a time gets pollers (`POLLING`); a pass that starts while another has them runs as before. With two
 /// polled passes at once, each pass's thread could, while it waits for a stolen product, pick up the other's poller
 /// and stay under it while that poller waits for the other pass, which is buried the same way: a deadlock. With one,
@@ -483,7 +488,7 @@ fn with_helpers_awake<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             s.spawn(|_| {
                 while !done.load(Ordering::Acquire) {
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                        std::hint::spin_loop();
+                        std::thread::yield_now();
                     }
                 }
             });
