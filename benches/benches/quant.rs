@@ -115,30 +115,52 @@ fn stream_read_par(data: &[u64]) -> u64 {
         .reduce(|| 0, u64::wrapping_add)
 }
 
-fn bus() -> (f64, f64, f64) {
-    let data: Vec<u64> = (0..BUS_BYTES as u64 / 8).collect();
-    let one = median_secs(Duration::from_secs(2), || {
-        black_box(stream_read(black_box(&data)));
+/// `BUS_BYTES` of counting u64s in an anonymous mapping advised for transparent huge pages (as a loaded model's
+/// weights are held, `QMatrix::side_by_side`); `None` where the system refuses.
+fn huge_pages_data() -> Option<memmap2::MmapMut> {
+    let mut m = memmap2::MmapMut::map_anon(BUS_BYTES).ok()?;
+    m.advise(memmap2::Advice::HugePage).ok()?;
+    for (i, c) in m.chunks_exact_mut(8).enumerate() {
+        c.copy_from_slice(&(i as u64).to_le_bytes());
+    }
+    Some(m)
+}
+
+/// The stream-read bus in GB/s: one thread (wall), one thread per CPU second, the whole pool; in 4 KiB pages
+/// (a `Vec`) and, where the system gives them, in huge pages.
+fn bus() -> [(f64, f64, f64); 2] {
+    let measure = |data: &[u64]| {
+        let one = median_secs(Duration::from_secs(2), || {
+            black_box(stream_read(black_box(data)));
+        });
+        let all = median_secs(Duration::from_secs(2), || {
+            black_box(stream_read_par(black_box(data)));
+        });
+        let cpu = mean_cpu_secs(5, || {
+            black_box(stream_read(black_box(data)));
+        });
+        (
+            BUS_BYTES as f64 / one / 1e9,
+            cpu.map_or(f64::NAN, |c| BUS_BYTES as f64 / c / 1e9),
+            BUS_BYTES as f64 / all / 1e9,
+        )
+    };
+    let small: Vec<u64> = (0..BUS_BYTES as u64 / 8).collect();
+    let four_k = measure(&small);
+    drop(small);
+    let huge = huge_pages_data().map_or((f64::NAN, f64::NAN, f64::NAN), |m| {
+        measure(bytemuck::cast_slice(&m[..]))
     });
-    let all = median_secs(Duration::from_secs(2), || {
-        black_box(stream_read_par(black_box(&data)));
-    });
-    let cpu = mean_cpu_secs(5, || {
-        black_box(stream_read(black_box(&data)));
-    });
-    (
-        BUS_BYTES as f64 / one / 1e9,
-        cpu.map_or(f64::NAN, |c| BUS_BYTES as f64 / c / 1e9),
-        BUS_BYTES as f64 / all / 1e9,
-    )
+    [four_k, huge]
 }
 
 fn summary() {
     let threads = rayon::current_num_threads();
-    let (bus1, bus_cpu, bus_all) = bus();
-    println!(
-        "quant summary: stream-read bus {bus1:.1} GB/s on 1 thread (wall), {bus_cpu:.1} GB/s per CPU second, {bus_all:.1} GB/s on {threads} threads"
-    );
+    for ((bus1, bus_cpu, bus_all), pages) in bus().into_iter().zip(["4 KiB pages", "huge pages"]) {
+        println!(
+            "quant summary: stream-read bus in {pages} {bus1:.1} GB/s on 1 thread (wall), {bus_cpu:.1} GB/s per CPU second, {bus_all:.1} GB/s on {threads} threads"
+        );
+    }
     let iters = 20_000_000;
     let start = Instant::now();
     let (macs, check) = spin_runtime::quant::peak_int8_macs(iters);

@@ -684,6 +684,13 @@ mod x86 {
         rows: std::ops::Range<usize>,
         out: &mut [f32],
     ) {
+        // Five to eight rows (a verification of 4 to 7 drafted tokens) go through a block-format tile in one group
+        // (`il512_wide`). Not the k-quants: their groups hold a super-block's unpacked scales besides, and at five
+        // rows and more they ran slower than two groups.
+        if (5..=8).contains(&rows.len()) && !matches!(format, BlockFormat::Q4K | BlockFormat::Q6K) {
+            il512_wide(format, tile, a, rows, out);
+            return;
+        }
         match format {
             BlockFormat::Q4_0 => il_rows::<Q4_0>(tile, a, rows, out),
             BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
@@ -692,6 +699,41 @@ mod x86 {
             BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out),
             BlockFormat::Q6K => il_rows::<Q6K>(tile, a, rows, out),
             _ => unreachable!("il512 runs only on interleaved formats"),
+        }
+    }
+
+    /// Five to eight activation rows of a Q4_0, Q4_1, Q5_0 or Q8_0 tile in one group: as a group of four and one
+    /// of the rest, the second would load and unpack the tile's codes and scales again for one to four rows. A
+    /// function of its own, never inlined: inside [`il512`], the wider groups made every call of it slower (a
+    /// Q4_K_M step took twice as long, in code these groups never run).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline(never)]
+    fn il512_wide(
+        format: BlockFormat,
+        tile: &[u8],
+        a: &interleave::Acts,
+        rows: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) {
+        let i0 = rows.start;
+        match (format, rows.len()) {
+            (BlockFormat::Q4_0, 5) => il_group::<Q4_0, 5>(tile, a, i0, out),
+            (BlockFormat::Q4_0, 6) => il_group::<Q4_0, 6>(tile, a, i0, out),
+            (BlockFormat::Q4_0, 7) => il_group::<Q4_0, 7>(tile, a, i0, out),
+            (BlockFormat::Q4_0, 8) => il_group::<Q4_0, 8>(tile, a, i0, out),
+            (BlockFormat::Q4_1, 5) => il_group::<Q4_1, 5>(tile, a, i0, out),
+            (BlockFormat::Q4_1, 6) => il_group::<Q4_1, 6>(tile, a, i0, out),
+            (BlockFormat::Q4_1, 7) => il_group::<Q4_1, 7>(tile, a, i0, out),
+            (BlockFormat::Q4_1, 8) => il_group::<Q4_1, 8>(tile, a, i0, out),
+            (BlockFormat::Q5_0, 5) => il_group::<Q5_0, 5>(tile, a, i0, out),
+            (BlockFormat::Q5_0, 6) => il_group::<Q5_0, 6>(tile, a, i0, out),
+            (BlockFormat::Q5_0, 7) => il_group::<Q5_0, 7>(tile, a, i0, out),
+            (BlockFormat::Q5_0, 8) => il_group::<Q5_0, 8>(tile, a, i0, out),
+            (BlockFormat::Q8_0, 5) => il_group::<Q8_0, 5>(tile, a, i0, out),
+            (BlockFormat::Q8_0, 6) => il_group::<Q8_0, 6>(tile, a, i0, out),
+            (BlockFormat::Q8_0, 7) => il_group::<Q8_0, 7>(tile, a, i0, out),
+            (BlockFormat::Q8_0, 8) => il_group::<Q8_0, 8>(tile, a, i0, out),
+            _ => unreachable!("il512_wide runs only on 5 to 8 rows of the 32-value block formats"),
         }
     }
 
@@ -826,12 +868,14 @@ mod x86 {
         // SAFETY: the reads are at xq + [0, 32), which the caller guarantees readable; they are unaligned; the
         // rest are register operations of the features the caller enabled.
         unsafe {
-            let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
-            let mut even = _mm512_dpbusd_epi32(start, w[0], x4(0));
-            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], x4(1));
+            // Four activation codes as one i32 (a plain read: an intrinsic inside a closure would not inherit the
+            // caller's target features, and would become a call wherever the inliner left the closure out).
+            let x4 = |g: usize| xq.add(4 * g).cast::<i32>().read_unaligned();
+            let mut even = _mm512_dpbusd_epi32(start, w[0], _mm512_set1_epi32(x4(0)));
+            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(x4(1)));
             for g in (2..8).step_by(2) {
-                even = _mm512_dpbusd_epi32(even, w[g], x4(g));
-                odd = _mm512_dpbusd_epi32(odd, w[g + 1], x4(g + 1));
+                even = _mm512_dpbusd_epi32(even, w[g], _mm512_set1_epi32(x4(g)));
+                odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(x4(g + 1)));
             }
             _mm512_add_epi32(even, odd)
         }
@@ -860,18 +904,25 @@ mod x86 {
                 let p = tp.add(b * tb);
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
-                let q: [__m128i; 12] = std::array::from_fn(|k| _mm_loadu_si128(p.add(64 + 16 * k).cast()));
-                let top = |v: __m128i| _mm_and_si128(_mm_srli_epi16::<6>(v), m3);
+                // No closures here or below: a closure does not inherit the caller's target features, and when the
+                // inliner left one out of line its intrinsics became calls (a Q4_K_M step took twice as long).
+                let mut q = [_mm_setzero_si128(); 12];
+                for (k, q) in q.iter_mut().enumerate() {
+                    *q = _mm_loadu_si128(p.add(64 + 16 * k).cast());
+                }
                 for j in 0..8 {
                     // `reference::scale_min_k4` on 16 rows at once (byte shifts as masked 16-bit ones).
                     let (sc, m) = if j < 4 {
                         (_mm_and_si128(q[j], m63), _mm_and_si128(q[j + 4], m63))
                     } else {
                         (
-                            _mm_or_si128(_mm_and_si128(q[j + 4], m15), _mm_slli_epi16::<4>(top(q[j - 4]))),
+                            _mm_or_si128(
+                                _mm_and_si128(q[j + 4], m15),
+                                _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(q[j - 4]), m3)),
+                            ),
                             _mm_or_si128(
                                 _mm_and_si128(_mm_srli_epi16::<4>(q[j + 4]), m15),
-                                _mm_slli_epi16::<4>(top(q[j])),
+                                _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(q[j]), m3)),
                             ),
                         )
                     };
@@ -883,14 +934,15 @@ mod x86 {
                         _mm512_set1_epi32(i32::MIN),
                     ));
                     let cp = p.add(256 + 512 * (j / 2));
-                    let w: [__m512i; 8] = std::array::from_fn(|h| {
+                    let mut w = [_mm512_setzero_si512(); 8];
+                    for (h, w) in w.iter_mut().enumerate() {
                         let v = _mm512_loadu_si512(cp.add(64 * h).cast());
-                        if j % 2 == 0 {
+                        *w = if j % 2 == 0 {
                             _mm512_and_si512(v, nib)
                         } else {
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib)
-                        }
-                    });
+                        };
+                    }
                     let ch = 8 * b + j;
                     for c in 0..C {
                         let i = i0 + c;
@@ -934,7 +986,9 @@ mod x86 {
                     let (h, i) = (j / 4, j % 4);
                     let lp = p.add(288 + (2 * h + i % 2) * 8 * 64);
                     let hp = p.add(2336 + 8 * h * 64);
-                    let w: [__m512i; 8] = std::array::from_fn(|g| {
+                    // Plain loops, no closures (see `il_group_q4k`).
+                    let mut w = [_mm512_setzero_si512(); 8];
+                    for (g, w) in w.iter_mut().enumerate() {
                         let l = _mm512_loadu_si512(lp.add(64 * g).cast());
                         let low = if i < 2 {
                             _mm512_and_si512(l, nib)
@@ -950,24 +1004,28 @@ mod x86 {
                             2 => q,
                             _ => _mm512_srli_epi16::<2>(q),
                         };
-                        _mm512_or_si512(low, _mm512_and_si512(high, top))
-                    });
-                    let sub = |k: usize| {
+                        *w = _mm512_or_si512(low, _mm512_and_si512(high, top));
+                    }
+                    let mut sub = [_mm512_setzero_ps(); 2];
+                    for (k, sub) in sub.iter_mut().enumerate() {
                         let sc = _mm_loadu_si128(p.add(32 + 16 * (2 * j + k)).cast());
-                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)))
-                    };
-                    let (sa, sb) = (sub(0), sub(1));
+                        *sub = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+                    }
+                    let [sa, sb] = sub;
                     let (oa, ob) = (_mm512_mul_ps(minus32, sa), _mm512_mul_ps(minus32, sb));
                     let ch = 8 * b + j;
                     for c in 0..C {
                         let ix = i0 + c;
                         let xq = qp.add(ix * cols + 32 * ch);
-                        let x4 = |g: usize| _mm512_set1_epi32(xq.add(4 * g).cast::<i32>().read_unaligned());
-                        let mut ia = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], x4(0));
-                        let mut ib = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], x4(4));
+                        // Four activation codes as one i32 (a plain read: no intrinsic inside a closure).
+                        let x4 = |g: usize| xq.add(4 * g).cast::<i32>().read_unaligned();
+                        let mut ia =
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(x4(0)));
+                        let mut ib =
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[4], _mm512_set1_epi32(x4(4)));
                         for g in 1..4 {
-                            ia = _mm512_dpbusd_epi32(ia, w[g], x4(g));
-                            ib = _mm512_dpbusd_epi32(ib, w[g + 4], x4(g + 4));
+                            ia = _mm512_dpbusd_epi32(ia, w[g], _mm512_set1_epi32(x4(g)));
+                            ib = _mm512_dpbusd_epi32(ib, w[g + 4], _mm512_set1_epi32(x4(g + 4)));
                         }
                         let dx = _mm512_set1_ps(*dp.add(ix * nch + ch));
                         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(sa, dx), acc[c]);
