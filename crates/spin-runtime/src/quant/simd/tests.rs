@@ -351,7 +351,17 @@ fn interleaving_gives_back_the_files_bytes() {
 fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
     let mut r = rng(22);
     for format in QUANT.into_iter().filter(|&f| interleave::supported(f)) {
-        for (blocks, n) in [(1, 1), (2, 4), (3, 5), (18, 9), (48, 2), (2, 3), (3, 6), (5, 7), (4, 8)] {
+        for (blocks, n) in [
+            (1, 1),
+            (2, 4),
+            (3, 5),
+            (18, 9),
+            (48, 2),
+            (2, 3),
+            (3, 6),
+            (5, 7),
+            (4, 8),
+        ] {
             let cols = blocks * format.block_elems();
             let nch = cols / 32;
             let rows: Vec<Vec<u8>> = (0..interleave::ROWS)
