@@ -609,47 +609,35 @@ pub(crate) fn ggml_of(f: BlockFormat) -> GgmlDType {
 }
 
 impl Model {
-    /// Whether the model has host matrices and all of them sit in a mapping advised for huge pages
-    /// (`gather_host_matrices`; false where the system refused the mapping).
-    pub fn host_matrices_in_huge_pages(&self) -> bool {
-        let mut any = false;
-        let mut all = true;
+    /// Every host matrix of the model once, however many projections share it, in the order a pass reads them:
+    /// the layers' projections, the output head, the embedding.
+    fn host_matrices(&self) -> Vec<Arc<QMatrix>> {
         let projs = self.layers.iter().flat_map(|l| l.projs()).chain([&self.head]);
-        for m in projs.filter_map(|p| p.host()).map(|h| &h.m) {
-            any = true;
-            all &= m.in_huge_pages();
-        }
-        if let Embedding::Host(m) = &self.embed {
-            any = true;
-            all &= m.in_huge_pages();
-        }
-        any && all
-    }
-
-    /// Copies every host matrix of the model (embedding, projections, output head; each once however many
-    /// projections share it) side by side into one buffer in huge pages (`QMatrix::side_by_side`), in the order a
-    /// pass reads them, and points the projections at the copies. The old buffers are freed as the last
-    /// reference to each goes.
-    pub(super) fn gather_host_matrices(&mut self) {
+        let embed = match &self.embed {
+            Embedding::Host(m) => Some(m),
+            Embedding::Dense(_) => None,
+        };
         let mut unique: Vec<Arc<QMatrix>> = Vec::new();
-        let mut note = |m: &Arc<QMatrix>| {
+        for m in projs.filter_map(|p| p.host()).map(|h| &h.m).chain(embed) {
             if !unique.iter().any(|u| Arc::ptr_eq(u, m)) {
                 unique.push(m.clone());
             }
-        };
-        for layer in &self.layers {
-            for p in layer.projs() {
-                if let Some(h) = p.host() {
-                    note(&h.m);
-                }
-            }
         }
-        if let Some(h) = self.head.host() {
-            note(&h.m);
-        }
-        if let Embedding::Host(m) = &self.embed {
-            note(m);
-        }
+        unique
+    }
+
+    /// Whether the model has host matrices and all of them sit in a mapping advised for huge pages
+    /// (`gather_host_matrices`; false where the system refused the advice).
+    pub fn host_matrices_in_huge_pages(&self) -> bool {
+        let ms = self.host_matrices();
+        !ms.is_empty() && ms.iter().all(|m| m.in_huge_pages())
+    }
+
+    /// Copies every host matrix of the model (`host_matrices`) side by side into one buffer in huge pages
+    /// (`QMatrix::side_by_side`), in the order a pass reads them, and points the projections at the copies. The
+    /// old buffers are freed as the last reference to each goes.
+    pub(super) fn gather_host_matrices(&mut self) {
+        let unique = self.host_matrices();
         if unique.is_empty() || unique.iter().all(|m| m.in_huge_pages()) {
             return;
         }
@@ -657,7 +645,7 @@ impl Model {
         let copies: Vec<Arc<QMatrix>> = QMatrix::side_by_side(&refs).into_iter().map(Arc::new).collect();
         let copy_of = |m: &Arc<QMatrix>| -> Arc<QMatrix> {
             let i = unique.iter().position(|u| Arc::ptr_eq(u, m));
-            // Every host matrix was noted above.
+            // Every host matrix is in `unique`.
             i.map_or_else(|| m.clone(), |i| copies[i].clone())
         };
         let re = |p: &mut Proj| {
