@@ -6,9 +6,9 @@
 //! setting (`/sys/kernel/mm/transparent_hugepage/enabled` = `madvise`) gives huge pages only to memory that asks for
 //! them, and only for 2 MiB-aligned stretches that lie whole inside one mapping when they are first touched: a layer's
 //! matrix of 0.2–2 MiB mapped on its own would get none. So a loaded model's matrices are copied side by side into
-//! one anonymous mapping advised `MADV_HUGEPAGE` ([`Shared`], `QMatrix::side_by_side`). Where the mapping or the
-//! advice fails (another system, THP compiled out or `never`), the bytes live on the heap and only the speed
-//! differs.
+//! one anonymous mapping advised `MADV_HUGEPAGE` ([`Shared`], `QMatrix::side_by_side`). Where the advice is refused
+//! (THP compiled out) the mapping holds ordinary pages, and where there is no mapping (another system, or the call
+//! fails) the bytes live on the heap: only the speed differs.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};

@@ -685,8 +685,9 @@ mod x86 {
         out: &mut [f32],
     ) {
         // Five to eight rows (a verification of 4 to 7 drafted tokens) go through a block-format tile in one group
-        // (`il512_wide`). Not the k-quants: their groups hold a super-block's unpacked scales besides, and at five
-        // rows and more they ran slower than two groups.
+        // (`il512_wide`). Not the k-quants, whose groups hold a super-block's unpacked scales besides: they ran
+        // slower so, but that was measured while their closures could fall out of line (`il_group_q4k`), so it is
+        // untried since.
         if (5..=8).contains(&rows.len()) && !matches!(format, BlockFormat::Q4K | BlockFormat::Q6K) {
             il512_wide(format, tile, a, rows, out);
             return;
@@ -704,8 +705,9 @@ mod x86 {
 
     /// Five to eight activation rows of a Q4_0, Q4_1, Q5_0 or Q8_0 tile in one group: as a group of four and one
     /// of the rest, the second would load and unpack the tile's codes and scales again for one to four rows. A
-    /// function of its own, never inlined: inside [`il512`], the wider groups made every call of it slower (a
-    /// Q4_K_M step took twice as long, in code these groups never run).
+    /// function of its own, never inlined, so that [`il512`]'s code for the other formats is compiled as it was:
+    /// inlined there, the wider groups made the inliner leave the k-quants' closures out of line (now plain loops,
+    /// see `il_group_q4k`), and a Q4_K_M step took twice as long.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline(never)]
     fn il512_wide(
