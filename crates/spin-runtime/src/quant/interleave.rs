@@ -470,7 +470,11 @@ mod tests {
                     }
                 }
                 assert_eq!(&packed[..], &by_bytes[..], "{format:?} {rows}×{cols}");
-                assert_eq!(unpack_rows(format, cols, &packed, 0, rows), data, "{format:?} {rows}×{cols}");
+                assert_eq!(
+                    unpack_rows(format, cols, &packed, 0, rows),
+                    data,
+                    "{format:?} {rows}×{cols}"
+                );
             }
         }
     }
