@@ -96,6 +96,9 @@ pub struct Verifier<M: Deref<Target = Model>> {
     slots: Vec<Slot>,
     rng: ChaCha8Rng,
     scratch: Vec<f32>,
+    /// Tests: judge every round in general, so that the greedy judge can be checked against it.
+    #[cfg(test)]
+    general_only: bool,
 }
 
 impl<M: Deref<Target = Model>> Verifier<M> {
@@ -107,6 +110,8 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             slots: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             scratch: Vec::new(),
+            #[cfg(test)]
+            general_only: false,
         }
     }
 
@@ -248,12 +253,17 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         self.check_submissions(subs)?;
         let positions = subs.iter().map(|s| s.tokens.len()).max().unwrap_or(0) + 1;
         let (mut flat, verify_s) = self.target_pass(subs, positions)?;
-        self.target_rows(subs, &mut flat, positions)?;
-        let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
-        let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
-        self.judge_with_distributions(subs, &flat, &targets, &mut decisions)?;
-        self.judge_pairs(subs, &targets, &mut decisions)?;
-        let mut decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        let mut decisions = match self.judge_greedy(subs, &flat, positions)? {
+            Some(d) => d,
+            None => {
+                self.target_rows(subs, &mut flat, positions)?;
+                let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
+                let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
+                self.judge_with_distributions(subs, &flat, &targets, &mut decisions)?;
+                self.judge_pairs(subs, &targets, &mut decisions)?;
+                decisions.into_iter().flatten().collect()
+            }
+        };
         for (s, d) in subs.iter().zip(decisions.iter_mut()) {
             let upto = match *d {
                 Decision::Done { accepted, .. } => accepted,
@@ -394,6 +404,62 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                 })?;
         }
         Ok((flat, start.elapsed().as_secs_f64()))
+    }
+
+    /// Greedy verification (top-1 sampling, e.g. temperature 0) of in-process drafts, straight from the logits:
+    /// the target's distribution at each position is one-hot at its first largest logit (what `probs_into`
+    /// writes), so a drafted token is accepted exactly when it is that token, the first one that is not is
+    /// replaced by it, and a draft accepted whole gets the next position's. These are the decisions (and the
+    /// acceptance records: min(1, p(y)/q(y)) is 1 or 0) the general judge reaches on the one-hot rows, without
+    /// writing a probability row per position or drawing a number. `None` (judge in general) unless sampling is
+    /// top-1 and every submission carries dense draft rows that give each drafted token a positive probability.
+    fn judge_greedy(
+        &mut self,
+        subs: &[Submission<'_>],
+        flat: &[f32],
+        positions: usize,
+    ) -> Result<Option<Vec<Decision>>> {
+        #[cfg(test)]
+        if self.general_only {
+            return Ok(None);
+        }
+        if self.cfg.params.top_k() != Some(1) {
+            return Ok(None);
+        }
+        for s in subs {
+            let DraftDists::Dense(q) = s.dists else {
+                return Ok(None);
+            };
+            let positive = |(&y, row): (&u32, &Vec<f32>)| {
+                let p = row.get(y as usize).copied().unwrap_or(0.0);
+                p > 0.0 && p <= 1.0
+            };
+            if q.len() != s.tokens.len() || !s.tokens.iter().zip(q).all(positive) {
+                return Ok(None);
+            }
+        }
+        let vocab = self.vocab();
+        let mut decisions = Vec::with_capacity(subs.len());
+        for (i, s) in subs.iter().enumerate() {
+            let best = |j: usize| crate::probs::argmax(&flat[(i * positions + j) * vocab..][..vocab]);
+            let slot = &mut self.slots[s.device];
+            let mut accepted = None;
+            for (j, &y) in s.tokens.iter().enumerate() {
+                let agrees = best(j)? == y;
+                slot.alpha.record_acceptance(if agrees { 1.0 } else { 0.0 })?;
+                if !agrees && accepted.is_none() {
+                    accepted = Some(j);
+                }
+            }
+            let at = accepted.unwrap_or(s.tokens.len());
+            slot.alpha.record_round(at, s.tokens.len())?;
+            decisions.push(Decision::Done {
+                accepted: at,
+                token: best(at)?,
+                rejected: accepted.is_some(),
+            });
+        }
+        Ok(Some(decisions))
     }
 
     /// Turns the logits rows of [`Verifier::target_pass`] into the target's probability rows in place (the padding
@@ -632,5 +698,75 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             slot.done = true;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drafter::{DistForm, Drafter, device_rng};
+    use crate::model::tiny_random_model;
+    use candle_core::Device;
+
+    /// At top-1 sampling the greedy judge reaches the general judge's decisions and acceptance records, round by
+    /// round, with drafts that are often rejected, sometimes accepted whole, and end at the token budget.
+    #[test]
+    fn the_greedy_judge_decides_as_the_general_one() {
+        let dev = Device::Cpu;
+        let target = tiny_random_model(11, 0.4, 2, &dev).unwrap();
+        let greedy = crate::probs::sampling(0.0).unwrap();
+        let prompt = vec![1u32, 6, 2];
+        let mut rounds = 0;
+        for (seed, draft_len) in [(12, 3), (13, 1), (14, 5)] {
+            let draft = tiny_random_model(seed, 0.4, 1, &dev).unwrap();
+            for model in [&draft, &target] {
+                let cfg = VerifierConfig {
+                    params: greedy,
+                    max_new_tokens: 40,
+                    eos: None,
+                    seed: 3,
+                };
+                let mut fast = Verifier::new(&target, cfg);
+                let mut general = Verifier::new(&target, cfg);
+                general.general_only = true;
+                fast.add_devices(std::slice::from_ref(&prompt)).unwrap();
+                general.add_devices(std::slice::from_ref(&prompt)).unwrap();
+                let mut d = Drafter::new(
+                    model,
+                    &prompt,
+                    prompt.len(),
+                    greedy,
+                    DistForm::Dense,
+                    device_rng(5, 0),
+                )
+                .unwrap();
+                while !fast.is_done(0).unwrap() {
+                    let len = draft_len.min(fast.max_draft_len(0).unwrap());
+                    let out = d.draft(len).unwrap();
+                    let sub = Submission {
+                        device: 0,
+                        tokens: &out.tokens,
+                        dists: DraftDists::Dense(d.last_dists()),
+                    };
+                    let (a, _) = fast.verify(std::slice::from_ref(&sub)).unwrap();
+                    let (b, _) = general.verify(std::slice::from_ref(&sub)).unwrap();
+                    assert_eq!(a, b, "round {rounds}");
+                    assert_eq!(
+                        fast.alpha(0).unwrap(),
+                        general.alpha(0).unwrap(),
+                        "round {rounds}"
+                    );
+                    assert_eq!(fast.tokens(0).unwrap(), general.tokens(0).unwrap());
+                    let Decision::Done { accepted, token, .. } = a[0] else {
+                        panic!("a dense draft is decided at once");
+                    };
+                    d.commit(accepted, token).unwrap();
+                    d.cut(fast.tokens(0).unwrap().len()).unwrap();
+                    rounds += 1;
+                }
+                assert!(general.is_done(0).unwrap());
+            }
+        }
+        assert!(rounds > 20, "{rounds} rounds");
     }
 }
