@@ -77,7 +77,9 @@ pub struct GenerateArgs {
     /// Seed of every random draw.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0)]
     pub seed: u64,
-    /// Print acceptance and timing on stderr.
+    /// Print timing on stderr: the whole generation (load excluded), then the prompt's pass with the first
+    /// committed token(s) (time to first token) apart from the decoding after it (tokens/s), and for speculative
+    /// decoding the rounds, acceptance, draft step (ms/token) and verification pass (ms/round).
     #[arg(long)]
     pub stats: bool,
 }
@@ -442,7 +444,13 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let mut all = shown.to_vec();
     let write_err = std::cell::RefCell::new(None);
     let mut detok = Detok::default();
+    // When the first generated tokens were committed, and how many: the prompt's pass and the first step (or
+    // round) lie before it, decoding after it (`--stats`).
+    let mut first_commit: Option<(Instant, usize)> = None;
     let mut commit = |generated: &[u32]| -> bool {
+        if first_commit.is_none() && !generated.is_empty() {
+            first_commit = Some((Instant::now(), generated.len()));
+        }
         all.truncate(shown.len());
         all.extend_from_slice(generated);
         let shown_text = detok.text(&all, |t| tok.decode(t)).unwrap_or_default();
@@ -537,6 +545,17 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             elapsed,
             generated.len() as f64 / elapsed.max(1e-9)
         );
+        if let Some((at, n)) = first_commit {
+            let first = at.duration_since(start).as_secs_f64();
+            let rest = generated.len().saturating_sub(n);
+            let after = (elapsed - first).max(1e-9);
+            eprintln!(
+                "prompt of {} tokens and first {n} token(s) in {first:.3} s; then {rest} tokens in {after:.3} s \
+                 ({:.1} tokens/s)",
+                prompt.len(),
+                rest as f64 / after
+            );
+        }
         if let Some(line) = stats {
             eprintln!("{line}");
         }

@@ -57,7 +57,28 @@ fn speculative_greedy_generation_equals_plain_greedy_generation() {
     let spec = multispin(&spec_args);
     assert!(spec.status.success(), "{}", String::from_utf8_lossy(&spec.stderr));
     assert_eq!(plain.stdout, spec.stdout);
-    assert!(String::from_utf8_lossy(&spec.stderr).contains("acceptance"));
+    let err = String::from_utf8_lossy(&spec.stderr);
+    assert!(err.contains("acceptance"));
+    // The split of --stats: prompt and first commit, then the rest, adding up to what was generated.
+    let number_after = |key: &str| -> usize {
+        let at = err.find(key).unwrap_or_else(|| panic!("{key:?} in {err}")) + key.len();
+        err[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        number_after("prompt of "),
+        5,
+        "BOS and the four tokens of \"ab c\": {err}"
+    );
+    assert_eq!(
+        number_after("and first ") + number_after("then "),
+        number_after("generated "),
+        "{err}"
+    );
     let mut draft_args = common.to_vec();
     draft_args.extend(["--draft", m]);
     assert_eq!(multispin(&draft_args).stdout, plain.stdout);
