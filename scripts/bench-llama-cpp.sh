@@ -5,13 +5,17 @@
 #      `llama-bench -p 0 -n N` (generation from an empty context), median ratio with the best and worst pair;
 #   3. whole-process wall time of `multispin generate` against `llama-completion` for the same N tokens;
 #   4. the cost of one forward pass over n positions after a 64-token prefix, all logits, n = 1 ... 64:
-#      `multispin measure pass-cost` against `llama-bench -p n -n 0 -d 64` (prompt processing at depth 64).
+#      `multispin measure pass-cost` against `llama-bench -p n -n 0 -d 64` (prompt processing at depth 64);
+#   5. with LONG_PROMPT=FILE, a long context: `multispin generate --stats` with the file's text as the prompt (its
+#      P tokens processed, then decoding after them) against `llama-bench -p P -n 0` (prompt processing) and
+#      `llama-bench -p 0 -n N -d P` (decoding at depth P): prompt tokens/s and decoding tokens/s, median ratios.
 # Build first: `cargo build --release -p multispin`; llama.cpp by its own build script into the cache folder
 # (LLAMA_CPP_BIN, default ~/.cache/multispin/llama.cpp/build/bin). ggml's threads spin while they wait, so run this
 # on a quiet machine; the load average is printed before and after.
 #
 # Usage: scripts/bench-llama-cpp.sh MODEL.gguf [PAIRS] [THREADS ...]   (default 7 pairs, threads 1 2)
-#   TOKENS (default 128), PROMPT (default "Once upon a time"), PASSES ("1 5 10 20 40 64"; empty skips part 4).
+#   TOKENS (default 128), PROMPT (default "Once upon a time"), PASSES ("1 5 10 20 40 64"; empty skips part 4),
+#   LONG_PROMPT (a text file; part 5 runs only with it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${1:?usage: scripts/bench-llama-cpp.sh MODEL.gguf [PAIRS] [THREADS ...]}"
@@ -21,9 +25,9 @@ threads="${*:-1 2}"
 llama="${LLAMA_CPP_BIN:-${MULTISPIN_CACHE:-$HOME/.cache/multispin}/llama.cpp/build/bin}"
 bin="${MULTISPIN_BIN:-target/release/multispin}"
 python3 - "$model" "$pairs" "$threads" "$llama" "$bin" "${TOKENS:-128}" "${PROMPT:-Once upon a time}" \
-    "${PASSES-1 5 10 20 40 64}" <<'PY'
+    "${PASSES-1 5 10 20 40 64}" "${LONG_PROMPT:-}" <<'PY'
 import csv, os, re, statistics, subprocess, sys, time
-model, pairs, threads, llama, binary, tokens, prompt, passes = sys.argv[1:]
+model, pairs, threads, llama, binary, tokens, prompt, passes, long_prompt = sys.argv[1:]
 pairs, tokens, threads = int(pairs), int(tokens), [int(t) for t in threads.split()]
 passes = [int(n) for n in passes.split()]
 
@@ -109,5 +113,36 @@ for t in threads:
         r = [x / y for x, y in zip(ours_ms, theirs_ms)]
         print(f"threads {t}: pass of {n:2} positions after 64: multispin {stats(ours_ms)} ms; llama.cpp "
               f"{stats(theirs_ms)} ms; ratio {stats(r)}")
+    # 5. A long prompt: its processing, then decoding at its depth.
+    if long_prompt:
+        text = open(long_prompt, encoding="utf-8").read()
+        split_re = re.compile(r"prompt of (\d+) tokens and first (\d+) token\(s\) in ([0-9.]+) s; then (\d+) "
+                              r"tokens in ([0-9.]+) s")
+        ours_pp, ours_tg, theirs_pp, theirs_tg = [], [], [], []
+        depth = None
+        for i in range(pairs):
+            for which in ([0, 1] if i % 2 == 0 else [1, 0]):
+                if which == 0:
+                    m = split_re.search(run([binary, "generate", "--target", model, "--prompt", text, "--max-tokens",
+                                             str(tokens + 1), "--threads", str(t), "--stats"]).stderr)
+                    p, ttft, rest, after = int(m[1]), float(m[3]), int(m[4]), float(m[5])
+                    depth = depth or p
+                    # Greedy decoding takes the first token from the prompt's pass itself: the time to it is the
+                    # prompt's processing.
+                    ours_tg.append(rest / after)
+                    ours_pp.append(p / ttft)
+                else:
+                    if depth is None:
+                        continue
+                    theirs_pp.append(avg_ts(run([f"{llama}/llama-bench", "-m", model, "-p", str(depth), "-n", "0",
+                                                 "-t", str(t), "-r", "1", "-o", "csv"]).stdout))
+                    theirs_tg.append(avg_ts(run([f"{llama}/llama-bench", "-m", model, "-p", "0", "-n", str(tokens),
+                                                 "-d", str(depth), "-t", str(t), "-r", "1", "-o", "csv"]).stdout))
+        k = min(len(ours_pp), len(theirs_pp))
+        print(f"threads {t}: prompt of {depth} tokens: multispin {stats(ours_pp)} tokens/s; llama.cpp "
+              f"{stats(theirs_pp)} tokens/s; ratio {stats([x / y for x, y in zip(ours_pp[:k], theirs_pp[:k])])}")
+        print(f"threads {t}: decoding {tokens} tokens at depth {depth}: multispin {stats(ours_tg)} tokens/s; "
+              f"llama.cpp {stats(theirs_tg)} tokens/s; ratio "
+              f"{stats([x / y for x, y in zip(ours_tg[:k], theirs_tg[:k])])}")
 print(f"load after: {load()}")
 PY
