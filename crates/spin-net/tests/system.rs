@@ -656,8 +656,10 @@ fn a_restricted_head_draft_joins_and_a_device_that_cannot_join_ends_the_run() {
         .expect("the simulation waited for a device that had failed")
         .unwrap_err()
         .to_string();
+    // Every device names the wrong vocabulary; whichever is refused first ends the run (devices[1] came first in
+    // one CI run), so the message may name any of them.
     assert!(
-        err.contains("devices[0]") && err.contains("identity.vocab"),
+        err.contains("devices[") && err.contains("identity.vocab"),
         "{err}"
     );
 }
