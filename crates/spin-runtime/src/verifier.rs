@@ -430,11 +430,13 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             let DraftDists::Dense(q) = s.dists else {
                 return Ok(None);
             };
-            let positive = |(&y, row): (&u32, &Vec<f32>)| {
-                let p = row.get(y as usize).copied().unwrap_or(0.0);
-                p > 0.0 && p <= 1.0
-            };
-            if q.len() != s.tokens.len() || !s.tokens.iter().zip(q).all(positive) {
+            // `check_submissions` has made each draft one row per token, each row the vocabulary's length.
+            if !s
+                .tokens
+                .iter()
+                .zip(q)
+                .all(|(&y, row)| row[y as usize] > 0.0 && row[y as usize] <= 1.0)
+            {
                 return Ok(None);
             }
         }
