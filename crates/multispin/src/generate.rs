@@ -2,7 +2,7 @@
 //! plain decoding when no drafter is given.
 
 use crate::failure::Failure;
-use crate::simulate::{Embedded, load, load_tokenizer};
+use crate::simulate::{Embedded, carries_own_tokenizer, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
 use spin_core::SamplingParams;
@@ -380,11 +380,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     // tokenizer that a GGUF file or model folder carries is read without the model's vocabulary (only a llama2.c
     // tokenizer file needs it), and the draft needs nothing of the target. On a SmolLM2 start-up the tokenizer
     // alone takes about a fifth. Failures are reported in the order of the sequential load: target first.
-    let own_tokenizer = args.tokenizer.is_none()
-        && args
-            .target
-            .as_deref()
-            .is_some_and(|m| m.is_dir() || m.extension().is_some_and(|e| e == "gguf"));
+    let own_tokenizer = args.tokenizer.is_none() && carries_own_tokenizer(args.target.as_deref());
     let load_draft = || -> Result<Option<spin_runtime::Model>, Failure> {
         let Some(p) = &args.draft else {
             return Ok(None);

@@ -255,14 +255,19 @@ pub fn load_tokenizer(
     model: Option<&Path>,
     vocab: usize,
 ) -> Result<Tokenizer, Failure> {
-    let carries_own = model.is_some_and(|m| m.is_dir() || m.extension().is_some_and(|e| e == "gguf"));
-    if tokenizer.is_none() && !carries_own && vocab == 512 {
+    if tokenizer.is_none() && !carries_own_tokenizer(model) && vocab == 512 {
         return spin_runtime::embedded::tokenizer()
             .map(Tokenizer::Llama2c)
             .map_err(Failure::input);
     }
     spin_runtime::load_tokenizer(tokenizer, model.unwrap_or(Path::new("embedded model")), vocab)
         .map_err(Failure::input)
+}
+
+/// Whether the model at `model` carries its own tokenizer (a GGUF file or a model folder), which
+/// [`load_tokenizer`] then reads without needing the model's vocabulary.
+pub fn carries_own_tokenizer(model: Option<&Path>) -> bool {
+    model.is_some_and(|m| m.is_dir() || m.extension().is_some_and(|e| e == "gguf"))
 }
 
 /// The identity of a model and tokenizer: the vocabulary the model speaks (a restricted-head draft's is the
