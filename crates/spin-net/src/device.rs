@@ -196,11 +196,12 @@ pub async fn run_device(model: Arc<Model>, cfg: DeviceConfig) -> Result<DeviceRe
     run_device_with_ready(model, cfg, None).await
 }
 
-/// [`run_device`], signalling `ready` once the handshake is over (successful or not).
+/// [`run_device`], signalling `ready` once the handshake is over: `true` when the device was welcomed, `false`
+/// (or the sender dropped) when it could not join and the task is about to end with the error.
 pub async fn run_device_with_ready(
     model: Arc<Model>,
     cfg: DeviceConfig,
-    ready: Option<tokio::sync::oneshot::Sender<()>>,
+    ready: Option<tokio::sync::oneshot::Sender<bool>>,
 ) -> Result<DeviceReport> {
     // The vocabulary the drafter's distributions are over: the target's also for a restricted draft head.
     if model.output_vocab() as u32 != cfg.identity.vocab {
@@ -215,7 +216,7 @@ pub async fn run_device_with_ready(
     }
     let joined = join(&model, &cfg, None).await;
     if let Some(r) = ready {
-        let _ = r.send(());
+        let _ = r.send(joined.is_ok());
     }
     let mut j = joined?;
     let mut rounds = 0u64;

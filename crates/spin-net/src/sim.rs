@@ -75,10 +75,11 @@ pub async fn simulate(
             let model = drafter.clone();
             let h = tokio::spawn(run_device_with_ready(model, dc, Some(ready_tx)));
             // Wait until this device is welcomed (or failed) before starting the next: indices follow the list.
-            let _ = ready_rx.await;
             // A device that could not join ends the simulation with its error: the server would wait for it
-            // forever (it starts no round before every device has joined).
-            if h.is_finished() {
+            // forever (it starts no round before every device has joined). Its own word decides, not whether its
+            // task has already ended: on a multi-threaded runtime the signal can arrive first.
+            let welcomed = ready_rx.await.unwrap_or(false);
+            if !welcomed {
                 let i = handles.len();
                 match h.await {
                     Ok(Err(e)) => return Err(NetError::invalid(format!("devices[{i}]"), e.to_string())),
