@@ -2,7 +2,8 @@
 # The networked system on the real clock against the virtual clock (docs/system.md, "Real clock"), with real
 # models: SmolLM2-135M-Instruct (Q4_1, scripts/fetch-smollm2.sh) at the server and its distilled draft
 # (scripts/build-smollm2-draft.sh, DRAFT_FORMAT default q8_0) on every device, K = 2 and 4 devices (KS), TOKENS
-# tokens each (default 64), scheme SCHEME (default best), greedy, seed 0, held-out TinyStories openings as prompts
+# tokens each (default 64), scheme SCHEME (default best), the server's planning budget PLAN_BUDGET_MS (default 2,
+# serve's own default; `none`: unbounded), greedy, seed 0, held-out TinyStories openings as prompts
 # (device k gets the k-th; the first 64 KiB of TinyStories validation, which distillation never trains on).
 #
 # For each K it runs, one after the other:
@@ -14,7 +15,7 @@
 #      drafting, and the K devices share one core as K phones would not (their drafting times, in the trace, are
 #      what that sharing gives). Devices start 2 s apart, so they join in order and device k gets the server's
 #      drop distance k, as in the virtual run.
-# Prints both scheme tables per K; the server's round trace goes to target/real-clock/K<k>/trace.jsonl.
+# Prints both scheme tables per K and the server's planning time per round; the server's round trace goes to target/real-clock/K<k>/trace.jsonl.
 # Build first: `cargo build --release -p multispin`. Needs MULTISPIN_SHARED_DATA (corpora/tinystories_val.txt).
 #
 # Usage: scripts/real-clock-smollm2.sh
@@ -27,6 +28,7 @@ draft="$cache/smollm2-draft"
 tokens="${TOKENS:-64}"
 scheme="${SCHEME:-best}"
 format="${DRAFT_FORMAT:-q8_0}"
+budget="${PLAN_BUDGET_MS:-2}"
 out="${REAL_CLOCK_OUT:-target/real-clock}"
 : "${MULTISPIN_SHARED_DATA:?set it to the folder holding corpora/tinystories_val.txt}"
 for f in "$target" "$draft"; do
@@ -50,7 +52,8 @@ for k in ${KS:-2 4}; do
     echo "== K = $k, real clock: serve on CPU 1, $k devices on CPU 0 (load $(cut -d' ' -f1 /proc/loadavg))"
     port=$((port + 1))
     taskset -c 1 "$bin" serve --threads 1 --listen "127.0.0.1:$port" --clock real --devices "$k" \
-        --target "$target" --scheme "$scheme" --max-tokens "$tokens" --trace "$dir/trace.jsonl" \
+        --target "$target" --scheme "$scheme" --max-tokens "$tokens" --plan-budget-ms "$budget" \
+        --trace "$dir/trace.jsonl" \
         > "$dir/serve.out" 2> "$dir/serve.err" &
     server=$!
     for _ in $(seq 100); do grep -q "listening on" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
@@ -66,4 +69,9 @@ for k in ${KS:-2 4}; do
     for p in "${pids[@]}"; do wait "$p" || { echo "a device failed:"; cat "$dir"/device*.err; exit 1; }; done
     wait "$server" || { echo "the server failed:"; cat "$dir/serve.err"; exit 1; }
     cat "$dir/serve.out"
+    python3 - "$dir/trace.jsonl" <<'PY'
+import json, statistics, sys
+plan = sorted(json.loads(line).get("plan_s", 0.0) * 1e3 for line in open(sys.argv[1]))
+print(f"planning per round, ms: median {statistics.median(plan):.2f}, max {plan[-1]:.2f} ({len(plan)} rounds)")
+PY
 done

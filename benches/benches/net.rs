@@ -222,6 +222,7 @@ fn protocol(c: &mut Criterion) {
             distribution_bits: 12_800.0,
             pair_bits: 41.0,
             saa_samples: 200,
+            plan_deadline: None,
         };
         g.bench_function(format!("plan_k64/{scheme}"), |b| {
             b.iter(|| black_box(plan_round(&cfg, &link, &views, 0.0428, 0.0076, 3).unwrap()))

@@ -122,6 +122,12 @@ pub struct ServerArgs {
     /// Outcome samples of paper B's sample-average approximation, per round.
     #[arg(long, default_value_t = 200)]
     pub saa_samples: u32,
+    /// Real clock: milliseconds of wall time the server may plan a round while the devices wait. `best`'s
+    /// exhaustive step and the unified branch and bound stop there with their best plan so far (their heuristic
+    /// searches always finish); `none` lets planning run to the end. The virtual clock does not charge planning
+    /// and ignores it.
+    #[arg(long, default_value = "2", value_name = "MS|none")]
+    pub plan_budget_ms: String,
 }
 
 impl ServerArgs {
@@ -150,6 +156,7 @@ impl ServerArgs {
         cfg.wall_deadline = seconds("wall_deadline_s", self.wall_deadline_s)?;
         cfg.alpha_prior = self.alpha_prior;
         cfg.saa_samples = self.saa_samples;
+        cfg.plan_budget = plan_budget(&self.plan_budget_ms)?;
         cfg.clock = match self.clock {
             ClockArg::Virtual => Clock::Virtual,
             ClockArg::Real => Clock::Real,
@@ -1026,6 +1033,22 @@ fn device_table(summary: &Summary, texts: &[String]) -> String {
         ));
     }
     s.trim_end().to_owned()
+}
+
+/// `--plan-budget-ms`: a number of milliseconds ≥ 0, or `none` for no budget.
+pub fn plan_budget(text: &str) -> Result<Option<Duration>, Failure> {
+    if text == "none" {
+        return Ok(None);
+    }
+    text.parse::<f64>()
+        .ok()
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1e3).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Failure::Input(format!(
+                "--plan-budget-ms: {text:?} is neither a number of milliseconds >= 0 nor `none`"
+            ))
+        })
 }
 
 /// `s` seconds as a duration, or an input error naming `field` (NaN, infinite, zero or negative).

@@ -212,6 +212,7 @@ mod tests {
             correction_s: 0.0,
             tokens: devices.iter().map(|d| u64::from(d.emitted)).sum(),
             predicted_goodput: 0.0,
+            plan_s: None,
             devices,
         }
     }

@@ -129,6 +129,32 @@ fn invalid_generate_arguments_exit_2_naming_the_flag() {
 }
 
 #[test]
+fn a_bad_planning_budget_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let run = |value: &str| {
+        let flag = format!("--plan-budget-ms={value}");
+        multispin(&[
+            "simulate",
+            "--devices",
+            "1",
+            "--max-tokens",
+            "1",
+            "--out",
+            out_dir,
+            &flag,
+        ])
+    };
+    for bad in ["-1", "NaN", "inf", "2ms", ""] {
+        assert_input_error(&run(bad), "--plan-budget-ms");
+    }
+    for good in ["0", "2.5", "none"] {
+        let out = run(good);
+        assert!(out.status.success(), "{good}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn bad_model_and_tokenizer_files_exit_2_with_a_clear_reason() {
     let dir = tempfile::tempdir().unwrap();
     let (m, t) = write_tiny(dir.path());

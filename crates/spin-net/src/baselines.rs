@@ -368,6 +368,7 @@ fn central(
             correction_s: down_s,
             tokens,
             predicted_goodput: predicted,
+            plan_s: None,
             devices: traces,
         });
         round += 1;

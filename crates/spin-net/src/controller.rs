@@ -52,6 +52,10 @@ pub struct ControllerConfig {
     pub pair_bits: f64,
     /// SAA samples for paper B's planners.
     pub saa_samples: u32,
+    /// Where planning must end on the wall clock (a server on the real clock): `best`'s exhaustive step and the
+    /// unified branch and bound stop there with their best plan so far ([`unified::Options::deadline`]). None:
+    /// planning is unbounded in time and reproducible.
+    pub plan_deadline: Option<std::time::Instant>,
 }
 
 /// The smallest and largest α̂ handed to the planners (their scenarios require α ∈ (0, 1)).
@@ -139,7 +143,10 @@ pub fn plan_round(
     verify_per_device_s: f64,
     seed: u64,
 ) -> Result<RoundPlan> {
-    let options = unified_options(cfg.modes);
+    let options = unified::Options {
+        deadline: cfg.plan_deadline,
+        ..unified_options(cfg.modes)
+    };
     if devices.is_empty() {
         return Ok(RoundPlan::idle(cfg.scheme, options.correction));
     }
@@ -175,6 +182,7 @@ pub fn unified_options(modes: ModeScheme) -> unified::Options {
         exact_space_limit: 1 << 16,
         exact_node_limit: 20_000,
         pair_moves_max_devices: 16,
+        deadline: None,
     }
 }
 
@@ -271,6 +279,7 @@ mod tests {
                 distribution_bits: 12_800.0,
                 pair_bits: 41.0,
                 saa_samples: 64,
+                plan_deadline: None,
             };
             let p = plan_round(&cfg, &link, &devs, 0.02, 0.002, 1).unwrap();
             assert_eq!(p.draft_lengths.len(), 4, "{n}");

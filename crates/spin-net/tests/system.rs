@@ -97,6 +97,8 @@ fn greedy_text_over_the_network_equals_plain_decoding_in_both_exchanges() {
         }
         assert_eq!(out.summary.tokens, 80);
         assert_eq!(traces.iter().map(|t| t.tokens).sum::<u64>(), 80, "{scheme}");
+        // The virtual clock does not charge planning and records no wall time of it.
+        assert!(traces.iter().all(|t| t.plan_s.is_none()), "{scheme}");
         assert!(out.summary.elapsed_s > 0.0);
     }
 }
@@ -250,6 +252,12 @@ fn a_straggler_is_dropped_for_the_round_and_stays_in_the_session() {
     }
     for t in &traces {
         assert_eq!(t.devices[1].mode, "dropped");
+        // The real clock records the planning's wall time (a tiny round plans in well under the round).
+        assert!(
+            t.plan_s.is_some_and(|s| (0.0..0.4).contains(&s)),
+            "{:?}",
+            t.plan_s
+        );
     }
     // The run ended at the round limit: every device is told so, the straggler included.
     assert!(

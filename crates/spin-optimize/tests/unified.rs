@@ -330,6 +330,66 @@ fn brute_force(round: &Round, objective: Objective) -> (f64, Vec<u32>, Vec<bool>
     best
 }
 
+/// A deadline already passed stops the branch and bound at its first box (the plan is then not proven optimal) and
+/// cuts paper B's `best` seed to its local searches; the plan is still scored by the model, never below the
+/// seeds' local searches, and no better than the proven plan. A deadline far away changes nothing, bit for bit.
+#[test]
+fn a_deadline_stops_the_proof_not_the_plan() {
+    let mut rng = ChaCha8Rng::seed_from_u64(31);
+    for case in 0..6 {
+        let round = random_round(&mut rng, 3, 0, 5, PayloadPolicy::Choose);
+        let options = Options {
+            expectation: Expectation::Exact { limit: 1 << 16 },
+            ..Options::default()
+        };
+        let (full, full_stats) = unified::plan_with_stats(&round, &options).unwrap();
+        assert!(full_stats.proven_optimal, "case {case}");
+        let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        let (same, same_stats) = unified::plan_with_stats(
+            &round,
+            &Options {
+                deadline: Some(far),
+                ..options
+            },
+        )
+        .unwrap();
+        assert_eq!((same, same_stats), (full.clone(), full_stats), "case {case}");
+        let (cut, cut_stats) = unified::plan_with_stats(
+            &round,
+            &Options {
+                deadline: Some(std::time::Instant::now()),
+                ..options
+            },
+        )
+        .unwrap();
+        assert!(!cut_stats.proven_optimal && !cut.proven_optimal, "case {case}");
+        assert!(
+            cut_stats.boxes < full_stats.boxes,
+            "case {case}: {cut_stats:?} {full_stats:?}"
+        );
+        assert!(
+            cut.rate_tokens_per_s <= full.rate_tokens_per_s * (1.0 + 1e-12),
+            "case {case}"
+        );
+        let rescored = unified::score(
+            &round,
+            options.expectation,
+            options.correction,
+            Scheme::Unified,
+            &cut.draft_lengths,
+            &cut.sends_distributions,
+            &cut.uplink_share_hz,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            rescored.rate_tokens_per_s.to_bits(),
+            cut.rate_tokens_per_s.to_bits(),
+            "case {case}"
+        );
+    }
+}
+
 #[test]
 fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
     let mut rng = ChaCha8Rng::seed_from_u64(12);

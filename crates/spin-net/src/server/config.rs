@@ -109,7 +109,17 @@ pub struct ServerConfig {
     pub alpha_prior_weight: f64,
     /// SAA samples for paper B's planners.
     pub saa_samples: u32,
+    /// On the real clock, the wall time a round's planning may take (between the last round's verdicts and this
+    /// round's plans, when every device waits): `best`'s exhaustive step and the unified branch and bound stop there
+    /// with their best plan so far; the heuristic searches always complete, so a round may overrun it by their
+    /// cost. None: unbounded. The virtual clock does not charge planning and never applies it (plans stay
+    /// reproducible).
+    pub plan_budget: Option<Duration>,
 }
+
+/// The default [`ServerConfig::plan_budget`]: a fraction of a real-model round on a CPU server (a SmolLM2-135M
+/// pass over four devices' drafts takes 8–10 ms on two cores, docs/system.md).
+pub const DEFAULT_PLAN_BUDGET: Duration = Duration::from_millis(2);
 
 impl ServerConfig {
     /// Defaults for `scheme` (paper B's link, V_eff = 1024, Q = 16, γ_max = 8, a compute profile on the virtual
@@ -154,6 +164,7 @@ impl ServerConfig {
             alpha_prior: 0.7,
             alpha_prior_weight: 8.0,
             saa_samples: 200,
+            plan_budget: Some(DEFAULT_PLAN_BUDGET),
         }
     }
 

@@ -23,6 +23,8 @@ pub(super) struct RoundState {
     /// This round's fading draw per device index.
     gains: Vec<f64>,
     predicted_goodput: f64,
+    /// Real clock: the wall time of the planning.
+    plan_s: Option<f64>,
     planned: BTreeMap<usize, Planned>,
     traces: BTreeMap<usize, DeviceTrace>,
     /// When the plans went out.
@@ -86,6 +88,8 @@ impl Engine {
             })
             .collect::<Result<_>>()?;
         let (t_fix, t_lin) = self.verify_model();
+        let plan_start = Instant::now();
+        let real = self.cfg.clock == Clock::Real;
         let ctl = ControllerConfig {
             scheme: self.cfg.scheme,
             modes: self.cfg.modes,
@@ -94,6 +98,11 @@ impl Engine {
             distribution_bits: self.payload_bits_per_dist(),
             pair_bits: self.pair_bits(),
             saa_samples: self.cfg.saa_samples,
+            plan_deadline: if real {
+                self.cfg.plan_budget.map(|b| plan_start + b)
+            } else {
+                None
+            },
         };
         let plan: spin_optimize::round::RoundPlan = plan_round(
             &ctl,
@@ -103,6 +112,7 @@ impl Engine {
             t_lin,
             self.cfg.seed.wrapping_add(round),
         )?;
+        let plan_s = real.then(|| plan_start.elapsed().as_secs_f64());
         self.predicted.push(plan.rate_tokens_per_s);
         let mut traces: BTreeMap<usize, DeviceTrace> = BTreeMap::new();
         let mut planned: BTreeMap<usize, Planned> = BTreeMap::new();
@@ -153,6 +163,7 @@ impl Engine {
             active: active.to_vec(),
             gains,
             predicted_goodput: plan.rate_tokens_per_s,
+            plan_s,
             planned,
             traces,
             wall0,
@@ -404,6 +415,7 @@ impl Engine {
             correction_s: st.correction_s,
             tokens,
             predicted_goodput: st.predicted_goodput,
+            plan_s: st.plan_s,
             devices: st.traces.into_values().collect(),
         })
     }

@@ -61,6 +61,11 @@ pub struct RoundTrace {
     pub tokens: u64,
     /// The planner's predicted goodput in tokens/s.
     pub predicted_goodput: f64,
+    /// Real clock: the wall time the server planned the round before sending the plans (the devices wait for it;
+    /// it is between rounds, so not in `latency_s`, but in `clock_s`). Absent on the virtual clock, which does not
+    /// charge planning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_s: Option<f64>,
     /// Per device.
     pub devices: Vec<DeviceTrace>,
 }

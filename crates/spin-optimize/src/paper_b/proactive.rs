@@ -17,6 +17,7 @@ use super::saa::{BOUND_MARGIN, Objective, SaaEvaluator, SaaScratch, SaaState};
 use crate::OptimizeError;
 use spin_core::expected_accepted;
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 /// The largest number of draft-length vectors the exhaustive scheme visits.
 pub const EXHAUSTIVE_LIMIT: u128 = 200_000;
@@ -145,6 +146,21 @@ pub fn comp_only(ev: &SaaEvaluator) -> Plan {
 
 /// Exhaustive search over {0..γ_max}^K; refuses more than `limit` points.
 pub fn exhaustive(ev: &SaaEvaluator, limit: u128) -> Result<Plan, OptimizeError> {
+    exhaustive_until(ev, limit, None)
+}
+
+/// Points the exhaustive search scores between two looks at its deadline.
+const DEADLINE_STRIDE: u32 = 32;
+
+/// [`exhaustive`] for a caller on the wall clock: with a `deadline`, it looks at the clock every
+/// [`DEADLINE_STRIDE`] points and stops with the best vector scored so far as soon as the deadline has passed or
+/// the points left, at the pace so far, would end after it (so a search that cannot finish in time costs one
+/// stride, not the whole budget). Without a deadline it reads no clock and is [`exhaustive`].
+pub fn exhaustive_until(
+    ev: &SaaEvaluator,
+    limit: u128,
+    deadline: Option<Instant>,
+) -> Result<Plan, OptimizeError> {
     let k_n = ev.devices();
     let g_max = ev.max_draft_len();
     let size = (0..k_n).fold(1u128, |acc, _| acc.saturating_mul(u128::from(g_max) + 1));
@@ -157,7 +173,21 @@ pub fn exhaustive(ev: &SaaEvaluator, limit: u128) -> Result<Plan, OptimizeError>
     }
     let mut draft_lengths = vec![0u32; k_n];
     let mut best = ev.state(&draft_lengths);
+    let start = deadline.map(|_| Instant::now());
+    let (mut scored, mut since_look) = (1u128, 0u32);
     loop {
+        if let (Some(d), Some(start)) = (deadline, start) {
+            since_look += 1;
+            if since_look == DEADLINE_STRIDE {
+                since_look = 0;
+                let now = Instant::now();
+                let per_point = now.duration_since(start).as_secs_f64() / scored as f64;
+                let rest = per_point * size.saturating_sub(scored) as f64;
+                if now >= d || rest > d.duration_since(now).as_secs_f64() {
+                    return Ok(to_plan(best));
+                }
+            }
+        }
         let mut k = 0;
         while k < k_n {
             if draft_lengths[k] < g_max {
@@ -171,6 +201,7 @@ pub fn exhaustive(ev: &SaaEvaluator, limit: u128) -> Result<Plan, OptimizeError>
             return Ok(to_plan(best));
         }
         let v = ev.value(&draft_lengths);
+        scored += 1;
         if v > best.value {
             best = ev.state(&draft_lengths);
         }
@@ -501,7 +532,7 @@ impl<'a> Planner<'a> {
     }
 
     /// [`best`]'s search: the greedy, uniform and comp-only plans computed here, then [`Planner::best_from`].
-    fn best(&mut self) -> Plan {
+    fn best(&mut self, deadline: Option<Instant>) -> Plan {
         let g = self.greedy();
         let u = self.uniform();
         let ev = self.ev;
@@ -512,11 +543,11 @@ impl<'a> Planner<'a> {
             ev.max_draft_len(),
         );
         let c = to_plan(self.start_state(&draft_lengths));
-        self.best_from(g, u, c)
+        self.best_from(g, u, c, deadline)
     }
 
     /// [`best_from`] on this planner's evaluator.
-    fn best_from(&mut self, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
+    fn best_from(&mut self, greedy: Plan, uniform: Plan, comp_only: Plan, deadline: Option<Instant>) -> Plan {
         let ev = self.ev;
         let k_n = ev.devices();
         let starts = [
@@ -546,7 +577,7 @@ impl<'a> Planner<'a> {
                 keep(end);
             }
         }
-        if let Ok(plan) = exhaustive(ev, BEST_EXHAUSTIVE_LIMIT) {
+        if let Ok(plan) = exhaustive_until(ev, BEST_EXHAUSTIVE_LIMIT, deadline) {
             keep(ev.state(&plan.draft_lengths));
         }
         winner.map(to_plan).unwrap_or(Plan {
@@ -571,20 +602,28 @@ fn local_search(ev: &SaaEvaluator, start: &[u32], max_steps: usize) -> SaaState 
 fn best_without_kept_states(ev: &SaaEvaluator) -> Plan {
     let mut planner = Planner::new(ev);
     planner.keep_uniform = false;
-    planner.best()
+    planner.best(None)
 }
 
 /// The stronger search: local search from zeros, greedy, uniform and comp-only (and exhaustive when small); the
 /// best of all visited end points, so never below [`greedy`] or [`uniform`] on the same samples.
 pub fn best(ev: &SaaEvaluator) -> Plan {
-    Planner::new(ev).best()
+    Planner::new(ev).best(None)
+}
+
+/// [`best`] for a caller with a wall-clock budget: the local searches from the four starts always run (each is
+/// bounded by its step cap), and the exhaustive step, when the space is small enough for it, stops at `deadline`
+/// with the best vector it has scored. The plan is never below the local searches' best; without a deadline it is
+/// [`best`]'s, bit for bit.
+pub fn best_until(ev: &SaaEvaluator, deadline: Option<Instant>) -> Plan {
+    Planner::new(ev).best(deadline)
 }
 
 /// [`best`] for a caller that has already computed the [`greedy`], [`uniform`] and [`comp_only`] plans on `ev`
 /// (a figure that reports them too): the same search from the same starts, without computing them again. Plans
 /// from another evaluator only change the starting points.
 pub fn best_from(ev: &SaaEvaluator, greedy: Plan, uniform: Plan, comp_only: Plan) -> Plan {
-    Planner::new(ev).best_from(greedy, uniform, comp_only)
+    Planner::new(ev).best_from(greedy, uniform, comp_only, None)
 }
 
 #[cfg(test)]
@@ -634,6 +673,38 @@ mod tests {
                 // Small spaces are searched exhaustively inside `best`.
                 assert_eq!(b.value, e.value);
             }
+        }
+    }
+
+    /// A deadline far away changes nothing, bit for bit; one already passed stops `best`'s exhaustive step after
+    /// one stride of points (the vectors it had reached vary only the first devices' lengths) while the local
+    /// searches from the four starts still run, so the plan is never below greedy or uniform.
+    #[test]
+    fn a_deadline_cuts_only_the_exhaustive_step() {
+        use std::time::Duration;
+        let mut rng = ChaCha8Rng::seed_from_u64(81);
+        for case in 0..8 {
+            let k = 3 + case % 2;
+            let sc = random_scenario(&mut rng, k, 6, 60);
+            let ev = SaaEvaluator::new(&sc, ModeScheme::Optimal, Objective::Rate).unwrap();
+            let full = best(&ev);
+            let far = Some(Instant::now() + Duration::from_secs(3600));
+            assert_eq!(best_until(&ev, None), full, "case {case}");
+            assert_eq!(best_until(&ev, far), full, "case {case}");
+            let e = exhaustive(&ev, EXHAUSTIVE_LIMIT).unwrap();
+            assert_eq!(exhaustive_until(&ev, EXHAUSTIVE_LIMIT, far).unwrap(), e);
+            let cut = exhaustive_until(&ev, EXHAUSTIVE_LIMIT, Some(Instant::now())).unwrap();
+            assert!(cut.value <= e.value, "case {case}");
+            // 7 × 7 > 32 points: only devices 0 and 1 were moved.
+            assert!(
+                cut.draft_lengths[2..].iter().all(|&g| g == 0),
+                "case {case}: {cut:?}"
+            );
+            let short = best_until(&ev, Some(Instant::now()));
+            let (g, u) = (greedy(&ev), uniform(&ev));
+            assert!(short.value >= g.value && short.value >= u.value, "case {case}");
+            assert!(short.value <= full.value, "case {case}");
+            assert_eq!(short.value.to_bits(), ev.value(&short.draft_lengths).to_bits());
         }
     }
 

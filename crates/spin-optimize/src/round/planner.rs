@@ -36,10 +36,20 @@ pub fn plan_paper_a(
 /// [`paper_b::proactive::EXHAUSTIVE_LIMIT`] points) on `ev`'s scenario and samples, under its mode rule and
 /// objective. A scheme of another family is an error naming `scheme`, never a silent fallback.
 pub fn plan_paper_b(scheme: Scheme, ev: &paper_b::SaaEvaluator) -> Result<paper_b::Plan, OptimizeError> {
+    plan_paper_b_until(scheme, ev, None)
+}
+
+/// [`plan_paper_b`] with a wall-clock deadline for `best`'s exhaustive step ([`paper_b::proactive::best_until`]);
+/// the other schemes are bounded without one and ignore it.
+pub fn plan_paper_b_until(
+    scheme: Scheme,
+    ev: &paper_b::SaaEvaluator,
+    deadline: Option<std::time::Instant>,
+) -> Result<paper_b::Plan, OptimizeError> {
     use paper_b::proactive;
     Ok(match scheme {
         Scheme::Greedy => proactive::greedy(ev),
-        Scheme::Best => proactive::best(ev),
+        Scheme::Best => proactive::best_until(ev, deadline),
         Scheme::Uniform => proactive::uniform(ev),
         Scheme::CompOnly => proactive::comp_only(ev),
         Scheme::Exhaustive => proactive::exhaustive(ev, proactive::EXHAUSTIVE_LIMIT)?,
@@ -88,6 +98,8 @@ pub struct PaperPlanner {
     pub fixed_draft_len: u32,
     /// Algorithm 1's grids for `paper-alg1`.
     pub alg1: paper_a::heterogeneous::Alg1Params,
+    /// A wall-clock deadline for `best`'s exhaustive step ([`unified::Options::deadline`]); None: none.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl PaperPlanner {
@@ -103,6 +115,7 @@ impl PaperPlanner {
             expectation: options.expectation,
             fixed_draft_len: paper_a::baselines::FIXED_DRAFT_LEN,
             alg1: paper_a::heterogeneous::Alg1Params::default(),
+            deadline: None,
         }
     }
 
@@ -166,7 +179,10 @@ impl PaperPlanner {
             (lengths, None)
         } else {
             ev = paper_b::SaaEvaluator::new(&s, self.correction.modes, self.objective)?;
-            (plan_paper_b(self.scheme, &ev)?.draft_lengths, Some(ev.samples()))
+            (
+                plan_paper_b_until(self.scheme, &ev, self.deadline)?.draft_lengths,
+                Some(ev.samples()),
+            )
         };
         let draft_lengths: Vec<u32> = planned.into_iter().map(|g| g.max(round.min_draft_len)).collect();
         let sends_distributions = !round.payload.policy.allows_pair();
@@ -205,6 +221,7 @@ impl Planner for PaperPlanner {
                         objective: self.objective,
                         expectation: self.expectation,
                         correction: self.correction,
+                        deadline: self.deadline,
                         ..unified::Options::default()
                     },
                 }
@@ -246,6 +263,7 @@ pub fn planner(scheme: Scheme, options: &unified::Options, fixed_draft_len: u32)
             expectation: options.expectation,
             fixed_draft_len,
             alg1: paper_a::heterogeneous::Alg1Params::default(),
+            deadline: options.deadline,
         }),
     }
 }

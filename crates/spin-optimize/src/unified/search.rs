@@ -33,6 +33,11 @@ pub struct Options {
     pub exact_node_limit: usize,
     /// Pair moves (+1 on one device, −1 on another) when single moves stall, up to this many devices.
     pub pair_moves_max_devices: usize,
+    /// A wall-clock deadline for a caller that plans on the real clock (a server between rounds): paper B's
+    /// `best` seed stops its exhaustive step there ([`paper_b::proactive::best_until`]) and the branch and bound
+    /// stops proving (the plan is then not `proven_optimal`); the seeds and local searches always complete. None
+    /// (the default): no clock is read and the plan is reproducible.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Default for Options {
@@ -45,6 +50,7 @@ impl Default for Options {
             exact_space_limit: 50_000_000,
             exact_node_limit: 200_000,
             pair_moves_max_devices: 64,
+            deadline: None,
         }
     }
 }
@@ -217,11 +223,13 @@ impl Search<'_> {
             .apply_moves(state, changes, self.objective, &mut self.scratch);
     }
 
-    /// Branch and bound over boxes of draft lengths at payload choice `sends_distributions`; false if the node limit stopped it.
+    /// Branch and bound over boxes of draft lengths at payload choice `sends_distributions`; false if the node
+    /// limit or the deadline stopped it.
     fn branch_and_bound(
         &mut self,
         sends_distributions: &[bool],
         node_limit: usize,
+        deadline: Option<std::time::Instant>,
     ) -> Result<bool, OptimizeError> {
         let ev = self.ev;
         let range = ev.draft_range();
@@ -229,7 +237,7 @@ impl Search<'_> {
         let mut stack = vec![(vec![*range.start(); k_n], vec![*range.end(); k_n])];
         while let Some((lo, hi)) = stack.pop() {
             self.stats.boxes += 1;
-            if self.stats.boxes > node_limit {
+            if self.stats.boxes > node_limit || deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return Ok(false);
             }
             let (upper, at_lo) =
@@ -322,7 +330,7 @@ pub fn plan_with_paper_b_best(
         if k_n <= options.paper_b_best_max_devices {
             match paper_b_best {
                 Some(g) => push(g.to_vec()),
-                None => push(paper_b::proactive::best(&pb()?).draft_lengths),
+                None => push(paper_b::proactive::best_until(&pb()?, options.deadline).draft_lengths),
             }
         } else {
             // Paper B's greedy costs O(K²) SAA moves per unit of length; its uniform plan is cheap.
@@ -366,7 +374,7 @@ pub fn plan_with_paper_b_best(
                 .collect(),
         };
         for z in z_sets {
-            if !search.branch_and_bound(&z, options.exact_node_limit)? {
+            if !search.branch_and_bound(&z, options.exact_node_limit, options.deadline)? {
                 proven = false;
                 break;
             }
