@@ -26,6 +26,8 @@ pub struct DeviceArgs {
     /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
     #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored)]
     pub draft_format: crate::draft_format::DraftFormat,
+    #[command(flatten)]
+    pub lookup: crate::lookup::LookupArgs,
     /// Tokenizer (llama2.c `.bin`, `tokenizer.json`, or a GGUF file's, e.g. the target's for a restricted-head
     /// draft folder, which carries none); GGUF files and HF folders with `tokenizer.json` carry their own (default
     /// for a llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
@@ -85,6 +87,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         identity(&drafter, &tok),
     );
     cfg.distance_m = args.distance_m;
+    cfg.lookup = args.lookup.lookup()?;
     if let Some(ca) = &args.tls_ca {
         let host = args
             .connect

@@ -40,6 +40,13 @@ pub struct GenerateArgs {
     /// Draft length γ per round.
     #[arg(allow_hyphen_values = true, long, default_value_t = 4)]
     pub draft_len: usize,
+    #[command(flatten)]
+    pub lookup: crate::lookup::LookupArgs,
+    /// With --lookup: a round's draft goes past its first token only while the text ends in a repeat of at least
+    /// M tokens, so --draft-len becomes the longest draft and easy stretches get long ones (default: 3, or N of
+    /// --lookup N when that is smaller; 0 drafts --draft-len tokens every round).
+    #[arg(allow_hyphen_values = true, long, value_name = "M")]
+    pub lookup_stop: Option<usize>,
     /// Prompt text; at most 1 MiB, and it must fit the context. BOS is prepended as the model's file says (GGUF
     /// `tokenizer.ggml.add_bos_token`, else llama.cpp's default for the vocabulary; always for llama2.c
     /// tokenizers).
@@ -489,6 +496,22 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             };
             let mut s = Speculator::new(&target, d, std::slice::from_ref(&prompt), &[args.draft_len], cfg)
                 .map_err(Failure::input)?;
+            let lookup = args.lookup.lookup()?;
+            let stop = match (lookup, args.lookup_stop) {
+                (None, Some(m)) if m > 0 => {
+                    return Err(Failure::Input("--lookup-stop: needs --lookup N".into()));
+                }
+                (None, _) => 0,
+                (Some(l), None) => l.ngram.min(3),
+                (Some(l), Some(m)) if m > l.ngram => {
+                    return Err(Failure::Input(format!(
+                        "--lookup-stop: {m} exceeds --lookup {}",
+                        l.ngram
+                    )));
+                }
+                (Some(_), Some(m)) => m,
+            };
+            s.set_lookup(lookup, stop).map_err(Failure::input)?;
             while s.step().context("speculative decoding")? {
                 if !commit(s.devices[0].generated()) {
                     break;
@@ -497,8 +520,13 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             let dev = &s.devices[0];
             let verify_s: f64 = s.rounds.iter().map(|r| r.verify_s).sum();
             let alpha = dev.alpha.ratio_estimate(1.96).ok().flatten();
+            let looked_up = if lookup.is_some() {
+                format!(" (looked up {})", s.looked_up()[0])
+            } else {
+                String::new()
+            };
             let line = format!(
-                "rounds {} | drafted {} | acceptance {} | draft {:.3} ms/token | verify {:.3} ms/round",
+                "rounds {} | drafted {}{looked_up} | acceptance {} | draft {:.3} ms/token | verify {:.3} ms/round",
                 dev.rounds,
                 dev.drafted,
                 alpha.map_or("n/a".into(), |a| format!(

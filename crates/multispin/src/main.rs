@@ -10,6 +10,7 @@ mod draft_format;
 mod failure;
 mod gen_cert;
 mod generate;
+mod lookup;
 mod make_scenario;
 mod measure;
 mod number;

@@ -196,6 +196,9 @@ pub struct SimulateArgs {
     /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
     #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored)]
     pub draft_format: crate::draft_format::DraftFormat,
+    /// Every device's drafting, and Cen-SPIN's at the server (`--compare cen-spin`), with prompt lookup.
+    #[command(flatten)]
+    pub lookup: crate::lookup::LookupArgs,
     /// Draft with the target's first N layers and its own head (self-speculation) instead of a draft model.
     #[arg(long)]
     pub self_draft_layers: Option<usize>,
@@ -506,6 +509,7 @@ fn sim_devices(args: &SimulateArgs, tok: &Tokenizer) -> Result<Vec<SimDevice>, F
         .map(|k| {
             Ok(SimDevice {
                 prompt: encode(tok, &lines[k % lines.len()])?,
+                lookup: args.lookup.lookup()?,
                 ..Default::default()
             })
         })
@@ -650,7 +654,16 @@ fn run_baseline(
             };
             let summary = spin_net::blocking::with_ctrl_c(|stop| {
                 if baseline == Baseline::CenSpin {
-                    baselines::cen_spin(target.clone(), drafter.clone(), &cfg, &prompts, stop, on_round)
+                    let lookup = devices.first().and_then(|d| d.lookup);
+                    baselines::cen_spin(
+                        target.clone(),
+                        drafter.clone(),
+                        lookup,
+                        &cfg,
+                        &prompts,
+                        stop,
+                        on_round,
+                    )
                 } else {
                     baselines::plain(target.clone(), &cfg, &prompts, stop, on_round)
                 }
@@ -666,6 +679,7 @@ fn run_baseline(
             for (k, d) in devices.iter().enumerate() {
                 let alone = SimDevice {
                     prompt: d.prompt.clone(),
+                    lookup: d.lookup,
                     distance_m: Some(
                         d.distance_m
                             .unwrap_or_else(|| cfg.link.drop_distance(cfg.seed, k)),

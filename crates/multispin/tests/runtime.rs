@@ -82,6 +82,49 @@ fn speculative_greedy_generation_equals_plain_greedy_generation() {
     let mut draft_args = common.to_vec();
     draft_args.extend(["--draft", m]);
     assert_eq!(multispin(&draft_args).stdout, plain.stdout);
+    // Prompt lookup changes the drafts, never the greedy text; --stats counts the looked-up drafts.
+    let mut lookup_args: Vec<&str> = common
+        .iter()
+        .map(|&a| if a == "ab c" { "ab c ab c ab" } else { a })
+        .collect();
+    lookup_args.extend(["--self-draft-layers", "1", "--stats"]);
+    let without = multispin(&lookup_args);
+    lookup_args.extend(["--lookup", "3"]);
+    let with = multispin(&lookup_args);
+    assert!(with.status.success(), "{}", String::from_utf8_lossy(&with.stderr));
+    assert_eq!(with.stdout, without.stdout);
+    let err = String::from_utf8_lossy(&with.stderr);
+    let looked = err
+        .split("(looked up ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("a looked-up count in {err}"));
+    assert!(looked > 0, "{err}");
+    for bad in ["0", "1.5", "NaN"] {
+        let mut args = lookup_args.clone();
+        args.extend(["--lookup-weight", bad]);
+        let out = multispin(&args);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--lookup-weight"));
+    }
+    // Lookup-gated lengths: the same text with the gate off and at every length it may take.
+    for stop in ["0", "1", "3"] {
+        let mut args = lookup_args.clone();
+        args.extend(["--lookup-stop", stop, "--draft-len", "6"]);
+        let out = multispin(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, without.stdout, "--lookup-stop {stop}");
+    }
+    let mut too_long = lookup_args.clone();
+    too_long.extend(["--lookup-stop", "4"]);
+    let mut no_lookup = common.to_vec();
+    no_lookup.extend(["--self-draft-layers", "1", "--lookup-stop", "2"]);
+    for args in [too_long, no_lookup] {
+        let out = multispin(&args);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--lookup-stop"));
+    }
 }
 
 #[test]

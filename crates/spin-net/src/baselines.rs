@@ -16,7 +16,7 @@ use crate::server::{
     UplinkPayload,
 };
 use spin_runtime::Model;
-use spin_runtime::drafter::{DistForm, Drafter, device_rng, draft_many};
+use spin_runtime::drafter::{DistForm, Drafter, Lookup, device_rng, draft_many};
 use spin_runtime::probs::sampling;
 use spin_runtime::verifier::{Decision, DraftDists, Submission, Verifier, VerifierConfig};
 use std::sync::Arc;
@@ -59,16 +59,18 @@ impl Baseline {
 /// (paper A's Cen-SPIN search, `spin_optimize::paper_a::baselines::cen`) with the online α estimates, t_step the
 /// server's batched drafting step and T_ver its verification pass (profile: t_step = K·T̄, unbatched as
 /// scenarios/paper-a.toml assumes, and T_fix + K·T_lin; measured: running means of the timed passes). That maximum
-/// is the round's predicted goodput.
+/// is the round's predicted goodput. `lookup` turns prompt lookup on for the server's drafting, as
+/// `DeviceConfig::lookup` does for a device's.
 pub fn cen_spin(
     target: Arc<Model>,
     drafter: Arc<Model>,
+    lookup: Option<Lookup>,
     cfg: &ServerConfig,
     prompts: &[Vec<u32>],
     stop: &dyn Fn() -> bool,
     on_round: impl FnMut(&RoundTrace),
 ) -> Result<Summary> {
-    central(target, Some(drafter), cfg, prompts, stop, on_round)
+    central(target, Some((drafter, lookup)), cfg, prompts, stop, on_round)
 }
 
 /// Plain batched decoding at the server for one device per prompt: every round one target pass over every
@@ -120,7 +122,7 @@ fn expected_tokens(alpha: f64, len: u32) -> f64 {
 /// The server-only loop of Cen-SPIN (`drafter` given) and plain decoding (none).
 fn central(
     target: Arc<Model>,
-    drafter: Option<Arc<Model>>,
+    drafter: Option<(Arc<Model>, Option<Lookup>)>,
     cfg: &ServerConfig,
     prompts: &[Vec<u32>],
     stop: &dyn Fn() -> bool,
@@ -153,18 +155,20 @@ fn central(
     );
     verifier.add_devices(prompts)?;
     let mut drafters: Vec<Drafter<Arc<Model>>> = match &drafter {
-        Some(m) => prompts
+        Some((m, lookup)) => prompts
             .iter()
             .enumerate()
             .map(|(k, p)| {
-                Ok(Drafter::new(
+                let mut d = Drafter::new(
                     m.clone(),
                     p,
                     p.len(),
                     params,
                     DistForm::Dense,
                     device_rng(cfg.seed, k),
-                )?)
+                )?;
+                d.set_lookup(*lookup)?;
+                Ok(d)
             })
             .collect::<Result<_>>()?,
         None => Vec::new(),

@@ -7,7 +7,7 @@ use crate::proto::{self, DeviceMsg, ErrorCode, Identity, MAGIC, Next, PROTOCOL_V
 use crate::tls::ClientTls;
 use crate::wire::{Conn, Stream, framed_stream, recv, send};
 use spin_runtime::Model;
-use spin_runtime::drafter::{DistForm, Drafter, device_rng};
+use spin_runtime::drafter::{DistForm, Drafter, Lookup, device_rng};
 use spin_runtime::speculative::sampling;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +43,8 @@ pub struct DeviceConfig {
     /// Drafting is timed holding this lock (when given): devices sharing one machine then draft one at a time, so
     /// each device's measured drafting time is that of a processor of its own (never while another drafts).
     pub draft_lock: Option<Arc<std::sync::Mutex<()>>>,
+    /// Prompt lookup while drafting (`spin_runtime::drafter::Lookup`); None: the draft model alone.
+    pub lookup: Option<Lookup>,
 }
 
 impl DeviceConfig {
@@ -61,6 +63,7 @@ impl DeviceConfig {
             tls: None,
             token: Vec::new(),
             draft_lock: None,
+            lookup: None,
         }
     }
 }
@@ -162,7 +165,7 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) ->
         q_bits: u32::from(params.q_bits),
     };
     let model = model.clone();
-    let drafter = tokio::task::block_in_place(|| {
+    let mut drafter = tokio::task::block_in_place(|| {
         Drafter::new(
             model,
             &committed,
@@ -172,6 +175,7 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) ->
             device_rng(params.seed, device as usize),
         )
     })?;
+    drafter.set_lookup(cfg.lookup)?;
     Ok(Joined {
         conn,
         session,

@@ -28,6 +28,8 @@ pub struct SimDevice {
     pub delay: Option<std::time::Duration>,
     /// Test hook: disconnect after sending this round's draft, then resume.
     pub disconnect_at_round: Option<u64>,
+    /// Prompt lookup while drafting ([`DeviceConfig::lookup`]).
+    pub lookup: Option<spin_runtime::drafter::Lookup>,
 }
 
 /// Runs the server for `target` and one device per entry of `devices` drafting with `drafter`, all on 127.0.0.1.
@@ -71,6 +73,7 @@ pub async fn simulate(
             dc.disconnect_at_round = d.disconnect_at_round;
             dc.max_frame_bytes = max_frame;
             dc.draft_lock = draft_lock.clone();
+            dc.lookup = d.lookup;
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let model = drafter.clone();
             let h = tokio::spawn(run_device_with_ready(model, dc, Some(ready_tx)));

@@ -6,7 +6,7 @@
 //! Cache invariant: a cache holds every token of its sequence except the newest (the one still to be fed); after
 //! a round both caches are truncated to at most `tokens.len() − 1`, and the next forward feeds whatever is missing.
 
-use crate::drafter::{DistForm, Drafter, device_rng, draft_many};
+use crate::drafter::{DistForm, Drafter, Lookup, device_rng, draft_many};
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
 pub use crate::probs::{prob_rows, probs_into, sampling};
@@ -168,6 +168,22 @@ impl<'m> Speculator<'m> {
     /// Chooses how the devices draft (default [`Drafting::Batched`]); the tokens are the same either way.
     pub fn set_drafting(&mut self, drafting: Drafting) {
         self.drafting = drafting;
+    }
+
+    /// Turns prompt lookup on for every device's drafter (see [`Lookup`]), or off (None, the default), with
+    /// lookup-gated draft lengths when `stop` ≥ 1 ([`Drafter::set_lookup_stop`]: a device's draft length is then
+    /// at most its `draft_len`).
+    pub fn set_lookup(&mut self, lookup: Option<Lookup>, stop: usize) -> Result<()> {
+        for d in &mut self.drafters {
+            d.set_lookup(lookup)?;
+            d.set_lookup_stop(stop)?;
+        }
+        Ok(())
+    }
+
+    /// Draft tokens the lookup proposed, per device.
+    pub fn looked_up(&self) -> Vec<usize> {
+        self.drafters.iter().map(|d| d.looked_up).collect()
     }
 
     /// One round for every unfinished device: draft, verify in one batch, accept/resample, roll back.

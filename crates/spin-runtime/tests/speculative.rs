@@ -424,3 +424,159 @@ fn an_end_token_accepted_inside_a_draft_ends_the_text_there() {
         );
     }
 }
+
+/// Prompt lookup: a draft step after a repeated ending proposes what followed it last time. Sampled, the step's
+/// distribution is exactly (1 − λ)·q + λ·δ_token with q the model's; greedy, the token replaces the model's top one.
+#[test]
+fn lookup_mixes_the_looked_up_token_into_the_draft_distribution() {
+    use spin_runtime::drafter::{DistForm, Drafter, Lookup, device_rng};
+    let drafter = tiny(6, 0.6, 1);
+    let t1 = speculative::sampling(1.0).unwrap();
+    let greedy = speculative::sampling(0.0).unwrap();
+    // "1 7" occurred before, followed by 3; the ending "… 5 1 7" did not, so ngram 3 falls back to the last two.
+    let prompt = vec![2u32, 1, 7, 3, 5, 1, 7];
+    let lookup = Lookup {
+        ngram: 3,
+        weight: 0.25,
+    };
+    let mut plain = Drafter::new(
+        &drafter,
+        &prompt,
+        prompt.len(),
+        t1,
+        DistForm::Dense,
+        device_rng(4, 0),
+    )
+    .unwrap();
+    plain.draft(1).unwrap();
+    let q = plain.last_dists()[0].clone();
+    let mut mixed = Drafter::new(
+        &drafter,
+        &prompt,
+        prompt.len(),
+        t1,
+        DistForm::Dense,
+        device_rng(4, 0),
+    )
+    .unwrap();
+    mixed.set_lookup(Some(lookup)).unwrap();
+    let out = mixed.draft(1).unwrap();
+    assert_eq!(mixed.looked_up, 1);
+    let got = &mixed.last_dists()[0];
+    for (i, (&a, &b)) in got.iter().zip(&q).enumerate() {
+        let want = 0.75 * b + if i == 3 { 0.25 } else { 0.0 };
+        assert!((a - want).abs() < 1e-6, "token {i}: {a} against {want}");
+    }
+    assert_eq!(out.probs[0], got[out.tokens[0] as usize]);
+    // Greedy: the looked-up token, whatever the model's top one.
+    let mut g = Drafter::new(
+        &drafter,
+        &prompt,
+        prompt.len(),
+        greedy,
+        DistForm::Dense,
+        device_rng(4, 0),
+    )
+    .unwrap();
+    g.set_lookup(Some(lookup)).unwrap();
+    assert_eq!(g.draft(1).unwrap().tokens, [3]);
+    // Nothing repeated, nothing looked up.
+    let mut none = Drafter::new(&drafter, &[1, 2, 3], 3, greedy, DistForm::Dense, device_rng(4, 0)).unwrap();
+    none.set_lookup(Some(lookup)).unwrap();
+    none.draft(1).unwrap();
+    assert_eq!(none.looked_up, 0);
+    for bad in [
+        Lookup {
+            ngram: 0,
+            weight: 0.5,
+        },
+        Lookup {
+            ngram: 2,
+            weight: 0.0,
+        },
+        Lookup {
+            ngram: 2,
+            weight: 1.5,
+        },
+        Lookup {
+            ngram: 2,
+            weight: f32::NAN,
+        },
+    ] {
+        let e = none.set_lookup(Some(bad)).unwrap_err().to_string();
+        assert!(e.contains("lookup."), "{e}");
+    }
+}
+
+/// With prompt lookup on, with and without lookup-gated draft lengths, greedy speculation still equals greedy
+/// decoding token for token, and sampled speculation still draws the target's distribution (chi-square of the
+/// first two tokens against their exact distributions), on prompts whose repeats make the lookup fire.
+#[test]
+fn speculation_with_lookup_stays_exact() {
+    use spin_runtime::drafter::Lookup;
+    let target = tiny(5, 0.6, 2);
+    let drafter = tiny(6, 0.6, 1);
+    let lookup = Some(Lookup {
+        ngram: 4,
+        weight: 0.5,
+    });
+    let greedy = speculative::sampling(0.0).unwrap();
+    let t1 = speculative::sampling(1.0).unwrap();
+    let prompts = vec![vec![1u32, 7, 3, 1, 7], vec![1, 4, 4, 4], vec![1, 2, 3, 4, 5]];
+    let prompt = vec![1u32, 7, 3, 1, 7];
+    let (p1, p2) = exact_first_two(&target, &prompt, &t1);
+    let mut full_per_round = None;
+    for stop in [0, 2] {
+        let mut s = Speculator::new(&target, &drafter, &prompts, &[3, 2, 6], spec(greedy, 40, 9)).unwrap();
+        s.set_lookup(lookup, stop).unwrap();
+        s.run().unwrap();
+        for (k, d) in s.devices.iter().enumerate() {
+            let want = generate_plain(&target, &prompts[k], &greedy, 40, None, 0).unwrap();
+            assert_eq!(d.generated(), want.as_slice(), "stop {stop}, device {k}");
+        }
+        assert!(s.looked_up().iter().all(|&n| n > 0), "{:?}", s.looked_up());
+        // The gate drafts fewer tokens per round than the full lengths.
+        let per_round: f64 = s.devices.iter().map(|d| d.drafted as f64 / d.rounds as f64).sum();
+        match full_per_round {
+            None => full_per_round = Some(per_round),
+            Some(full) => assert!(per_round < 0.9 * full, "stop {stop}: {per_round} against {full}"),
+        }
+        let (mut c1, mut c2) = (vec![0u64; 24], vec![0u64; 24]);
+        let mut looked = 0;
+        for rep in 0..20u64 {
+            let prompts = vec![prompt.clone(); 64];
+            let lens: Vec<usize> = (0..64).map(|k| 1 + k % 3).collect();
+            let mut s = Speculator::new(&target, &drafter, &prompts, &lens, spec(t1, 2, 300 + rep)).unwrap();
+            s.set_lookup(lookup, stop).unwrap();
+            s.run().unwrap();
+            looked += s.looked_up().iter().sum::<usize>();
+            for d in &s.devices {
+                c1[d.generated()[0] as usize] += 1;
+                c2[d.generated()[1] as usize] += 1;
+            }
+        }
+        assert!(looked > 1000, "stop {stop}: the lookup fired {looked} times");
+        let (a, b) = (chi_square_p(&c1, &p1), chi_square_p(&c2, &p2));
+        assert!(a > 1e-3 && b > 1e-3, "stop {stop}: p-values {a}, {b}");
+        // The test can fail: the looked-up token (3) is far likelier in a draft than under the target.
+        let mut skewed = p1.clone();
+        skewed[3] += 0.3;
+        let total: f64 = skewed.iter().sum();
+        skewed.iter_mut().for_each(|x| *x /= total);
+        assert!(chi_square_p(&c1, &skewed) < 1e-6);
+    }
+    // The gate needs the lookup, and a repeat no longer than it looks up.
+    let mut s = Speculator::new(&target, &drafter, &prompts, &[3, 2, 6], spec(greedy, 4, 9)).unwrap();
+    assert!(
+        s.set_lookup(None, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("lookup.stop")
+    );
+    assert!(
+        s.set_lookup(lookup, 5)
+            .unwrap_err()
+            .to_string()
+            .contains("lookup.stop")
+    );
+}

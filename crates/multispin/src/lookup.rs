@@ -1,0 +1,39 @@
+//! `--lookup` and `--lookup-weight` of `generate`, `device` and `simulate`: prompt lookup while drafting.
+
+use crate::failure::Failure;
+use spin_runtime::drafter::Lookup;
+
+/// Prompt lookup while drafting (`spin_runtime::drafter::Lookup`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LookupArgs {
+    /// Prompt lookup while drafting: where the text ends in tokens that occurred before (the last N, else N − 1, …
+    /// down to the last one), the draft proposes the token that followed them last time (greedy: instead of the
+    /// draft model's; sampled: mixed into its distribution with weight --lookup-weight). 0 turns it off. The
+    /// output distribution stays exact; only how often the draft agrees changes.
+    #[arg(allow_hyphen_values = true, long, default_value_t = 0, value_name = "N")]
+    pub lookup: usize,
+    /// The looked-up token's weight λ in a sampled draft's distribution, in (0, 1].
+    #[arg(allow_hyphen_values = true, long, default_value_t = 0.5)]
+    pub lookup_weight: f32,
+}
+
+impl LookupArgs {
+    /// The lookup the flags ask for (None with `--lookup 0`); a weight outside (0, 1] is an input error naming
+    /// `--lookup-weight`.
+    pub fn lookup(&self) -> Result<Option<Lookup>, Failure> {
+        if self.lookup == 0 {
+            return Ok(None);
+        }
+        let l = Lookup {
+            ngram: self.lookup,
+            weight: self.lookup_weight,
+        };
+        l.validate().map_err(|_| {
+            Failure::Input(format!(
+                "--lookup-weight: {} is outside (0, 1]",
+                self.lookup_weight
+            ))
+        })?;
+        Ok(Some(l))
+    }
+}
