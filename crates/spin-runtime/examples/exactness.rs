@@ -8,7 +8,7 @@
 //! distribution, which must be rejected. Prints the statistic, degrees of freedom and p-value of each test.
 //!
 //! Usage: exactness --target PATH --draft PATH [--draft-format as-stored|q8_0|q4_0|q4_1] [--prompt TEXT]
-//!        [--draft-len 4] [--temperature 1] [--samples 4096] [--seed 0]
+//!        [--draft-len 4] [--temperature 1] [--samples 4096] [--seed 0] [--lookup N] [--lookup-stop M]
 //!
 //! scripts/chi2-smollm2.sh runs it on SmolLM2-135M-Instruct and its distilled draft.
 
@@ -42,6 +42,9 @@ struct Args {
     temperature: f64,
     samples: usize,
     seed: u64,
+    /// `--lookup N` (0: off) and `--lookup-stop M`: prompt lookup while drafting, as `generate` takes them.
+    lookup: usize,
+    lookup_stop: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -56,6 +59,8 @@ fn parse() -> Result<Args, String> {
         temperature: 1.0,
         samples: 4096,
         seed: 0,
+        lookup: 0,
+        lookup_stop: 0,
     };
     let num = |flag: &str, v: &str| -> Result<f64, String> {
         v.parse::<f64>()
@@ -86,6 +91,8 @@ fn parse() -> Result<Args, String> {
             "--temperature" => a.temperature = num(flag, v)?,
             "--samples" => a.samples = v.parse().map_err(|_| format!("--samples: {v:?}"))?,
             "--seed" => a.seed = v.parse().map_err(|_| format!("--seed: {v:?}"))?,
+            "--lookup" => a.lookup = v.parse().map_err(|_| format!("--lookup: {v:?}"))?,
+            "--lookup-stop" => a.lookup_stop = v.parse().map_err(|_| format!("--lookup-stop: {v:?}"))?,
             _ => {
                 return Err(format!(
                     "{flag}: unknown option (see the usage in the example's source)"
@@ -212,6 +219,7 @@ fn run() -> Result<(), String> {
     let mut counts = vec![0u64; expected.len()];
     let mut first_counts = vec![0u64; v];
     let start = Instant::now();
+    let mut looked_up = 0usize;
     for r in 0..runs {
         let prompts = vec![prompt.clone(); BATCH];
         let cfg = SpecConfig {
@@ -222,7 +230,13 @@ fn run() -> Result<(), String> {
         };
         let mut s = Speculator::new(&target, &draft, &prompts, &vec![a.draft_len; BATCH], cfg)
             .map_err(|e| e.to_string())?;
+        let lookup = (a.lookup > 0).then_some(spin_runtime::drafter::Lookup {
+            ngram: a.lookup,
+            weight: 0.5,
+        });
+        s.set_lookup(lookup, a.lookup_stop).map_err(|e| e.to_string())?;
         s.run().map_err(|e| e.to_string())?;
+        looked_up += s.looked_up().iter().sum::<usize>();
         for d in &s.devices {
             let g = d.generated();
             let (t1, t2) = (g[0] as usize, g[1] as usize);
@@ -241,7 +255,7 @@ fn run() -> Result<(), String> {
     let (stat, df) = chi_square(&counts, &scaled);
     println!(
         "joint (t1, t2) against the target: chi-square {stat:.2}, {df} degrees of freedom, p = {:.4} \
-         ({n} samples)",
+         ({n} samples, {looked_up} drafted tokens looked up)",
         p_value(stat, df)?
     );
     let t1_target: Vec<f64> = p1.iter().map(|p| p * n as f64).collect();
