@@ -274,13 +274,16 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         let (Some(lk), m) = (self.lookup, self.lookup_stop) else {
             return false;
         };
-        if m == 0 {
-            return false;
-        }
+        m > 0 && self.looked_up_token(lk, m).is_none()
+    }
+
+    /// What the lookup proposes after the committed and drafted tokens: the token after the latest earlier
+    /// occurrence of their longest ending of `shortest` to `lk.ngram` tokens.
+    fn looked_up_token(&self, lk: Lookup, shortest: usize) -> Option<u32> {
         let mut seq = Vec::with_capacity(self.tokens.len() + self.pending.len());
         seq.extend_from_slice(&self.tokens);
         seq.extend_from_slice(&self.pending);
-        (m..=lk.ngram).all(|n| lookup_next(&seq, n).is_none())
+        (shortest..=lk.ngram).rev().find_map(|n| lookup_next(&seq, n))
     }
 
     /// The model's distribution `q` of this step with the looked-up token mixed in (see [`Lookup`]).
@@ -288,10 +291,7 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         let Some(lk) = self.lookup else {
             return q;
         };
-        let mut seq = Vec::with_capacity(self.tokens.len() + self.pending.len());
-        seq.extend_from_slice(&self.tokens);
-        seq.extend_from_slice(&self.pending);
-        let Some(g) = (1..=lk.ngram).rev().find_map(|n| lookup_next(&seq, n)) else {
+        let Some(g) = self.looked_up_token(lk, 1) else {
             return q;
         };
         let g = g as usize;

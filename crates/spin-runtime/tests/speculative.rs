@@ -439,26 +439,21 @@ fn lookup_mixes_the_looked_up_token_into_the_draft_distribution() {
         ngram: 3,
         weight: 0.25,
     };
-    let mut plain = Drafter::new(
-        &drafter,
-        &prompt,
-        prompt.len(),
-        t1,
-        DistForm::Dense,
-        device_rng(4, 0),
-    )
-    .unwrap();
+    let new = |prompt: &[u32], params| {
+        Drafter::new(
+            &drafter,
+            prompt,
+            prompt.len(),
+            params,
+            DistForm::Dense,
+            device_rng(4, 0),
+        )
+        .unwrap()
+    };
+    let mut plain = new(&prompt, t1);
     plain.draft(1).unwrap();
     let q = plain.last_dists()[0].clone();
-    let mut mixed = Drafter::new(
-        &drafter,
-        &prompt,
-        prompt.len(),
-        t1,
-        DistForm::Dense,
-        device_rng(4, 0),
-    )
-    .unwrap();
+    let mut mixed = new(&prompt, t1);
     mixed.set_lookup(Some(lookup)).unwrap();
     let out = mixed.draft(1).unwrap();
     assert_eq!(mixed.looked_up, 1);
@@ -469,19 +464,11 @@ fn lookup_mixes_the_looked_up_token_into_the_draft_distribution() {
     }
     assert_eq!(out.probs[0], got[out.tokens[0] as usize]);
     // Greedy: the looked-up token, whatever the model's top one.
-    let mut g = Drafter::new(
-        &drafter,
-        &prompt,
-        prompt.len(),
-        greedy,
-        DistForm::Dense,
-        device_rng(4, 0),
-    )
-    .unwrap();
+    let mut g = new(&prompt, greedy);
     g.set_lookup(Some(lookup)).unwrap();
     assert_eq!(g.draft(1).unwrap().tokens, [3]);
     // Nothing repeated, nothing looked up.
-    let mut none = Drafter::new(&drafter, &[1, 2, 3], 3, greedy, DistForm::Dense, device_rng(4, 0)).unwrap();
+    let mut none = new(&[1, 2, 3], greedy);
     none.set_lookup(Some(lookup)).unwrap();
     none.draft(1).unwrap();
     assert_eq!(none.looked_up, 0);
