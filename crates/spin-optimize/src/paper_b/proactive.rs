@@ -153,7 +153,7 @@ pub fn exhaustive(ev: &SaaEvaluator, limit: u128) -> Result<Plan, OptimizeError>
 const DEADLINE_STRIDE: u32 = 32;
 
 /// [`exhaustive`] for a caller on the wall clock: with a `deadline`, it looks at the clock every
-/// [`DEADLINE_STRIDE`] points and stops with the best vector scored so far as soon as the deadline has passed or
+/// 32 points (`DEADLINE_STRIDE`) and stops with the best vector scored so far as soon as the deadline has passed or
 /// the points left, at the pace so far, would end after it (so a search that cannot finish in time costs one
 /// stride, not the whole budget). Without a deadline it reads no clock and is [`exhaustive`].
 pub fn exhaustive_until(
