@@ -103,6 +103,50 @@ fn greedy_text_over_the_network_equals_plain_decoding_in_both_exchanges() {
     }
 }
 
+/// Prompt lookup on every device, and in Cen-SPIN's server drafting: the drafts change, the greedy text does not.
+#[test]
+fn greedy_text_with_prompt_lookup_on_the_devices_equals_plain_decoding() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let greedy = sampling(0.0).unwrap();
+    let lookup = Some(spin_runtime::drafter::Lookup {
+        ngram: 3,
+        weight: 0.5,
+    });
+    let devices: Vec<SimDevice> = prompts()
+        .into_iter()
+        .map(|prompt| SimDevice {
+            prompt,
+            lookup,
+            ..Default::default()
+        })
+        .collect();
+    let want: Vec<Vec<u32>> = prompts()
+        .iter()
+        .map(|p| generate_plain(&target, p, &greedy, 20, None, 0).unwrap())
+        .collect();
+    for scheme in ["fixed", "exact"] {
+        let (out, _) = run(&target, &drafter, config(scheme, &target), &devices);
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(&out.summary.devices[k].generated, w, "{scheme}: device {k}");
+        }
+    }
+    let prompts = prompts();
+    let summary = spin_net::baselines::cen_spin(
+        target.clone(),
+        drafter.clone(),
+        lookup,
+        &config("fixed", &target),
+        &prompts,
+        &|| false,
+        |_| (),
+    )
+    .unwrap();
+    for (k, w) in want.iter().enumerate() {
+        assert_eq!(&summary.devices[k].generated, w, "cen-spin: device {k}");
+    }
+}
+
 fn config(scheme: &str, target: &Model) -> ServerConfig {
     let mut cfg = ServerConfig::new(Scheme::parse_per_round(scheme).unwrap(), identity(target));
     cfg.max_new_tokens = 20;
