@@ -505,11 +505,12 @@ fn sim_devices(args: &SimulateArgs, tok: &Tokenizer) -> Result<Vec<SimDevice>, F
             l
         }
     };
+    let lookup = args.lookup.lookup()?;
     (0..args.devices)
         .map(|k| {
             Ok(SimDevice {
                 prompt: encode(tok, &lines[k % lines.len()])?,
-                lookup: args.lookup.lookup()?,
+                lookup,
                 ..Default::default()
             })
         })
@@ -652,9 +653,9 @@ fn run_baseline(
                 trace_round(&mut trace, t, &mut write_err);
                 rounds.push(t.clone());
             };
+            let lookup = args.lookup.lookup()?;
             let summary = spin_net::blocking::with_ctrl_c(|stop| {
                 if baseline == Baseline::CenSpin {
-                    let lookup = devices.first().and_then(|d| d.lookup);
                     baselines::cen_spin(
                         target.clone(),
                         drafter.clone(),

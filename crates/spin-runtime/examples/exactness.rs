@@ -220,6 +220,10 @@ fn run() -> Result<(), String> {
     let mut first_counts = vec![0u64; v];
     let start = Instant::now();
     let mut looked_up = 0usize;
+    let lookup = (a.lookup > 0).then_some(spin_runtime::drafter::Lookup {
+        ngram: a.lookup,
+        weight: 0.5,
+    });
     for r in 0..runs {
         let prompts = vec![prompt.clone(); BATCH];
         let cfg = SpecConfig {
@@ -230,10 +234,6 @@ fn run() -> Result<(), String> {
         };
         let mut s = Speculator::new(&target, &draft, &prompts, &vec![a.draft_len; BATCH], cfg)
             .map_err(|e| e.to_string())?;
-        let lookup = (a.lookup > 0).then_some(spin_runtime::drafter::Lookup {
-            ngram: a.lookup,
-            weight: 0.5,
-        });
         s.set_lookup(lookup, a.lookup_stop).map_err(|e| e.to_string())?;
         s.run().map_err(|e| e.to_string())?;
         looked_up += s.looked_up().iter().sum::<usize>();

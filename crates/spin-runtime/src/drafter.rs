@@ -553,7 +553,7 @@ pub fn draft_many<M: Deref<Target = Model>>(
         }
     }
     let mut out = Vec::with_capacity(drafters.len());
-    for (d, _) in drafters.iter_mut().zip(lens) {
+    for d in drafters.iter_mut() {
         d.drafted += d.pending.len();
         let probs = d
             .pending

@@ -445,20 +445,24 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         for (i, s) in subs.iter().enumerate() {
             let best = |j: usize| crate::probs::argmax(&flat[(i * positions + j) * vocab..][..vocab]);
             let slot = &mut self.slots[s.device];
-            let mut accepted = None;
+            // The first drafted token that is not the target's top one, and the target's top one there.
+            let mut first_rejected = None;
             for (j, &y) in s.tokens.iter().enumerate() {
-                let agrees = best(j)? == y;
-                slot.alpha.record_acceptance(if agrees { 1.0 } else { 0.0 })?;
-                if !agrees && accepted.is_none() {
-                    accepted = Some(j);
+                let top = best(j)?;
+                slot.alpha.record_acceptance(if top == y { 1.0 } else { 0.0 })?;
+                if top != y && first_rejected.is_none() {
+                    first_rejected = Some((j, top));
                 }
             }
-            let at = accepted.unwrap_or(s.tokens.len());
+            let (at, token) = match first_rejected {
+                Some(r) => r,
+                None => (s.tokens.len(), best(s.tokens.len())?),
+            };
             slot.alpha.record_round(at, s.tokens.len())?;
             decisions.push(Decision::Done {
                 accepted: at,
-                token: best(at)?,
-                rejected: accepted.is_some(),
+                token,
+                rejected: first_rejected.is_some(),
             });
         }
         Ok(Some(decisions))

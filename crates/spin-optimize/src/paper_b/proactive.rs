@@ -150,7 +150,7 @@ pub fn exhaustive(ev: &SaaEvaluator, limit: u128) -> Result<Plan, OptimizeError>
 }
 
 /// Points the exhaustive search scores between two looks at its deadline.
-const DEADLINE_STRIDE: u32 = 32;
+const DEADLINE_STRIDE: u128 = 32;
 
 /// [`exhaustive`] for a caller on the wall clock: with a `deadline`, it looks at the clock every
 /// 32 points (`DEADLINE_STRIDE`) and stops with the best vector scored so far as soon as the deadline has passed or
@@ -174,18 +174,16 @@ pub fn exhaustive_until(
     let mut draft_lengths = vec![0u32; k_n];
     let mut best = ev.state(&draft_lengths);
     let start = deadline.map(|_| Instant::now());
-    let (mut scored, mut since_look) = (1u128, 0u32);
+    let mut scored = 1u128;
     loop {
-        if let (Some(d), Some(start)) = (deadline, start) {
-            since_look += 1;
-            if since_look == DEADLINE_STRIDE {
-                since_look = 0;
-                let now = Instant::now();
-                let per_point = now.duration_since(start).as_secs_f64() / scored as f64;
-                let rest = per_point * size.saturating_sub(scored) as f64;
-                if now >= d || rest > d.duration_since(now).as_secs_f64() {
-                    return Ok(to_plan(best));
-                }
+        if let (Some(d), Some(start)) = (deadline, start)
+            && scored.is_multiple_of(DEADLINE_STRIDE)
+        {
+            let now = Instant::now();
+            let per_point = now.duration_since(start).as_secs_f64() / scored as f64;
+            let rest = per_point * size.saturating_sub(scored) as f64;
+            if now >= d || rest > d.duration_since(now).as_secs_f64() {
+                return Ok(to_plan(best));
             }
         }
         let mut k = 0;
