@@ -278,12 +278,14 @@ impl<M: Deref<Target = Model>> Drafter<M> {
     }
 
     /// What the lookup proposes after the committed and drafted tokens: the token after the latest earlier
-    /// occurrence of their longest ending of `shortest` to `lk.ngram` tokens.
+    /// occurrence of their longest ending of `shortest` to `lk.ngram` tokens. Endings as long as the sequence
+    /// cannot have occurred before it and are not tried, so a huge `ngram` costs what the sequence's length does.
     fn looked_up_token(&self, lk: Lookup, shortest: usize) -> Option<u32> {
         let mut seq = Vec::with_capacity(self.tokens.len() + self.pending.len());
         seq.extend_from_slice(&self.tokens);
         seq.extend_from_slice(&self.pending);
-        (shortest..=lk.ngram).rev().find_map(|n| lookup_next(&seq, n))
+        let longest = lk.ngram.min(seq.len().saturating_sub(1));
+        (shortest..=longest).rev().find_map(|n| lookup_next(&seq, n))
     }
 
     /// The model's distribution `q` of this step with the looked-up token mixed in (see [`Lookup`]).

@@ -467,6 +467,17 @@ fn lookup_mixes_the_looked_up_token_into_the_draft_distribution() {
     let mut g = new(&prompt, greedy);
     g.set_lookup(Some(lookup)).unwrap();
     assert_eq!(g.draft(1).unwrap().tokens, [3]);
+    // A huge ngram (a hostile flag) costs what the sequence's length does and proposes the same token.
+    let mut huge = new(&prompt, greedy);
+    huge.set_lookup(Some(Lookup {
+        ngram: usize::MAX,
+        weight: 0.25,
+    }))
+    .unwrap();
+    huge.set_lookup_stop(usize::MAX).unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(huge.draft(3).unwrap().tokens[0], 3);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
     // Nothing repeated, nothing looked up.
     let mut none = new(&[1, 2, 3], greedy);
     none.set_lookup(Some(lookup)).unwrap();
