@@ -17,7 +17,10 @@
 #
 # The draft runs as DRAFT_FORMAT says (`generate --draft-format`, default q8_0: its f32 matrices quantised at load).
 # TEMPERATURE (default 0) samples both runs at that temperature with the same seed (`--seed 0`); above 0 the two
-# texts are different draws of one distribution (its exactness: scripts/chi2-smollm2.sh), so they are not compared.
+# texts are different draws of one distribution (its exactness: scripts/chi2-smollm2.sh), so they are not compared,
+# and both runs take `--ignore-eos` (IGNORE_EOS=0 turns it off): each then makes exactly the tokens asked for, where
+# otherwise each would end where its own draws reach the end-of-sequence token and the whole-process time per token
+# would spread the start-up over different lengths.
 # LENGTHS (default "1 2 3 4 5 6 7 8") lists the draft lengths timed. LOOKUP (default 0: off) gives every speculative
 # run `--lookup LOOKUP` (prompt lookup while drafting, docs/runtime.md "Prompt lookup").
 #
@@ -35,10 +38,10 @@ for f in "$target" "$draft"; do
     [ -e "$f" ] || { echo "skip: $f is absent (scripts/fetch-smollm2.sh, scripts/build-smollm2-draft.sh)"; exit 0; }
 done
 python3 - "$pairs" "$tokens" "$bin" "$target" "$draft" "$MULTISPIN_SHARED_DATA" "${DRAFT_FORMAT:-q8_0}" \
-    "${TEMPERATURE:-0}" "${LOOKUP:-0}" <<'PY'
+    "${TEMPERATURE:-0}" "${LOOKUP:-0}" "${IGNORE_EOS:-1}" <<'PY'
 import os, re, statistics, subprocess, sys, time
-pairs, tokens, binary, target, draft, data, draft_format, temperature, lookup = \
-    int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:8], float(sys.argv[8]), sys.argv[9]
+pairs, tokens, binary, target, draft, data, draft_format, temperature, lookup, ignore_eos = \
+    int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:8], float(sys.argv[8]), sys.argv[9], sys.argv[10] == "1"
 held = open(os.path.join(data, "corpora/tinystories_val.txt"), encoding="utf-8").read()[:65536]
 paras = [p.strip() for p in held.split("\n") if len(p.strip()) > 200]
 stories = [" ".join(p.split()[:12]) for p in paras[:4]]
@@ -56,6 +59,8 @@ instructions = [
 ]
 prompts = [(s, []) for s in stories] + [(i, ["--chat"]) for i in instructions]
 base = [binary, "generate", "--target", target, "--max-tokens", str(tokens), "--temperature", str(temperature)]
+if temperature > 0 and ignore_eos:
+    base.append("--ignore-eos")
 same_text = lambda a, b: temperature > 0 or a == b
 def run(cmd):
     t = time.perf_counter()
@@ -71,7 +76,7 @@ num = lambda pat, s: float(re.search(pat, s).group(1))
 # Acceptance and pass costs on every held-out prompt (one speculative run each, draft length 4), and the target's
 # step from plain runs.
 print(f"# {len(stories)} TinyStories openings (held out) and {len(instructions)} instructions (--chat), {tokens} tokens, "
-      f"temperature {temperature}, prompt lookup {lookup}")
+      f"temperature {temperature}, prompt lookup {lookup}{', --ignore-eos' if '--ignore-eos' in base else ''}")
 plain_text, t_step = {}, []
 for p, extra in prompts:
     _, text, err = run(plain(p, extra) + ["--stats"])

@@ -68,6 +68,11 @@ pub struct GenerateArgs {
     /// fill the model's context; the latter is reported on stderr and still exits 0.
     #[arg(allow_hyphen_values = true, long, default_value_t = 64)]
     pub max_tokens: usize,
+    /// Keep generating past the end-of-sequence token, which stays in the text like any other, so that every run
+    /// makes --max-tokens tokens (or fills the context): fixed-length runs for timing, as llama.cpp's
+    /// `--ignore-eos` gives (which forbids the token instead; here the model's distribution is left as it is).
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Sampling temperature: 0 is greedy decoding, otherwise a finite number ≥ 1e-6.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -315,6 +320,11 @@ fn encode_prompt(
     Ok(ids)
 }
 
+/// The token that ends a generation: the tokenizer's end-of-sequence token, none with `--ignore-eos`.
+fn eos(args: &GenerateArgs, tok: &Tokenizer) -> Option<u32> {
+    if args.ignore_eos { None } else { tok.eos() }
+}
+
 /// `generate --prompts FILE`: every line decoded plainly in one batch, each printed (prompt text, unless `--chat`,
 /// then its continuation) on its own line, in order.
 fn run_batch(
@@ -345,8 +355,9 @@ fn run_batch(
     let max_tokens = args.max_tokens.min(room);
     let sampled = (args.temperature != 0.0).then_some(params);
     let start = Instant::now();
-    let outs = spin_runtime::decode::plain_batch(target, &prompts, sampled, max_tokens, tok.eos(), args.seed)
-        .context("batched decoding")?;
+    let outs =
+        spin_runtime::decode::plain_batch(target, &prompts, sampled, max_tokens, eos(args, tok), args.seed)
+            .context("batched decoding")?;
     let elapsed = start.elapsed().as_secs_f64();
     let mut stdout = std::io::stdout().lock();
     for (p, g) in prompts.iter().zip(&outs) {
@@ -470,7 +481,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let (generated, stats) = match &drafter {
         // Greedy: the same tokens as the sampling path at temperature 0, without a distribution per token.
         None if args.temperature == 0.0 => (
-            spin_runtime::decode::greedy_with(&target, &prompt, max_tokens, tok.eos(), &mut commit)
+            spin_runtime::decode::greedy_with(&target, &prompt, max_tokens, eos(args, &tok), &mut commit)
                 .context("greedy decoding")?,
             None,
         ),
@@ -480,7 +491,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
                 &prompt,
                 &params,
                 max_tokens,
-                tok.eos(),
+                eos(args, &tok),
                 args.seed,
                 &mut commit,
             )
@@ -491,7 +502,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             let cfg = SpecConfig {
                 params,
                 max_new_tokens: max_tokens,
-                eos: tok.eos(),
+                eos: eos(args, &tok),
                 seed: args.seed,
             };
             let mut s = Speculator::new(&target, d, std::slice::from_ref(&prompt), &[args.draft_len], cfg)
@@ -552,7 +563,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     stream
         .show(&format!("{text}\n"), true)
         .context("writing the text to stdout")?;
-    if max_tokens < args.max_tokens && generated.len() == max_tokens && tok.eos() != generated.last().copied()
+    if max_tokens < args.max_tokens
+        && generated.len() == max_tokens
+        && (args.ignore_eos || tok.eos() != generated.last().copied())
     {
         eprintln!(
             "note: stopped at the context limit: {} prompt + {} generated = {context} tokens (--max-tokens asked \

@@ -272,3 +272,58 @@ fn measurements_write_csv_svg_and_a_scenario() {
             .contains("<svg")
     );
 }
+
+#[test]
+fn ignore_eos_makes_every_run_max_tokens_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let run = |seed: &str, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--target",
+            m,
+            "--tokenizer",
+            t,
+            "--prompt",
+            "ab",
+            "--max-tokens",
+            "60",
+            "--temperature",
+            "3",
+            "--seed",
+            seed,
+            "--stats",
+        ];
+        args.extend_from_slice(extra);
+        let out = multispin(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let n: usize = err
+            .split("generated ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a token count in {err}"));
+        (n, out.stdout)
+    };
+    // A seed whose sampled text reaches the end-of-sequence token early.
+    let (seed, short, short_text) = (0..200)
+        .map(|s| s.to_string())
+        .find_map(|s| {
+            let (n, text) = run(&s, &[]);
+            (n < 60).then_some((s, n, text))
+        })
+        .expect("a seed that samples the end-of-sequence token within 60 tokens");
+    let (n, text) = run(&seed, &["--ignore-eos"]);
+    assert_eq!(n, 60, "seed {seed}: stopped at {short} without the flag");
+    // Plain sampling draws once per token: the same text up to the token that used to end it.
+    let stem = &short_text[..short_text.len() - 1];
+    assert!(text.starts_with(stem), "seed {seed}");
+    assert!(text.len() > short_text.len(), "seed {seed}");
+    let (n, _) = run(
+        &seed,
+        &["--ignore-eos", "--self-draft-layers", "1", "--draft-len", "3"],
+    );
+    assert_eq!(n, 60, "speculative, seed {seed}");
+}
