@@ -506,10 +506,7 @@ pub fn draft_many<M: Deref<Target = Model>>(
             let row = &rows[rows.len() - vocab..];
             match d.model.head_vocab() {
                 None => probs_into(row, &d.params, &mut q)?,
-                Some(hv) => {
-                    hv.expand_logits(row, &mut d.scratch)?;
-                    probs_into(&d.scratch, &d.params, &mut q)?;
-                }
+                Some(hv) => hv.probs_into(row, &d.params, &mut d.scratch, &mut q)?,
             }
             let (t, _) = d.sample_row(q)?;
             d.pending.push(t);
@@ -539,9 +536,8 @@ pub fn draft_many<M: Deref<Target = Model>>(
                     None => prob_rows(&last, &d.params)?.remove(0),
                     Some(hv) => {
                         let compact = last.flatten_all()?.to_vec1::<f32>()?;
-                        hv.expand_logits(&compact, &mut d.scratch)?;
                         let mut q = Vec::with_capacity(hv.full_vocab());
-                        probs_into(&d.scratch, &d.params, &mut q)?;
+                        hv.probs_into(&compact, &d.params, &mut d.scratch, &mut q)?;
                         q
                     }
                 };

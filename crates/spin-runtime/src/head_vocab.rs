@@ -110,6 +110,36 @@ impl HeadVocab {
         }
         Ok(())
     }
+
+    /// The distribution over the target's vocabulary of one row of the draft's logits (compact_vocab entries)
+    /// under `params`: what [`crate::probs::probs_into`] gives for the [`expand_logits`](Self::expand_logits)
+    /// row, computed over the scored ids alone (a twelfth of SmolLM2's vocabulary for a head of 4,096) and then
+    /// placed at their target ids, every other entry 0. `scratch` holds the compact probabilities between calls.
+    pub fn probs_into(
+        &self,
+        compact: &[f32],
+        params: &spin_core::SamplingParams,
+        scratch: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        if compact.len() != self.compact_vocab() {
+            return Err(RuntimeError::invalid(
+                "logits",
+                format!(
+                    "a row of {} entries for a head of {} ids",
+                    compact.len(),
+                    self.compact_vocab()
+                ),
+            ));
+        }
+        crate::probs::probs_into(&compact[..self.ids.len()], params, scratch)?;
+        out.clear();
+        out.resize(self.full_vocab(), 0.0);
+        for (&t, &p) in self.ids.iter().zip(scratch.iter()) {
+            out[t as usize] = p;
+        }
+        Ok(())
+    }
 }
 
 /// The `n` most frequent ids of `counts` (count per target id), ties to the smaller id; ids never seen are not

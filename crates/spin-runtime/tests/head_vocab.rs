@@ -227,3 +227,43 @@ fn most_frequent_orders_by_count_then_id() {
     assert_eq!(most_frequent(&[3, 0, 5, 3, 1], 3), vec![2, 0, 3]);
     assert_eq!(most_frequent(&[0, 2, 0], 5), vec![1]);
 }
+
+/// The compact route to a restricted head's distribution gives, to rounding, the distribution of the expanded row
+/// (scored logits at their target ids, −∞ elsewhere) under every sampling control.
+#[test]
+fn compact_probabilities_equal_those_of_the_expanded_row() {
+    let hv = HeadVocab::new(HEAD.to_vec(), 24).unwrap();
+    let compact: Vec<f32> = [0.3f32, -1.2, 2.5, 0.31, -0.4, 1.7, 9.0].to_vec();
+    let mut full = Vec::new();
+    hv.expand_logits(&compact, &mut full).unwrap();
+    let controls = [
+        spin_core::SamplingParams::new(1.0, None, None).unwrap(),
+        spin_core::SamplingParams::new(0.7, Some(3), None).unwrap(),
+        spin_core::SamplingParams::new(1.3, None, Some(0.8)).unwrap(),
+        spin_core::SamplingParams::new(1.0, None, None)
+            .unwrap()
+            .with_min_p(0.2)
+            .unwrap(),
+        spin_core::SamplingParams::new(1.0, Some(1), None).unwrap(),
+    ];
+    let (mut scratch, mut got, mut want) = (Vec::new(), Vec::new(), Vec::new());
+    for params in controls {
+        hv.probs_into(&compact, &params, &mut scratch, &mut got).unwrap();
+        spin_runtime::probs::probs_into(&full, &params, &mut want).unwrap();
+        assert_eq!(got.len(), 24);
+        for (t, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-6, "{params:?}, token {t}: {g} against {w}");
+        }
+        // The "other" logit (the largest here) never gets mass.
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(t, &p)| HEAD.contains(&(t as u32)) || p == 0.0)
+        );
+    }
+    let params = spin_core::SamplingParams::new(1.0, None, None).unwrap();
+    assert!(
+        hv.probs_into(&compact[..6], &params, &mut scratch, &mut got)
+            .is_err()
+    );
+}
