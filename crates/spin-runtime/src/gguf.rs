@@ -536,11 +536,6 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let tokens = strings("tokenizer.ggml.tokens")?;
     let merges = strings("tokenizer.ggml.merges")?;
     let id = |key: &str| c.metadata.get(key).and_then(|v| v.to_u32().ok());
-    let vocab: serde_json::Map<String, serde_json::Value> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), serde_json::Value::from(i as u32)))
-        .collect();
     // Token types (llama.cpp's): 3 control, 4 user-defined. Control tokens are special (matched whole in the
     // text, e.g. `<|im_start|>` of a rendered chat template, and left out when decoding); user-defined ones are
     // matched whole too. BOS and EOS are special whatever the file says.
@@ -557,34 +552,8 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         id("tokenizer.ggml.bos_token_id"),
         id("tokenizer.ggml.eos_token_id"),
     );
-    let added: Vec<serde_json::Value> = tokens
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| {
-            let i = i as u32;
-            let kind = types.get(i as usize).copied().unwrap_or(1);
-            let special = kind == 3 || Some(i) == bos || Some(i) == eos;
-            (special || kind == 4).then(|| {
-                serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                                   "rstrip": false, "normalized": false, "special": special})
-            })
-        })
-        .collect();
-    let json = serde_json::json!({
-        "version": "1.0",
-        "added_tokens": added,
-        "normalizer": null,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-        "post_processor": null,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-        "model": {"type": "BPE", "vocab": vocab, "merges": merges, "dropout": null, "unk_token": null,
-                  "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
-                  "byte_fallback": false},
-    });
-    let inner: tokenizers::Tokenizer = json
-        .to_string()
-        .parse()
-        .map_err(|e: tokenizers::Error| RuntimeError::Tokenizer(format!("{what}: {e}")))?;
+    let inner = byte_level_bpe(&tokens, merges, &types, bos, eos)
+        .map_err(|e| RuntimeError::Tokenizer(format!("{what}: {e}")))?;
     let pre = c
         .metadata
         .get("tokenizer.ggml.pre")
@@ -612,6 +581,69 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         add_bos,
         chat_template,
     })
+}
+
+/// The byte-level BPE tokenizer of a GGUF vocabulary (GPT-2's pre-tokenizer and decoder, no normaliser), built
+/// from the token strings and merges directly: what Hugging Face's `tokenizer.json` of the same vocabulary loads
+/// to, in about a third of the time a JSON round trip takes (SmolLM2's 49,152 tokens and 48,900 merges). Merges
+/// are "a b" (lines starting `#version` skipped); control tokens (type 3), BOS and EOS become special added
+/// tokens, user-defined ones (type 4) added tokens, all matched whole and never normalised.
+fn byte_level_bpe(
+    tokens: &[String],
+    merges: Vec<String>,
+    types: &[i64],
+    bos: Option<u32>,
+    eos: Option<u32>,
+) -> std::result::Result<tokenizers::Tokenizer, String> {
+    use tokenizers::models::bpe::{BPE, Merges, Vocab};
+    use tokenizers::{AddedToken, decoders, pre_tokenizers};
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let mut pairs: Merges = Vec::with_capacity(merges.len());
+    for (rank, line) in merges.iter().filter(|l| !l.starts_with("#version")).enumerate() {
+        let mut parts = line.split(' ');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(a), Some(b), None) => pairs.push((a.to_owned(), b.to_owned())),
+            _ => {
+                return Err(format!(
+                    "tokenizer.ggml.merges: merge {rank} ({line:?}) is not two tokens"
+                ));
+            }
+        }
+    }
+    drop(merges);
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    let byte_level = || pre_tokenizers::byte_level::ByteLevel::new(false, true, true);
+    tok.with_pre_tokenizer(Some(byte_level()));
+    tok.with_decoder(Some(decoders::byte_level::ByteLevel::new(false, true, true)));
+    let (mut special, mut user) = (Vec::new(), Vec::new());
+    for (i, t) in tokens.iter().enumerate() {
+        let i = i as u32;
+        let kind = types.get(i as usize).copied().unwrap_or(1);
+        let is_special = kind == 3 || Some(i) == bos || Some(i) == eos;
+        if is_special || kind == 4 {
+            let added = AddedToken::from(t.clone(), is_special)
+                .single_word(false)
+                .lstrip(false)
+                .rstrip(false)
+                .normalized(false);
+            if is_special {
+                special.push(added)
+            } else {
+                user.push(added)
+            }
+        }
+    }
+    tok.add_special_tokens(special).map_err(|e| e.to_string())?;
+    tok.add_tokens(user).map_err(|e| e.to_string())?;
+    Ok(tok)
 }
 
 /// A vocabulary to embed in a written GGUF file (`tokenizer.ggml.*`, byte-level BPE), for tests and exports.
@@ -749,4 +781,88 @@ pub fn write_with(
     let mut f = std::fs::File::create(path).map_err(|e| RuntimeError::io(path, e))?;
     gguf_file::write(&mut f, &md_refs, &t_refs)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_level_bpe;
+
+    /// The tokenizer.json a GGUF vocabulary stands for (Hugging Face's byte-level BPE), loaded by the tokenizers
+    /// crate's own parser: the reference the direct build must equal.
+    fn from_json(tokens: &[String], merges: &[String], types: &[i64]) -> tokenizers::Tokenizer {
+        let vocab: serde_json::Map<String, serde_json::Value> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), serde_json::Value::from(i as u32)))
+            .collect();
+        let added: Vec<serde_json::Value> = tokens
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| types[*i] == 3 || types[*i] == 4)
+            .map(|(i, t)| {
+                serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                                   "rstrip": false, "normalized": false, "special": types[i] == 3})
+            })
+            .collect();
+        let byte_level = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
+        serde_json::json!({
+            "version": "1.0", "added_tokens": added, "normalizer": null, "pre_tokenizer": byte_level,
+            "post_processor": null, "decoder": byte_level,
+            "model": {"type": "BPE", "vocab": vocab, "merges": merges, "dropout": null, "unk_token": null,
+                      "continuing_subword_prefix": null, "end_of_word_suffix": null, "fuse_unk": false,
+                      "byte_fallback": false},
+        })
+        .to_string()
+        .parse()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_direct_build_tokenizes_and_decodes_as_the_json_route() {
+        // Every byte of the byte-level alphabet, merges building words and spaced words, a control token and a
+        // user-defined one.
+        let mut alphabet: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+            .into_iter()
+            .collect();
+        alphabet.sort_unstable();
+        let mut tokens: Vec<String> = alphabet.iter().map(char::to_string).collect();
+        let merges: Vec<String> = [
+            "h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "r l", "Ġwo rl", "Ġworl d", "Ċ Ċ",
+        ]
+        .iter()
+        .map(|m| (*m).to_owned())
+        .collect();
+        for m in &merges {
+            tokens.push(m.replace(' ', ""));
+        }
+        tokens.extend(["<|im_start|>".to_owned(), "<user-word>".to_owned()]);
+        let mut types = vec![1i64; tokens.len()];
+        let n = types.len();
+        types[n - 2] = 3;
+        types[n - 1] = 4;
+        let direct = byte_level_bpe(&tokens, merges.clone(), &types, None, None).unwrap();
+        let reference = from_json(&tokens, &merges, &types);
+        for text in [
+            "hello world",
+            "hello  world\n\nhello",
+            "<|im_start|>user\nhello<user-word> wörld 😀",
+            "   ",
+            "",
+        ] {
+            let a = direct.encode(text, false).unwrap();
+            let b = reference.encode(text, false).unwrap();
+            assert_eq!(a.get_ids(), b.get_ids(), "{text:?}");
+            assert_eq!(
+                direct.decode(a.get_ids(), true).unwrap(),
+                reference.decode(b.get_ids(), true).unwrap(),
+                "{text:?}"
+            );
+        }
+        // The merges and added tokens took: whole words, the control token matched whole.
+        let ids = direct.encode("<|im_start|>hello world", false).unwrap();
+        assert_eq!(ids.get_ids(), [266, 259, 264], "<|im_start|>, hello, Ġworld");
+        // A merge that is not two tokens names the key.
+        let e = byte_level_bpe(&tokens, vec!["h e l".to_owned()], &types, None, None).unwrap_err();
+        assert!(e.contains("tokenizer.ggml.merges"), "{e}");
+    }
 }
