@@ -1,4 +1,4 @@
-//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K and Q6_K, in which
+//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K, Q5_K and Q6_K, in which
 //! the AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset
 //! by 128), so that one 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd`
 //! against four broadcast activation codes advances all of them.
@@ -19,6 +19,10 @@
 //! 32p + 4h .. 32p + 4h + 4 of row r, whose low nibbles are sub-block 2p's values 4h .. 4h + 4 and high nibbles
 //! sub-block 2p + 1's). Its sub-block j has scale `d·sc_j` and offset `−dmin·m_j`, and takes the place of a block
 //! in the sums below.
+//!
+//! A Q5_K tile-block is a Q4_K one (its codes the low four bits) followed, from 2304, by the fifth bits: vector h,
+//! lane r = the file's `qh` bytes 4h .. 4h + 4 of row r, whose bit j is the fifth bit of value 4h .. 4h + 4 of
+//! sub-block j.
 //!
 //! A Q6_K tile-block holds `d` (f16, row r at 2r), the sixteen int8 sub-block scales (scale k of row r at
 //! 32 + 16k + r), from 288 the low-bit bytes (vector (2h + m)·8 + q, lane r = the file's `ql` bytes
@@ -51,6 +55,7 @@ pub(crate) fn supported(format: BlockFormat) -> bool {
             | BlockFormat::Q5_0
             | BlockFormat::Q8_0
             | BlockFormat::Q4K
+            | BlockFormat::Q5K
             | BlockFormat::Q6K
     )
 }
@@ -65,7 +70,7 @@ pub(crate) fn codes_at(format: BlockFormat) -> usize {
     match format {
         BlockFormat::Q4_1 => 64,
         BlockFormat::Q5_0 => 96,
-        BlockFormat::Q4K => 256,
+        BlockFormat::Q4K | BlockFormat::Q5K => 256,
         BlockFormat::Q6K => 288,
         _ => 32,
     }
@@ -90,6 +95,9 @@ pub(crate) fn integer_offset(format: BlockFormat) -> i32 {
         _ => 0,
     }
 }
+
+/// Where a Q5_K tile-block's fifth-bit vectors start (after a Q4_K tile-block's parts).
+pub(crate) const Q5K_FIFTH_AT: usize = 2304;
 
 /// Where each byte of row `r`'s block goes in its tile-block: `f(file byte, tile-block byte, xor)` for every byte
 /// that moves whole (Q8_0's codes change by 128 on the way, `xor` 0x80); Q5_0's fifth bits (file bytes 2..6) are
@@ -117,7 +125,7 @@ fn places(format: BlockFormat, r: usize, mut f: impl FnMut(usize, usize, u8)) {
                 }
             }
         }
-        BlockFormat::Q4K => {
+        BlockFormat::Q4K | BlockFormat::Q5K => {
             for j in 0..2 {
                 f(j, 2 * r + j, 0);
                 f(2 + j, 32 + 2 * r + j, 0);
@@ -125,10 +133,21 @@ fn places(format: BlockFormat, r: usize, mut f: impl FnMut(usize, usize, u8)) {
             for k in 0..12 {
                 f(4 + k, 64 + 16 * k + r, 0);
             }
+            // Q5_K's fifth bits (file bytes 16..48) sit between the scales and the codes.
+            let fc = if format == BlockFormat::Q5K {
+                for h in 0..8 {
+                    for i in 0..4 {
+                        f(16 + 4 * h + i, Q5K_FIFTH_AT + 64 * h + 4 * r + i, 0);
+                    }
+                }
+                48
+            } else {
+                16
+            };
             for p in 0..4 {
                 for h in 0..8 {
                     for i in 0..4 {
-                        f(16 + 32 * p + 4 * h + i, 256 + 512 * p + 64 * h + 4 * r + i, 0);
+                        f(fc + 32 * p + 4 * h + i, 256 + 512 * p + 64 * h + 4 * r + i, 0);
                     }
                 }
             }
@@ -255,7 +274,7 @@ pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
             .chunks_exact(tile_block_bytes(format))
             .all(|tb| (0..16).all(|h| reference::half_at(tb, 2 * h).is_finite()));
     }
-    let halves = if matches!(format, BlockFormat::Q4_1 | BlockFormat::Q4K) {
+    let halves = if matches!(format, BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K) {
         32
     } else {
         16
@@ -306,8 +325,8 @@ pub(crate) fn tile_product(
     rows: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    if format == BlockFormat::Q4K {
-        tile_product_q4k(tile, a, rows, out);
+    if matches!(format, BlockFormat::Q4K | BlockFormat::Q5K) {
+        tile_product_k4(format, tile, a, rows, out);
         return;
     }
     if format == BlockFormat::Q6K {
@@ -349,8 +368,8 @@ pub(crate) fn tile_product(
     }
 }
 
-/// The scale `d·sc_j` and offset `−dmin·m_j` of sub-block j of lane r of a Q4_K tile-block, as the kernel computes
-/// them.
+/// The scale `d·sc_j` and offset `−dmin·m_j` of sub-block j of lane r of a Q4_K (or Q5_K) tile-block, as the
+/// kernel computes them.
 pub(crate) fn q4k_scale_offset(tile_block: &[u8], r: usize, j: usize) -> (f32, f32) {
     let packed: [u8; 12] = std::array::from_fn(|k| tile_block[64 + 16 * k + r]);
     let (sc, m) = reference::scale_min_k4(j, &packed);
@@ -359,10 +378,16 @@ pub(crate) fn q4k_scale_offset(tile_block: &[u8], r: usize, j: usize) -> (f32, f
     (d * f32::from(sc), -(dmin * f32::from(m)))
 }
 
-/// [`tile_product`] for Q4_K: each 32-value sub-block in the place of a block.
-fn tile_product_q4k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &mut [f32]) {
+/// [`tile_product`] for Q4_K and Q5_K: each 32-value sub-block in the place of a block.
+fn tile_product_k4(
+    format: BlockFormat,
+    tile: &[u8],
+    a: &Acts,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
     let (nsb, nch) = (a.cols / 256, a.cols / 32);
-    let tb = tile_block_bytes(BlockFormat::Q4K);
+    let tb = tile_block_bytes(format);
     for (c, i) in rows.enumerate() {
         let mut acc = [0f32; ROWS];
         let mut off = [0f32; ROWS];
@@ -379,7 +404,10 @@ fn tile_product_q4k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
                     for h in 0..8 {
                         for k in 0..4 {
                             let byte = block[256 + 512 * p + 64 * h + 4 * r + k];
-                            let u = if high { byte >> 4 } else { byte & 0x0F };
+                            let mut u = if high { byte >> 4 } else { byte & 0x0F };
+                            if format == BlockFormat::Q5K {
+                                u |= ((block[Q5K_FIFTH_AT + 64 * h + 4 * r + k] >> j) & 1) << 4;
+                            }
                             isum += i32::from(u) * i32::from(x[4 * h + k]);
                         }
                     }

@@ -674,6 +674,7 @@ mod x86 {
     const Q8_0: u8 = 3;
     const Q4K: u8 = 4;
     const Q6K: u8 = 5;
+    const Q5K: u8 = 6;
 
     /// [`super::il_tile`] on AVX-512 VNNI: activation rows in groups of four, then one at a time.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -686,9 +687,11 @@ mod x86 {
     ) {
         // Five to eight rows (a verification of 4 to 7 drafted tokens) go through a block-format tile in one group
         // (`il512_wide`). Not the k-quants, whose groups hold a super-block's unpacked scales besides: they ran
-        // slower so, but that was measured while their closures could fall out of line (`il_group_q4k`), so it is
+        // slower so, but that was measured while their closures could fall out of line (`il_group_k4`), so it is
         // untried since.
-        if (5..=8).contains(&rows.len()) && !matches!(format, BlockFormat::Q4K | BlockFormat::Q6K) {
+        if (5..=8).contains(&rows.len())
+            && !matches!(format, BlockFormat::Q4K | BlockFormat::Q5K | BlockFormat::Q6K)
+        {
             il512_wide(format, tile, a, rows, out);
             return;
         }
@@ -698,6 +701,7 @@ mod x86 {
             BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
             BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
             BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out),
+            BlockFormat::Q5K => il_rows::<Q5K>(tile, a, rows, out),
             BlockFormat::Q6K => il_rows::<Q6K>(tile, a, rows, out),
             _ => unreachable!("il512 runs only on interleaved formats"),
         }
@@ -707,7 +711,7 @@ mod x86 {
     /// of the rest, the second would load and unpack the tile's codes and scales again for one to four rows. A
     /// function of its own, never inlined, so that [`il512`]'s code for the other formats is compiled as it was:
     /// inlined there, the wider groups made the inliner leave the k-quants' closures out of line (now plain loops,
-    /// see `il_group_q4k`), and a Q4_K_M step took twice as long.
+    /// see `il_group_k4`), and a Q4_K_M step took twice as long.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     #[inline(never)]
     fn il512_wide(
@@ -770,8 +774,8 @@ mod x86 {
         i0: usize,
         out: &mut [f32],
     ) {
-        if F == Q4K {
-            il_group_q4k::<C>(tile, a, i0, out);
+        if F == Q4K || F == Q5K {
+            il_group_k4::<F, C>(tile, a, i0, out);
         } else if F == Q6K {
             il_group_q6k::<C>(tile, a, i0, out);
         } else {
@@ -883,18 +887,30 @@ mod x86 {
         }
     }
 
-    /// [`il_group`] for Q4_K: per super-block the 6-bit sub-block scales and mins of the 16 rows are unpacked in
-    /// 128-bit vectors (byte k of every row together), then each 32-value sub-block is applied as a block is.
+    /// [`il_group`] for Q4_K and Q5_K: per super-block the 6-bit sub-block scales and mins of the 16 rows are
+    /// unpacked in 128-bit vectors (byte k of every row together), then each 32-value sub-block is applied as a
+    /// block is; Q5_K's fifth bits are added to the codes (16 where bit j of the fifth-bit byte is set).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn il_group_q4k<const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+    fn il_group_k4<const F: u8, const C: usize>(
+        tile: &[u8],
+        a: &interleave::Acts,
+        i0: usize,
+        out: &mut [f32],
+    ) {
         let (cols, nch, nsb) = (a.cols, a.cols / 32, a.cols / 256);
-        let tb = interleave::tile_block_bytes(BlockFormat::Q4K);
+        let format = if F == Q5K {
+            BlockFormat::Q5K
+        } else {
+            BlockFormat::Q4K
+        };
+        let tb = interleave::tile_block_bytes(format);
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(a.d.len() >= (i0 + C) * nch && a.xs.len() >= (i0 + C) * nch && out.len() >= C * 16);
         let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
-        // A tile-block: scales 32 bytes at 0, mins 32 at 32, twelve 16-byte scale vectors at 64, codes 2048 at 256.
-        // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 2304); activation reads at (i0 + c)·cols + 32·ch +
+        // A tile-block: scales 32 bytes at 0, mins 32 at 32, twelve 16-byte scale vectors at 64, codes 2048 at 256,
+        // for Q5_K the fifth bits 512 at 2304.
+        // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 2304, Q5_K 2816); activation reads at (i0 + c)·cols + 32·ch +
         // [0, 32) and (i0 + c)·nch + ch, stores at c·16 + [0, 16), ch < nch, c < C: inside the lengths asserted
         // above; unaligned loads and stores; `il512`, the only caller, enables the features after detecting them.
         unsafe {
@@ -944,6 +960,11 @@ mod x86 {
                         } else {
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib)
                         };
+                        if F == Q5K {
+                            let fifth = _mm512_loadu_si512(p.add(interleave::Q5K_FIFTH_AT + 64 * h).cast());
+                            let k = _mm512_test_epi8_mask(fifth, _mm512_set1_epi8((1u8 << j) as i8));
+                            *w = _mm512_mask_add_epi8(*w, k, *w, _mm512_set1_epi8(16));
+                        }
                     }
                     let ch = 8 * b + j;
                     for c in 0..C {
@@ -988,7 +1009,7 @@ mod x86 {
                     let (h, i) = (j / 4, j % 4);
                     let lp = p.add(288 + (2 * h + i % 2) * 8 * 64);
                     let hp = p.add(2336 + 8 * h * 64);
-                    // Plain loops, no closures (see `il_group_q4k`).
+                    // Plain loops, no closures (see `il_group_k4`).
                     let mut w = [_mm512_setzero_si512(); 8];
                     for (g, w) in w.iter_mut().enumerate() {
                         let l = _mm512_loadu_si512(lp.add(64 * g).cast());
