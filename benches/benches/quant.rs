@@ -17,10 +17,11 @@ use spin_runtime::quant::{BlockFormat, QMatrix};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-const FORMATS: [BlockFormat; 8] = [
+const FORMATS: [BlockFormat; 9] = [
     BlockFormat::Q4_0,
     BlockFormat::Q4_1,
     BlockFormat::Q5_0,
+    BlockFormat::Q5_1,
     BlockFormat::Q8_0,
     BlockFormat::Q4K,
     BlockFormat::Q5K,
@@ -41,7 +42,7 @@ fn random_matrix(format: BlockFormat, rows: usize, cols: usize, seed: u64) -> QM
     let mut data: Vec<u8> = (0..blocks * bb).map(|_| rng.random()).collect();
     let halves: &[usize] = match format {
         BlockFormat::Q4_0 | BlockFormat::Q8_0 | BlockFormat::Q5_0 | BlockFormat::F16 => &[0],
-        BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
+        BlockFormat::Q4_1 | BlockFormat::Q5_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
         BlockFormat::Q6K => &[208],
         BlockFormat::F32 => &[],
     };

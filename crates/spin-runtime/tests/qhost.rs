@@ -138,7 +138,10 @@ fn host_route_matches_candle_route_and_dequantised_weights_in_every_format() {
         ("Q4_0", narrow.clone(), GgmlDType::Q4_0, vec![]),
         ("Q4_1", narrow.clone(), GgmlDType::Q4_1, vec![]),
         ("Q8_0", narrow.clone(), GgmlDType::Q8_0, vec![]),
+        ("Q5_0", narrow.clone(), GgmlDType::Q5_0, vec![]),
+        ("Q5_1", narrow.clone(), GgmlDType::Q5_1, vec![]),
         ("Q4_K", wide.clone(), GgmlDType::Q4K, vec![]),
+        ("Q5_K", wide.clone(), GgmlDType::Q5K, vec![]),
         ("Q6_K", wide.clone(), GgmlDType::Q6K, vec![]),
         // q|k in one format, v in another; gate and up apart; a Q8_0 head: separate products per run.
         (

@@ -8,13 +8,14 @@ use rand::{RngExt, SeedableRng};
 use spin_runtime::RuntimeError;
 use spin_runtime::quant::{BlockFormat, QMatrix};
 
-const FORMATS: [GgmlDType; 9] = [
+const FORMATS: [GgmlDType; 10] = [
     GgmlDType::F32,
     GgmlDType::F16,
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q8_0,
     GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
     GgmlDType::Q4K,
     GgmlDType::Q5K,
     GgmlDType::Q6K,
@@ -243,6 +244,7 @@ fn scales_finite_finds_a_nan_or_infinite_scale_or_min() {
         (GgmlDType::Q4_1, 2),
         (GgmlDType::Q8_0, 0),
         (GgmlDType::Q5_0, 0),
+        (GgmlDType::Q5_1, 2),
         (GgmlDType::Q4K, 0),
         (GgmlDType::Q5K, 2),
         (GgmlDType::Q6K, 208),

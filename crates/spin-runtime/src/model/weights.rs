@@ -601,6 +601,7 @@ pub(crate) fn ggml_of(f: BlockFormat) -> GgmlDType {
         BlockFormat::Q4_0 => GgmlDType::Q4_0,
         BlockFormat::Q4_1 => GgmlDType::Q4_1,
         BlockFormat::Q5_0 => GgmlDType::Q5_0,
+        BlockFormat::Q5_1 => GgmlDType::Q5_1,
         BlockFormat::Q8_0 => GgmlDType::Q8_0,
         BlockFormat::Q4K => GgmlDType::Q4K,
         BlockFormat::Q5K => GgmlDType::Q5K,

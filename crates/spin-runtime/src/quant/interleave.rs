@@ -1,4 +1,4 @@
-//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q8_0) and of Q4_K, Q5_K and Q6_K, in which
+//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and of Q4_K, Q5_K and Q6_K, in which
 //! the AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset
 //! by 128), so that one 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd`
 //! against four broadcast activation codes advances all of them.
@@ -6,12 +6,12 @@
 //! Rows go in tiles of [`ROWS`] (the last one padded with zero rows); a tile is its blocks in column order; one
 //! tile-block (the b-th block of each of the tile's rows) is, at byte offsets:
 //!
-//! | part | Q4_0 | Q4_1 | Q5_0 | Q8_0 |
-//! |---|---|---|---|---|
-//! | scales `d`, f16, row r at 2r | 0 | 0 | 0 | 0 |
-//! | mins `m`, f16, row r at 2r | – | 32 | – | – |
-//! | fifth bits: per group g a u64 whose bit 4r + i is value 4g + i of row r | – | – | 32 | – |
-//! | codes | 32 | 64 | 96 | 32 |
+//! | part | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 |
+//! |---|---|---|---|---|---|
+//! | scales `d`, f16, row r at 2r | 0 | 0 | 0 | 0 | 0 |
+//! | mins `m`, f16, row r at 2r | – | 32 | – | 32 | – |
+//! | fifth bits: per group g a u64 whose bit 4r + i is value 4g + i of row r | – | – | 32 | 64 | – |
+//! | codes | 32 | 64 | 96 | 128 | 32 |
 //!
 //! A Q4_K tile-block (one 256-value super-block of each row) holds the scales `d` (f16, row r at 2r), the mins
 //! `dmin` (at 32 + 2r), the twelve packed 6-bit sub-block scale and min bytes, byte k of row r at 64 + 16k + r, and
@@ -37,7 +37,7 @@
 //! 16 + 4h .. 16 + 4h + 4 (the file's nibble order). Every value of a product is then
 //! `Σ_b f32(Σ_g codes·x + k·Σ x) · (d_w·d_x)`, the sum over blocks in block order with fused multiply-adds,
 //! where the offset (−8·d for Q4_0, −16·d for Q5_0, −128·d for Q8_0) joins the exact integer sum as
-//! k = −8, −16, −128; Q4_1 adds `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation row or
+//! k = −8, −16, −128; Q4_1 and Q5_1 add `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation row or
 //! many, on any number of threads.
 
 use super::BlockFormat;
@@ -53,6 +53,7 @@ pub(crate) fn supported(format: BlockFormat) -> bool {
         BlockFormat::Q4_0
             | BlockFormat::Q4_1
             | BlockFormat::Q5_0
+            | BlockFormat::Q5_1
             | BlockFormat::Q8_0
             | BlockFormat::Q4K
             | BlockFormat::Q5K
@@ -70,6 +71,7 @@ pub(crate) fn codes_at(format: BlockFormat) -> usize {
     match format {
         BlockFormat::Q4_1 => 64,
         BlockFormat::Q5_0 => 96,
+        BlockFormat::Q5_1 => 128,
         BlockFormat::Q4K | BlockFormat::Q5K => 256,
         BlockFormat::Q6K => 288,
         _ => 32,
@@ -81,11 +83,23 @@ fn file_codes_at(format: BlockFormat) -> usize {
     match format {
         BlockFormat::Q4_1 => 4,
         BlockFormat::Q5_0 => 6,
+        BlockFormat::Q5_1 => 8,
         _ => 2,
     }
 }
 
-/// The offset of Q4_0, Q5_0 and Q8_0 as a multiple of the block's scale (0 for Q4_1, whose offset is its min):
+/// Where a Q5_0 or Q5_1 tile-block's fifth-bit masks start (after the scales, and Q5_1's mins).
+pub(crate) fn fifth_bits_at(format: BlockFormat) -> usize {
+    if format == BlockFormat::Q5_1 { 64 } else { 32 }
+}
+
+/// The file bytes of a Q5_0 or Q5_1 block's fifth bits (`qh`): after the scale, and Q5_1's min.
+fn file_fifth_bits_at(format: BlockFormat) -> usize {
+    if format == BlockFormat::Q5_1 { 4 } else { 2 }
+}
+
+/// The offset of Q4_0, Q5_0 and Q8_0 as a multiple of the block's scale (0 for Q4_1 and Q5_1, whose offset is
+/// their min):
 /// `k · Σ x` joins the block's integer sum.
 pub(crate) fn integer_offset(format: BlockFormat) -> i32 {
     match format {
@@ -100,8 +114,8 @@ pub(crate) fn integer_offset(format: BlockFormat) -> i32 {
 pub(crate) const Q5K_FIFTH_AT: usize = 2304;
 
 /// Where each byte of row `r`'s block goes in its tile-block: `f(file byte, tile-block byte, xor)` for every byte
-/// that moves whole (Q8_0's codes change by 128 on the way, `xor` 0x80); Q5_0's fifth bits (file bytes 2..6) are
-/// spread bit by bit instead ([`fifth_bits_to_tile`], [`fifth_bits_from_tile`]).
+/// that moves whole (Q8_0's codes change by 128 on the way, `xor` 0x80); Q5_0's and Q5_1's fifth bits (file bytes
+/// 2..6, 4..8) are spread bit by bit instead ([`fifth_bits_to_tile`], [`fifth_bits_from_tile`]).
 fn places(format: BlockFormat, r: usize, mut f: impl FnMut(usize, usize, u8)) {
     match format {
         BlockFormat::Q6K => {
@@ -156,7 +170,7 @@ fn places(format: BlockFormat, r: usize, mut f: impl FnMut(usize, usize, u8)) {
             let (c, fc) = (codes_at(format), file_codes_at(format));
             for j in 0..2 {
                 f(j, 2 * r + j, 0);
-                if format == BlockFormat::Q4_1 {
+                if matches!(format, BlockFormat::Q4_1 | BlockFormat::Q5_1) {
                     f(2 + j, 32 + 2 * r + j, 0);
                 }
             }
@@ -194,19 +208,19 @@ fn place_words(format: BlockFormat, r: usize, block: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// Q5_0's fifth bits of one block (`qh`, its bytes 2..6) into lane `r` of a tile-block: value 4g + i of row r is
-/// bit 4r + i of group g's mask.
-fn fifth_bits_to_tile(qh: u32, tile_block: &mut [u8], r: usize) {
+/// A Q5_0 or Q5_1 block's fifth bits (`qh`) into lane `r` of a tile-block whose masks start at `at`
+/// ([`fifth_bits_at`]): value 4g + i of row r is bit 4r + i of group g's mask.
+fn fifth_bits_to_tile(qh: u32, tile_block: &mut [u8], at: usize, r: usize) {
     for g in 0..8 {
         let nib = (qh >> (4 * g)) & 0xF;
-        tile_block[32 + 8 * g + r / 2] |= (nib as u8) << (4 * (r % 2));
+        tile_block[at + 8 * g + r / 2] |= (nib as u8) << (4 * (r % 2));
     }
 }
 
 /// The inverse of [`fifth_bits_to_tile`]: lane `r`'s fifth bits as the file's `qh`.
-fn fifth_bits_from_tile(tile_block: &[u8], r: usize) -> u32 {
+fn fifth_bits_from_tile(tile_block: &[u8], at: usize, r: usize) -> u32 {
     (0..8).fold(0u32, |qh, g| {
-        let nib = (tile_block[32 + 8 * g + r / 2] >> (4 * (r % 2))) & 0xF;
+        let nib = (tile_block[at + 8 * g + r / 2] >> (4 * (r % 2))) & 0xF;
         qh | u32::from(nib) << (4 * g)
     })
 }
@@ -233,9 +247,10 @@ pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -
                 continue;
             }
             places(format, r, |j, at, flip| dst[at] = block[j] ^ flip);
-            if format == BlockFormat::Q5_0 {
-                let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-                fifth_bits_to_tile(qh, dst, r);
+            if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1) {
+                let f = file_fifth_bits_at(format);
+                let qh = u32::from_le_bytes([block[f], block[f + 1], block[f + 2], block[f + 3]]);
+                fifth_bits_to_tile(qh, dst, fifth_bits_at(format), r);
             }
         }
     }
@@ -259,8 +274,10 @@ pub(crate) fn unpack_rows(
             let src = &il[(t * nb + b) * tb..][..tb];
             let block = &mut out[(k * nb + b) * bb..][..bb];
             places(format, r, |j, at, flip| block[j] = src[at] ^ flip);
-            if format == BlockFormat::Q5_0 {
-                block[2..6].copy_from_slice(&fifth_bits_from_tile(src, r).to_le_bytes());
+            if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1) {
+                let f = file_fifth_bits_at(format);
+                let qh = fifth_bits_from_tile(src, fifth_bits_at(format), r);
+                block[f..f + 4].copy_from_slice(&qh.to_le_bytes());
             }
         }
     }
@@ -274,7 +291,10 @@ pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
             .chunks_exact(tile_block_bytes(format))
             .all(|tb| (0..16).all(|h| reference::half_at(tb, 2 * h).is_finite()));
     }
-    let halves = if matches!(format, BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K) {
+    let halves = if matches!(
+        format,
+        BlockFormat::Q4_1 | BlockFormat::Q5_1 | BlockFormat::Q4K | BlockFormat::Q5K
+    ) {
         32
     } else {
         16
@@ -294,9 +314,9 @@ fn codes(format: BlockFormat, tile_block: &[u8], r: usize, g: usize) -> [u8; 4] 
     [0, 1, 2, 3].map(|i| {
         let byte = tile_block[at + i];
         let mut u = if g < 4 { byte & 0x0F } else { byte >> 4 };
-        if format == BlockFormat::Q5_0 {
+        if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1) {
             let bit = 4 * r + i;
-            if tile_block[32 + 8 * g + bit / 8] >> (bit % 8) & 1 == 1 {
+            if tile_block[fifth_bits_at(format) + 8 * g + bit / 8] >> (bit % 8) & 1 == 1 {
                 u |= 0x10;
             }
         }
@@ -344,7 +364,8 @@ pub(crate) fn tile_product(
             let x = &a.q[i * a.cols + 32 * b..][..32];
             for r in 0..ROWS {
                 let d = reference::half_at(block, 2 * r);
-                let m = if format == BlockFormat::Q4_1 {
+                let with_min = matches!(format, BlockFormat::Q4_1 | BlockFormat::Q5_1);
+                let m = if with_min {
                     reference::half_at(block, 32 + 2 * r)
                 } else {
                     0.0
@@ -357,7 +378,7 @@ pub(crate) fn tile_product(
                     }
                 }
                 acc[r] = (isum as f32).mul_add(d * dx, acc[r]);
-                if format == BlockFormat::Q4_1 {
+                if with_min {
                     off[r] = m.mul_add(xs, off[r]);
                 }
             }

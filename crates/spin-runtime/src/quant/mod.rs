@@ -42,6 +42,9 @@ pub enum BlockFormat {
     /// 32 values: f16 scale, 32 fifth bits, 16 bytes of 4-bit codes (value `(q − 16)·d`); llama.cpp's Q4_K_M
     /// files store the matrices whose width is not a multiple of 256 in it.
     Q5_0,
+    /// 32 values: f16 scale and min, 32 fifth bits, 16 bytes of 4-bit codes (value `q·d + m`); llama.cpp's Q5_K_M
+    /// files store the matrices whose width is not a multiple of 256 in it.
+    Q5_1,
     /// 256 values in 8 sub-blocks with 6-bit scales and mins, 4-bit codes.
     Q4K,
     /// 256 values as Q4_K with a fifth bit per code.
@@ -60,6 +63,7 @@ impl BlockFormat {
             GgmlDType::Q4_1 => BlockFormat::Q4_1,
             GgmlDType::Q8_0 => BlockFormat::Q8_0,
             GgmlDType::Q5_0 => BlockFormat::Q5_0,
+            GgmlDType::Q5_1 => BlockFormat::Q5_1,
             GgmlDType::Q4K => BlockFormat::Q4K,
             GgmlDType::Q5K => BlockFormat::Q5K,
             GgmlDType::Q6K => BlockFormat::Q6K,
@@ -71,7 +75,11 @@ impl BlockFormat {
     pub fn block_elems(self) -> usize {
         match self {
             BlockFormat::F32 | BlockFormat::F16 => 1,
-            BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q8_0 | BlockFormat::Q5_0 => 32,
+            BlockFormat::Q4_0
+            | BlockFormat::Q4_1
+            | BlockFormat::Q8_0
+            | BlockFormat::Q5_0
+            | BlockFormat::Q5_1 => 32,
             BlockFormat::Q4K | BlockFormat::Q5K | BlockFormat::Q6K => 256,
         }
     }
@@ -85,6 +93,7 @@ impl BlockFormat {
             BlockFormat::Q4_1 => 20,
             BlockFormat::Q8_0 => 34,
             BlockFormat::Q5_0 => 22,
+            BlockFormat::Q5_1 => 24,
             BlockFormat::Q4K => 144,
             BlockFormat::Q5K => 176,
             BlockFormat::Q6K => 210,
@@ -450,7 +459,7 @@ impl QMatrix {
             max_code: match self.format {
                 BlockFormat::Q8_0 => 255,
                 BlockFormat::Q6K => 63,
-                BlockFormat::Q5K | BlockFormat::Q5_0 => 31,
+                BlockFormat::Q5K | BlockFormat::Q5_0 | BlockFormat::Q5_1 => 31,
                 _ => 15,
             },
         };

@@ -71,8 +71,21 @@ pub(crate) fn q6k_code(block: &[u8], e: usize) -> u8 {
 /// The five-bit code (0..32) of element `j` (0..32) of a Q5_0 block.
 #[inline]
 pub(crate) fn q5_0_code(block: &[u8], j: usize) -> u8 {
-    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-    let byte = block[6 + j % 16];
+    q5_code(&block[2..], j)
+}
+
+/// The five-bit code (0..32) of value `j` of a Q5_1 block.
+#[inline]
+pub(crate) fn q5_1_code(block: &[u8], j: usize) -> u8 {
+    q5_code(&block[4..], j)
+}
+
+/// The five-bit code of value `j` from a Q5_0/Q5_1 block's fifth bits (`qh`, 4 bytes) and the 16 code bytes after.
+#[inline]
+fn q5_code(qh_then_codes: &[u8], j: usize) -> u8 {
+    let b = qh_then_codes;
+    let qh = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let byte = b[4 + j % 16];
     let low = if j < 16 { byte & 0xF } else { byte >> 4 };
     low | ((((qh >> j) & 1) as u8) << 4)
 }
@@ -134,6 +147,12 @@ pub(crate) fn dequantize_row(format: BlockFormat, row: &[u8], out: &mut [f32]) {
                     *y = (i32::from(q5_0_code(block, j)) - 16) as f32 * d;
                 }
             }
+            BlockFormat::Q5_1 => {
+                let (d, m) = (half_at(block, 0), half_at(block, 2));
+                for (j, y) in y.iter_mut().enumerate() {
+                    *y = f32::from(q5_1_code(block, j)) * d + m;
+                }
+            }
             BlockFormat::Q4K | BlockFormat::Q5K => {
                 let (d, min) = (half_at(block, 0), half_at(block, 2));
                 let scales = &block[4..16];
@@ -174,7 +193,7 @@ pub(crate) fn scales_finite(format: BlockFormat, data: &[u8]) -> bool {
                 .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite());
         }
         BlockFormat::F16 | BlockFormat::Q4_0 | BlockFormat::Q8_0 | BlockFormat::Q5_0 => &[0],
-        BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
+        BlockFormat::Q4_1 | BlockFormat::Q5_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
         BlockFormat::Q6K => &[208],
     };
     data.chunks_exact(bb)
@@ -222,6 +241,13 @@ pub(crate) fn unpack_row(format: BlockFormat, row: &[u8], v: RowView<'_>) {
                 }
                 v.s[b] = d;
                 v.o[b] = -16.0 * d;
+            }
+            BlockFormat::Q5_1 => {
+                for j in 0..32 {
+                    v.u[32 * b + j] = q5_1_code(block, j);
+                }
+                v.s[b] = half_at(block, 0);
+                v.o[b] = half_at(block, 2);
             }
             BlockFormat::Q8_0 => {
                 let d = half_at(block, 0);

@@ -675,6 +675,7 @@ mod x86 {
     const Q4K: u8 = 4;
     const Q6K: u8 = 5;
     const Q5K: u8 = 6;
+    const Q5_1: u8 = 7;
 
     /// [`super::il_tile`] on AVX-512 VNNI: activation rows in groups of four, then one at a time.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -699,6 +700,7 @@ mod x86 {
             BlockFormat::Q4_0 => il_rows::<Q4_0>(tile, a, rows, out),
             BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
             BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
+            BlockFormat::Q5_1 => il_rows::<Q5_1>(tile, a, rows, out),
             BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
             BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out),
             BlockFormat::Q5K => il_rows::<Q5K>(tile, a, rows, out),
@@ -707,7 +709,7 @@ mod x86 {
         }
     }
 
-    /// Five to eight activation rows of a Q4_0, Q4_1, Q5_0 or Q8_0 tile in one group: as a group of four and one
+    /// Five to eight activation rows of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 tile in one group: as a group of four and one
     /// of the rest, the second would load and unpack the tile's codes and scales again for one to four rows. A
     /// function of its own, never inlined, so that [`il512`]'s code for the other formats is compiled as it was:
     /// inlined there, the wider groups made the inliner leave the k-quants' closures out of line (now plain loops,
@@ -735,6 +737,10 @@ mod x86 {
             (BlockFormat::Q5_0, 6) => il_group::<Q5_0, 6>(tile, a, i0, out),
             (BlockFormat::Q5_0, 7) => il_group::<Q5_0, 7>(tile, a, i0, out),
             (BlockFormat::Q5_0, 8) => il_group::<Q5_0, 8>(tile, a, i0, out),
+            (BlockFormat::Q5_1, 5) => il_group::<Q5_1, 5>(tile, a, i0, out),
+            (BlockFormat::Q5_1, 6) => il_group::<Q5_1, 6>(tile, a, i0, out),
+            (BlockFormat::Q5_1, 7) => il_group::<Q5_1, 7>(tile, a, i0, out),
+            (BlockFormat::Q5_1, 8) => il_group::<Q5_1, 8>(tile, a, i0, out),
             (BlockFormat::Q8_0, 5) => il_group::<Q8_0, 5>(tile, a, i0, out),
             (BlockFormat::Q8_0, 6) => il_group::<Q8_0, 6>(tile, a, i0, out),
             (BlockFormat::Q8_0, 7) => il_group::<Q8_0, 7>(tile, a, i0, out),
@@ -791,6 +797,7 @@ mod x86 {
             Q4_0 => BlockFormat::Q4_0,
             Q4_1 => BlockFormat::Q4_1,
             Q5_0 => BlockFormat::Q5_0,
+            Q5_1 => BlockFormat::Q5_1,
             _ => BlockFormat::Q8_0,
         };
         let (cols, nb) = (a.cols, a.cols / 32);
@@ -810,7 +817,7 @@ mod x86 {
         // The offset of Q4_0, Q5_0 and Q8_0 is a whole multiple of the scale: it joins the integer sum.
         let k = interleave::integer_offset(format);
         // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at
-        // 32, codes 256 or 512 at `ca`) end by tb.
+        // 32 (Q5_0) or 64 (Q5_1), codes 256 or 512 at `ca`) end by tb.
         // SAFETY: tile reads at b·tb + [0, tb) < nb·tb; activation reads at (i0 + c)·cols + 32·b + [0, 32) and
         // (i0 + c)·nb + b, stores at c·16 + [0, 16), c < C: inside the lengths asserted above; unaligned loads and
         // stores; `il512`, the only caller, enables the features after they were detected.
@@ -821,7 +828,7 @@ mod x86 {
             for b in 0..nb {
                 let p = tp.add(b * tb);
                 let s = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
-                let mins = if F == Q4_1 {
+                let mins = if F == Q4_1 || F == Q5_1 {
                     _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()))
                 } else {
                     _mm512_setzero_ps()
@@ -838,10 +845,11 @@ mod x86 {
                         w[h] = _mm512_and_si512(v, nib);
                         w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
                     }
-                    if F == Q5_0 {
+                    if F == Q5_0 || F == Q5_1 {
                         let sixteen = _mm512_set1_epi8(16);
+                        let fifth = interleave::fifth_bits_at(format);
                         for g in 0..8 {
-                            let k: __mmask64 = p.add(32 + 8 * g).cast::<u64>().read_unaligned();
+                            let k: __mmask64 = p.add(fifth + 8 * g).cast::<u64>().read_unaligned();
                             w[g] = _mm512_mask_add_epi8(w[g], k, w[g], sixteen);
                         }
                     }
@@ -852,7 +860,7 @@ mod x86 {
                     let isum = block_sum(start, &w, qp.add(i * cols + 32 * b));
                     let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
-                    if F == Q4_1 {
+                    if F == Q4_1 || F == Q5_1 {
                         off[c] = _mm512_fmadd_ps(mins, _mm512_set1_ps(*xp.add(i * nb + b)), off[c]);
                     }
                 }
@@ -1342,10 +1350,12 @@ mod x86 {
                     }
                 }
             }
-            BlockFormat::Q5_0 => {
+            BlockFormat::Q5_0 | BlockFormat::Q5_1 => {
+                // Q5_1 has a min after the scale, so its fifth bits and codes sit two bytes later.
+                let at = if format == BlockFormat::Q5_1 { 4 } else { 2 };
                 for (b, block) in row.chunks_exact(bb).enumerate() {
-                    let q = load16(&block[6..]);
-                    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                    let q = load16(&block[at + 4..]);
+                    let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
                     // The 32 fifth bits as bytes 0/16: broadcast qh, pick bit j of it in byte j.
                     let bits = _mm256_set1_epi32(qh as i32);
                     let spread = _mm256_shuffle_epi8(
@@ -1364,7 +1374,8 @@ mod x86 {
                         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
                     store32(&mut v.u[32 * b..], _mm256_or_si256(lo, hi));
                 }
-                block_scales(row, bb, v.s, v.o, Some(-16.0));
+                let k = (format == BlockFormat::Q5_0).then_some(-16.0);
+                block_scales(row, bb, v.s, v.o, k);
             }
             BlockFormat::F32 | BlockFormat::F16 => reference::unpack_row(format, row, v),
         }

@@ -25,7 +25,7 @@ fn random_row(r: &mut impl RngExt, format: BlockFormat, blocks: usize) -> Vec<u8
     let mut row: Vec<u8> = (0..blocks * bb).map(|_| r.random()).collect();
     let halves: &[usize] = match format {
         BlockFormat::Q4_0 | BlockFormat::Q8_0 | BlockFormat::Q5_0 => &[0],
-        BlockFormat::Q4_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
+        BlockFormat::Q4_1 | BlockFormat::Q5_1 | BlockFormat::Q4K | BlockFormat::Q5K => &[0, 2],
         BlockFormat::Q6K => &[208],
         BlockFormat::F32 | BlockFormat::F16 => &[],
     };
@@ -37,9 +37,10 @@ fn random_row(r: &mut impl RngExt, format: BlockFormat, blocks: usize) -> Vec<u8
     row
 }
 
-const QUANT: [BlockFormat; 7] = [
+const QUANT: [BlockFormat; 8] = [
     BlockFormat::Q4_0,
     BlockFormat::Q5_0,
+    BlockFormat::Q5_1,
     BlockFormat::Q4_1,
     BlockFormat::Q8_0,
     BlockFormat::Q4K,
