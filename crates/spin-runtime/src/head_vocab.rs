@@ -90,19 +90,25 @@ impl HeadVocab {
         Ok(())
     }
 
+    /// A row of the draft's logits has compact_vocab entries.
+    fn check_row(&self, compact: &[f32]) -> Result<()> {
+        if compact.len() == self.compact_vocab() {
+            return Ok(());
+        }
+        Err(RuntimeError::invalid(
+            "logits",
+            format!(
+                "a row of {} entries for a head of {} ids",
+                compact.len(),
+                self.compact_vocab()
+            ),
+        ))
+    }
+
     /// Expands one row of the draft's logits (compact_vocab entries) into a row over the target's vocabulary:
     /// each scored token's logit at its target id, −∞ everywhere else (the "other" logit is dropped).
     pub fn expand_logits(&self, compact: &[f32], out: &mut Vec<f32>) -> Result<()> {
-        if compact.len() != self.compact_vocab() {
-            return Err(RuntimeError::invalid(
-                "logits",
-                format!(
-                    "a row of {} entries for a head of {} ids",
-                    compact.len(),
-                    self.compact_vocab()
-                ),
-            ));
-        }
+        self.check_row(compact)?;
         out.clear();
         out.resize(self.full_vocab(), f32::NEG_INFINITY);
         for (&t, &l) in self.ids.iter().zip(compact) {
@@ -122,16 +128,7 @@ impl HeadVocab {
         scratch: &mut Vec<f32>,
         out: &mut Vec<f32>,
     ) -> Result<()> {
-        if compact.len() != self.compact_vocab() {
-            return Err(RuntimeError::invalid(
-                "logits",
-                format!(
-                    "a row of {} entries for a head of {} ids",
-                    compact.len(),
-                    self.compact_vocab()
-                ),
-            ));
-        }
+        self.check_row(compact)?;
         crate::probs::probs_into(&compact[..self.ids.len()], params, scratch)?;
         out.clear();
         out.resize(self.full_vocab(), 0.0);

@@ -1,6 +1,6 @@
-//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and of Q4_K, Q5_K and Q6_K, in which
-//! the AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's codes offset
-//! by 128), so that one 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd`
+//! The row-interleaved form of the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and of Q4_K, Q5_K and
+//! Q6_K, in which the AVX-512 kernels read their weights: the same bytes as the file's blocks, reordered (and Q8_0's
+//! codes offset by 128), so that one 512-bit vector holds four consecutive codes of each of [`ROWS`] rows and one `vpdpbusd`
 //! against four broadcast activation codes advances all of them.
 //!
 //! Rows go in tiles of [`ROWS`] (the last one padded with zero rows); a tile is its blocks in column order; one
@@ -37,8 +37,8 @@
 //! 16 + 4h .. 16 + 4h + 4 (the file's nibble order). Every value of a product is then
 //! `Σ_b f32(Σ_g codes·x + k·Σ x) · (d_w·d_x)`, the sum over blocks in block order with fused multiply-adds,
 //! where the offset (−8·d for Q4_0, −16·d for Q5_0, −128·d for Q8_0) joins the exact integer sum as
-//! k = −8, −16, −128; Q4_1 and Q5_1 add `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation row or
-//! many, on any number of threads.
+//! k = −8, −16, −128; Q4_1 and Q5_1 add `Σ_b m·(d_x·Σ x)` in a second sum: the same operations for one activation
+//! row or many, on any number of threads.
 
 use super::BlockFormat;
 use super::reference;

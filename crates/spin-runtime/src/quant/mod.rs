@@ -1,12 +1,11 @@
-//! Quantised CPU matrix products of our own, straight on a GGUF file's weight blocks (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
-//! Q5_K, Q6_K; F16/F32 too): the decoding step (one activation row) and the verification pass (up to 64 rows) read each
+//! Quantised CPU matrix products of our own, straight on a GGUF file's weight blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! Q4_K, Q5_K, Q6_K; F16/F32 too): the decoding step (one activation row) and the verification pass (up to 64 rows) read each
 //! weight block from memory once per call, whatever the number of rows.
 //!
 //! How a product runs: the activations are quantised once per call to signed 8-bit codes with one f32 scale per 32
 //! values (finer than, and so at least as accurate as, the Q8_0/Q8_1/Q8_K forms ggml pairs with these formats).
-//! On CPUs with AVX-512 VNNI, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K are held interleaved in tiles of 16 rows
-//! (`interleave.rs`), read in place by one `vpdpbusd` per four columns of all 16 rows. Otherwise (and for Q5_K
-//! and the float formats) each tile of four weight rows is unpacked once into unsigned byte codes with a scale and
+//! On CPUs with AVX-512 VNNI, the quantised formats are held interleaved in tiles of 16 rows (`interleave.rs`),
+//! read in place by one `vpdpbusd` per four columns of all 16 rows. Otherwise (and for the float formats) each tile of four weight rows is unpacked once into unsigned byte codes with a scale and
 //! an offset per group (`w = s·u + o`, see `reference.rs`), and the tile is applied to every activation row with
 //! integer dot products (`vpdpbusd` on AVX-512 VNNI or AVX-VNNI, `vpmaddubsw` on AVX2, plain Rust elsewhere; the
 //! instruction set is chosen at run time, see `simd.rs`, the only module of the workspace with `unsafe`). The
@@ -111,8 +110,8 @@ impl BlockFormat {
 }
 
 /// A (rows × cols) weight matrix in its file's block format, each row a whole number of blocks: row-major as the
-/// file stores it, or, for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K on CPUs with AVX-512 VNNI, the same bytes
-/// interleaved in tiles of 16 rows (`interleave.rs`), which is what the kernels read there.
+/// file stores it, or, for every quantised format on CPUs with AVX-512 VNNI, the same bytes interleaved in tiles
+/// of 16 rows (`interleave.rs`), which is what the kernels read there.
 #[derive(Clone, Debug)]
 pub struct QMatrix {
     format: BlockFormat,
