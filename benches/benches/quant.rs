@@ -243,7 +243,7 @@ fn real_models() {
         .num_threads(1)
         .build()
         .expect("pool");
-    for quant in ["Q4_0", "Q4_1", "Q8_0", "Q4_K_M"] {
+    for quant in ["Q4_0", "Q4_1", "Q8_0", "Q4_K_M", "Q5_K_M"] {
         let path = dir.join(format!("SmolLM2-135M-Instruct.{quant}.gguf"));
         let Ok(mut f) = std::fs::File::open(&path) else {
             println!(
