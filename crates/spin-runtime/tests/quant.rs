@@ -197,6 +197,57 @@ fn the_head_split_over_many_tiles_gives_the_same_bits_on_any_pool() {
 }
 
 #[test]
+fn whole_tile_matrices_write_straight_into_the_result_with_the_same_bits_on_any_pool() {
+    // Row counts that fill tiles of 16 (every SmolLM2 matrix does) take the path that writes into y directly:
+    // on one thread for any n, on more threads by splitting the activation rows from 8 rows on; 1024 Q8_0 rows
+    // make two runs of tiles for each group of at most eight activation rows.
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let pools = [pool(1), pool(2), pool(3)];
+    let cases = FORMATS.iter().map(|&d| (d, 96)).chain([(GgmlDType::Q8_0, 1024)]);
+    for (dtype, rows) in cases {
+        let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16);
+        let cols = 256;
+        let (m, w) = weights(&mut rng, dtype, rows, cols);
+        for n in [1, 2, 8, 9, 16, 17, 40] {
+            let x = random(&mut rng, n * cols);
+            let (want, tol) = reference(&w, &x, n, rows, cols, float);
+            let ys: Vec<Vec<f32>> = pools
+                .iter()
+                .map(|p| {
+                    let mut y = vec![f32::NAN; n * rows];
+                    p.install(|| m.matmul(&x, n, &mut y));
+                    y
+                })
+                .collect();
+            for k in 0..n * rows {
+                let err = (ys[0][k] as f64 - want[k]).abs();
+                assert!(
+                    err <= tol[k],
+                    "{dtype:?} {rows} rows, n = {n}, y[{k}]: error {err:e} > {:e}",
+                    tol[k]
+                );
+                for (t, y) in ys.iter().enumerate().skip(1) {
+                    assert_eq!(
+                        y[k].to_bits(),
+                        ys[0][k].to_bits(),
+                        "{dtype:?} n = {n}: pool {t} differs at {k}"
+                    );
+                }
+            }
+            // The last row alone, as a decoding step computes it, gets the bits it got in the batch.
+            let mut last = vec![0f32; rows];
+            m.matmul(&x[(n - 1) * cols..], 1, &mut last);
+            assert!(
+                last.iter()
+                    .zip(&ys[0][(n - 1) * rows..])
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{dtype:?} n = {n}: the last row alone differs from the batch"
+            );
+        }
+    }
+}
+
+#[test]
 fn stack_concatenates_rows_of_one_format_and_width() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
     let (a, wa) = weights(&mut rng, GgmlDType::Q4_1, 3, 64);

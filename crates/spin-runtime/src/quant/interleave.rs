@@ -337,20 +337,21 @@ pub(crate) struct Acts<'a> {
 }
 
 /// The portable product of one tile (`tile`: its `cols/32` tile-blocks) with activation rows `rows`:
-/// `out[c · ROWS + r]` for c < rows.len(); the arithmetic and its order are those of the vector kernel.
+/// `out[c · stride + r]` for c < rows.len(); the arithmetic and its order are those of the vector kernel.
 pub(crate) fn tile_product(
     format: BlockFormat,
     tile: &[u8],
     a: &Acts,
     rows: std::ops::Range<usize>,
     out: &mut [f32],
+    stride: usize,
 ) {
     if matches!(format, BlockFormat::Q4K | BlockFormat::Q5K) {
-        tile_product_k4(format, tile, a, rows, out);
+        tile_product_k4(format, tile, a, rows, out, stride);
         return;
     }
     if format == BlockFormat::Q6K {
-        tile_product_q6k(tile, a, rows, out);
+        tile_product_q6k(tile, a, rows, out, stride);
         return;
     }
     let nb = a.cols / 32;
@@ -384,7 +385,7 @@ pub(crate) fn tile_product(
             }
         }
         for r in 0..ROWS {
-            out[c * ROWS + r] = acc[r] + off[r];
+            out[c * stride + r] = acc[r] + off[r];
         }
     }
 }
@@ -406,6 +407,7 @@ fn tile_product_k4(
     a: &Acts,
     rows: std::ops::Range<usize>,
     out: &mut [f32],
+    stride: usize,
 ) {
     let (nsb, nch) = (a.cols / 256, a.cols / 32);
     let tb = tile_block_bytes(format);
@@ -438,7 +440,7 @@ fn tile_product_k4(
             }
         }
         for r in 0..ROWS {
-            out[c * ROWS + r] = acc[r] + off[r];
+            out[c * stride + r] = acc[r] + off[r];
         }
     }
 }
@@ -453,7 +455,7 @@ fn q6k_code(tile_block: &[u8], r: usize, c: usize, g: usize, k: usize) -> u8 {
 }
 
 /// [`tile_product`] for Q6_K: per chunk of 32 values, its two 16-value sub-blocks in order.
-fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &mut [f32]) {
+fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &mut [f32], stride: usize) {
     let (nsb, nch) = (a.cols / 256, a.cols / 32);
     let tb = tile_block_bytes(BlockFormat::Q6K);
     for (c, i) in rows.enumerate() {
@@ -489,7 +491,7 @@ fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
             }
         }
         for r in 0..ROWS {
-            out[c * ROWS + r] = acc[r] + off[r];
+            out[c * stride + r] = acc[r] + off[r];
         }
     }
 }

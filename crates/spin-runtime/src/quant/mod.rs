@@ -10,8 +10,9 @@
 //! integer dot products (`vpdpbusd` on AVX-512 VNNI or AVX-VNNI, `vpmaddubsw` on AVX2, plain Rust elsewhere; the
 //! instruction set is chosen at run time, see `simd.rs`, the only module of the workspace with `unsafe`). The
 //! offsets contribute `o · dx · Σ codes` from per-group sums of the activation codes. Output rows are split over
-//! the current rayon pool in whole tiles: every output element is computed by the same instructions in the same
-//! order whatever the pool size, so 1 and 2 threads give the same bits.
+//! the current rayon pool in whole tiles (or, for 8 activation rows and more on interleaved tiles, the activation
+//! rows are, and each part writes straight into the result): every output element is computed by the same
+//! instructions in the same order whatever the pool size, so 1 and 2 threads give the same bits.
 
 mod interleave;
 mod pages;
@@ -343,8 +344,10 @@ impl QMatrix {
             if self.interleaved {
                 const R: usize = interleave::ROWS;
                 let rows = self.rows;
-                if n == 1 && rows.is_multiple_of(R) {
-                    self.run_interleaved(acts, 1, y);
+                if rows.is_multiple_of(R)
+                    && (n == 1 || n >= IL_SPLIT_ROWS || rayon::current_num_threads() == 1)
+                {
+                    self.run_interleaved_into(acts, n, y);
                 } else {
                     // Tile by tile, each tile's n runs of 16 outputs; then every run to its row of y.
                     let tiles = rows.div_ceil(R);
@@ -434,9 +437,66 @@ impl QMatrix {
             for (k, out) in out.chunks_mut(R * n).enumerate() {
                 let t = t0 + k;
                 let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
-                simd::il_tile(self.format, tile, &a, 0..n, out);
+                simd::il_tile(self.format, tile, &a, 0..n, out, R);
             }
         });
+    }
+
+    /// The products on the interleaved form straight into `y` (n × rows, row-major; rows a whole number of
+    /// tiles), with no copy after them. One activation row: the tiles are split over the current pool whole. More:
+    /// the activation rows are, in groups of at least `IL_SPLIT_ROWS / 2`, each part running every tile (a split
+    /// by tiles would give each worker columns of y, not a slice of it). Either split leaves every sum as it is.
+    fn run_interleaved_into(&self, acts: &Acts, n: usize, y: &mut [f32]) {
+        if n == 1 {
+            self.run_interleaved(acts, 1, y);
+            return;
+        }
+        let threads = rayon::current_num_threads();
+        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
+            self.rows_into(acts, 0..n, y);
+            return;
+        }
+        let per = n.div_ceil(threads.min(n / (IL_SPLIT_ROWS / 2)).max(1));
+        y.par_chunks_mut(per * self.rows)
+            .enumerate()
+            .for_each(|(k, y)| self.rows_into(acts, k * per..(k * per + per).min(n), y));
+    }
+
+    /// Activation rows `rows` against every tile, into `y` (those rows of the result, row-major). Rows go in
+    /// near-equal groups of at most `IL_GROUP_ROWS`, each group against a run of tiles of about `IL_RUN_BYTES`
+    /// before the next group against the same run: a group's activations stay in the L1 data cache beside a tile
+    /// (forty rows of a 576-wide matrix did not), the run in L2, and memory streams each weight once.
+    fn rows_into(&self, acts: &Acts, rows: std::ops::Range<usize>, y: &mut [f32]) {
+        const R: usize = interleave::ROWS;
+        let tile_bytes = self.cols / self.format.block_elems() * interleave::tile_block_bytes(self.format);
+        let a = interleave::Acts {
+            q: &acts.q,
+            d: &acts.d,
+            xs: &acts.xs32,
+            xs16: &acts.xs16,
+            sx: &acts.sx32,
+            cols: self.cols,
+        };
+        let n = rows.len();
+        let per_group = n.div_ceil(n.div_ceil(IL_GROUP_ROWS));
+        let run = (IL_RUN_BYTES / tile_bytes).max(1);
+        let tiles = self.rows / R;
+        for first in (0..tiles).step_by(run) {
+            for g0 in (0..n).step_by(per_group) {
+                let g = rows.start + g0..rows.start + (g0 + per_group).min(n);
+                for t in first..(first + run).min(tiles) {
+                    let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
+                    simd::il_tile(
+                        self.format,
+                        tile,
+                        &a,
+                        g.clone(),
+                        &mut y[g0 * self.rows + t * R..],
+                        self.rows,
+                    );
+                }
+            }
+        }
     }
 
     /// Rows r0..r0+TILE (fewer at the end) against every activation row, into `out` ((rows in tile) × n).
@@ -472,6 +532,17 @@ impl QMatrix {
         simd::quant_tile(&view, &act, live, out);
     }
 }
+
+/// From this many activation rows on, an interleaved product on more than one thread splits the rows (not the
+/// tiles) over the pool and writes straight into the result (`run_interleaved_into`); below, the tiles are split
+/// and their results copied into place, as a worker of a few rows would stream the whole matrix from memory again
+/// (a SmolLM2 pass of 2 or 3 positions on 2 threads took 1.14–1.24× as long split by rows; one of 8–12 positions
+/// 0.83–0.89× as long).
+const IL_SPLIT_ROWS: usize = 8;
+/// The most activation rows one interleaved tile is applied to at a time (`rows_into`).
+const IL_GROUP_ROWS: usize = 8;
+/// The bytes of interleaved tiles each group of activation rows runs over before the next group does.
+const IL_RUN_BYTES: usize = 256 << 10;
 
 /// Calibration for benchmarks: runs `iters` rounds of independent int8 dot-product instructions of the best
 /// instruction set (512-bit `vpdpbusd` where the CPU has AVX-512 VNNI) and returns the multiply-adds done and a

@@ -152,7 +152,7 @@ pub(crate) fn interleaved() -> bool {
 }
 
 /// One interleaved tile (`tile`: its cols/32 tile-blocks, see `interleave.rs`) against activation rows `rows`:
-/// `out[c · ROWS + r]` for the c-th of them. Vectorised where [`interleaved`] holds, the portable
+/// `out[c · stride + r]` (r < ROWS ≤ stride) for the c-th of them. Vectorised where [`interleaved`] holds, the portable
 /// `interleave::tile_product` (the same arithmetic in the same order, so the same bits) elsewhere.
 ///
 /// # Panics
@@ -163,8 +163,9 @@ pub(crate) fn il_tile(
     a: &interleave::Acts,
     rows: std::ops::Range<usize>,
     out: &mut [f32],
+    stride: usize,
 ) {
-    il_tile_with(Isa::best(), format, tile, a, rows, out);
+    il_tile_with(Isa::best(), format, tile, a, rows, out, stride);
 }
 
 pub(crate) fn il_tile_with(
@@ -174,22 +175,26 @@ pub(crate) fn il_tile_with(
     a: &interleave::Acts,
     rows: std::ops::Range<usize>,
     out: &mut [f32],
+    stride: usize,
 ) {
     let (nb, be) = (a.cols / 32, format.block_elems());
     assert!(interleave::supported(format) && a.cols.is_multiple_of(be));
     assert!(tile.len() >= a.cols / be * interleave::tile_block_bytes(format));
     assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
     assert!(a.xs16.len() >= 2 * rows.end * nb && a.sx.len() >= rows.end * nb);
-    assert!(out.len() >= rows.len() * interleave::ROWS);
+    assert!(
+        stride >= interleave::ROWS
+            && (rows.is_empty() || out.len() >= (rows.len() - 1) * stride + interleave::ROWS)
+    );
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
         // SAFETY: `Isa::Avx512Vnni` comes only from `Isa::available`, after AVX-512 F/BW/VL/VNNI, AVX2, FMA and
         // F16C were detected, the features `x86::il512` enables; the lengths it relies on are asserted above.
-        unsafe { x86::il512(format, tile, a, rows, out) };
+        unsafe { x86::il512(format, tile, a, rows, out, stride) };
         return;
     }
     let _ = isa;
-    interleave::tile_product(format, tile, a, rows, out);
+    interleave::tile_product(format, tile, a, rows, out, stride);
 }
 
 /// One tile of TILE f32 weight rows (`f`, TILE × cols) against n f32 activation rows: `out[t·n + i]`, t < out/n.
@@ -685,6 +690,7 @@ mod x86 {
         a: &interleave::Acts,
         rows: std::ops::Range<usize>,
         out: &mut [f32],
+        stride: usize,
     ) {
         // Five to eight rows (a verification of 4 to 7 drafted tokens) go through a block-format tile in one group
         // (`il512_wide`). Not the k-quants, whose groups hold a super-block's unpacked scales besides: they ran
@@ -693,18 +699,18 @@ mod x86 {
         if (5..=8).contains(&rows.len())
             && !matches!(format, BlockFormat::Q4K | BlockFormat::Q5K | BlockFormat::Q6K)
         {
-            il512_wide(format, tile, a, rows, out);
+            il512_wide(format, tile, a, rows, out, stride);
             return;
         }
         match format {
-            BlockFormat::Q4_0 => il_rows::<Q4_0>(tile, a, rows, out),
-            BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out),
-            BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out),
-            BlockFormat::Q5_1 => il_rows::<Q5_1>(tile, a, rows, out),
-            BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out),
-            BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out),
-            BlockFormat::Q5K => il_rows::<Q5K>(tile, a, rows, out),
-            BlockFormat::Q6K => il_rows::<Q6K>(tile, a, rows, out),
+            BlockFormat::Q4_0 => il_rows::<Q4_0>(tile, a, rows, out, stride),
+            BlockFormat::Q4_1 => il_rows::<Q4_1>(tile, a, rows, out, stride),
+            BlockFormat::Q5_0 => il_rows::<Q5_0>(tile, a, rows, out, stride),
+            BlockFormat::Q5_1 => il_rows::<Q5_1>(tile, a, rows, out, stride),
+            BlockFormat::Q8_0 => il_rows::<Q8_0>(tile, a, rows, out, stride),
+            BlockFormat::Q4K => il_rows::<Q4K>(tile, a, rows, out, stride),
+            BlockFormat::Q5K => il_rows::<Q5K>(tile, a, rows, out, stride),
+            BlockFormat::Q6K => il_rows::<Q6K>(tile, a, rows, out, stride),
             _ => unreachable!("il512 runs only on interleaved formats"),
         }
     }
@@ -722,29 +728,30 @@ mod x86 {
         a: &interleave::Acts,
         rows: std::ops::Range<usize>,
         out: &mut [f32],
+        stride: usize,
     ) {
         let i0 = rows.start;
         match (format, rows.len()) {
-            (BlockFormat::Q4_0, 5) => il_group::<Q4_0, 5>(tile, a, i0, out),
-            (BlockFormat::Q4_0, 6) => il_group::<Q4_0, 6>(tile, a, i0, out),
-            (BlockFormat::Q4_0, 7) => il_group::<Q4_0, 7>(tile, a, i0, out),
-            (BlockFormat::Q4_0, 8) => il_group::<Q4_0, 8>(tile, a, i0, out),
-            (BlockFormat::Q4_1, 5) => il_group::<Q4_1, 5>(tile, a, i0, out),
-            (BlockFormat::Q4_1, 6) => il_group::<Q4_1, 6>(tile, a, i0, out),
-            (BlockFormat::Q4_1, 7) => il_group::<Q4_1, 7>(tile, a, i0, out),
-            (BlockFormat::Q4_1, 8) => il_group::<Q4_1, 8>(tile, a, i0, out),
-            (BlockFormat::Q5_0, 5) => il_group::<Q5_0, 5>(tile, a, i0, out),
-            (BlockFormat::Q5_0, 6) => il_group::<Q5_0, 6>(tile, a, i0, out),
-            (BlockFormat::Q5_0, 7) => il_group::<Q5_0, 7>(tile, a, i0, out),
-            (BlockFormat::Q5_0, 8) => il_group::<Q5_0, 8>(tile, a, i0, out),
-            (BlockFormat::Q5_1, 5) => il_group::<Q5_1, 5>(tile, a, i0, out),
-            (BlockFormat::Q5_1, 6) => il_group::<Q5_1, 6>(tile, a, i0, out),
-            (BlockFormat::Q5_1, 7) => il_group::<Q5_1, 7>(tile, a, i0, out),
-            (BlockFormat::Q5_1, 8) => il_group::<Q5_1, 8>(tile, a, i0, out),
-            (BlockFormat::Q8_0, 5) => il_group::<Q8_0, 5>(tile, a, i0, out),
-            (BlockFormat::Q8_0, 6) => il_group::<Q8_0, 6>(tile, a, i0, out),
-            (BlockFormat::Q8_0, 7) => il_group::<Q8_0, 7>(tile, a, i0, out),
-            (BlockFormat::Q8_0, 8) => il_group::<Q8_0, 8>(tile, a, i0, out),
+            (BlockFormat::Q4_0, 5) => il_group::<Q4_0, 5>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_0, 6) => il_group::<Q4_0, 6>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_0, 7) => il_group::<Q4_0, 7>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_0, 8) => il_group::<Q4_0, 8>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_1, 5) => il_group::<Q4_1, 5>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_1, 6) => il_group::<Q4_1, 6>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_1, 7) => il_group::<Q4_1, 7>(tile, a, i0, out, stride),
+            (BlockFormat::Q4_1, 8) => il_group::<Q4_1, 8>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_0, 5) => il_group::<Q5_0, 5>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_0, 6) => il_group::<Q5_0, 6>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_0, 7) => il_group::<Q5_0, 7>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_0, 8) => il_group::<Q5_0, 8>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_1, 5) => il_group::<Q5_1, 5>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_1, 6) => il_group::<Q5_1, 6>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_1, 7) => il_group::<Q5_1, 7>(tile, a, i0, out, stride),
+            (BlockFormat::Q5_1, 8) => il_group::<Q5_1, 8>(tile, a, i0, out, stride),
+            (BlockFormat::Q8_0, 5) => il_group::<Q8_0, 5>(tile, a, i0, out, stride),
+            (BlockFormat::Q8_0, 6) => il_group::<Q8_0, 6>(tile, a, i0, out, stride),
+            (BlockFormat::Q8_0, 7) => il_group::<Q8_0, 7>(tile, a, i0, out, stride),
+            (BlockFormat::Q8_0, 8) => il_group::<Q8_0, 8>(tile, a, i0, out, stride),
             _ => unreachable!("il512_wide runs only on 5 to 8 rows of the 32-value block formats"),
         }
     }
@@ -755,20 +762,21 @@ mod x86 {
         a: &interleave::Acts,
         rows: std::ops::Range<usize>,
         out: &mut [f32],
+        stride: usize,
     ) {
         let (start, n) = (rows.start, rows.len());
         let main = n / 4 * 4;
         let mut c = 0;
         while c < main {
-            il_group_any::<F, 4>(tile, a, start + c, &mut out[c * interleave::ROWS..]);
+            il_group_any::<F, 4>(tile, a, start + c, &mut out[c * stride..], stride);
             c += 4;
         }
         // The last one to three rows go in one group too: each extra pass over the tile would unpack its codes
         // and scales again (a pass of 2 or 3 positions, the usual verification, is all remainder).
         match n - main {
-            3 => il_group_any::<F, 3>(tile, a, start + c, &mut out[c * interleave::ROWS..]),
-            2 => il_group_any::<F, 2>(tile, a, start + c, &mut out[c * interleave::ROWS..]),
-            1 => il_group_any::<F, 1>(tile, a, start + c, &mut out[c * interleave::ROWS..]),
+            3 => il_group_any::<F, 3>(tile, a, start + c, &mut out[c * stride..], stride),
+            2 => il_group_any::<F, 2>(tile, a, start + c, &mut out[c * stride..], stride),
+            1 => il_group_any::<F, 1>(tile, a, start + c, &mut out[c * stride..], stride),
             _ => {}
         }
     }
@@ -779,20 +787,27 @@ mod x86 {
         a: &interleave::Acts,
         i0: usize,
         out: &mut [f32],
+        stride: usize,
     ) {
         if F == Q4K || F == Q5K {
-            il_group_k4::<F, C>(tile, a, i0, out);
+            il_group_k4::<F, C>(tile, a, i0, out, stride);
         } else if F == Q6K {
-            il_group_q6k::<C>(tile, a, i0, out);
+            il_group_q6k::<C>(tile, a, i0, out, stride);
         } else {
-            il_group::<F, C>(tile, a, i0, out);
+            il_group::<F, C>(tile, a, i0, out, stride);
         }
     }
 
-    /// One tile against activation rows i0 .. i0 + C, into `out[c · 16 + r]`.
+    /// One tile against activation rows i0 .. i0 + C, into `out[c · stride + r]`.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn il_group<const F: u8, const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+    fn il_group<const F: u8, const C: usize>(
+        tile: &[u8],
+        a: &interleave::Acts,
+        i0: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
         let format = match F {
             Q4_0 => BlockFormat::Q4_0,
             Q4_1 => BlockFormat::Q4_1,
@@ -805,7 +820,12 @@ mod x86 {
         let ca = interleave::codes_at(format);
         // Every read below is inside these bounds (checked once per group, not per load).
         assert!(tile.len() >= nb * tb && a.q.len() >= (i0 + C) * cols);
-        assert!(a.d.len() >= (i0 + C) * nb && a.xs.len() >= (i0 + C) * nb && out.len() >= C * 16);
+        assert!(
+            a.d.len() >= (i0 + C) * nb
+                && a.xs.len() >= (i0 + C) * nb
+                && stride >= 16
+                && out.len() >= (C - 1) * stride + 16
+        );
         assert!(a.sx.len() >= (i0 + C) * nb);
         let (tp, qp, dp, xp, sxp) = (
             tile.as_ptr(),
@@ -819,7 +839,7 @@ mod x86 {
         // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at
         // 32 (Q5_0) or 64 (Q5_1), codes 256 or 512 at `ca`) end by tb.
         // SAFETY: tile reads at b·tb + [0, tb) < nb·tb; activation reads at (i0 + c)·cols + 32·b + [0, 32) and
-        // (i0 + c)·nb + b, stores at c·16 + [0, 16), c < C: inside the lengths asserted above; unaligned loads and
+        // (i0 + c)·nb + b, stores at c·stride + [0, 16), c < C: inside the lengths asserted above; unaligned loads and
         // stores; `il512`, the only caller, enables the features after they were detected.
         unsafe {
             let nib = _mm512_set1_epi8(0x0F);
@@ -866,7 +886,7 @@ mod x86 {
                 }
             }
             for c in 0..C {
-                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * stride), _mm512_add_ps(acc[c], off[c]));
             }
         }
     }
@@ -905,6 +925,7 @@ mod x86 {
         a: &interleave::Acts,
         i0: usize,
         out: &mut [f32],
+        stride: usize,
     ) {
         let (cols, nch, nsb) = (a.cols, a.cols / 32, a.cols / 256);
         let format = if F == Q5K {
@@ -914,12 +935,17 @@ mod x86 {
         };
         let tb = interleave::tile_block_bytes(format);
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
-        assert!(a.d.len() >= (i0 + C) * nch && a.xs.len() >= (i0 + C) * nch && out.len() >= C * 16);
+        assert!(
+            a.d.len() >= (i0 + C) * nch
+                && a.xs.len() >= (i0 + C) * nch
+                && stride >= 16
+                && out.len() >= (C - 1) * stride + 16
+        );
         let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
         // A tile-block: scales 32 bytes at 0, mins 32 at 32, twelve 16-byte scale vectors at 64, codes 2048 at 256,
         // for Q5_K the fifth bits 512 at 2304.
         // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 2304, Q5_K 2816); activation reads at (i0 + c)·cols + 32·ch +
-        // [0, 32) and (i0 + c)·nch + ch, stores at c·16 + [0, 16), ch < nch, c < C: inside the lengths asserted
+        // [0, 32) and (i0 + c)·nch + ch, stores at c·stride + [0, 16), ch < nch, c < C: inside the lengths asserted
         // above; unaligned loads and stores; `il512`, the only caller, enables the features after detecting them.
         unsafe {
             let nib = _mm512_set1_epi8(0x0F);
@@ -985,7 +1011,7 @@ mod x86 {
                 }
             }
             for c in 0..C {
-                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * stride), _mm512_add_ps(acc[c], off[c]));
             }
         }
     }
@@ -994,16 +1020,27 @@ mod x86 {
     /// and high bit vectors in registers, and its two 16-value sub-blocks are applied one after the other.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn il_group_q6k<const C: usize>(tile: &[u8], a: &interleave::Acts, i0: usize, out: &mut [f32]) {
+    fn il_group_q6k<const C: usize>(
+        tile: &[u8],
+        a: &interleave::Acts,
+        i0: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
         let (cols, nch, nsb) = (a.cols, a.cols / 32, a.cols / 256);
         let tb = interleave::tile_block_bytes(BlockFormat::Q6K);
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
-        assert!(a.d.len() >= (i0 + C) * nch && a.xs16.len() >= 2 * (i0 + C) * nch && out.len() >= C * 16);
+        assert!(
+            a.d.len() >= (i0 + C) * nch
+                && a.xs16.len() >= 2 * (i0 + C) * nch
+                && stride >= 16
+                && out.len() >= (C - 1) * stride + 16
+        );
         let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs16.as_ptr());
         // A tile-block: scales 32 bytes at 0, sixteen 16-byte scale vectors at 32, low bits 2048 at 288, high 1024
         // at 2336.
         // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 3360); activation reads at (i0 + c)·cols + 32·ch +
-        // [0, 32), (i0 + c)·nch + ch and 2·((i0 + c)·nch + ch) + [0, 2), stores at c·16 + [0, 16), ch < nch, c < C:
+        // [0, 32), (i0 + c)·nch + ch and 2·((i0 + c)·nch + ch) + [0, 2), stores at c·stride + [0, 16), ch < nch, c < C:
         // inside the asserted lengths; unaligned; `il512`, the only caller, enables the detected features.
         unsafe {
             let (nib, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
@@ -1068,7 +1105,7 @@ mod x86 {
                 }
             }
             for c in 0..C {
-                _mm512_storeu_ps(out.as_mut_ptr().add(c * 16), _mm512_add_ps(acc[c], off[c]));
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * stride), _mm512_add_ps(acc[c], off[c]));
             }
         }
     }

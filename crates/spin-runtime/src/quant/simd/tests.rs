@@ -362,6 +362,9 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
             (3, 6),
             (5, 7),
             (4, 8),
+            (2, 12),
+            (2, 13),
+            (2, 40),
         ] {
             let cols = blocks * format.block_elems();
             let nch = cols / 32;
@@ -390,7 +393,7 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
                 cols,
             };
             let mut want = vec![f32::NAN; n * interleave::ROWS];
-            interleave::tile_product(format, &tile, &a, 0..n, &mut want);
+            interleave::tile_product(format, &tile, &a, 0..n, &mut want, interleave::ROWS);
             for (row, bytes) in rows.iter().enumerate() {
                 let mut w = vec![0f32; cols];
                 reference::dequantize_row(format, bytes, &mut w);
@@ -415,7 +418,18 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
             }
             for isa in Isa::available() {
                 let mut got = vec![f32::NAN; n * interleave::ROWS];
-                super::il_tile_with(isa, format, &tile, &a, 0..n, &mut got);
+                super::il_tile_with(isa, format, &tile, &a, 0..n, &mut got, interleave::ROWS);
+                // With a longer stride each row's outputs land where a row of a wider result goes.
+                let stride = 3 * interleave::ROWS + 5;
+                let mut wide = vec![f32::NAN; (n - 1) * stride + interleave::ROWS];
+                super::il_tile_with(isa, format, &tile, &a, 0..n, &mut wide, stride);
+                for c in 0..n {
+                    assert_eq!(
+                        bits(&wide[c * stride..][..interleave::ROWS]),
+                        bits(&want[c * interleave::ROWS..][..interleave::ROWS]),
+                        "{format:?} {isa:?} n {n}: stride {stride}, row {c}"
+                    );
+                }
                 assert_eq!(
                     bits(&got),
                     bits(&want),
@@ -423,7 +437,7 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
                 );
                 if n > 1 {
                     let mut last = vec![f32::NAN; interleave::ROWS];
-                    super::il_tile_with(isa, format, &tile, &a, n - 1..n, &mut last);
+                    super::il_tile_with(isa, format, &tile, &a, n - 1..n, &mut last, interleave::ROWS);
                     assert_eq!(
                         bits(&last),
                         bits(&want[(n - 1) * interleave::ROWS..]),
