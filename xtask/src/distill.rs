@@ -77,6 +77,10 @@ pub struct DistillArgs {
     /// instruction of scripts/bench-speculative-smollm2.sh.
     #[arg(long, default_value_t = 48)]
     pub instructions: u32,
+    /// With --head-vocab: instructions the target writes itself (asked for one in four ways, sampled at
+    /// temperature 0.7, deduplicated), answered like --instructions: questions in the target's own words.
+    #[arg(long, default_value_t = 0)]
+    pub self_instructions: u32,
     /// With --head-vocab: a file for the target's top-k distributions over the training text, read when it
     /// exists (built from the same target and text options, or refused), else written after caching; `none`:
     /// no file. Saves the text generation and caching (most of a first run) when only training options change.
@@ -119,6 +123,7 @@ impl DistillArgs {
             ("--init-layers", self.init_layers.clone()),
             ("--openings", self.openings.to_string()),
             ("--instructions", self.instructions.to_string()),
+            ("--self-instructions", self.self_instructions.to_string()),
             ("--cache-file", self.cache_file.clone()),
             ("--lr-schedule", self.lr_schedule.clone()),
             ("--argmax-weight", self.argmax_weight.to_string()),

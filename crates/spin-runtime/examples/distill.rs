@@ -5,14 +5,15 @@
 //! their tokenizer) with `--head-vocab N > 0`: the target's top-k distributions are cached once from its batched
 //! passes over TinyStories validation (less its first 64 KiB, held out for evaluation; `$MULTISPIN_SHARED_DATA/
 //! corpora`), over its greedy continuations of held-in story openings (`--openings`) and over its own greedy and
-//! sampled answers to instructions (`--instructions`), and a student with a restricted head over the target's N
+//! sampled answers to instructions (`--instructions`, and `--self-instructions` the target writes itself), and a student with a restricted head over the target's N
 //! most frequent tokens (docs/runtime.md, "Restricted draft head") is trained on that cache by KL and saved as a
 //! model folder. Both are deterministic from `--seed`.
 //!
 //! Usage: distill --target PATH --out PATH [--steps 300] [--batch 8] [--seq-len 64] [--dim 32] [--hidden 64]
 //!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
 //!        [--story-seqs 512] [--minutes 0] [--init-layers none]
-//!        [--openings 0] [--instructions 48] [--cache-file none] [--lr-schedule constant] [--argmax-weight 0]
+//!        [--openings 0] [--instructions 48] [--self-instructions 0] [--cache-file none] [--lr-schedule constant]
+//!        [--argmax-weight 0]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
@@ -115,6 +116,7 @@ fn run() -> Result<(), String> {
             init_layers: layers(get("--init-layers"))?,
             openings: num(get("--openings"), "--openings", 0)?,
             instructions: num(get("--instructions"), "--instructions", 48)?,
+            self_instructions: num(get("--self-instructions"), "--self-instructions", 0)?,
             cache_file: get("--cache-file").filter(|v| *v != "none").map(PathBuf::from),
         };
         return head_route::run(&target_path, &out, &o);

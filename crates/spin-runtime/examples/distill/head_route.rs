@@ -5,7 +5,7 @@
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_runtime::head_vocab::{HeadVocab, most_frequent};
-use spin_runtime::speculative::sampling;
+use spin_runtime::speculative::{generate_plain_batch, sampling};
 use spin_runtime::train::{
     HeadStudent, TopKCache, cache_top_k, continue_and_cache, cosine_learning_rate, layer_tensor_names,
     student_from_layers,
@@ -46,6 +46,10 @@ pub struct Opts {
     /// Instructions whose answers by the target are training text: the 48 written out below first, then
     /// templated ones (`instructions`), at most 48 + 8 × 40.
     pub instructions: usize,
+    /// Instructions the target writes itself (sampled at temperature 0.7 from a few requests for one, see
+    /// [`self_instructions`]), answered like the others: questions in the target's own words, more varied than
+    /// the templated ones.
+    pub self_instructions: usize,
     /// A file holding the target's top-k distributions over the training text: read when it exists (it must
     /// have been built from the same target and text options), else built and written there. Training options
     /// (steps, batch, learning rate, layers) can then change without running the target again.
@@ -278,6 +282,64 @@ fn story_windows(tok: &Tokenizer, seq_len: usize, n: usize) -> Result<Vec<Vec<u3
     Ok(ids.chunks_exact(seq_len).take(n).map(<[u32]>::to_vec).collect())
 }
 
+/// Requests for an instruction, taken in turn by [`self_instructions`].
+const ASK_FOR_ONE: [&str; 4] = [
+    "Write one question that someone might ask a helpful assistant. Reply with the question only.",
+    "Write one short task a user could give an AI assistant. Reply with the task only.",
+    "Give one example of a question a curious student might ask. Reply with the question only.",
+    "Write one request for advice that someone might send to an assistant. Reply with the request only.",
+];
+
+/// `n` requests for an instruction (the chat template around [`ASK_FOR_ONE`] in turn), each sampled by the
+/// target at temperature 0.7 for up to 40 tokens with its own seed, 64 at a time; of each answer the first line,
+/// without quotes, kept when it is 12 to 200 bytes long and not already kept. Deterministic from `seed`.
+fn self_instructions(
+    target: &spin_runtime::Model,
+    tok: &Tokenizer,
+    template: &str,
+    n: usize,
+    seed: u64,
+) -> Result<Vec<String>, String> {
+    let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+    let mut prompts = Vec::with_capacity(n);
+    for i in 0..n {
+        let text = render_chat(
+            template,
+            ASK_FOR_ONE[i % ASK_FOR_ONE.len()],
+            &name(tok.bos()),
+            &name(tok.eos()),
+        )?;
+        prompts.push(tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())?);
+    }
+    let params = sampling(0.7).map_err(|e| e.to_string())?;
+    let mut out: Vec<String> = Vec::new();
+    for (c, chunk) in prompts.chunks(64).enumerate() {
+        let seeds: Vec<u64> = (0..chunk.len())
+            .map(|j| seed.wrapping_mul(104_729).wrapping_add((64 * c + j) as u64))
+            .collect();
+        let written = generate_plain_batch(target, chunk, &params, 40, &seeds).map_err(|e| e.to_string())?;
+        for ids in written {
+            let end = ids
+                .iter()
+                .position(|&t| Some(t) == tok.eos())
+                .unwrap_or(ids.len());
+            let text = tok.decode(&ids[..end]).map_err(|e| e.to_string())?;
+            let line = text
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_matches('"')
+                .trim();
+            if (12..=200).contains(&line.len()) && !out.iter().any(|q| q == line) {
+                out.push(line.to_owned());
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Steps 1 and 2: the training text and the target's top-k distributions over it. Held-in story windows are
 /// scored in passes of four; the target's own answers to instructions (greedy, then two sampled at temperature
 /// 0.8) and its greedy continuations of held-in story openings are scored by the passes that write them
@@ -309,7 +371,20 @@ fn build_cache(
         .ok_or("the target's file has no chat template")?;
     let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
     let mut prompts = Vec::new();
-    for q in instructions(o.instructions) {
+    let mut asked = instructions(o.instructions);
+    if o.self_instructions > 0 {
+        let own = self_instructions(target, tok, template, o.self_instructions, o.seed)?;
+        progress.line(true, || {
+            format!(
+                "the target wrote {} distinct instructions of {} asked for, e.g. {:?}",
+                own.len(),
+                o.self_instructions,
+                &own[..own.len().min(4)]
+            )
+        });
+        asked.extend(own);
+    }
+    for q in asked {
         let text = render_chat(template, &q, &name(tok.bos()), &name(tok.eos()))?;
         let mut p = tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())?;
         p.truncate(o.seq_len / 2);
@@ -386,6 +461,10 @@ fn cache_key(target: &Path, o: &Opts) -> Result<u64, String> {
     }
     h.write(&o.seed.to_le_bytes());
     h.write(&HELD_OUT_BYTES.to_le_bytes());
+    // Only when asked for, so that the files written before the option existed keep their key.
+    if o.self_instructions > 0 {
+        h.write(&(o.self_instructions as u64).to_le_bytes());
+    }
     Ok(h.0)
 }
 
