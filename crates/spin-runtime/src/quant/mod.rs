@@ -419,11 +419,8 @@ impl QMatrix {
             .for_each(|(c, out)| work(c * tiles_per_chunk, out));
     }
 
-    /// The products on the interleaved form into `out`, tile after tile, each tile's n activation rows after one
-    /// another with 16 outputs each (the rows of the last tile beyond the matrix are padding); tiles are split over
-    /// the current pool whole.
-    fn run_interleaved(&self, acts: &Acts, n: usize, out: &mut [f32]) {
-        const R: usize = interleave::ROWS;
+    /// The bytes of one interleaved tile, and the quantised activations as the tile kernels read them.
+    fn il_parts<'a>(&self, acts: &'a Acts) -> (usize, interleave::Acts<'a>) {
         let tile_bytes = self.cols / self.format.block_elems() * interleave::tile_block_bytes(self.format);
         let a = interleave::Acts {
             q: &acts.q,
@@ -433,6 +430,15 @@ impl QMatrix {
             sx: &acts.sx32,
             cols: self.cols,
         };
+        (tile_bytes, a)
+    }
+
+    /// The products on the interleaved form into `out`, tile after tile, each tile's n activation rows after one
+    /// another with 16 outputs each (the rows of the last tile beyond the matrix are padding); tiles are split over
+    /// the current pool whole.
+    fn run_interleaved(&self, acts: &Acts, n: usize, out: &mut [f32]) {
+        const R: usize = interleave::ROWS;
+        let (tile_bytes, a) = self.il_parts(acts);
         self.over_pool(R, n, out, |t0, out| {
             for (k, out) in out.chunks_mut(R * n).enumerate() {
                 let t = t0 + k;
@@ -468,15 +474,7 @@ impl QMatrix {
     /// (forty rows of a 576-wide matrix did not), the run in L2, and memory streams each weight once.
     fn rows_into(&self, acts: &Acts, rows: std::ops::Range<usize>, y: &mut [f32]) {
         const R: usize = interleave::ROWS;
-        let tile_bytes = self.cols / self.format.block_elems() * interleave::tile_block_bytes(self.format);
-        let a = interleave::Acts {
-            q: &acts.q,
-            d: &acts.d,
-            xs: &acts.xs32,
-            xs16: &acts.xs16,
-            sx: &acts.sx32,
-            cols: self.cols,
-        };
+        let (tile_bytes, a) = self.il_parts(acts);
         let n = rows.len();
         let per_group = n.div_ceil(n.div_ceil(IL_GROUP_ROWS));
         let run = (IL_RUN_BYTES / tile_bytes).max(1);
