@@ -93,11 +93,6 @@ pub(crate) fn fifth_bits_at(format: BlockFormat) -> usize {
     if format == BlockFormat::Q5_1 { 64 } else { 32 }
 }
 
-/// The file bytes of a Q5_0 or Q5_1 block's fifth bits (`qh`): after the scale, and Q5_1's min.
-fn file_fifth_bits_at(format: BlockFormat) -> usize {
-    if format == BlockFormat::Q5_1 { 4 } else { 2 }
-}
-
 /// The offset of Q4_0, Q5_0 and Q8_0 as a multiple of the block's scale (0 for Q4_1 and Q5_1, whose offset is
 /// their min):
 /// `k · Σ x` joins the block's integer sum.
@@ -248,7 +243,7 @@ pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -
             }
             places(format, r, |j, at, flip| dst[at] = block[j] ^ flip);
             if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1) {
-                let f = file_fifth_bits_at(format);
+                let f = reference::q5_qh_at(format);
                 let qh = u32::from_le_bytes([block[f], block[f + 1], block[f + 2], block[f + 3]]);
                 fifth_bits_to_tile(qh, dst, fifth_bits_at(format), r);
             }
@@ -275,7 +270,7 @@ pub(crate) fn unpack_rows(
             let block = &mut out[(k * nb + b) * bb..][..bb];
             places(format, r, |j, at, flip| block[j] = src[at] ^ flip);
             if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1) {
-                let f = file_fifth_bits_at(format);
+                let f = reference::q5_qh_at(format);
                 let qh = fifth_bits_from_tile(src, fifth_bits_at(format), r);
                 block[f..f + 4].copy_from_slice(&qh.to_le_bytes());
             }

@@ -71,13 +71,19 @@ pub(crate) fn q6k_code(block: &[u8], e: usize) -> u8 {
 /// The five-bit code (0..32) of element `j` (0..32) of a Q5_0 block.
 #[inline]
 pub(crate) fn q5_0_code(block: &[u8], j: usize) -> u8 {
-    q5_code(&block[2..], j)
+    q5_code(&block[q5_qh_at(BlockFormat::Q5_0)..], j)
 }
 
 /// The five-bit code (0..32) of value `j` of a Q5_1 block.
 #[inline]
 pub(crate) fn q5_1_code(block: &[u8], j: usize) -> u8 {
-    q5_code(&block[4..], j)
+    q5_code(&block[q5_qh_at(BlockFormat::Q5_1)..], j)
+}
+
+/// Where a Q5_0 or Q5_1 block's fifth bits (`qh`, 4 bytes, the 16 code bytes after them) start: after the f16
+/// scale, and Q5_1's f16 min.
+pub(crate) fn q5_qh_at(format: BlockFormat) -> usize {
+    if format == BlockFormat::Q5_1 { 4 } else { 2 }
 }
 
 /// The five-bit code of value `j` from a Q5_0/Q5_1 block's fifth bits (`qh`, 4 bytes) and the 16 code bytes after.

@@ -1388,8 +1388,7 @@ mod x86 {
                 }
             }
             BlockFormat::Q5_0 | BlockFormat::Q5_1 => {
-                // Q5_1 has a min after the scale, so its fifth bits and codes sit two bytes later.
-                let at = if format == BlockFormat::Q5_1 { 4 } else { 2 };
+                let at = reference::q5_qh_at(format);
                 for (b, block) in row.chunks_exact(bb).enumerate() {
                     let q = load16(&block[at + 4..]);
                     let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
