@@ -113,8 +113,10 @@ const INSTRUCTIONS: [&str; 48] = [
 ];
 
 /// The file's chat template rendered for one user message with the generation prompt (as `multispin generate
-/// --chat` renders it).
-fn render_chat(template: &str, user: &str, bos: &str, eos: &str) -> Result<String, String> {
+/// --chat` renders it), then encoded (BOS as the file says).
+fn chat_prompt(tok: &Tokenizer, template: &str, user: &str) -> Result<Vec<u32>, String> {
+    let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+    let (bos, eos) = (name(tok.bos()), name(tok.eos()));
     let mut env = minijinja::Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
@@ -126,13 +128,15 @@ fn render_chat(template: &str, user: &str, bos: &str, eos: &str) -> Result<Strin
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_template("chat", template).map_err(|e| e.to_string())?;
     let t = env.get_template("chat").map_err(|e| e.to_string())?;
-    t.render(minijinja::context! {
-        messages => vec![minijinja::context! { role => "user", content => user }],
-        add_generation_prompt => true,
-        bos_token => bos,
-        eos_token => eos,
-    })
-    .map_err(|e| e.to_string())
+    let text = t
+        .render(minijinja::context! {
+            messages => vec![minijinja::context! { role => "user", content => user }],
+            add_generation_prompt => true,
+            bos_token => bos,
+            eos_token => eos,
+        })
+        .map_err(|e| e.to_string())?;
+    tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())
 }
 
 /// A progress line at most every 5 s (and always when `last`).
@@ -300,17 +304,9 @@ fn self_instructions(
     n: usize,
     seed: u64,
 ) -> Result<Vec<String>, String> {
-    let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
-    let mut prompts = Vec::with_capacity(n);
-    for i in 0..n {
-        let text = render_chat(
-            template,
-            ASK_FOR_ONE[i % ASK_FOR_ONE.len()],
-            &name(tok.bos()),
-            &name(tok.eos()),
-        )?;
-        prompts.push(tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())?);
-    }
+    let prompts = (0..n)
+        .map(|i| chat_prompt(tok, template, ASK_FOR_ONE[i % ASK_FOR_ONE.len()]))
+        .collect::<Result<Vec<_>, _>>()?;
     let params = sampling(0.7).map_err(|e| e.to_string())?;
     let mut out: Vec<String> = Vec::new();
     for (c, chunk) in prompts.chunks(64).enumerate() {
@@ -369,7 +365,6 @@ fn build_cache(
     let template = tok
         .chat_template()
         .ok_or("the target's file has no chat template")?;
-    let name = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
     let mut prompts = Vec::new();
     let mut asked = instructions(o.instructions);
     if o.self_instructions > 0 {
@@ -385,8 +380,7 @@ fn build_cache(
         asked.extend(own);
     }
     for q in asked {
-        let text = render_chat(template, &q, &name(tok.bos()), &name(tok.eos()))?;
-        let mut p = tok.encode(&text, tok.add_bos()).map_err(|e| e.to_string())?;
+        let mut p = chat_prompt(tok, template, &q)?;
         p.truncate(o.seq_len / 2);
         prompts.push(p);
     }
