@@ -18,18 +18,21 @@
 
 use super::{Lanes, exp_with, fmadd, has_fma};
 
-/// One layer's keys of one sequence in panels: per block of eight positions and per kv head, head_dim lane
-/// vectors (lane l holds position 8·block + l). Lanes past the last position hold zeros or keys of a truncated
-/// tail; the kernel never weighs them.
+/// One layer's keys and values of one sequence again, per kv head, in the layouts the kernel reads: the keys in
+/// panels (per block of eight positions, head_dim lane vectors; lane l holds position 8·block + l), the values
+/// position-major (head_dim floats a position). Each kv head's keys and values are one contiguous run each, so a
+/// head's attention streams two runs of memory; in the cache's position-major rows a head's channels are a third
+/// (SmolLM2) of every row, which the prefetchers fetch whole. Lanes past the last position hold zeros or keys of a
+/// truncated tail; the kernel never weighs them.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct KeyPanels {
-    kt: Vec<Lanes>,
+pub(crate) struct KvPanels {
+    k: Vec<Vec<Lanes>>,
+    v: Vec<Vec<f32>>,
     len: usize,
-    /// Key floats per position (n_kv_heads · head_dim), set by the first extension.
-    kvd: usize,
+    head_dim: usize,
 }
 
-impl KeyPanels {
+impl KvPanels {
     /// Positions held.
     pub fn len(&self) -> usize {
         self.len
@@ -38,22 +41,53 @@ impl KeyPanels {
     /// Forgets every position from `len` on.
     pub fn truncate(&mut self, len: usize) {
         self.len = self.len.min(len);
+        for v in &mut self.v {
+            v.truncate(self.len * self.head_dim);
+        }
     }
 
-    /// Appends one position per row of `rows` (rows of `stride` floats whose keys, `kvd` floats, start at
-    /// `offset`).
-    pub fn extend(&mut self, rows: &[f32], stride: usize, offset: usize, kvd: usize) {
-        self.kvd = kvd;
-        for row in rows.chunks_exact(stride) {
+    /// Makes room for `additional` more positions (see `KvCache::reserve`).
+    pub fn reserve(&mut self, additional: usize) {
+        let (n, hd) = (self.len + additional, self.head_dim);
+        for k in &mut self.k {
+            k.reserve((n.div_ceil(8) * hd).saturating_sub(k.len()));
+        }
+        for v in &mut self.v {
+            v.reserve((n * hd).saturating_sub(v.len()));
+        }
+    }
+
+    /// Appends one position per key row of `k` (rows of `k_stride` floats, n_kv_heads · head_dim keys from
+    /// `k_offset`) with the value row at the same index of `v` (rows of `v_stride` floats from `v_offset`).
+    ///
+    /// # Panics
+    /// If the rows are fewer in `v` than in `k`, or too short (caller bugs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn extend(
+        &mut self,
+        (k, k_stride, k_offset): (&[f32], usize, usize),
+        (v, v_stride, v_offset): (&[f32], usize, usize),
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) {
+        let hd = head_dim;
+        self.head_dim = hd;
+        self.k.resize_with(n_kv_heads, Vec::new);
+        self.v.resize_with(n_kv_heads, Vec::new);
+        for (krow, vrow) in k.chunks_exact(k_stride).zip(v.chunks_exact(v_stride)) {
             let (b, l) = (self.len / 8, self.len % 8);
-            if self.kt.len() < (b + 1) * kvd {
-                self.kt.resize((b + 1) * kvd, [0.0; 8]);
-            }
-            for (dst, &x) in self.kt[b * kvd..(b + 1) * kvd]
-                .iter_mut()
-                .zip(&row[offset..offset + kvd])
-            {
-                dst[l] = x;
+            for g in 0..n_kv_heads {
+                let kt = &mut self.k[g];
+                if kt.len() < (b + 1) * hd {
+                    kt.resize((b + 1) * hd, [0.0; 8]);
+                }
+                for (dst, &x) in kt[b * hd..(b + 1) * hd]
+                    .iter_mut()
+                    .zip(&krow[k_offset + g * hd..k_offset + (g + 1) * hd])
+                {
+                    dst[l] = x;
+                }
+                self.v[g].extend_from_slice(&vrow[v_offset + g * hd..v_offset + (g + 1) * hd]);
             }
             self.len += 1;
         }
@@ -69,18 +103,14 @@ pub(crate) struct PanelScratch {
     s: Vec<Lanes>,
 }
 
-/// Causal grouped-query attention of one sequence's new positions, reading keys from [`KeyPanels`] (which already
-/// hold the new positions) and values from the cache and the new rows, one kv head per call.
+/// Causal grouped-query attention of one sequence's new positions, reading keys and values from [`KvPanels`]
+/// (which already hold the new positions), one kv head per call.
 pub(crate) struct PanelAttention<'a> {
-    /// The sequence's new q|k|v rows after RoPE, `stride` floats each: queries at 0, values at `v_offset`.
+    /// The sequence's new q|k|v rows after RoPE, `stride` floats each, queries at 0.
     pub rows: &'a [f32],
     pub stride: usize,
-    pub v_offset: usize,
-    /// Keys of every position the queries may see: the cache's and the new ones.
-    pub keys: &'a KeyPanels,
-    /// The cache's values, position-major (`past` positions of n_kv_heads · head_dim floats).
-    pub past_v: &'a [f32],
-    pub past: usize,
+    /// Keys and values of every position the queries may see: the cache's and the new ones.
+    pub kv: &'a KvPanels,
     /// Keys visible to each new position (its own position + 1).
     pub visible: &'a [usize],
     pub n_heads: usize,
@@ -94,7 +124,36 @@ impl PanelAttention<'_> {
     /// The outputs of kv head `g`'s query heads for every new position into `out` (T · rep · head_dim floats,
     /// position-major, then head, then channel; rep = n_heads / n_kv_heads).
     pub fn head(&self, g: usize, out: &mut [f32], s: &mut PanelScratch) {
-        pulp::Arch::new().dispatch(HeadTask { att: self, g, out, s });
+        self.head_channels(g, 0..self.head_dim, out, s);
+    }
+
+    /// [`PanelAttention::head`] for the output channels `channels` only (the others of `out` are left as they
+    /// are): the scores and weights are all computed, the value sums only for these channels. Each channel's sum is
+    /// the same chain of operations whatever the range (lanes are channels), so two calls on complementary ranges,
+    /// each on its own thread, give the bits of one call over all channels, with each thread reading half of
+    /// every value row. `channels.start` is a multiple of eight.
+    ///
+    /// # Panics
+    /// If the range is not inside the head or does not start at a multiple of eight (caller bugs).
+    pub fn head_channels(
+        &self,
+        g: usize,
+        channels: std::ops::Range<usize>,
+        out: &mut [f32],
+        s: &mut PanelScratch,
+    ) {
+        assert!(
+            channels.start.is_multiple_of(8)
+                && channels.start <= channels.end
+                && channels.end <= self.head_dim
+        );
+        pulp::Arch::new().dispatch(HeadTask {
+            att: self,
+            g,
+            channels,
+            out,
+            s,
+        });
     }
 
     /// [`PanelAttention::head`] with fused multiply-adds exactly when `F`; the products in `S`'s vectors where they
@@ -104,6 +163,7 @@ impl PanelAttention<'_> {
         &self,
         simd: S,
         g: usize,
+        ch: &std::ops::Range<usize>,
         out: &mut [f32],
         s: &mut PanelScratch,
     ) {
@@ -115,12 +175,12 @@ impl PanelAttention<'_> {
         while first < total {
             let n = (total - first).min(6);
             match n {
-                6 => self.rows::<S, 6, 2, 2, F>(simd, g, first, out, s),
-                5 => self.rows::<S, 5, 2, 2, F>(simd, g, first, out, s),
-                4 => self.rows::<S, 4, 2, 2, F>(simd, g, first, out, s),
-                3 => self.rows::<S, 3, 3, 4, F>(simd, g, first, out, s),
-                2 => self.rows::<S, 2, 3, 4, F>(simd, g, first, out, s),
-                _ => self.rows::<S, 1, 3, 4, F>(simd, g, first, out, s),
+                6 => self.rows::<S, 6, 2, 2, F>(simd, g, ch, first, out, s),
+                5 => self.rows::<S, 5, 2, 2, F>(simd, g, ch, first, out, s),
+                4 => self.rows::<S, 4, 2, 2, F>(simd, g, ch, first, out, s),
+                3 => self.rows::<S, 3, 3, 4, F>(simd, g, ch, first, out, s),
+                2 => self.rows::<S, 2, 3, 4, F>(simd, g, ch, first, out, s),
+                _ => self.rows::<S, 1, 3, 4, F>(simd, g, ch, first, out, s),
             }
             first += n;
         }
@@ -135,12 +195,12 @@ impl PanelAttention<'_> {
         &self,
         simd: S,
         g: usize,
+        ch: &std::ops::Range<usize>,
         first: usize,
         out: &mut [f32],
         s: &mut PanelScratch,
     ) {
         let (hd, rep) = (self.head_dim, self.n_heads / self.n_kv_heads);
-        let kvd = self.n_kv_heads * hd;
         let vis: [usize; R] = std::array::from_fn(|i| self.visible[(first + i) / rep]);
         let most = vis.iter().copied().max().unwrap_or(0);
         let nb = most.div_ceil(8);
@@ -153,7 +213,7 @@ impl PanelAttention<'_> {
         s.s.clear();
         s.s.resize(R * nb, [0.0; 8]);
         // Scores: B blocks of eight keys at a time against the R rows (B·R accumulator vectors).
-        let panel = |b: usize| &self.keys.kt[b * kvd + g * hd..][..hd];
+        let panel = |b: usize| &self.kv.k[g][b * hd..][..hd];
         let wide = F && S::F32_LANES == 8;
         let mut b = 0;
         while b + B <= nb {
@@ -207,22 +267,14 @@ impl PanelAttention<'_> {
             let z = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
             *inv = 1.0 / z;
         }
-        // Weighted sums of values: channels in lanes, V vectors at a time, positions in order: the cache's values
-        // (rows of kvd floats), then the new rows' (rows of `stride` floats from `v_offset`).
-        let np = self.past.min(most);
+        // Weighted sums of values: channels in lanes, V vectors at a time, positions in order.
         let value = Values {
-            segments: [
-                (&self.past_v[..np * kvd], kvd, g * hd),
-                (
-                    &self.rows[..(most - np) * self.stride],
-                    self.stride,
-                    self.v_offset + g * hd,
-                ),
-            ],
+            rows: &self.kv.v[g][..most * hd],
+            hd,
         };
         let out = &mut out[first * hd..(first + R) * hd];
-        let mut c0 = 0;
-        while c0 + 8 * V <= hd {
+        let mut c0 = ch.start;
+        while c0 + 8 * V <= ch.end {
             if wide {
                 values_wide::<S, R, V>(simd, &s.s, nb, &value, c0, inv, out, hd);
             } else {
@@ -230,7 +282,7 @@ impl PanelAttention<'_> {
             }
             c0 += 8 * V;
         }
-        while c0 + 8 <= hd {
+        while c0 + 8 <= ch.end {
             if wide {
                 values_wide::<S, R, 1>(simd, &s.s, nb, &value, c0, inv, out, hd);
             } else {
@@ -238,8 +290,9 @@ impl PanelAttention<'_> {
             }
             c0 += 8;
         }
-        // A head_dim that is not a multiple of eight: the last channels one at a time, in the same order.
-        for c in c0..hd {
+        // A range that does not end at a multiple of eight: the last channels one at a time, in the same order
+        // (the fused multiply-add of each lane, so the same bits as in a vector).
+        for c in c0..ch.end {
             let mut acc = [0f32; R];
             value.each(|p, row| {
                 let x = row[c];
@@ -254,22 +307,18 @@ impl PanelAttention<'_> {
     }
 }
 
-/// The value rows a query weighs, in position order: the cache's, then the pass's new ones, each a slice of rows
-/// of a stride with this kv head's values at an offset.
+/// The value rows a query weighs, in position order: one kv head's, head_dim floats each.
 struct Values<'a> {
-    segments: [(&'a [f32], usize, usize); 2],
+    rows: &'a [f32],
+    hd: usize,
 }
 
 impl Values<'_> {
-    /// Calls `f(position, row)` for every visible position in order, `row` starting at the kv head's values.
+    /// Calls `f(position, row)` for every visible position in order.
     #[inline(always)]
     fn each(&self, mut f: impl FnMut(usize, &[f32])) {
-        let mut p = 0;
-        for &(data, stride, offset) in &self.segments {
-            for row in data.chunks_exact(stride) {
-                f(p, &row[offset..]);
-                p += 1;
-            }
+        for (p, row) in self.rows.chunks_exact(self.hd).enumerate() {
+            f(p, row);
         }
     }
 }
@@ -407,6 +456,7 @@ fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
 struct HeadTask<'a, 'b, 'c> {
     att: &'a PanelAttention<'b>,
     g: usize,
+    channels: std::ops::Range<usize>,
     out: &'c mut [f32],
     s: &'c mut PanelScratch,
 }
@@ -417,9 +467,11 @@ impl pulp::WithSimd for HeadTask<'_, '_, '_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         if has_fma::<S>() {
-            self.att.head_with::<S, true>(simd, self.g, self.out, self.s)
+            self.att
+                .head_with::<S, true>(simd, self.g, &self.channels, self.out, self.s)
         } else {
-            self.att.head_with::<S, false>(simd, self.g, self.out, self.s)
+            self.att
+                .head_with::<S, false>(simd, self.g, &self.channels, self.out, self.s)
         }
     }
 }
@@ -467,20 +519,19 @@ mod tests {
         /// The kernel's output (T, n_heads, head_dim).
         fn run(&self) -> Vec<f32> {
             let (kvd, w, d) = (self.nkv * self.hd, self.w(), self.nh * self.hd);
-            let mut keys = KeyPanels::default();
-            // A stale tail: keys of positions that a rejection then dropped.
-            keys.extend(&self.past_k, kvd, 0, kvd);
-            keys.extend(&vec![7.5; 11 * kvd], kvd, 0, kvd);
-            keys.truncate(self.past);
-            keys.extend(&self.rows, w, d, kvd);
+            let (nkv, hd) = (self.nkv, self.hd);
+            let mut kv = KvPanels::default();
+            // A stale tail: keys and values of positions that a rejection then dropped.
+            kv.extend((&self.past_k, kvd, 0), (&self.past_v, kvd, 0), nkv, hd);
+            let stale = vec![7.5; 11 * kvd];
+            kv.extend((&stale, kvd, 0), (&stale, kvd, 0), nkv, hd);
+            kv.truncate(self.past);
+            kv.extend((&self.rows, w, d), (&self.rows, w, d + kvd), nkv, hd);
             let visible: Vec<usize> = (0..self.t).map(|j| self.past + j + 1).collect();
             let att = PanelAttention {
                 rows: &self.rows,
                 stride: w,
-                v_offset: d + kvd,
-                keys: &keys,
-                past_v: &self.past_v,
-                past: self.past,
+                kv: &kv,
                 visible: &visible,
                 n_heads: self.nh,
                 n_kv_heads: self.nkv,
@@ -493,6 +544,40 @@ mod tests {
             for g in 0..self.nkv {
                 let mut block = vec![f32::NAN; self.t * rep * self.hd];
                 att.head(g, &mut block, &mut s);
+                for (i, o) in block.chunks_exact(self.hd).enumerate() {
+                    let (j, r) = (i / rep, i % rep);
+                    let at = (j * self.nh + g * rep + r) * self.hd;
+                    y[at..at + self.hd].copy_from_slice(o);
+                }
+            }
+            y
+        }
+
+        /// [`Case::run`] with each kv head's channels computed in two calls over `0..split` and `split..hd`.
+        fn run_split(&self, split: usize) -> Vec<f32> {
+            let (kvd, w, d) = (self.nkv * self.hd, self.w(), self.nh * self.hd);
+            let mut kv = KvPanels::default();
+            kv.extend((&self.past_k, kvd, 0), (&self.past_v, kvd, 0), self.nkv, self.hd);
+            kv.reserve(self.t);
+            kv.extend((&self.rows, w, d), (&self.rows, w, d + kvd), self.nkv, self.hd);
+            let visible: Vec<usize> = (0..self.t).map(|j| self.past + j + 1).collect();
+            let att = PanelAttention {
+                rows: &self.rows,
+                stride: w,
+                kv: &kv,
+                visible: &visible,
+                n_heads: self.nh,
+                n_kv_heads: self.nkv,
+                head_dim: self.hd,
+                scale: 1.0 / (self.hd as f32).sqrt(),
+            };
+            let rep = self.nh / self.nkv;
+            let mut y = vec![0f32; self.t * d];
+            let mut s = PanelScratch::default();
+            for g in 0..self.nkv {
+                let mut block = vec![f32::NAN; self.t * rep * self.hd];
+                att.head_channels(g, 0..split, &mut block, &mut s);
+                att.head_channels(g, split..self.hd, &mut block, &mut s);
                 for (i, o) in block.chunks_exact(self.hd).enumerate() {
                     let (j, r) = (i / rep, i % rep);
                     let at = (j * self.nh + g * rep + r) * self.hd;
@@ -572,6 +657,27 @@ mod tests {
                             "{shape:?} past {past} t {t}: output {i} is {g}, plain attention {w}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Value sums split in two channel ranges (two threads' shares of a head) give the bits of one call over all
+    /// channels, wherever the split falls (multiples of eight, ranges that end off a multiple of eight).
+    #[test]
+    fn channel_ranges_give_the_bits_of_the_whole_head() {
+        let mut rng = ChaCha8Rng::seed_from_u64(13);
+        for shape in SHAPES {
+            let hd = shape.2;
+            for (past, t) in [(0, 1), (9, 1), (41, 1), (23, 3), (300, 2)] {
+                let c = Case::new(&mut rng, shape, past, t);
+                let whole = c.run();
+                for split in (0..=hd).step_by(8) {
+                    let y = c.run_split(split);
+                    assert!(
+                        y.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{shape:?} past {past} t {t}: channels split at {split} differ from the whole head"
+                    );
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use super::Model;
 use crate::error::{Result, RuntimeError};
-use crate::kernels::{AttnScratch, HeadLanes, KeyPanels};
+use crate::kernels::{AttnScratch, HeadLanes, KvPanels};
 use candle_core::{DType, Tensor};
 
 /// The keys and values one sequence has seen, per layer.
@@ -51,6 +51,22 @@ impl KvCache {
     /// Whether the cache lives in host vectors (see [`Model::set_cpu_fast_path`]).
     pub fn is_host(&self) -> bool {
         matches!(self.layers.first(), Some(LayerKv::Host { .. }))
+    }
+
+    /// Makes room for `additional` more positions in the host vectors (keys, values and the quantised route's key
+    /// panels), so that a pass appending them moves nothing. A cache that grows step by step gets this room by
+    /// doubling; a fresh copy of a cache (`clone` allocates exactly what is held) would otherwise copy every layer
+    /// on its next pass, which is what `multispin measure pass-cost` must not time.
+    pub fn reserve(&mut self, additional: usize) {
+        for entry in &mut self.layers {
+            if let LayerKv::Host { k, v } = entry {
+                k.reserve(additional * self.kv_dim);
+                v.reserve(additional * self.kv_dim);
+            }
+        }
+        for p in &mut self.host.panels {
+            p.reserve(additional);
+        }
     }
 
     /// Forgets every position from `len` on (after a rejection); `len` may not exceed the current length.
@@ -175,9 +191,9 @@ pub(crate) struct HostBuffers {
     /// Per layer, the cache's keys and values again in the layout of one-token steps ([`HeadLanes`]), extended
     /// from the cache when such a step needs them and cut when the cache is truncated.
     pub(super) lanes: Vec<HeadLanes>,
-    /// Per layer, the cache's keys again in the panels the quantised host route's attention reads
-    /// ([`KeyPanels`]), extended from the cache as a pass needs them and cut when the cache is truncated.
-    pub(super) panels: Vec<KeyPanels>,
+    /// Per layer, the cache's keys and values again in the per-head layouts the quantised host route's attention
+    /// reads ([`KvPanels`]), extended from the cache as a pass needs them and cut when the cache is truncated.
+    pub(super) panels: Vec<KvPanels>,
 }
 
 impl HostBuffers {

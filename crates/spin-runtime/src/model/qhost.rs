@@ -22,6 +22,12 @@ use candle_core::Tensor;
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
 
+/// From how many keys a lone sequence's attention is split over the pool by channel halves as well as by kv heads
+/// (`parts` in `qhost_pass`). A decoding step of SmolLM2 Q4_1 at depth 1,044–1,343 on two threads: 115–124
+/// tokens/s unsplit, 145–149 split; below a few hundred keys the split neither gains nor loses measurably
+/// (docs/runtime.md, "Keys and values per head").
+const ATT_SPLIT_KEYS: usize = 256;
+
 /// One product of a layer: a matrix whose output columns land at `offset` of each output row.
 #[derive(Debug)]
 struct Part {
@@ -318,12 +324,12 @@ impl Model {
             for (row, &vis) in buf.qkv.chunks_exact_mut(w).zip(&buf.visible) {
                 self.rotate_row(row, vis - 1);
             }
-            // Each cache's key panels for this layer: what the cache holds, then the pass's new keys.
+            // Each cache's panels for this layer: what the cache holds, then the pass's new keys and values.
             for (i, c) in caches.iter_mut().enumerate() {
                 let KvCache {
                     layers, host, len, ..
                 } = &mut **c;
-                let LayerKv::Host { k, .. } = &layers[li] else {
+                let LayerKv::Host { k, v } = &layers[li] else {
                     continue;
                 };
                 if host.panels.len() <= li {
@@ -332,9 +338,11 @@ impl Model {
                 let panels = &mut host.panels[li];
                 panels.truncate(*len);
                 let done = panels.len();
-                panels.extend(&k[done * kvd..*len * kvd], kvd, 0, kvd);
+                let cached = done * kvd..*len * kvd;
+                panels.extend((&k[cached.clone()], kvd, 0), (&v[cached], kvd, 0), nkv, hd);
                 let (first, t) = (starts[i], tokens[i].len());
-                panels.extend(&buf.qkv[first * w..(first + t) * w], w, d, kvd);
+                let rows = &buf.qkv[first * w..(first + t) * w];
+                panels.extend((rows, w, d), (rows, w, d + kvd), nkv, hd);
             }
             // Attention, one sequence per task (each over its own cache); the sequences' outputs are then
             // copied into place.
@@ -345,17 +353,14 @@ impl Model {
                 let rep = nh / nkv;
                 let att_of = |i: usize| -> Option<PanelAttention<'_>> {
                     let c = caches_ro[i];
-                    let LayerKv::Host { v, .. } = &c.layers[li] else {
+                    let LayerKv::Host { .. } = &c.layers[li] else {
                         return None;
                     };
                     let (first, t) = (starts[i], tokens[i].len());
                     Some(PanelAttention {
                         rows: &qkv[first * w..(first + t) * w],
                         stride: w,
-                        v_offset: d + kvd,
-                        keys: &c.host.panels[li],
-                        past_v: v,
-                        past: c.len,
+                        kv: &c.host.panels[li],
                         visible: &visible[first..first + t],
                         n_heads: nh,
                         n_kv_heads: nkv,
@@ -363,13 +368,30 @@ impl Model {
                         scale,
                     })
                 };
-                // Kv head g's block (T, rep, head_dim) into the sequence's output (T, n_heads, head_dim).
-                let spread = |att: &mut [f32], g: usize, block: &[f32]| {
+                // Channels `ch` of kv head g's block (T, rep, head_dim) into the sequence's output (T, n_heads,
+                // head_dim).
+                let spread = |att: &mut [f32], g: usize, ch: &std::ops::Range<usize>, block: &[f32]| {
                     for (row, o) in block.chunks_exact(hd).enumerate() {
                         let (j, r) = (row / rep, row % rep);
                         let at = (j * nh + g * rep + r) * hd;
-                        att[at..at + hd].copy_from_slice(o);
+                        att[at + ch.start..at + ch.end].copy_from_slice(&o[ch.clone()]);
                     }
+                };
+                // Where a lone sequence's keys are many, each kv head's value sums are split in two channel ranges
+                // (`PanelAttention::head_channels`: the same bits), so that a decoding step's attention, which
+                // reads every cached position, runs on two threads even when the kv heads are few (SmolLM2: 3).
+                let mid = hd / 2 / 8 * 8;
+                let parts = |keys: usize| -> Vec<(usize, std::ops::Range<usize>)> {
+                    let split = keys >= ATT_SPLIT_KEYS && mid > 0;
+                    (0..nkv)
+                        .flat_map(|g| {
+                            if split {
+                                vec![(g, 0..mid), (g, mid..hd)]
+                            } else {
+                                vec![(g, 0..hd)]
+                            }
+                        })
+                        .collect()
                 };
                 let run = |i: usize, s: &mut SeqScratch| {
                     let Some(att) = att_of(i) else {
@@ -377,24 +399,27 @@ impl Model {
                     };
                     let t = tokens[i].len();
                     resize(&mut s.att, t * d);
-                    if b == 1 && t > 1 {
-                        // A lone sequence of several positions splits its kv heads over the pool.
-                        let blocks: Vec<Vec<f32>> = (0..nkv)
-                            .into_par_iter()
-                            .map_init(PanelScratch::default, |ps, g| {
+                    let keys = att.kv.len();
+                    let pool = rayon::current_num_threads() > 1;
+                    if b == 1 && pool && (t > 1 || keys >= ATT_SPLIT_KEYS) {
+                        // A lone sequence splits its kv heads (and their channels, see `parts`) over the pool.
+                        let parts = parts(keys);
+                        let blocks: Vec<Vec<f32>> = parts
+                            .par_iter()
+                            .map_init(PanelScratch::default, |ps, (g, ch)| {
                                 let mut block = vec![0f32; t * rep * hd];
-                                att.head(g, &mut block, ps);
+                                att.head_channels(*g, ch.clone(), &mut block, ps);
                                 block
                             })
                             .collect();
-                        for (g, block) in blocks.iter().enumerate() {
-                            spread(&mut s.att, g, block);
+                        for ((g, ch), block) in parts.iter().zip(&blocks) {
+                            spread(&mut s.att, *g, ch, block);
                         }
                     } else {
                         resize(&mut s.block, t * rep * hd);
                         for g in 0..nkv {
                             att.head(g, &mut s.block, &mut s.panel);
-                            spread(&mut s.att, g, &s.block);
+                            spread(&mut s.att, g, &(0..hd), &s.block);
                         }
                     }
                 };
