@@ -388,7 +388,15 @@ fn pass_cost(
     let refs: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let mut caches: Vec<_> = (0..sequences).map(|_| base.clone()).collect();
+        // A clone holds exactly its positions; room for the pass's keeps the timed pass from copying every layer
+        // (a decoder's caches grow by doubling and rarely move).
+        let mut caches: Vec<_> = (0..sequences)
+            .map(|_| {
+                let mut c = base.clone();
+                c.reserve(positions);
+                c
+            })
+            .collect();
         let mut cref: Vec<&mut spin_runtime::KvCache> = caches.iter_mut().collect();
         let start = std::time::Instant::now();
         l.target.forward_batch(&mut cref, &refs).context("timed pass")?;
