@@ -28,6 +28,11 @@ use std::sync::{Arc, Mutex};
 /// (docs/runtime.md, "Keys and values per head").
 const ATT_SPLIT_KEYS: usize = 256;
 
+/// Up to how many new positions the channel split applies: each half computes all of its kv head's scores, which
+/// a decoding step or a verification's few positions repay by reading half the values, and a long prompt's pass
+/// (scores growing with its length squared) does not (572 prompt tokens: 876 against 914 tokens/s split).
+const ATT_SPLIT_POSITIONS: usize = 16;
+
 /// One product of a layer: a matrix whose output columns land at `offset` of each output row.
 #[derive(Debug)]
 struct Part {
@@ -381,8 +386,8 @@ impl Model {
                 // (`PanelAttention::head_channels`: the same bits), so that a decoding step's attention, which
                 // reads every cached position, runs on two threads even when the kv heads are few (SmolLM2: 3).
                 let mid = hd / 2 / 8 * 8;
-                let parts = |keys: usize| -> Vec<(usize, std::ops::Range<usize>)> {
-                    let split = keys >= ATT_SPLIT_KEYS && mid > 0;
+                let parts = |keys: usize, t: usize| -> Vec<(usize, std::ops::Range<usize>)> {
+                    let split = keys >= ATT_SPLIT_KEYS && t <= ATT_SPLIT_POSITIONS && mid > 0;
                     (0..nkv)
                         .flat_map(|g| {
                             if split {
@@ -403,7 +408,7 @@ impl Model {
                     let pool = rayon::current_num_threads() > 1;
                     if b == 1 && pool && (t > 1 || keys >= ATT_SPLIT_KEYS) {
                         // A lone sequence splits its kv heads (and their channels, see `parts`) over the pool.
-                        let parts = parts(keys);
+                        let parts = parts(keys, t);
                         let blocks: Vec<Vec<f32>> = parts
                             .par_iter()
                             .map_init(PanelScratch::default, |ps, (g, ch)| {
