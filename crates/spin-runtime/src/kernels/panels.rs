@@ -527,44 +527,28 @@ mod tests {
             kv.extend((&stale, kvd, 0), (&stale, kvd, 0), nkv, hd);
             kv.truncate(self.past);
             kv.extend((&self.rows, w, d), (&self.rows, w, d + kvd), nkv, hd);
-            let visible: Vec<usize> = (0..self.t).map(|j| self.past + j + 1).collect();
-            let att = PanelAttention {
-                rows: &self.rows,
-                stride: w,
-                kv: &kv,
-                visible: &visible,
-                n_heads: self.nh,
-                n_kv_heads: self.nkv,
-                head_dim: self.hd,
-                scale: 1.0 / (self.hd as f32).sqrt(),
-            };
-            let rep = self.nh / self.nkv;
-            let mut y = vec![0f32; self.t * d];
-            let mut s = PanelScratch::default();
-            for g in 0..self.nkv {
-                let mut block = vec![f32::NAN; self.t * rep * self.hd];
-                att.head(g, &mut block, &mut s);
-                for (i, o) in block.chunks_exact(self.hd).enumerate() {
-                    let (j, r) = (i / rep, i % rep);
-                    let at = (j * self.nh + g * rep + r) * self.hd;
-                    y[at..at + self.hd].copy_from_slice(o);
-                }
-            }
-            y
+            self.attend(&kv, None)
         }
 
-        /// [`Case::run`] with each kv head's channels computed in two calls over `0..split` and `split..hd`.
+        /// [`Case::run`] with each kv head's channels computed in two calls over `0..split` and `split..hd`
+        /// (panels grown through `reserve` rather than truncated).
         fn run_split(&self, split: usize) -> Vec<f32> {
             let (kvd, w, d) = (self.nkv * self.hd, self.w(), self.nh * self.hd);
             let mut kv = KvPanels::default();
             kv.extend((&self.past_k, kvd, 0), (&self.past_v, kvd, 0), self.nkv, self.hd);
             kv.reserve(self.t);
             kv.extend((&self.rows, w, d), (&self.rows, w, d + kvd), self.nkv, self.hd);
+            self.attend(&kv, Some(split))
+        }
+
+        /// Every kv head over `kv` (in one call, or in two at `split`), spread into (T, n_heads, head_dim).
+        fn attend(&self, kv: &KvPanels, split: Option<usize>) -> Vec<f32> {
+            let d = self.nh * self.hd;
             let visible: Vec<usize> = (0..self.t).map(|j| self.past + j + 1).collect();
             let att = PanelAttention {
                 rows: &self.rows,
-                stride: w,
-                kv: &kv,
+                stride: self.w(),
+                kv,
                 visible: &visible,
                 n_heads: self.nh,
                 n_kv_heads: self.nkv,
@@ -576,8 +560,13 @@ mod tests {
             let mut s = PanelScratch::default();
             for g in 0..self.nkv {
                 let mut block = vec![f32::NAN; self.t * rep * self.hd];
-                att.head_channels(g, 0..split, &mut block, &mut s);
-                att.head_channels(g, split..self.hd, &mut block, &mut s);
+                match split {
+                    None => att.head(g, &mut block, &mut s),
+                    Some(at) => {
+                        att.head_channels(g, 0..at, &mut block, &mut s);
+                        att.head_channels(g, at..self.hd, &mut block, &mut s);
+                    }
+                }
                 for (i, o) in block.chunks_exact(self.hd).enumerate() {
                     let (j, r) = (i / rep, i % rep);
                     let at = (j * self.nh + g * rep + r) * self.hd;
