@@ -100,6 +100,12 @@ pub struct ServerArgs {
     /// Bits per quantised value on the air (Q).
     #[arg(long, default_value_t = 16)]
     pub q_bits: u8,
+    /// At temperature 0, every device sends (token, probability) pairs and the server corrects every rejection with
+    /// the target's token: no distribution on the air, which greedy verification does not need (without it, the
+    /// papers' payloads: paper A's distribution with every drafted token, paper B's exchange after a rejection;
+    /// docs/system.md, "Greedy payload").
+    #[arg(long)]
+    pub greedy_payload: bool,
     /// Total bandwidth B in Hz (paper B: 10 MHz).
     #[arg(long, default_value_t = 10e6)]
     pub bandwidth_hz: f64,
@@ -152,6 +158,7 @@ impl ServerArgs {
         cfg.seed = self.seed;
         cfg.v_eff = self.v_eff;
         cfg.q_bits = self.q_bits;
+        cfg.greedy_payload = self.greedy_payload;
         cfg.round_deadline_s = self.round_deadline;
         cfg.wall_deadline = seconds("wall_deadline_s", self.wall_deadline_s)?;
         cfg.alpha_prior = self.alpha_prior;

@@ -201,6 +201,48 @@ fn bits_on_the_air_are_spin_cores_payload_sizes() {
     );
 }
 
+/// At temperature 0 with `greedy_payload` every scheme's devices send (token, probability) pairs and the server
+/// corrects every rejection itself: nothing but the pairs goes on the air, no round spends correction time, and
+/// every device still gets plain greedy decoding's text.
+#[test]
+fn greedy_payload_sends_pairs_and_exchanges_nothing() {
+    let target = Arc::new(tiny(1, 0.6, 3));
+    let drafter = Arc::new(tiny(2, 0.6, 1));
+    let greedy = sampling(0.0).unwrap();
+    let (mut drafted, mut rejected) = (0, 0);
+    for scheme in ["exact", "fixed", "best", "unified"] {
+        let cfg = ServerConfig {
+            greedy_payload: true,
+            ..config(scheme, &target)
+        };
+        let (out, traces) = run(&target, &drafter, cfg, &sim_devices());
+        for (k, p) in prompts().iter().enumerate() {
+            let want = generate_plain(&target, p, &greedy, 20, None, 0).unwrap();
+            assert_eq!(out.summary.devices[k].generated, want, "{scheme}: device {k}");
+        }
+        for r in &traces {
+            assert_eq!(r.correction_s, 0.0, "{scheme}: round {}", r.round);
+            for t in &r.devices {
+                // V = 24: ⌈log₂V⌉ + 32 = 37 bits a pair.
+                assert_eq!(t.payload.name(), "pairs", "{scheme}: {t:?}");
+                assert_eq!(t.mode.name(), "server", "{scheme}: {t:?}");
+                assert_eq!(
+                    (t.bits_up, t.bits_down),
+                    (u64::from(t.draft_len) * 37, 0),
+                    "{scheme}: {t:?}"
+                );
+                assert_eq!(t.air_corr_s, 0.0);
+                drafted += t.draft_len;
+                rejected += u32::from(t.accepted < t.draft_len);
+            }
+        }
+    }
+    assert!(
+        drafted > 0 && rejected > 0,
+        "{drafted} drafted, {rejected} rounds with a rejection"
+    );
+}
+
 #[test]
 fn unified_plans_each_devices_payload_and_keeps_the_greedy_text() {
     let target = Arc::new(tiny(1, 0.6, 3));

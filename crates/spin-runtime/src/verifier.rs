@@ -96,6 +96,9 @@ pub struct Verifier<M: Deref<Target = Model>> {
     slots: Vec<Slot>,
     rng: ChaCha8Rng,
     scratch: Vec<f32>,
+    /// Under top-1 sampling, leave a rejected pair draft pending for a distribution exchange (the papers' paper-B
+    /// exchange) instead of correcting it at once ([`Verifier::set_pair_exchange`]).
+    pair_exchange: bool,
     /// Tests: judge every round in general, so that the greedy judge can be checked against it.
     #[cfg(test)]
     general_only: bool,
@@ -110,9 +113,17 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             slots: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
             scratch: Vec::new(),
+            pair_exchange: false,
             #[cfg(test)]
             general_only: false,
         }
+    }
+
+    /// Whether, under top-1 sampling, a rejected draft of (token, probability) pairs waits for a distribution
+    /// exchange ([`Decision::Pending`]) as at any other temperature; off (the default), it is corrected at once with
+    /// the target's token, which is what the exchange would give (see `judge_pairs`).
+    pub fn set_pair_exchange(&mut self, on: bool) {
+        self.pair_exchange = on;
     }
 
     /// The target's vocabulary size.
@@ -563,13 +574,16 @@ impl<M: Deref<Target = Model>> Verifier<M> {
     }
 
     /// The submissions that carry (token, probability) pairs only, judged one by one; a rejection leaves the
-    /// device waiting for its correction.
+    /// device waiting for its correction, except under top-1 sampling (temperature 0) without `pair_exchange`: there
+    /// the target's p at the rejected position is one-hot at its token a, so the residual (p − q)⁺ is a's mass
+    /// alone whatever the draft's q, and the correction is a, decided here with no exchange.
     fn judge_pairs(
         &mut self,
         subs: &[Submission<'_>],
         targets: &PaddedTargets<'_>,
         decisions: &mut [Option<Decision>],
     ) -> Result<()> {
+        let top1 = self.cfg.params.top_k() == Some(1) && !self.pair_exchange;
         for (i, s) in subs.iter().enumerate() {
             let DraftDists::Probs(probs) = s.dists else {
                 continue;
@@ -587,6 +601,11 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                     accepted,
                     token: bonus,
                     rejected: false,
+                },
+                Verdict::Rejected { position } if top1 => Decision::Done {
+                    accepted: position,
+                    token: crate::probs::argmax(p_rows[position].weights())?,
+                    rejected: true,
                 },
                 Verdict::Rejected { position } => {
                     slot.pending = Some(Pending {
@@ -715,7 +734,8 @@ mod tests {
     use candle_core::Device;
 
     /// At top-1 sampling the greedy judge reaches the general judge's decisions and acceptance records, round by
-    /// round, with drafts that are often rejected, sometimes accepted whole, and end at the token budget.
+    /// round, with drafts that are often rejected, sometimes accepted whole, and end at the token budget; the same
+    /// drafts sent as (token, probability) pairs are decided at once as well, with the same decisions.
     #[test]
     fn the_greedy_judge_decides_as_the_general_one() {
         let dev = Device::Cpu;
@@ -735,8 +755,11 @@ mod tests {
                 let mut fast = Verifier::new(&target, cfg);
                 let mut general = Verifier::new(&target, cfg);
                 general.general_only = true;
+                // The same drafts as (token, probability) pairs only: decided at once too, no correction pending.
+                let mut pairs = Verifier::new(&target, cfg);
                 fast.add_devices(std::slice::from_ref(&prompt)).unwrap();
                 general.add_devices(std::slice::from_ref(&prompt)).unwrap();
+                pairs.add_devices(std::slice::from_ref(&prompt)).unwrap();
                 let mut d = Drafter::new(
                     model,
                     &prompt,
@@ -757,6 +780,14 @@ mod tests {
                     let (a, _) = fast.verify(std::slice::from_ref(&sub)).unwrap();
                     let (b, _) = general.verify(std::slice::from_ref(&sub)).unwrap();
                     assert_eq!(a, b, "round {rounds}");
+                    let sub_pairs = Submission {
+                        device: 0,
+                        tokens: &out.tokens,
+                        dists: DraftDists::Probs(&out.probs),
+                    };
+                    let (c, _) = pairs.verify(std::slice::from_ref(&sub_pairs)).unwrap();
+                    assert_eq!(a, c, "pairs, round {rounds}");
+                    assert_eq!(fast.tokens(0).unwrap(), pairs.tokens(0).unwrap());
                     assert_eq!(
                         fast.alpha(0).unwrap(),
                         general.alpha(0).unwrap(),

@@ -53,6 +53,11 @@ pub struct ServerConfig {
     pub v_eff: u32,
     /// Q of every distribution on the air.
     pub q_bits: u8,
+    /// At temperature 0 (top-1 sampling), send (token, probability) pairs from every device whatever the scheme and
+    /// correct every rejection at the server with the target's token: greedy verification needs nothing else, so no
+    /// distribution goes on the air (paper A's with every drafted token, paper B's exchange after a rejection).
+    /// Off (the default), the papers' payloads at every temperature (docs/system.md, "Greedy payload").
+    pub greedy_payload: bool,
     /// Sampling temperature (0 = greedy).
     pub temperature: f64,
     /// Tokens each device generates.
@@ -131,6 +136,7 @@ impl ServerConfig {
             max_draft_len: 8,
             fixed_draft_len: spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN,
             v_eff: 1024,
+            greedy_payload: false,
             q_bits: 16,
             temperature: 0.0,
             max_new_tokens: 32,

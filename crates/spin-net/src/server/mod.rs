@@ -117,7 +117,8 @@ impl Server {
         };
         let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, stop_rx));
         let params = sampling(self.cfg.temperature)?;
-        let verifier = Verifier::new(
+        let greedy_payload = params.top_k() == Some(1) && self.cfg.greedy_payload;
+        let mut verifier = Verifier::new(
             self.model.clone(),
             VerifierConfig {
                 params,
@@ -126,6 +127,7 @@ impl Server {
                 seed: self.cfg.seed,
             },
         );
+        verifier.set_pair_exchange(!greedy_payload);
         let vocab = self.model.config().vocab_size as u32;
         let v_eff = self.cfg.v_eff.min(vocab);
         let mut engine = Engine {
@@ -140,6 +142,7 @@ impl Server {
             verify_points: Vec::new(),
             vocab,
             v_eff,
+            greedy_payload,
             max_seq_len: self.model.config().max_seq_len,
             cfg: self.cfg,
             traces_tokens: 0,
@@ -170,6 +173,8 @@ struct Engine {
     verify_points: Vec<(usize, f64)>,
     vocab: u32,
     v_eff: u32,
+    /// Top-1 sampling with `greedy_payload`: pairs from every device, every rejection corrected by the server.
+    greedy_payload: bool,
     max_seq_len: usize,
     traces_tokens: u64,
     /// Σ draft+up, Σ draft, Σ verify, Σ correction.

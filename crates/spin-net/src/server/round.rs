@@ -95,7 +95,13 @@ impl Engine {
             modes: self.cfg.modes,
             max_draft_len: self.cfg.max_draft_len,
             fixed_draft_len: self.cfg.fixed_draft_len,
-            distribution_bits: self.payload_bits_per_dist(),
+            // The greedy payload: no distribution goes on the air, so a distribution is priced as the pair that
+            // replaces it (paper A's Q_tok per drafted token; paper B's D, which no exchange spends then).
+            distribution_bits: if self.greedy_payload {
+                self.pair_bits()
+            } else {
+                self.payload_bits_per_dist()
+            },
             pair_bits: self.pair_bits(),
             saa_samples: self.cfg.saa_samples,
             plan_deadline: if real {
@@ -104,7 +110,7 @@ impl Engine {
                 None
             },
         };
-        let plan: spin_optimize::round::RoundPlan = plan_round(
+        let mut plan: spin_optimize::round::RoundPlan = plan_round(
             &ctl,
             &link,
             &views,
@@ -113,6 +119,11 @@ impl Engine {
             self.cfg.seed.wrapping_add(round),
         )?;
         let plan_s = real.then(|| plan_start.elapsed().as_secs_f64());
+        if self.greedy_payload {
+            // Greedy verification needs the drafted tokens only: the verifier decides every rejection itself
+            // (`Verifier`'s pair judge under top-1 sampling), so pairs go up whatever the scheme's system sends.
+            plan.sends_distributions.iter_mut().for_each(|s| *s = false);
+        }
         self.predicted.push(plan.rate_tokens_per_s);
         let mut traces: BTreeMap<usize, DeviceTrace> = BTreeMap::new();
         let mut planned: BTreeMap<usize, Planned> = BTreeMap::new();
