@@ -830,6 +830,22 @@ impl Truncator {
                 }
                 cut -= 1;
             }
+            if cut == 0 {
+                // Fewer than `keep` entries above the lowest bucket (a one-hot row of greedy drafting, a restricted
+                // head's row): the zeros make up the rest, and they need no sort. In the full order (weight
+                // descending by `total_cmp`, then id) every positive entry comes first, then +0 by id, then −0 by id.
+                let mut c: Vec<u32> = (0..v as u32).filter(|&i| w[i as usize].to_f64() > 0.0).collect();
+                c.sort_unstable_by(by_weight_desc(w));
+                for negative in [false, true] {
+                    let zeros = (0..v as u32).filter(|&i| {
+                        let x = w[i as usize].to_f64();
+                        x == 0.0 && x.is_sign_negative() == negative
+                    });
+                    c.extend(zeros.take(keep.saturating_sub(c.len())));
+                }
+                c.truncate(keep);
+                return self.finish(w, c);
+            }
             let mut c = Vec::with_capacity(cum);
             c.extend(
                 (0..v as u32)
@@ -841,6 +857,12 @@ impl Truncator {
         };
         indices.sort_unstable_by(by_weight_desc(w));
         indices.truncate(keep);
+        self.finish(w, indices)
+    }
+
+    /// The sparse distribution of the kept `indices` (in order) of `w`.
+    fn finish<W: Weight>(&self, w: &[W], indices: Vec<u32>) -> Result<SparseDist, CoreError> {
+        let v = w.len();
         let values: Vec<f32> = indices.iter().map(|&i| w[i as usize].to_f64() as f32).collect();
         if !values.iter().any(|&x| x > 0.0) {
             return Err(CoreError::invalid(
@@ -1048,15 +1070,31 @@ mod tests {
 
     #[test]
     fn truncation_matches_full_sort() {
-        // Many ties, to exercise the tie rule against a brute-force sort.
-        let w: Vec<f32> = (0..5000u32).map(|i| ((i * 7919) % 97) as f32).collect();
-        let d = Dist::new(&w).unwrap();
-        for v_eff in [1, 10, 97, 1024, 5000, 6000] {
-            let s = SparseDist::truncate(d, v_eff).unwrap();
-            let mut all: Vec<u32> = (0..5000).collect();
-            all.sort_by(by_weight_desc(&w));
-            all.truncate(v_eff.min(5000));
-            assert_eq!(s.indices(), &all[..], "v_eff {v_eff}");
+        // Many ties, to exercise the tie rule against a brute-force sort; then rows that are mostly zeros (one-hot,
+        // a few hundred entries, subnormal entries in the lowest bucket, −0 among the zeros).
+        let ties: Vec<f32> = (0..5000u32).map(|i| ((i * 7919) % 97) as f32).collect();
+        let mut one_hot = vec![0f32; 49_152];
+        one_hot[31_337] = 1.0;
+        let mut sparse = vec![0f32; 49_152];
+        for i in 0..300u32 {
+            sparse[((i * 7919) % 49_152) as usize] = ((i % 13) + 1) as f32;
+        }
+        sparse[17] = 1e-42;
+        sparse[40_000] = 3e-41;
+        sparse[5] = -0.0;
+        sparse[9] = -0.0;
+        for w in [ties, one_hot, sparse] {
+            let d = Dist::new(&w).unwrap();
+            let v = w.len();
+            for v_eff in [1, 10, 97, 299, 300, 301, 303, 1024, 5000, 6000] {
+                let s = SparseDist::truncate(d, v_eff).unwrap();
+                let mut all: Vec<u32> = (0..v as u32).collect();
+                all.sort_by(by_weight_desc(&w));
+                all.truncate(v_eff.min(v));
+                assert_eq!(s.indices(), &all[..], "V {v}, v_eff {v_eff}");
+                let values: Vec<f32> = all.iter().map(|&i| w[i as usize]).collect();
+                assert_eq!(s.values(), &values[..], "V {v}, v_eff {v_eff}");
+            }
         }
     }
 
