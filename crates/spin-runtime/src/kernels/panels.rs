@@ -62,7 +62,6 @@ impl KvPanels {
     ///
     /// # Panics
     /// If the rows are fewer in `v` than in `k`, or too short (caller bugs).
-    #[allow(clippy::too_many_arguments)]
     pub fn extend(
         &mut self,
         (k, k_stride, k_offset): (&[f32], usize, usize),

@@ -358,9 +358,9 @@ impl Model {
                 let rep = nh / nkv;
                 let att_of = |i: usize| -> Option<PanelAttention<'_>> {
                     let c = caches_ro[i];
-                    let LayerKv::Host { .. } = &c.layers[li] else {
+                    if !matches!(c.layers[li], LayerKv::Host { .. }) {
                         return None;
-                    };
+                    }
                     let (first, t) = (starts[i], tokens[i].len());
                     Some(PanelAttention {
                         rows: &qkv[first * w..(first + t) * w],

@@ -396,10 +396,19 @@ impl QMatrix {
         });
     }
 
+    /// The threads of the current pool a product of `n` activation rows is worth splitting over: 1 below about 10
+    /// µs of work, where a fork-join would cost more than it saves.
+    fn pool_threads(&self, n: usize) -> usize {
+        if n * self.rows * self.cols < 1 << 18 {
+            1
+        } else {
+            rayon::current_num_threads()
+        }
+    }
+
     /// Splits `out` (`tile_rows · n` values per tile of `tile_rows` weight rows) over the current pool in whole
-    /// tiles and calls `work(first tile, its part of out)` on each part; below about 10 µs of work, or on a
-    /// 1-thread pool, on the calling thread at once (a fork-join would cost more than it saves). Each part is
-    /// whole tiles, so the split never changes a sum.
+    /// tiles and calls `work(first tile, its part of out)` on each part; on the calling thread at once where
+    /// [`QMatrix::pool_threads`] is 1. Each part is whole tiles, so the split never changes a sum.
     fn over_pool(
         &self,
         tile_rows: usize,
@@ -407,8 +416,8 @@ impl QMatrix {
         out: &mut [f32],
         work: impl Fn(usize, &mut [f32]) + Sync,
     ) {
-        let threads = rayon::current_num_threads();
-        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
+        let threads = self.pool_threads(n);
+        if threads <= 1 {
             work(0, out);
             return;
         }
@@ -457,8 +466,8 @@ impl QMatrix {
             self.run_interleaved(acts, 1, y);
             return;
         }
-        let threads = rayon::current_num_threads();
-        if threads <= 1 || n * self.rows * self.cols < 1 << 18 {
+        let threads = self.pool_threads(n);
+        if threads <= 1 {
             self.rows_into(acts, 0..n, y);
             return;
         }
