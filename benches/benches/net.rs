@@ -12,7 +12,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spin_core::{Dist, SparseDist};
-use spin_net::controller::{ControllerConfig, DeviceView, Scheme, plan_round};
+use spin_net::controller::{ControllerConfig, DeviceView, Scheme, VerifyModel, plan_round};
 use spin_net::link::{LinkConfig, air_time_s};
 use spin_net::proto::{self, DeviceMsg, Identity, Next, ServerMsg};
 use spin_net::server::ServerConfig;
@@ -225,11 +225,18 @@ fn protocol(c: &mut Criterion) {
             plan_deadline: None,
         };
         g.bench_function(format!("plan_k64/{scheme}"), |b| {
-            b.iter(|| black_box(plan_round(&cfg, &link, &views, 0.0428, 0.0076, 3).unwrap()))
+            b.iter(|| {
+                black_box(plan_round(&cfg, &link, &views, &VerifyModel::affine(0.0428, 0.0076), 3).unwrap())
+            })
         });
         if scheme == "unified" {
             g.bench_function("plan_k8/unified", |b| {
-                b.iter(|| black_box(plan_round(&cfg, &link, &views[..8], 0.0428, 0.0076, 3).unwrap()))
+                b.iter(|| {
+                    black_box(
+                        plan_round(&cfg, &link, &views[..8], &VerifyModel::affine(0.0428, 0.0076), 3)
+                            .unwrap(),
+                    )
+                })
             });
         }
     }

@@ -88,12 +88,16 @@ pub struct ServerArgs {
     /// Profile: drafting seconds per token T̄ (each device gets T̄·U[1, 1.15]; paper B's Qwen2.5-0.5B: 0.0152).
     #[arg(long, default_value_t = 0.0152)]
     pub draft_token_s: f64,
-    /// Profile: T_fix of T_ver(K) = T_fix + K·T_lin in seconds (paper B's Qwen2.5-14B: 0.0428).
+    /// Profile: T_fix of T_ver(K, L) = T_fix + K·T_lin + T_tok·ΣL_k in seconds (paper B's Qwen2.5-14B: 0.0428).
     #[arg(long, default_value_t = 0.0428)]
     pub verify_fixed_s: f64,
     /// Profile: T_lin in seconds per device (paper B's Qwen2.5-14B: 0.0076).
     #[arg(long, default_value_t = 0.0076)]
     pub verify_per_device_s: f64,
+    /// Profile: T_tok in seconds per drafted token in the batch (0, the papers' model, where T_ver does not
+    /// depend on the draft lengths; under --compute measured it is fitted from the timed passes).
+    #[arg(long, default_value_t = 0.0)]
+    pub verify_per_draft_token_s: f64,
     /// Entries kept per distribution on the air (V_eff, capped at V).
     #[arg(long, default_value_t = 1024)]
     pub v_eff: u32,
@@ -175,6 +179,7 @@ impl ServerArgs {
                 draft_spread: 0.15,
                 verify_fixed_s: self.verify_fixed_s,
                 verify_per_device_s: self.verify_per_device_s,
+                verify_per_draft_token_s: self.verify_per_draft_token_s,
             },
         };
         let dbm = spin_channel::units::dbm_to_w;

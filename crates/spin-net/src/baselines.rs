@@ -8,12 +8,12 @@
 //! itself with one device at a time ([`crate::sim::simulate`] per device, at its own drop distance), the system's
 //! goodput that of the devices taking turns. docs/system.md §"Paper A's baselines" gives each time formula.
 
-use crate::controller::alpha_with_prior;
+use crate::controller::{VerifyModel, alpha_with_prior, fit_verify};
 use crate::error::{NetError, Result};
 use crate::link::LinkConfig;
 use crate::server::{
     Clock, Compute, DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, ServerConfig, Summary,
-    UplinkPayload,
+    UplinkPayload, calibrate_verify,
 };
 use spin_runtime::Model;
 use spin_runtime::drafter::{DistForm, Drafter, Lookup, device_rng, draft_many};
@@ -57,9 +57,10 @@ impl Baseline {
 ///
 /// Each round the common draft length L maximises Σ_k E[N_k | L] / (L·t_step + T_ver) over 1..=`max_draft_len`
 /// (paper A's Cen-SPIN search, `spin_optimize::paper_a::baselines::cen`) with the online α estimates, t_step the
-/// server's batched drafting step and T_ver its verification pass (profile: t_step = K·T̄, unbatched as
-/// scenarios/paper-a.toml assumes, and T_fix + K·T_lin; measured: running means of the timed passes). That maximum
-/// is the round's predicted goodput. `lookup` turns prompt lookup on for the server's drafting, as
+/// server's batched drafting step and T_ver its verification pass of K drafts of L tokens (profile: t_step = K·T̄,
+/// unbatched as scenarios/paper-a.toml assumes, and T_fix + K·T_lin + T_tok·K·L; measured: the running mean of
+/// the timed drafting steps, and the fit of T_ver(K, L) over the timed passes, a start-up calibration's first, as
+/// the server's own). That maximum is the round's predicted goodput. `lookup` turns prompt lookup on for the server's drafting, as
 /// `DeviceConfig::lookup` does for a device's.
 pub fn cen_spin(
     target: Arc<Model>,
@@ -144,6 +145,12 @@ fn central(
     };
     let params = sampling(cfg.temperature)?;
     let vocab = target.config().vocab_size;
+    // Cen-SPIN plans L from T_ver(K, L), so under measured compute its passes are calibrated as the server's are.
+    let calibration = if drafter.is_some() && cfg.compute == Compute::Measured {
+        calibrate_verify(&target, cfg.max_draft_len)?
+    } else {
+        Vec::new()
+    };
     let mut verifier = Verifier::new(
         target,
         VerifierConfig {
@@ -178,9 +185,11 @@ fn central(
         .map(|k| link.mean_gain(link.drop_distance(cfg.seed, k)))
         .collect::<Result<_>>()?;
     let token_bits = f64::from(spin_core::dist::pair_bits(vocab, 0));
-    // Running means of the measured drafting step and verification pass (read only under measured compute; the
-    // guesses stand until the first measurement, as the server's own do: 5 ms a token, 10 ms a pass).
-    let (mut step, mut verify) = (Mean::new(0.005), Mean::new(0.01));
+    // The running mean of the measured drafting step and the timed passes (read only under measured compute; the
+    // guesses stand until the first measurement, as the server's own do: 5 ms a token, 10 ms + 1 ms per device a
+    // pass), the calibration's passes first.
+    let mut step = Mean::new(0.005);
+    let mut verify_points = calibration;
     let k_all = prompts.len();
     let mut rounds_of = vec![0u64; k_all];
     let (mut clock_s, mut predicted_sum) = (0.0f64, 0.0f64);
@@ -205,15 +214,27 @@ fn central(
         }
         let n = active.len() as f64;
         let gains = link.round_gains(cfg.seed, round, &means)?;
-        let (t_step, t_ver) = match cfg.compute {
+        let (t_step, verify_model) = match cfg.compute {
             Compute::Profile {
                 draft_token_s,
                 verify_fixed_s,
                 verify_per_device_s,
+                verify_per_draft_token_s,
                 ..
-            } => (n * draft_token_s, verify_fixed_s + n * verify_per_device_s),
-            Compute::Measured => (step.get(), verify.get()),
+            } => (
+                n * draft_token_s,
+                VerifyModel {
+                    fixed_s: verify_fixed_s,
+                    per_device_s: verify_per_device_s,
+                    per_draft_token_s: verify_per_draft_token_s,
+                },
+            ),
+            Compute::Measured => (
+                step.get(),
+                fit_verify(&verify_points).unwrap_or(VerifyModel::affine(0.01, 0.001)),
+            ),
         };
+        let t_ver = |l: u32| verify_model.seconds(active.len(), active.len() as u64 * u64::from(l));
         // The common L of Cen-SPIN (0 for plain decoding) and the goodput it predicts.
         let alphas: Vec<f64> = active
             .iter()
@@ -232,7 +253,7 @@ fn central(
             (1..=cfg.max_draft_len.max(1))
                 .map(|l| {
                     let tokens: f64 = alphas.iter().map(|&a| expected_tokens(a, l)).sum();
-                    (l, tokens / (f64::from(l) * t_step + t_ver))
+                    (l, tokens / (f64::from(l) * t_step + t_ver(l)))
                 })
                 .fold((1, f64::NEG_INFINITY), |b, c| if c.1 > b.1 { c } else { b })
         } else {
@@ -292,9 +313,10 @@ fn central(
             .map(|&k| Ok(verifier.tokens(k)?.len()))
             .collect::<Result<_>>()?;
         let (decisions, verify_wall) = verifier.verify(&subs)?;
-        verify.add(verify_wall);
+        let drafted: u64 = outs.iter().map(|o| o.tokens.len() as u64).sum();
+        verify_points.push((subs.len(), drafted, verify_wall));
         let verify_s = match cfg.compute {
-            Compute::Profile { .. } => t_ver,
+            Compute::Profile { .. } => verify_model.seconds(subs.len(), drafted),
             Compute::Measured => verify_wall,
         };
         // Air: the prompts go up once (round 0, the band split evenly), each round's tokens come down (the band and

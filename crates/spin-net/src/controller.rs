@@ -7,6 +7,7 @@
 
 use crate::error::Result;
 use crate::link::LinkConfig;
+use serde::Serialize;
 use spin_optimize::paper_b::{ModeScheme, Objective};
 use spin_optimize::round::{
     self, CorrectionPolicy, CorrectionSplit, Family, PayloadPolicy, Radio, Round, RoundDevice, RoundPlan,
@@ -64,7 +65,12 @@ pub const ALPHA_RANGE: (f64, f64) = (0.01, 0.99);
 /// α̂ = (n₀·α₀ + n·ā) / (n₀ + n): the ratio estimator's mean ā over n tokens shrunk towards the prior α₀ with
 /// weight n₀ tokens, then kept inside [`ALPHA_RANGE`].
 pub fn alpha_with_prior(mean: f64, samples: u64, prior: f64, prior_weight: f64) -> f64 {
-    let n = samples as f64;
+    alpha_with_prior_weight(mean, samples as f64, prior, prior_weight)
+}
+
+/// [`alpha_with_prior`] with a weighted sample count n ≥ 0 (evidence that ages, as a server's does).
+pub fn alpha_with_prior_weight(mean: f64, samples: f64, prior: f64, prior_weight: f64) -> f64 {
+    let n = samples;
     let a = if n > 0.0 {
         (prior_weight * prior + n * mean) / (prior_weight + n)
     } else {
@@ -83,22 +89,53 @@ pub fn payload_policy(scheme: Scheme) -> PayloadPolicy {
     }
 }
 
-/// The round the controller plans for `devices` with T_ver = `verify_fixed_s` + K·`verify_per_device_s`: one
-/// block-fading gain per device serves both directions (reciprocity, as paper B), the draft uplink's spectral
-/// efficiency is the link's at that gain, L ∈ {0..L_max}, pairs are charged `pair_bits`, and the payload policy is
-/// the scheme's system's ([`payload_policy`]).
+/// The verification time the controller plans with: T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k, K devices in the
+/// batch with drafts of L_k tokens (a pass of Σ (L_k + 1) positions). T_tok = 0 is both papers' model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct VerifyModel {
+    /// T_fix in seconds.
+    pub fixed_s: f64,
+    /// T_lin in seconds per device in the batch.
+    pub per_device_s: f64,
+    /// T_tok in seconds per drafted token in the batch.
+    pub per_draft_token_s: f64,
+}
+
+impl VerifyModel {
+    /// The papers' model T_fix + K·T_lin (T_tok = 0).
+    pub fn affine(fixed_s: f64, per_device_s: f64) -> VerifyModel {
+        VerifyModel {
+            fixed_s,
+            per_device_s,
+            per_draft_token_s: 0.0,
+        }
+    }
+
+    /// T_ver of a pass over `devices` drafts holding `drafted` tokens in all.
+    pub fn seconds(&self, devices: usize, drafted: u64) -> f64 {
+        self.fixed_s + self.per_device_s * devices as f64 + self.per_draft_token_s * drafted as f64
+    }
+}
+
+/// One timed verification pass: devices in the batch, drafted tokens in all, seconds.
+pub type VerifyPoint = (usize, u64, f64);
+
+/// The round the controller plans for `devices` with T_ver(K, L) of `verify`: one block-fading gain per device
+/// serves both directions (reciprocity, as paper B), the draft uplink's spectral efficiency is the link's at that
+/// gain, L ∈ {0..L_max}, pairs are charged `pair_bits`, and the payload policy is the scheme's system's
+/// ([`payload_policy`]).
 pub fn build_round(
     cfg: &ControllerConfig,
     link: &LinkConfig,
     devices: &[DeviceView],
-    verify_fixed_s: f64,
-    verify_per_device_s: f64,
+    verify: &VerifyModel,
     seed: u64,
 ) -> Result<Round> {
     let spec = RoundSpec {
         bandwidth_hz: link.bandwidth_hz,
-        verify_fixed_s,
-        verify_per_device_s,
+        verify_fixed_s: verify.fixed_s,
+        verify_per_device_s: verify.per_device_s,
+        verify_per_draft_token_s: verify.per_draft_token_s,
         min_draft_len: 0,
         max_draft_len: cfg.max_draft_len.max(1),
         radio: Radio {
@@ -131,16 +168,16 @@ pub fn build_round(
     Ok(Round::new(spec)?)
 }
 
-/// Plans one round for `devices` (in the order given) with T_ver = `verify_fixed_s` + K·`verify_per_device_s`:
-/// one [`Round`] ([`build_round`]), planned by spin-optimize's planner of the scheme ([`round::planner()`] with
-/// [`unified_options`]); its `rate_tokens_per_s` is the controller's predicted goodput at its own estimates. The
-/// token budget then caps each device's draft (the planners do not know it).
+/// Plans one round for `devices` (in the order given) with T_ver(K, L) of `verify`: one [`Round`]
+/// ([`build_round`]), planned by spin-optimize's planner of the scheme ([`round::planner()`] with
+/// [`unified_options`]; a paper's plan is capped where T_tok makes shorter drafts pay); its `rate_tokens_per_s` is
+/// the controller's predicted goodput at its own estimates. The token budget then caps each device's draft (the
+/// planners do not know it).
 pub fn plan_round(
     cfg: &ControllerConfig,
     link: &LinkConfig,
     devices: &[DeviceView],
-    verify_fixed_s: f64,
-    verify_per_device_s: f64,
+    verify: &VerifyModel,
     seed: u64,
 ) -> Result<RoundPlan> {
     let options = unified::Options {
@@ -154,7 +191,7 @@ pub fn plan_round(
         // The type admits them; a server does not run them (the same error as parsing one).
         Scheme::parse_per_round(cfg.scheme.name())?;
     }
-    let r = build_round(cfg, link, devices, verify_fixed_s, verify_per_device_s, seed)?;
+    let r = build_round(cfg, link, devices, verify, seed)?;
     let mut plan = round::planner(cfg.scheme, &options, cfg.fixed_draft_len).plan(&r)?;
     for (l, d) in plan.draft_lengths.iter_mut().zip(devices) {
         *l = (*l).min(d.max_draft_len);
@@ -186,31 +223,88 @@ pub fn unified_options(modes: ModeScheme) -> unified::Options {
     }
 }
 
-/// Least-squares fit of T_ver(K) = T_fix + K·T_lin over observed (K, seconds) pairs; with fewer than two distinct
-/// K the mean is T_fix and T_lin = 0. Negative coefficients are set to 0 and the other refitted.
-pub fn fit_verify(points: &[(usize, f64)]) -> Option<(f64, f64)> {
+/// Least-squares fit of T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k over timed passes, every coefficient ≥ 0:
+/// the smallest squared error over the fits on each subset of the three terms whose coefficients all come out
+/// non-negative (the exact non-negative least squares for three unknowns). A subset whose terms the points cannot
+/// tell apart (the same K everywhere, or Σ L always a multiple of K) is skipped, and on a tie the subset listed
+/// first wins: T_fix alone first, so with one distinct K and no drafts the mean is T_fix. None without points.
+pub fn fit_verify(points: &[VerifyPoint]) -> Option<VerifyModel> {
     if points.is_empty() {
         return None;
     }
-    let n = points.len() as f64;
-    let mx = points.iter().map(|p| p.0 as f64).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 as f64 - mx).powi(2)).sum();
-    if sxx == 0.0 {
-        return Some((my, 0.0));
+    let row = |p: &VerifyPoint| [1.0, p.0 as f64, p.1 as f64];
+    // Subsets of {T_fix, T_lin, T_tok} as bit masks, the simplest first.
+    const SUBSETS: [u8; 7] = [0b001, 0b011, 0b101, 0b111, 0b010, 0b100, 0b110];
+    let mut best: Option<([f64; 3], f64)> = None;
+    for mask in SUBSETS {
+        let cols: Vec<usize> = (0..3).filter(|&j| mask >> j & 1 == 1).collect();
+        let n = cols.len();
+        let mut a = [[0.0f64; 4]; 3];
+        for p in points {
+            let x = row(p);
+            for (i, &ci) in cols.iter().enumerate() {
+                for (j, &cj) in cols.iter().enumerate() {
+                    a[i][j] += x[ci] * x[cj];
+                }
+                a[i][n] += x[ci] * p.2;
+            }
+        }
+        let Some(beta) = solve(&mut a, n) else {
+            continue;
+        };
+        if beta[..n].iter().any(|&b| b < 0.0) {
+            continue;
+        }
+        let mut coef = [0.0; 3];
+        for (i, &c) in cols.iter().enumerate() {
+            coef[c] = beta[i];
+        }
+        let sse: f64 = points
+            .iter()
+            .map(|p| {
+                let x = row(p);
+                (p.2 - (coef[0] * x[0] + coef[1] * x[1] + coef[2] * x[2])).powi(2)
+            })
+            .sum();
+        // Strictly better beyond rounding, so a tie keeps the simpler fit.
+        if best.is_none_or(|(_, e)| sse < e * (1.0 - 1e-9) - f64::MIN_POSITIVE) {
+            best = Some((coef, sse));
+        }
     }
-    let sxy: f64 = points.iter().map(|p| (p.0 as f64 - mx) * (p.1 - my)).sum();
-    let lin = sxy / sxx;
-    let fix = my - lin * mx;
-    if lin < 0.0 {
-        Some((my, 0.0))
-    } else if fix < 0.0 {
-        let through_zero = points.iter().map(|p| p.0 as f64 * p.1).sum::<f64>()
-            / points.iter().map(|p| (p.0 as f64).powi(2)).sum::<f64>();
-        Some((0.0, through_zero))
-    } else {
-        Some((fix, lin))
+    best.map(|(c, _)| VerifyModel {
+        fixed_s: c[0],
+        per_device_s: c[1],
+        per_draft_token_s: c[2],
+    })
+}
+
+/// Solves the n×n system in `a` (augmented, column n the right-hand side) by Gaussian elimination with partial
+/// pivoting; None when a pivot vanishes against the matrix's scale (terms the points cannot tell apart).
+fn solve(a: &mut [[f64; 4]; 3], n: usize) -> Option<[f64; 3]> {
+    let scale = (0..n).map(|i| a[i][i].abs()).fold(0.0, f64::max);
+    if scale == 0.0 {
+        return None;
     }
+    for c in 0..n {
+        let p = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
+        a.swap(c, p);
+        if a[c][c].abs() <= 1e-9 * scale {
+            return None;
+        }
+        let pivot = a[c];
+        for row in a.iter_mut().take(n).skip(c + 1) {
+            let f = row[c] / pivot[c];
+            for (x, p) in row[c..=n].iter_mut().zip(&pivot[c..=n]) {
+                *x -= f * p;
+            }
+        }
+    }
+    let mut x = [0.0; 3];
+    for c in (0..n).rev() {
+        let s: f64 = (c + 1..n).map(|k| a[c][k] * x[k]).sum();
+        x[c] = (a[c][n] - s) / a[c][c];
+    }
+    Some(x)
 }
 
 #[cfg(test)]
@@ -219,10 +313,13 @@ mod tests {
 
     #[test]
     fn verify_fit_recovers_a_line_and_prior_shrinks() {
-        let pts: Vec<(usize, f64)> = (1..6).map(|k| (k, 0.02 + 0.003 * k as f64)).collect();
-        let (f, l) = fit_verify(&pts).unwrap();
-        assert!((f - 0.02).abs() < 1e-12 && (l - 0.003).abs() < 1e-12);
-        assert_eq!(fit_verify(&[(3, 0.5), (3, 0.7)]), Some((0.6, 0.0)));
+        let pts: Vec<VerifyPoint> = (1..6).map(|k| (k, 0, 0.02 + 0.003 * k as f64)).collect();
+        let m = fit_verify(&pts).unwrap();
+        assert!((m.fixed_s - 0.02).abs() < 1e-12 && (m.per_device_s - 0.003).abs() < 1e-12);
+        assert_eq!(m.per_draft_token_s, 0.0);
+        let m = fit_verify(&[(3, 0, 0.5), (3, 0, 0.7)]).unwrap();
+        assert!((m.fixed_s - 0.6).abs() < 1e-12, "{m:?}");
+        assert_eq!((m.per_device_s, m.per_draft_token_s), (0.0, 0.0));
         assert_eq!(alpha_with_prior(0.0, 0, 0.7, 8.0), 0.7);
         assert!((alpha_with_prior(0.5, 8, 0.7, 8.0) - 0.6).abs() < 1e-12);
         assert_eq!(alpha_with_prior(1.0, 1000, 0.7, 8.0), 0.99);
@@ -260,6 +357,85 @@ mod tests {
     }
 
     #[test]
+    fn verify_fit_separates_devices_from_drafted_tokens_and_stays_non_negative() {
+        // A plane through passes of K = 1..4 devices drafting 0..8 tokens each.
+        let plane = VerifyModel {
+            fixed_s: 0.003,
+            per_device_s: 0.0004,
+            per_draft_token_s: 0.0006,
+        };
+        let pts: Vec<VerifyPoint> = (1..=4usize)
+            .flat_map(|k| (0..=8u64).map(move |l| (k, k as u64 * l)))
+            .map(|(k, d)| (k, d, plane.seconds(k, d)))
+            .collect();
+        let m = fit_verify(&pts).unwrap();
+        for (got, want) in [
+            (m.fixed_s, plane.fixed_s),
+            (m.per_device_s, plane.per_device_s),
+            (m.per_draft_token_s, plane.per_draft_token_s),
+        ] {
+            assert!((got - want).abs() < 1e-12, "{m:?}");
+        }
+        // Times that fall with K: T_lin would be negative, so it is 0 and the rest is refitted.
+        let falling = [(1, 0, 0.010), (2, 0, 0.009), (1, 4, 0.014), (2, 8, 0.017)];
+        let m = fit_verify(&falling).unwrap();
+        assert_eq!(m.per_device_s, 0.0, "{m:?}");
+        assert!(m.fixed_s > 0.0 && m.per_draft_token_s > 0.0, "{m:?}");
+        // Every draft the same length: Σ L is K·L, so T_lin and T_tok cannot be told apart and the simpler
+        // fit stands; its error is no larger than any other non-negative fit's.
+        let same: Vec<VerifyPoint> = (1..=4)
+            .map(|k| (k, 3 * k as u64, 0.01 + 0.002 * k as f64))
+            .collect();
+        let m = fit_verify(&same).unwrap();
+        assert!((m.seconds(3, 9) - 0.016).abs() < 1e-12, "{m:?}");
+        assert_eq!(fit_verify(&[]), None);
+    }
+
+    #[test]
+    fn a_costly_drafted_token_makes_every_scheme_draft_less() {
+        let link = LinkConfig::paper_b();
+        let devs: Vec<DeviceView> = (0..3)
+            .map(|k| DeviceView {
+                acceptance: 0.6 + 0.1 * k as f64,
+                draft_token_s: 0.0005,
+                gain: 1e-11 * (k + 1) as f64,
+                max_draft_len: 100,
+            })
+            .collect();
+        for scheme in Scheme::PER_ROUND {
+            let cfg = ControllerConfig {
+                scheme,
+                modes: ModeScheme::Optimal,
+                max_draft_len: 8,
+                fixed_draft_len: 4,
+                distribution_bits: 41.0,
+                pair_bits: 41.0,
+                saa_samples: 64,
+                plan_deadline: None,
+            };
+            let cheap = plan_round(&cfg, &link, &devs, &VerifyModel::affine(0.004, 0.0005), 1).unwrap();
+            let costly = VerifyModel {
+                per_draft_token_s: 0.05,
+                ..VerifyModel::affine(0.004, 0.0005)
+            };
+            let p = plan_round(&cfg, &link, &devs, &costly, 1).unwrap();
+            let sum = |l: &[u32]| l.iter().sum::<u32>();
+            if scheme == Scheme::Fixed {
+                assert_eq!(p.draft_lengths, cheap.draft_lengths, "fixed keeps its length");
+            } else {
+                assert!(
+                    sum(&cheap.draft_lengths) > 0,
+                    "{scheme}: {:?}",
+                    cheap.draft_lengths
+                );
+                assert_eq!(sum(&p.draft_lengths), 0, "{scheme}: {:?}", p.draft_lengths);
+            }
+            let want = costly.seconds(3, u64::from(sum(&p.draft_lengths)));
+            assert!((p.verify_s - want).abs() < 1e-12, "{scheme}");
+        }
+    }
+
+    #[test]
     fn every_scheme_plans_a_round() {
         let link = LinkConfig::paper_b();
         let devs: Vec<DeviceView> = (0..4)
@@ -281,7 +457,7 @@ mod tests {
                 saa_samples: 64,
                 plan_deadline: None,
             };
-            let p = plan_round(&cfg, &link, &devs, 0.02, 0.002, 1).unwrap();
+            let p = plan_round(&cfg, &link, &devs, &VerifyModel::affine(0.02, 0.002), 1).unwrap();
             assert_eq!(p.draft_lengths.len(), 4, "{n}");
             assert!(p.draft_lengths[3] <= 2, "{n}: the budget caps the draft");
             assert!(p.rate_tokens_per_s > 0.0, "{n}");

@@ -244,6 +244,7 @@ fn unified_case(rng: &mut ChaCha8Rng, case: usize) -> Round {
         bandwidth_hz: 1e7 * rng.random_range(0.05..3.0),
         verify_fixed_s: 0.0428,
         verify_per_device_s: 0.0076,
+        verify_per_draft_token_s: 0.0,
         min_draft_len: min,
         max_draft_len: max,
         radio: Radio {

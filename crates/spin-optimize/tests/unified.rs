@@ -207,6 +207,8 @@ fn random_round(rng: &mut ChaCha8Rng, k: usize, l_min: u32, l_max: u32, policy: 
         bandwidth_hz,
         verify_fixed_s: u(0.01, 0.08),
         verify_per_device_s: u(0.002, 0.02),
+        // Half the rounds price the positions of the pass too (T_tok up to a quarter of a mean T_lin).
+        verify_per_draft_token_s: if u(0.0, 1.0) < 0.5 { u(0.0, 0.003) } else { 0.0 },
         min_draft_len: l_min,
         max_draft_len: l_max,
         radio,
@@ -233,7 +235,7 @@ fn reference_value(
     objective: Objective,
 ) -> f64 {
     let phi = ev.uplink_latency_s(draft_lengths, sends_distributions);
-    let base = phi + round.verify_s();
+    let base = phi + round.verify_s_at(draft_lengths);
     let link = round.link();
     let k_n = round.len();
     let mut f = vec![1u32; k_n];
@@ -397,7 +399,7 @@ fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
         expectation: Expectation::Exact { limit: 1 << 16 },
         ..Options::default()
     };
-    let mut mixed = 0;
+    let (mut mixed, mut positions) = (0, 0);
     // (K, L_min, L_max, policy): the largest covered are K = 3 with L ∈ {0..5} (choose: 2³·6³ plans) and
     // K = 4 with L ∈ {0..3}.
     let cases = [
@@ -410,6 +412,7 @@ fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
     ];
     for (case, &(k, l_min, l_max, policy)) in cases.iter().cycle().take(18).enumerate() {
         let round = random_round(&mut rng, k, l_min, l_max, policy);
+        positions += usize::from(round.verify_per_draft_token_s > 0.0);
         for objective in [Objective::Rate, Objective::MeanRatio] {
             let (want, draft_lengths, sends_distributions) = brute_force(&round, objective);
             let (plan, stats) = unified::plan_with_stats(&round, &Options { objective, ..exact }).unwrap();
@@ -430,6 +433,92 @@ fn planner_equals_brute_force_over_lengths_payloads_and_modes() {
         mixed >= 3,
         "only {mixed} optima mix the payloads: the choice is not exercised"
     );
+    assert!(
+        positions >= 5,
+        "only {positions} of 18 rounds price the pass's positions"
+    );
+}
+
+/// T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k: as T_tok rises the proven plan drafts no more in total, its value
+/// falls, and where one drafted token costs more pass time than every device's round gains, nobody drafts. The
+/// papers' planners plan without T_tok (their models have none) but are scored with it.
+#[test]
+fn a_costly_position_in_the_pass_shortens_the_drafts() {
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let exact = Options {
+        expectation: Expectation::Exact { limit: 1 << 16 },
+        ..Options::default()
+    };
+    for case in 0..6 {
+        let base = Round::new(RoundSpec {
+            verify_per_draft_token_s: 0.0,
+            ..random_round(&mut rng, 3, 0, 5, PayloadPolicy::Choose)
+                .spec()
+                .clone()
+        })
+        .unwrap();
+        let (mut drafted, mut value) = (u64::MAX, f64::INFINITY);
+        for t_tok in [0.0, 0.002, 0.01, 0.05, 10.0] {
+            let round = Round::new(RoundSpec {
+                verify_per_draft_token_s: t_tok,
+                ..base.spec().clone()
+            })
+            .unwrap();
+            let (plan, stats) = unified::plan_with_stats(&round, &exact).unwrap();
+            assert!(stats.proven_optimal, "case {case} T_tok {t_tok}");
+            let sum: u64 = plan.draft_lengths.iter().map(|&l| u64::from(l)).sum();
+            assert!(
+                sum <= drafted,
+                "case {case} T_tok {t_tok}: {sum} drafted after {drafted}"
+            );
+            assert!(plan.rate_tokens_per_s <= value, "case {case} T_tok {t_tok}");
+            assert!(close(
+                plan.verify_s,
+                round.verify_s_at(&plan.draft_lengths),
+                1e-15
+            ));
+            if t_tok >= 10.0 {
+                assert_eq!(sum, 0, "case {case}: a 10 s token is still drafted");
+            }
+            for scheme in [Scheme::Exact, Scheme::Best, Scheme::Greedy, Scheme::Homo] {
+                let planner = PaperPlanner::new(scheme, Objective::Rate);
+                let paper = planner.plan(&round).unwrap();
+                assert!(close(
+                    paper.verify_s,
+                    round.verify_s_at(&paper.draft_lengths),
+                    1e-15
+                ));
+                assert!(paper.rate_tokens_per_s <= plan.rate_tokens_per_s * (1.0 + 1e-12));
+                // The cap never lowers the paper's own plan's value under T_tok, and is off without T_tok.
+                let uncapped = planner.plan(&base).unwrap();
+                let scored = unified::score(
+                    &round,
+                    planner.expectation,
+                    planner.correction,
+                    scheme,
+                    &uncapped.draft_lengths,
+                    &uncapped.sends_distributions,
+                    &uncapped.uplink_share_hz,
+                    false,
+                )
+                .unwrap();
+                assert!(
+                    paper.rate_tokens_per_s >= scored.rate_tokens_per_s,
+                    "{scheme} case {case}"
+                );
+                if t_tok == 0.0 {
+                    assert_eq!(paper, uncapped);
+                } else if t_tok >= 10.0 {
+                    assert!(
+                        paper.draft_lengths.iter().all(|&l| l == 0),
+                        "{scheme} case {case}"
+                    );
+                    assert!(!paper.proven_optimal);
+                }
+            }
+            (drafted, value) = (sum, plan.rate_tokens_per_s);
+        }
+    }
 }
 
 #[test]
@@ -970,6 +1059,8 @@ fn paper_a_exact_drafts_nothing_where_the_round_allows_it_and_that_is_better() {
         for case in 0..8 {
             let mut spec = random_round(&mut rng, 3, 0, 4, policy).spec().clone();
             spec.bandwidth_hz = rng.random_range(5e4..5e5);
+            // Paper A's model: no price on the pass's positions.
+            spec.verify_per_draft_token_s = 0.0;
             let round = Round::new(spec.clone()).unwrap();
             spec.min_draft_len = 1;
             let forced = Round::new(spec).unwrap();

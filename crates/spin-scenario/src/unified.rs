@@ -53,6 +53,8 @@ pub(crate) struct UnifiedFile {
     verify_fixed_s: f64,
     verify_per_device_s: f64,
     #[serde(default)]
+    verify_per_draft_token_s: f64,
+    #[serde(default)]
     min_draft_len: u32,
     max_draft_len: u32,
     ul_power_w: Option<f64>,
@@ -100,6 +102,9 @@ pub struct UnifiedScenario {
     pub verify_fixed_s: f64,
     /// T_lin, seconds per device.
     pub verify_per_device_s: f64,
+    /// T_tok, seconds per drafted token in the batch: T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k (default 0, the
+    /// papers' model).
+    pub verify_per_draft_token_s: f64,
     /// Smallest draft length (default 0).
     pub min_draft_len: u32,
     /// Largest draft length.
@@ -154,6 +159,7 @@ impl UnifiedScenario {
             bandwidth_hz: bandwidth_hz("", f.bandwidth_hz, f.bandwidth_mhz)?,
             verify_fixed_s: f.verify_fixed_s,
             verify_per_device_s: f.verify_per_device_s,
+            verify_per_draft_token_s: f.verify_per_draft_token_s,
             min_draft_len: f.min_draft_len,
             max_draft_len: f.max_draft_len,
             radio: RadioPairs {
@@ -219,6 +225,7 @@ impl UnifiedScenario {
             bandwidth_hz: self.bandwidth_hz,
             verify_fixed_s: self.verify_fixed_s,
             verify_per_device_s: self.verify_per_device_s,
+            verify_per_draft_token_s: self.verify_per_draft_token_s,
             min_draft_len: self.min_draft_len,
             max_draft_len: self.max_draft_len,
             radio,

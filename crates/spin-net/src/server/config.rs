@@ -25,7 +25,8 @@ pub enum Clock {
 pub enum Compute {
     /// Measured on this machine (devices report their drafting time; the server times its forward pass).
     Measured,
-    /// A compute profile: per-token drafting time T̄·U[1, 1 + spread] per device (seeded), T_ver = T_fix + K·T_lin.
+    /// A compute profile: per-token drafting time T̄·U[1, 1 + spread] per device (seeded), T_ver = T_fix + K·T_lin
+    /// + T_tok·Σ L_k.
     Profile {
         /// T̄ in seconds per token.
         draft_token_s: f64,
@@ -35,6 +36,8 @@ pub enum Compute {
         verify_fixed_s: f64,
         /// T_lin in seconds per device.
         verify_per_device_s: f64,
+        /// T_tok in seconds per drafted token in the batch (0: the papers' model).
+        verify_per_draft_token_s: f64,
     },
 }
 
@@ -148,6 +151,7 @@ impl ServerConfig {
                 draft_spread: 0.15,
                 verify_fixed_s: 0.04,
                 verify_per_device_s: 0.008,
+                verify_per_draft_token_s: 0.0,
             },
             link: LinkConfig::paper_b(),
             round_deadline_s: 10.0,
@@ -251,6 +255,7 @@ impl ServerConfig {
             draft_spread,
             verify_fixed_s,
             verify_per_device_s,
+            verify_per_draft_token_s,
         } = self.compute
         {
             for (f, v, pos) in [
@@ -258,6 +263,7 @@ impl ServerConfig {
                 ("draft_spread", draft_spread, false),
                 ("verify_fixed_s", verify_fixed_s, false),
                 ("verify_per_device_s", verify_per_device_s, false),
+                ("verify_per_draft_token_s", verify_per_draft_token_s, false),
             ] {
                 if !(v.is_finite() && (v > 0.0 || (!pos && v == 0.0))) {
                     return Err(NetError::invalid(

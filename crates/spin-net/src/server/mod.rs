@@ -24,7 +24,9 @@ pub use round::has_mass;
 use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};
 
-use crate::controller::{ControllerConfig, DeviceView, Scheme, alpha_with_prior, fit_verify, plan_round};
+use crate::controller::{
+    ControllerConfig, DeviceView, Scheme, VerifyModel, VerifyPoint, alpha_with_prior, fit_verify, plan_round,
+};
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};
 use crate::proto::{
@@ -130,6 +132,16 @@ impl Server {
         verifier.set_pair_exchange(!greedy_payload);
         let vocab = self.model.config().vocab_size as u32;
         let v_eff = self.cfg.v_eff.min(vocab);
+        let verify_points = match self.cfg.compute {
+            Compute::Measured => {
+                tokio::task::block_in_place(|| calibrate_verify(&self.model, self.cfg.max_draft_len))?
+            }
+            Compute::Profile { .. } => Vec::new(),
+        };
+        let mut notice = self.notice;
+        if let (Some(n), Some(m)) = (notice.as_mut(), fit_verify(&verify_points)) {
+            n(&calibration_notice(&m, verify_points.len()));
+        }
         let mut engine = Engine {
             verifier,
             sessions: Vec::new(),
@@ -139,7 +151,7 @@ impl Server {
             stopping: false,
             clock_s: 0.0,
             wall_start: Instant::now(),
-            verify_points: Vec::new(),
+            verify_points,
             vocab,
             v_eff,
             greedy_payload,
@@ -148,7 +160,7 @@ impl Server {
             traces_tokens: 0,
             sums: [0.0; 4],
             predicted: Vec::new(),
-            notice: self.notice,
+            notice,
             expired: 0,
         };
         let result = engine.run(on_round).await;
@@ -170,7 +182,8 @@ struct Engine {
     stopping: bool,
     clock_s: f64,
     wall_start: Instant,
-    verify_points: Vec<(usize, f64)>,
+    /// Timed passes (devices, drafted tokens, seconds): the start-up calibration's, then every round's.
+    verify_points: Vec<VerifyPoint>,
     vocab: u32,
     v_eff: u32,
     /// Top-1 sampling with `greedy_payload`: pairs from every device, every rejection corrected by the server.
@@ -370,14 +383,21 @@ impl Engine {
     }
 
     /// The verification-time model the planner uses: the profile, or the fit of what was measured.
-    fn verify_model(&self) -> (f64, f64) {
+    /// T_ver(K, L) the controller plans with: the profile's, or the fit over the timed passes (a guess of 10 ms
+    /// plus 1 ms per device before the first).
+    fn verify_model(&self) -> VerifyModel {
         match self.cfg.compute {
             Compute::Profile {
                 verify_fixed_s,
                 verify_per_device_s,
+                verify_per_draft_token_s,
                 ..
-            } => (verify_fixed_s, verify_per_device_s),
-            Compute::Measured => fit_verify(&self.verify_points).unwrap_or((0.01, 0.001)),
+            } => VerifyModel {
+                fixed_s: verify_fixed_s,
+                per_device_s: verify_per_device_s,
+                per_draft_token_s: verify_per_draft_token_s,
+            },
+            Compute::Measured => fit_verify(&self.verify_points).unwrap_or(VerifyModel::affine(0.01, 0.001)),
         }
     }
 
@@ -389,6 +409,40 @@ impl Engine {
     fn pair_bits(&self) -> f64 {
         f64::from(pair_bits(self.vocab as usize, 32))
     }
+}
+
+/// Times the target's verification passes before the first round, so that the T_ver(K, L) fit can tell the
+/// devices of a pass from the tokens they drafted from the start: 1 and 4 sequences after a 32-token prefix (less
+/// where the model's context is shorter), drafting 0 and L_max tokens each, 3 timed passes of each after one
+/// untimed (`spin_runtime::measure::verify_latency_samples`). A model too short for a draft of L_max is timed
+/// without drafts only.
+pub(crate) fn calibrate_verify(model: &Model, max_draft_len: u32) -> Result<Vec<VerifyPoint>> {
+    const KS: [usize; 2] = [1, 4];
+    let max_seq = model.config().max_seq_len;
+    let mut points = Vec::new();
+    for draft_len in [0, max_draft_len as usize] {
+        if draft_len + 2 > max_seq || (draft_len == 0 && !points.is_empty()) {
+            continue;
+        }
+        let prefix = 32.min(max_seq - draft_len - 1);
+        let samples =
+            spin_runtime::measure::verify_latency_samples(model, &KS, prefix, draft_len, 3, &mut || {})?;
+        for (&k, times) in KS.iter().zip(&samples) {
+            points.extend(times.iter().map(|&t| (k, (k * draft_len) as u64, t)));
+        }
+    }
+    Ok(points)
+}
+
+/// The operator's line after the calibration: the fit it gives.
+fn calibration_notice(m: &VerifyModel, passes: usize) -> String {
+    format!(
+        "verification timed over {passes} passes: T_ver = {:.3} ms + {:.3} ms per device + {:.3} ms per drafted \
+         token (refitted every round)",
+        m.fixed_s * 1e3,
+        m.per_device_s * 1e3,
+        m.per_draft_token_s * 1e3
+    )
 }
 
 /// The refusal a peer gets for `e` (used by tests and the device side).

@@ -69,12 +69,12 @@ impl Engine {
         let views: Vec<DeviceView> = active
             .iter()
             .map(|&k| {
-                let s = &self.sessions[k];
                 let est = self
                     .verifier
                     .alpha(k)?
                     .ratio_estimate(spin_core::estimate::Z_95)?;
                 let (mean, n) = est.map_or((0.0, 0), |e| (e.value, e.samples));
+                let s = &self.sessions[k];
                 let draft_token_s = match self.cfg.compute {
                     Compute::Profile { .. } => s.draft_token_s,
                     Compute::Measured => s.measured_draft.unwrap_or(0.005),
@@ -87,7 +87,7 @@ impl Engine {
                 })
             })
             .collect::<Result<_>>()?;
-        let (t_fix, t_lin) = self.verify_model();
+        let verify_model = self.verify_model();
         let plan_start = Instant::now();
         let real = self.cfg.clock == Clock::Real;
         let ctl = ControllerConfig {
@@ -114,8 +114,7 @@ impl Engine {
             &ctl,
             &link,
             &views,
-            t_fix,
-            t_lin,
+            &verify_model,
             self.cfg.seed.wrapping_add(round),
         )?;
         let plan_s = real.then(|| plan_start.elapsed().as_secs_f64());
@@ -351,22 +350,19 @@ impl Engine {
             .map(|(k, _)| Ok((*k, self.verifier.tokens(*k)?.len())))
             .collect::<Result<_>>()?;
         let (decisions, measured_verify) = tokio::task::block_in_place(|| self.verifier.verify(&subs))?;
+        let drafted: u64 = subs.iter().map(|s| s.tokens.len() as u64).sum();
         st.verify_s = match self.cfg.compute {
-            Compute::Profile {
-                verify_fixed_s,
-                verify_per_device_s,
-                ..
-            } => {
+            Compute::Profile { .. } => {
                 if subs.is_empty() {
                     0.0
                 } else {
-                    verify_fixed_s + subs.len() as f64 * verify_per_device_s
+                    self.verify_model().seconds(subs.len(), drafted)
                 }
             }
             Compute::Measured => measured_verify,
         };
         if !subs.is_empty() {
-            self.verify_points.push((subs.len(), measured_verify));
+            self.verify_points.push((subs.len(), drafted, measured_verify));
         }
         // Verdicts; rejected paper-B devices get a correction mode.
         let mut rejected: Vec<(usize, usize)> = Vec::new();

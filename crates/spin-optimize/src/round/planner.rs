@@ -83,7 +83,9 @@ pub trait Planner {
 /// `pair_bits = 0`, leave it nothing to plan: an error naming `payload`). Paper-B schemes plan γ in paper B's
 /// system (pairs neglected, the correction's mode rule, equal split) on the round's samples; a γ_k below
 /// `min_draft_len` is raised to it; the plan sends pairs over equal draft-uplink shares B/K (paper B allocates
-/// none), or, under `payload: distribution`, distributions over Lemma-3 shares.
+/// none), or, under `payload: distribution`, distributions over Lemma-3 shares. Where the round prices the pass's
+/// positions (T_tok > 0), neither paper's planner sees it: their plan's lengths are then capped where that raises
+/// its value in the unified model (every scheme but `fixed`; docs/unified.md, "Positions in the pass").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PaperPlanner {
     /// The scheme to run (a paper-A or paper-B one).
@@ -151,7 +153,9 @@ impl PaperPlanner {
         } else {
             plan_paper_a(self.scheme, &s, fixed, &self.alg1)?
         };
+        // Paper A's objective is the model's only without T_tok.
         let proven = policy == PayloadPolicy::Distribution
+            && round.verify_per_draft_token_s == 0.0
             && (round.min_draft_len >= 1 || idle)
             && p.optimality == paper_a::Optimality::Optimal;
         Ok((p.draft_lengths, p.uplink_share_hz, sends_distributions, proven))
@@ -214,7 +218,7 @@ impl Planner for PaperPlanner {
         let k = round.len();
         let (draft_lengths, shares, sends_distributions, proven) = match self.scheme.family() {
             Family::PaperA => self.paper_a(round)?,
-            Family::PaperB => return self.paper_b(round),
+            Family::PaperB => return self.capped(round, self.paper_b(round)?),
             Family::Unified => {
                 return unified::UnifiedPlanner {
                     options: unified::Options {
@@ -228,7 +232,7 @@ impl Planner for PaperPlanner {
                 .plan(round);
             }
         };
-        unified::score(
+        let plan = unified::score(
             round,
             self.expectation,
             self.correction,
@@ -237,7 +241,47 @@ impl Planner for PaperPlanner {
             &vec![sends_distributions; k],
             &shares,
             proven,
-        )
+        )?;
+        self.capped(round, plan)
+    }
+}
+
+impl PaperPlanner {
+    /// Where the round prices the positions of the pass (T_tok > 0, which neither paper's model has), the paper's
+    /// plan with every L_k capped at the common cap c ∈ [`min_draft_len`, max L_k) whose value (under the planner's
+    /// objective) is highest, if one beats the uncapped plan; payloads kept, shares Lemma 3's again for a plan
+    /// that sends distributions only, else kept (paper B's B/K). `fixed` keeps its length: that length is what the
+    /// baseline is about. With T_tok = 0 the plan is returned as it is.
+    fn capped(&self, round: &Round, plan: RoundPlan) -> Result<RoundPlan, OptimizeError> {
+        if round.verify_per_draft_token_s == 0.0 || self.scheme == Scheme::Fixed {
+            return Ok(plan);
+        }
+        let top = plan.draft_lengths.iter().copied().max().unwrap_or(0);
+        let all_distributions = plan.sends_distributions.iter().all(|&d| d);
+        let mut best: Option<RoundPlan> = None;
+        for cap in round.min_draft_len..top {
+            let lengths: Vec<u32> = plan.draft_lengths.iter().map(|&l| l.min(cap)).collect();
+            let shares = if all_distributions {
+                unified::lemma3_shares(round, &lengths, &plan.sends_distributions)?
+            } else {
+                plan.uplink_share_hz.clone()
+            };
+            let p = unified::score(
+                round,
+                self.expectation,
+                self.correction,
+                self.scheme,
+                &lengths,
+                &plan.sends_distributions,
+                &shares,
+                false,
+            )?;
+            let bar = best.as_ref().unwrap_or(&plan).goodput(self.objective);
+            if p.goodput(self.objective) > bar {
+                best = Some(p);
+            }
+        }
+        Ok(best.unwrap_or(plan))
     }
 }
 

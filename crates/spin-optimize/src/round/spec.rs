@@ -183,6 +183,11 @@ pub struct RoundSpec {
     pub verify_fixed_s: f64,
     /// T_lin in seconds per device in the batch (K counts every device).
     pub verify_per_device_s: f64,
+    /// T_tok in seconds per drafted token in the batch: a verification pass scores L_k + 1 positions for device k,
+    /// and on a real runtime each position beyond a device's first costs time (docs/unified.md, "Positions in the
+    /// pass"). T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k; 0 is both papers' model, where T_ver does not depend on L.
+    /// The papers' planners plan without it; every plan is scored with it.
+    pub verify_per_draft_token_s: f64,
     /// Smallest draft length (0 lets a device take one token from the target model alone).
     pub min_draft_len: u32,
     /// Largest draft length L_max.
@@ -222,6 +227,7 @@ impl Round {
     pub fn new(spec: RoundSpec) -> Result<Round, OptimizeError> {
         OptimizeError::positive("bandwidth_hz", spec.bandwidth_hz)?;
         check::verify(spec.verify_fixed_s, spec.verify_per_device_s)?;
+        OptimizeError::non_negative("verify_per_draft_token_s", spec.verify_per_draft_token_s)?;
         check::max_draft_len(spec.max_draft_len)?;
         if spec.min_draft_len > spec.max_draft_len {
             return Err(OptimizeError::Invalid {
@@ -276,9 +282,15 @@ impl Round {
         self.0.devices.is_empty()
     }
 
-    /// T_ver(K) = T_fix + K·T_lin, K counting every device (paper A eq. 7, paper B eq. 16).
+    /// T_ver(K) = T_fix + K·T_lin, K counting every device (paper A eq. 7, paper B eq. 16): the pass when no
+    /// device drafts, and the papers' T_ver at any L.
     pub fn verify_s(&self) -> f64 {
         self.0.verify_fixed_s + self.0.verify_per_device_s * self.0.devices.len() as f64
+    }
+
+    /// T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k, the pass that verifies `draft_lengths` (one per device).
+    pub fn verify_s_at(&self, draft_lengths: &[u32]) -> f64 {
+        verify_with_positions(self.verify_s(), self.0.verify_per_draft_token_s, draft_lengths)
     }
 
     /// Uplink bits per drafted token for a device that sends distributions (`true`) or pairs (`false`).
@@ -326,6 +338,7 @@ impl Round {
             bandwidth_hz: s.bandwidth_hz,
             verify_fixed_s: s.verify_fixed_s,
             verify_per_device_s: s.verify_per_device_s,
+            verify_per_draft_token_s: 0.0,
             min_draft_len: s.min_draft_len,
             max_draft_len: s.max_draft_len,
             radio,
@@ -377,6 +390,7 @@ impl Round {
             bandwidth_hz: s.bandwidth_hz,
             verify_fixed_s: s.verify_fixed_s,
             verify_per_device_s: s.verify_per_device_s,
+            verify_per_draft_token_s: 0.0,
             min_draft_len: 0,
             max_draft_len: s.max_draft_len,
             radio,
@@ -392,7 +406,8 @@ impl Round {
         })
     }
 
-    /// This round as paper A sees it: distributions per token (Q_tok = D), L ≥ max(1, `min_draft_len`).
+    /// This round as paper A sees it: distributions per token (Q_tok = D), L ≥ max(1, `min_draft_len`). Paper A's
+    /// T_ver has no per-token term, so `verify_per_draft_token_s` is not in it (here and in [`Round::to_paper_b`]).
     pub fn to_paper_a(&self) -> Result<paper_a::Scenario, OptimizeError> {
         self.to_paper_a_with_token_bits(self.payload.distribution_bits)
     }
@@ -445,6 +460,15 @@ impl Round {
                 .collect(),
         })
     }
+}
+
+/// `verify_s` + `per_draft_token_s`·Σ L_k; exactly `verify_s` when `per_draft_token_s` is 0.
+pub(crate) fn verify_with_positions(verify_s: f64, per_draft_token_s: f64, draft_lengths: &[u32]) -> f64 {
+    if per_draft_token_s == 0.0 {
+        return verify_s;
+    }
+    let drafted: u64 = draft_lengths.iter().map(|&l| u64::from(l)).sum();
+    verify_s + per_draft_token_s * drafted as f64
 }
 
 /// log₂(1 + P_ul g / (N0_ser B)): the draft uplink's spectral efficiency when the device spreads P_ul over the

@@ -156,7 +156,10 @@ pub struct Evaluator {
     distribution_bits: f64,
     pair_bits: f64,
     bandwidth_hz: f64,
+    /// T_fix + K·T_lin.
     verify_s: f64,
+    /// T_tok: T_ver at lengths L is `verify_s` + T_tok·Σ L_k ([`Evaluator::verify_at`]).
+    verify_per_draft_token_s: f64,
     min_draft_len: u32,
     max_draft_len: u32,
     payload: PayloadPolicy,
@@ -275,6 +278,7 @@ impl Evaluator {
             pair_bits: round.payload.pair_bits,
             bandwidth_hz: round.bandwidth_hz,
             verify_s: round.verify_s(),
+            verify_per_draft_token_s: round.verify_per_draft_token_s,
             min_draft_len: round.min_draft_len,
             max_draft_len: round.max_draft_len,
             payload: round.payload.policy,
@@ -325,6 +329,12 @@ impl Evaluator {
     /// T_ver(K) in seconds.
     pub fn verify_s(&self) -> f64 {
         self.verify_s
+    }
+
+    /// T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k at `draft_lengths`; T_fix + K·T_lin bit for bit when T_tok = 0.
+    /// It rises with every L_k, so the bounds that divide by the time at a box's lower corner stay bounds.
+    pub fn verify_at(&self, draft_lengths: &[u32]) -> f64 {
+        crate::round::spec::verify_with_positions(self.verify_s, self.verify_per_draft_token_s, draft_lengths)
     }
 
     fn token_bits(&self, dist: bool) -> f64 {
@@ -550,7 +560,7 @@ impl Evaluator {
         phi: f64,
         objective: Objective,
     ) -> State {
-        let base = phi + self.verify_s;
+        let base = phi + self.verify_at(draft_lengths);
         let uplink_load = self.uplink_load(draft_lengths, sends_distributions, phi);
         if self.closed_tokens && !self.rejectable(draft_lengths, sends_distributions) {
             let tokens = self.closed_form_tokens(draft_lengths);
@@ -647,7 +657,7 @@ impl Evaluator {
         if closed_now || state.totals.tokens.is_empty() {
             let phi = self.uplink_latency_s(draft_lengths, sends_distributions);
             if closed_now {
-                return Some(self.closed_form_tokens(draft_lengths) / (phi + self.verify_s));
+                return Some(self.closed_form_tokens(draft_lengths) / (phi + self.verify_at(draft_lengths)));
             }
             // The state was in closed form: no per-outcome totals to update from.
             return Some(
@@ -664,9 +674,9 @@ impl Evaluator {
                     self.engine.token_entry(k, l) - self.engine.token_entry(k, state.draft_lengths[k]);
             }
             let comm_floor = self.comm_floor(state, changes);
-            let below = move |phi: f64| {
-                token_mean / (phi + self.verify_s + comm_floor) < threshold * (1.0 - BOUND_MARGIN)
-            };
+            let verify = self.verify_at(draft_lengths);
+            let below =
+                move |phi: f64| token_mean / (phi + verify + comm_floor) < threshold * (1.0 - BOUND_MARGIN);
             if let [change] = changes
                 && below(self.uplink_floor(state, *change))
             {
@@ -709,7 +719,7 @@ impl Evaluator {
             &state.totals,
             &scratch.moves,
             &scratch.caps,
-            phi + self.verify_s,
+            phi + self.verify_at(draft_lengths),
             objective,
             &mut scratch.flips,
         );
@@ -848,7 +858,7 @@ impl Evaluator {
             *state = self.state_at(&draft_lengths, &sends_distributions, phi, objective);
             return;
         }
-        let base = phi + self.verify_s;
+        let base = phi + self.verify_at(&draft_lengths);
         self.moves(state, changes, &mut scratch.moves);
         self.caps(&draft_lengths, &sends_distributions, &mut scratch.caps);
         match kept {
@@ -893,7 +903,7 @@ impl Evaluator {
         scratch: &mut Scratch,
     ) -> (f64, f64) {
         let phi = self.uplink_latency_s(lo, sends_distributions);
-        let base = phi + self.verify_s;
+        let base = phi + self.verify_at(lo);
         let closed = self.closed_tokens && !self.rejectable(hi, sends_distributions);
         if closed {
             return (
@@ -981,7 +991,8 @@ impl Evaluator {
         // the reduction of them does.
         let closed = self.closed_tokens && !self.rejectable(draft_lengths, sends_distributions);
         let rate = self.state_at(draft_lengths, sends_distributions, uplink, Objective::Rate);
-        let base = uplink + self.verify_s;
+        let verify_s = self.verify_at(draft_lengths);
+        let base = uplink + verify_s;
         let mean_ratio = if closed {
             // Closed form: E[ΣN]/T under either objective (no outcome changes T).
             rate.value
@@ -1008,7 +1019,7 @@ impl Evaluator {
             mean_ratio_tokens_per_s: mean_ratio,
             tokens_per_round: rate.totals.tokens_total,
             uplink_latency_s: uplink,
-            verify_s: self.verify_s,
+            verify_s,
             comm_delay_s: rate.totals.comm_total,
             proven_optimal,
             estimate,

@@ -84,6 +84,7 @@ impl DropRound {
             bandwidth_hz: self.bandwidth_hz,
             verify_fixed_s: self.verify_s.0,
             verify_per_device_s: self.verify_s.1,
+            verify_per_draft_token_s: 0.0,
             min_draft_len: self.draft_range.0,
             max_draft_len: self.draft_range.1,
             radio: self.radio,
