@@ -25,7 +25,8 @@ use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};
 
 use crate::controller::{
-    ControllerConfig, DeviceView, Scheme, VerifyModel, VerifyPoint, alpha_with_prior, fit_verify, plan_round,
+    ControllerConfig, DeviceView, Scheme, VerifyModel, VerifyPoint, alpha_with_prior_weight, fit_verify,
+    plan_round,
 };
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};

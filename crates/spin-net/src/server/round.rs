@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The drafting time per token the controller assumes for a device before any device's has been measured.
+const UNMEASURED_DRAFT_TOKEN_S: f64 = 1e-6;
+
 /// What the plan decided for one device this round, kept here (the trace line is output only, never read back).
 pub(super) struct Planned {
     /// L_k.
@@ -66,6 +69,19 @@ impl Engine {
         let link = self.cfg.link;
         let means: Vec<f64> = self.sessions.iter().map(|s| s.mean_gain).collect();
         let gains = link.round_gains(self.cfg.seed, round, &means)?;
+        // Measured compute: a device that has not drafted yet is planned at the fastest drafting time measured so far,
+        // or as if its drafting were free (1 µs a token) before any: a pessimistic guess would have it never asked
+        // to draft, and so never measured, now that a pass prices every drafted token.
+        let fastest = self
+            .sessions
+            .iter()
+            .filter_map(|s| s.measured_draft)
+            .fold(f64::INFINITY, f64::min);
+        let unmeasured = if fastest.is_finite() {
+            fastest
+        } else {
+            UNMEASURED_DRAFT_TOKEN_S
+        };
         let views: Vec<DeviceView> = active
             .iter()
             .map(|&k| {
@@ -73,14 +89,21 @@ impl Engine {
                     .verifier
                     .alpha(k)?
                     .ratio_estimate(spin_core::estimate::Z_95)?;
-                let (mean, n) = est.map_or((0.0, 0), |e| (e.value, e.samples));
+                let (mean, n) = self.sessions[k]
+                    .recent_alpha
+                    .update(est.map(|e| (e.value, e.samples)));
                 let s = &self.sessions[k];
                 let draft_token_s = match self.cfg.compute {
                     Compute::Profile { .. } => s.draft_token_s,
-                    Compute::Measured => s.measured_draft.unwrap_or(0.005),
+                    Compute::Measured => s.measured_draft.unwrap_or(unmeasured),
                 };
                 Ok(DeviceView {
-                    acceptance: alpha_with_prior(mean, n, self.cfg.alpha_prior, self.cfg.alpha_prior_weight),
+                    acceptance: alpha_with_prior_weight(
+                        mean,
+                        n,
+                        self.cfg.alpha_prior,
+                        self.cfg.alpha_prior_weight,
+                    ),
                     draft_token_s,
                     gain: gains[k],
                     max_draft_len: self.verifier.max_draft_len(k)? as u32,

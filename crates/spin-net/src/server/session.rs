@@ -23,9 +23,45 @@ pub(super) struct Session {
     pub(super) mean_gain: f64,
     pub(super) draft_token_s: f64,
     pub(super) measured_draft: Option<f64>,
+    /// The planners' acceptance evidence ([`RecentAlpha`]).
+    pub(super) recent_alpha: RecentAlpha,
     pub(super) done: bool,
     pub(super) rounds: u64,
     pub(super) dropped: u64,
+}
+
+/// The acceptance evidence the controller plans a device with: the verifier's recorded acceptance probabilities,
+/// each round's weighted [`ALPHA_MEMORY`] times the round before's. The text a device writes changes what its
+/// draft gets right, and a device planned with L = 0 adds no evidence: forgetting lets its estimate return to the
+/// prior, so it is asked to draft again instead of being judged for ever on the rounds that stopped it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct RecentAlpha {
+    /// The verifier's sample count and sum when last read.
+    seen: (u64, f64),
+    /// Weighted count and sum.
+    weight: f64,
+    sum: f64,
+}
+
+/// How much a round's acceptance evidence counts one round later (a half-life of about 23 rounds).
+pub(super) const ALPHA_MEMORY: f64 = 0.97;
+
+impl RecentAlpha {
+    /// Ages the evidence by one round and adds what the verifier recorded since the last read (`estimate`: its
+    /// ratio estimate now, None before two samples); returns the weighted mean and weight.
+    pub(super) fn update(&mut self, estimate: Option<(f64, u64)>) -> (f64, f64) {
+        let (mean, n) = estimate.unwrap_or((0.0, 0));
+        let sum = mean * n as f64;
+        let (n0, sum0) = self.seen;
+        self.weight = ALPHA_MEMORY * self.weight + n.saturating_sub(n0) as f64;
+        self.sum = ALPHA_MEMORY * self.sum + (sum - sum0).max(0.0);
+        self.seen = (n, sum);
+        if self.weight > 0.0 {
+            ((self.sum / self.weight).clamp(0.0, 1.0), self.weight)
+        } else {
+            (0.0, 0.0)
+        }
+    }
 }
 
 /// A fresh session id and resume secret from the operating system's CSPRNG (never from the run's seed: ids must
@@ -305,6 +341,7 @@ impl Engine {
                 mean_gain,
                 draft_token_s,
                 measured_draft: None,
+                recent_alpha: RecentAlpha::default(),
                 done: self.verifier.is_done(k)?,
                 rounds: 0,
                 dropped: 0,
@@ -356,5 +393,31 @@ impl Engine {
                 Some((k, msg, bytes))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acceptance_evidence_ages_and_an_idle_device_keeps_its_estimate_with_less_weight() {
+        let mut a = RecentAlpha::default();
+        assert_eq!(a.update(None), (0.0, 0.0));
+        // 10 tokens at mean 0.2, then 10 more at 0.8 (the verifier's running mean reaches 0.5).
+        let (m, w) = a.update(Some((0.2, 10)));
+        assert!((m - 0.2).abs() < 1e-12 && (w - 10.0).abs() < 1e-12);
+        let (m, w) = a.update(Some((0.5, 20)));
+        let want = (ALPHA_MEMORY * 2.0 + 8.0) / (ALPHA_MEMORY * 10.0 + 10.0);
+        assert!((m - want).abs() < 1e-12, "{m} vs {want}");
+        assert!(m > 0.5, "the recent tokens count more");
+        // Rounds without drafts: the mean stays, the weight decays, so the prior takes over.
+        let mut weight = w;
+        for _ in 0..50 {
+            let (m2, w2) = a.update(Some((0.5, 20)));
+            assert!((m2 - m).abs() < 1e-12 && w2 < weight);
+            weight = w2;
+        }
+        assert!(weight < 0.25 * w);
     }
 }
