@@ -147,7 +147,7 @@ fn central(
     let vocab = target.config().vocab_size;
     // Cen-SPIN plans L from T_ver(K, L), so under measured compute its passes are calibrated as the server's are.
     let calibration = if drafter.is_some() && cfg.compute == Compute::Measured {
-        calibrate_verify(&target, cfg.max_draft_len)?
+        calibrate_verify(&target, cfg.max_draft_len, cfg.max_new_tokens)?
     } else {
         Vec::new()
     };

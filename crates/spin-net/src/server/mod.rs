@@ -134,9 +134,9 @@ impl Server {
         let vocab = self.model.config().vocab_size as u32;
         let v_eff = self.cfg.v_eff.min(vocab);
         let verify_points = match self.cfg.compute {
-            Compute::Measured => {
-                tokio::task::block_in_place(|| calibrate_verify(&self.model, self.cfg.max_draft_len))?
-            }
+            Compute::Measured => tokio::task::block_in_place(|| {
+                calibrate_verify(&self.model, self.cfg.max_draft_len, self.cfg.max_new_tokens)
+            })?,
             Compute::Profile { .. } => Vec::new(),
         };
         let mut notice = self.notice;
@@ -413,19 +413,25 @@ impl Engine {
 }
 
 /// Times the target's verification passes before the first round, so that the T_ver(K, L) fit can tell the
-/// devices of a pass from the tokens they drafted from the start: 1 and 4 sequences after a 32-token prefix (less
-/// where the model's context is shorter), drafting 0 and L_max tokens each, 3 timed passes of each after one
-/// untimed (`spin_runtime::measure::verify_latency_samples`). A model too short for a draft of L_max is timed
-/// without drafts only.
-pub(crate) fn calibrate_verify(model: &Model, max_draft_len: u32) -> Result<Vec<VerifyPoint>> {
+/// devices of a pass from the tokens they drafted from the start: 1 and 4 sequences after a prefix as deep as a
+/// sequence is halfway through its `max_new_tokens` (32 + max_new_tokens/2 tokens, less where the model's context
+/// is shorter: attention's share of a pass grows with the depth), drafting 0 and L_max tokens each, 3 timed passes
+/// of each after one untimed (`spin_runtime::measure::verify_latency_samples`). A model too short for a draft of
+/// L_max is timed without drafts only.
+pub(crate) fn calibrate_verify(
+    model: &Model,
+    max_draft_len: u32,
+    max_new_tokens: usize,
+) -> Result<Vec<VerifyPoint>> {
     const KS: [usize; 2] = [1, 4];
+    let depth = 32 + max_new_tokens / 2;
     let max_seq = model.config().max_seq_len;
     let mut points = Vec::new();
     for draft_len in [0, max_draft_len as usize] {
         if draft_len + 2 > max_seq || (draft_len == 0 && !points.is_empty()) {
             continue;
         }
-        let prefix = 32.min(max_seq - draft_len - 1);
+        let prefix = depth.min(max_seq - draft_len - 1);
         let samples =
             spin_runtime::measure::verify_latency_samples(model, &KS, prefix, draft_len, 3, &mut || {})?;
         for (&k, times) in KS.iter().zip(&samples) {
