@@ -155,6 +155,30 @@ fn a_bad_planning_budget_is_refused_naming_the_flag() {
 }
 
 #[test]
+fn a_bad_price_per_drafted_token_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let run = |value: &str| {
+        let flag = format!("--verify-per-draft-token-s={value}");
+        multispin(&[
+            "simulate",
+            "--devices",
+            "1",
+            "--max-tokens",
+            "1",
+            "--out",
+            out_dir,
+            &flag,
+        ])
+    };
+    for bad in ["-0.001", "NaN", "inf"] {
+        assert_input_error(&run(bad), "verify_per_draft_token_s");
+    }
+    let out = run("0.0006");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn bad_model_and_tokenizer_files_exit_2_with_a_clear_reason() {
     let dir = tempfile::tempdir().unwrap();
     let (m, t) = write_tiny(dir.path());

@@ -140,8 +140,12 @@ impl Server {
             Compute::Profile { .. } => Vec::new(),
         };
         let mut notice = self.notice;
-        if let (Some(n), Some(m)) = (notice.as_mut(), fit_verify(&verify_points)) {
-            n(&calibration_notice(&m, verify_points.len()));
+        if let Some(m) = fit_verify(&verify_points) {
+            let text = calibration_notice(&m, verify_points.len());
+            match notice.as_mut() {
+                Some(n) => n(&text),
+                None => tracing::info!("{text}"),
+            }
         }
         let mut engine = Engine {
             verifier,
