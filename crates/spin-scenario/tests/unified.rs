@@ -271,6 +271,33 @@ fn errors_name_the_field_path() {
             .to_string()
             .starts_with("quant_bits: 99 is outside")
     );
+    let u = unified(
+        &U.replacen(
+            "\"max_draft_len\"",
+            "\"verify_per_draft_token_s\": -0.001,\n  \"max_draft_len\"",
+            1,
+        ),
+        Format::Json,
+    );
+    let e = u.into_round().unwrap_err().to_string();
+    assert!(e.starts_with("verify_per_draft_token_s: -0.001"), "{e}");
+}
+
+#[test]
+fn a_price_per_drafted_token_reaches_the_round() {
+    let u = unified(
+        &U.replacen(
+            "\"max_draft_len\"",
+            "\"verify_per_draft_token_s\": 0.0006,\n  \"max_draft_len\"",
+            1,
+        ),
+        Format::Json,
+    );
+    assert_eq!(u.verify_per_draft_token_s, 0.0006);
+    let round = u.into_round().unwrap();
+    assert_eq!(round.verify_per_draft_token_s, 0.0006);
+    assert!((round.verify_s_at(&[2, 0, 1, 0, 0, 1]) - round.verify_s() - 4.0 * 0.0006).abs() < 1e-15);
+    assert_eq!(unified(U, Format::Json).verify_per_draft_token_s, 0.0);
 }
 
 #[test]
