@@ -768,6 +768,10 @@ fn write_prediction_check(
     planned: usize,
 ) -> Result<(), Failure> {
     println!("{}", scheme_table(results));
+    let models = verify_model_table(results);
+    if !models.is_empty() {
+        println!("\nT_ver(K, L) = T_fix + K·T_lin + T_tok·ΣL each planner ended with (ms)\n{models}");
+    }
     write(&args.out.join("summary.csv"), &summary_csv(results))?;
     let checks: Vec<_> = results[..planned]
         .iter()
@@ -1038,6 +1042,23 @@ pub fn scheme_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
             r.verify_s,
             r.correction_s
         ));
+    }
+    s.trim_end().to_owned()
+}
+
+/// One line per run that planned with a verification model: its T_fix, T_lin and T_tok in milliseconds.
+fn verify_model_table(results: &[(Summary, Vec<RoundTrace>)]) -> String {
+    let mut s = String::new();
+    for (r, _) in results {
+        if let Some(m) = r.verify_model {
+            s.push_str(&format!(
+                "{:<11} T_fix {:.3} + T_lin {:.3} per device + T_tok {:.3} per drafted token\n",
+                r.scheme,
+                m.fixed_s * 1e3,
+                m.per_device_s * 1e3,
+                m.per_draft_token_s * 1e3
+            ));
+        }
     }
     s.trim_end().to_owned()
 }

@@ -232,6 +232,7 @@ mod tests {
             correction_s: 0.0,
             devices: Vec::new(),
             stopped: String::new(),
+            verify_model: None,
         }
     }
 

@@ -8,7 +8,7 @@
 //! itself with one device at a time ([`crate::sim::simulate`] per device, at its own drop distance), the system's
 //! goodput that of the devices taking turns. docs/system.md §"Paper A's baselines" gives each time formula.
 
-use crate::controller::{VerifyModel, alpha_with_prior, fit_verify};
+use crate::controller::{UNTIMED_VERIFY, alpha_with_prior, fit_verify};
 use crate::error::{NetError, Result};
 use crate::link::LinkConfig;
 use crate::server::{
@@ -215,24 +215,11 @@ fn central(
         let n = active.len() as f64;
         let gains = link.round_gains(cfg.seed, round, &means)?;
         let (t_step, verify_model) = match cfg.compute {
-            Compute::Profile {
-                draft_token_s,
-                verify_fixed_s,
-                verify_per_device_s,
-                verify_per_draft_token_s,
-                ..
-            } => (
+            Compute::Profile { draft_token_s, .. } => (
                 n * draft_token_s,
-                VerifyModel {
-                    fixed_s: verify_fixed_s,
-                    per_device_s: verify_per_device_s,
-                    per_draft_token_s: verify_per_draft_token_s,
-                },
+                cfg.compute.profile_verify().unwrap_or(UNTIMED_VERIFY),
             ),
-            Compute::Measured => (
-                step.get(),
-                fit_verify(&verify_points).unwrap_or(VerifyModel::affine(0.01, 0.001)),
-            ),
+            Compute::Measured => (step.get(), fit_verify(&verify_points).unwrap_or(UNTIMED_VERIFY)),
         };
         let t_ver = |l: u32| verify_model.seconds(active.len(), active.len() as u64 * u64::from(l));
         // The common L of Cen-SPIN (0 for plain decoding) and the goodput it predicts.
@@ -411,7 +398,13 @@ fn central(
         })
         .collect::<Result<Vec<_>>>()?;
     let total: u64 = devices.iter().map(|d| d.tokens as u64).sum();
+    let verify_model = drafter.is_some().then(|| {
+        cfg.compute
+            .profile_verify()
+            .unwrap_or_else(|| fit_verify(&verify_points).unwrap_or(UNTIMED_VERIFY))
+    });
     Ok(Summary {
+        verify_model,
         scheme,
         clock: cfg.clock,
         rounds: round,
@@ -494,6 +487,7 @@ pub fn p2p_spin(runs: Vec<(Summary, Vec<RoundTrace>)>) -> (Summary, Vec<RoundTra
         correction_s: sums[3],
         devices,
         stopped,
+        verify_model: None,
     };
     (summary, rounds)
 }

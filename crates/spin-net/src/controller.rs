@@ -117,6 +117,13 @@ impl VerifyModel {
     }
 }
 
+/// The guess before any pass is timed: 10 ms plus 1 ms per device.
+pub const UNTIMED_VERIFY: VerifyModel = VerifyModel {
+    fixed_s: 0.01,
+    per_device_s: 0.001,
+    per_draft_token_s: 0.0,
+};
+
 /// One timed verification pass: devices in the batch, drafted tokens in all, seconds.
 pub type VerifyPoint = (usize, u64, f64);
 

@@ -317,6 +317,28 @@ fn a_device_that_disconnects_mid_round_resumes_and_ends_with_the_same_text() {
     }
 }
 
+/// The summary carries the T_ver(K, L) the planner ended with: a profile's as given, and under measured compute the
+/// fit over the start-up calibration's and the rounds' timed passes (every term finite and ≥ 0).
+#[test]
+fn a_run_reports_the_verification_model_it_planned_with() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = Arc::new(tiny(2, 0.3, 2));
+    let cfg = config("exact", &target);
+    let profile = cfg.compute.profile_verify().unwrap();
+    let (out, _) = run(&target, &drafter, cfg.clone(), &sim_devices());
+    assert_eq!(out.summary.verify_model, Some(profile));
+    let mut measured = cfg;
+    measured.compute = Compute::Measured;
+    measured.max_new_tokens = 8;
+    let (out, traces) = run(&target, &drafter, measured, &sim_devices());
+    let m = out.summary.verify_model.expect("a fitted model");
+    for v in [m.fixed_s, m.per_device_s, m.per_draft_token_s] {
+        assert!(v.is_finite() && v >= 0.0, "{m:?}");
+    }
+    assert!(m.seconds(4, 0) > 0.0, "{m:?}");
+    assert_eq!(traces.iter().map(|t| t.tokens).sum::<u64>(), 32);
+}
+
 #[test]
 fn a_straggler_is_dropped_for_the_round_and_stays_in_the_session() {
     let target = Arc::new(tiny(1, 0.3, 3));

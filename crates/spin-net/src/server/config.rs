@@ -41,6 +41,25 @@ pub enum Compute {
     },
 }
 
+impl Compute {
+    /// A profile's T_ver(K, L); None under measured compute (it is fitted from the timed passes there).
+    pub fn profile_verify(&self) -> Option<crate::controller::VerifyModel> {
+        match *self {
+            Compute::Profile {
+                verify_fixed_s,
+                verify_per_device_s,
+                verify_per_draft_token_s,
+                ..
+            } => Some(crate::controller::VerifyModel {
+                fixed_s: verify_fixed_s,
+                per_device_s: verify_per_device_s,
+                per_draft_token_s: verify_per_draft_token_s,
+            }),
+            Compute::Measured => None,
+        }
+    }
+}
+
 /// Settings of a server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -25,8 +25,8 @@ use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};
 
 use crate::controller::{
-    ControllerConfig, DeviceView, Scheme, VerifyModel, VerifyPoint, alpha_with_prior_weight, fit_verify,
-    plan_round,
+    ControllerConfig, DeviceView, Scheme, UNTIMED_VERIFY, VerifyModel, VerifyPoint, alpha_with_prior_weight,
+    fit_verify, plan_round,
 };
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};
@@ -356,6 +356,7 @@ impl Engine {
             .collect::<Result<Vec<_>>>()?;
         let tokens: u64 = devices.iter().map(|d| d.tokens as u64).sum();
         Ok(Summary {
+            verify_model: Some(self.verify_model()),
             scheme: self.cfg.scheme.name(),
             clock: self.cfg.clock,
             rounds: round,
@@ -391,19 +392,10 @@ impl Engine {
     /// T_ver(K, L) the controller plans with: the profile's, or the fit over the timed passes (a guess of 10 ms
     /// plus 1 ms per device before the first).
     fn verify_model(&self) -> VerifyModel {
-        match self.cfg.compute {
-            Compute::Profile {
-                verify_fixed_s,
-                verify_per_device_s,
-                verify_per_draft_token_s,
-                ..
-            } => VerifyModel {
-                fixed_s: verify_fixed_s,
-                per_device_s: verify_per_device_s,
-                per_draft_token_s: verify_per_draft_token_s,
-            },
-            Compute::Measured => fit_verify(&self.verify_points).unwrap_or(VerifyModel::affine(0.01, 0.001)),
-        }
+        self.cfg
+            .compute
+            .profile_verify()
+            .unwrap_or_else(|| fit_verify(&self.verify_points).unwrap_or(UNTIMED_VERIFY))
     }
 
     fn payload_bits_per_dist(&self) -> f64 {

@@ -153,6 +153,9 @@ pub struct Summary {
     pub devices: Vec<DeviceSummary>,
     /// How the run ended.
     pub stopped: String,
+    /// T_ver(K, L) the planner ended the run with: the profile's, or the fit over every timed pass; None where
+    /// nothing was planned (plain decoding) or each device's run had its own (P2P-SPIN).
+    pub verify_model: Option<crate::controller::VerifyModel>,
 }
 
 /// What a device's drafted tokens carried up in a round (the trace's `payload`: `"distributions"` or `"pairs"`).
