@@ -128,53 +128,43 @@ fn invalid_generate_arguments_exit_2_naming_the_flag() {
     assert_input_error(&run(&["--prompt", &"ca".repeat(12)]), "tokens do not fit");
 }
 
-#[test]
-fn a_bad_planning_budget_is_refused_naming_the_flag() {
+/// A one-token `simulate` of one device with `flag=value` added, each value into its own output folder.
+fn simulate_with(flag: &str, value: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
-    let run = |value: &str| {
-        let flag = format!("--plan-budget-ms={value}");
-        multispin(&[
-            "simulate",
-            "--devices",
-            "1",
-            "--max-tokens",
-            "1",
-            "--out",
-            out_dir,
-            &flag,
-        ])
-    };
+    let flag = format!("{flag}={value}");
+    multispin(&[
+        "simulate",
+        "--devices",
+        "1",
+        "--max-tokens",
+        "1",
+        "--out",
+        out_dir,
+        &flag,
+    ])
+}
+
+#[test]
+fn a_bad_planning_budget_is_refused_naming_the_flag() {
     for bad in ["-1", "NaN", "inf", "2ms", ""] {
-        assert_input_error(&run(bad), "--plan-budget-ms");
+        assert_input_error(&simulate_with("--plan-budget-ms", bad), "--plan-budget-ms");
     }
     for good in ["0", "2.5", "none"] {
-        let out = run(good);
+        let out = simulate_with("--plan-budget-ms", good);
         assert!(out.status.success(), "{good}: {}", stderr(&out));
     }
 }
 
 #[test]
 fn a_bad_price_per_drafted_token_is_refused_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().to_str().unwrap();
-    let run = |value: &str| {
-        let flag = format!("--verify-per-draft-token-s={value}");
-        multispin(&[
-            "simulate",
-            "--devices",
-            "1",
-            "--max-tokens",
-            "1",
-            "--out",
-            out_dir,
-            &flag,
-        ])
-    };
     for bad in ["-0.001", "NaN", "inf"] {
-        assert_input_error(&run(bad), "verify_per_draft_token_s");
+        assert_input_error(
+            &simulate_with("--verify-per-draft-token-s", bad),
+            "verify_per_draft_token_s",
+        );
     }
-    let out = run("0.0006");
+    let out = simulate_with("--verify-per-draft-token-s", "0.0006");
     assert!(out.status.success(), "{}", stderr(&out));
 }
 

@@ -398,6 +398,20 @@ mod tests {
         assert_eq!(fit_verify(&[]), None);
     }
 
+    /// L_max 8, Fixed BW&L at 4, optimal modes, 41-bit pairs, 64 SAA samples, no deadline.
+    fn test_config(scheme: Scheme, distribution_bits: f64) -> ControllerConfig {
+        ControllerConfig {
+            scheme,
+            modes: ModeScheme::Optimal,
+            max_draft_len: 8,
+            fixed_draft_len: 4,
+            distribution_bits,
+            pair_bits: 41.0,
+            saa_samples: 64,
+            plan_deadline: None,
+        }
+    }
+
     #[test]
     fn a_costly_drafted_token_makes_every_scheme_draft_less() {
         let link = LinkConfig::paper_b();
@@ -410,16 +424,7 @@ mod tests {
             })
             .collect();
         for scheme in Scheme::PER_ROUND {
-            let cfg = ControllerConfig {
-                scheme,
-                modes: ModeScheme::Optimal,
-                max_draft_len: 8,
-                fixed_draft_len: 4,
-                distribution_bits: 41.0,
-                pair_bits: 41.0,
-                saa_samples: 64,
-                plan_deadline: None,
-            };
+            let cfg = test_config(scheme, 41.0);
             let cheap = plan_round(&cfg, &link, &devs, &VerifyModel::affine(0.004, 0.0005), 1).unwrap();
             let costly = VerifyModel {
                 per_draft_token_s: 0.05,
@@ -454,16 +459,7 @@ mod tests {
             })
             .collect();
         for n in Scheme::PER_ROUND.map(Scheme::name) {
-            let cfg = ControllerConfig {
-                scheme: Scheme::parse_per_round(n).unwrap(),
-                modes: ModeScheme::Optimal,
-                max_draft_len: 8,
-                fixed_draft_len: 4,
-                distribution_bits: 12_800.0,
-                pair_bits: 41.0,
-                saa_samples: 64,
-                plan_deadline: None,
-            };
+            let cfg = test_config(Scheme::parse_per_round(n).unwrap(), 12_800.0);
             let p = plan_round(&cfg, &link, &devs, &VerifyModel::affine(0.02, 0.002), 1).unwrap();
             assert_eq!(p.draft_lengths.len(), 4, "{n}");
             assert!(p.draft_lengths[3] <= 2, "{n}: the budget caps the draft");
