@@ -129,6 +129,11 @@ pub struct ServerArgs {
     /// Prior α₀ of the online acceptance estimate.
     #[arg(long, default_value_t = 0.7)]
     pub alpha_prior: f64,
+    /// How much a round's acceptance evidence counts one round later in the planners' estimate, in (0, 1]: 1 keeps
+    /// every round alike, as the papers' controllers do; 0.97 (a half-life of about 23 rounds) lets a device that
+    /// stopped drafting be asked again.
+    #[arg(long, default_value_t = 0.97)]
+    pub alpha_memory: f64,
     /// Outcome samples of paper B's sample-average approximation, per round.
     #[arg(long, default_value_t = 200)]
     pub saa_samples: u32,
@@ -166,6 +171,7 @@ impl ServerArgs {
         cfg.round_deadline_s = self.round_deadline;
         cfg.wall_deadline = seconds("wall_deadline_s", self.wall_deadline_s)?;
         cfg.alpha_prior = self.alpha_prior;
+        cfg.alpha_memory = self.alpha_memory;
         cfg.saa_samples = self.saa_samples;
         cfg.plan_budget = plan_budget(&self.plan_budget_ms)?;
         cfg.clock = match self.clock {

@@ -169,6 +169,17 @@ fn a_bad_price_per_drafted_token_is_refused_naming_it() {
 }
 
 #[test]
+fn a_bad_acceptance_memory_is_refused_naming_it() {
+    for bad in ["0", "-0.5", "1.5", "NaN"] {
+        assert_input_error(&simulate_with("--alpha-memory", bad), "alpha_memory");
+    }
+    for good in ["1", "0.5"] {
+        let out = simulate_with("--alpha-memory", good);
+        assert!(out.status.success(), "{good}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn bad_model_and_tokenizer_files_exit_2_with_a_clear_reason() {
     let dir = tempfile::tempdir().unwrap();
     let (m, t) = write_tiny(dir.path());

@@ -134,6 +134,9 @@ pub struct ServerConfig {
     pub alpha_prior: f64,
     /// Weight n₀ of the prior in tokens.
     pub alpha_prior_weight: f64,
+    /// How much a round's acceptance evidence counts one round later, in (0, 1]: 1 never forgets (the estimate of
+    /// every round, as the papers' controllers keep it); the default 0.97 has a half-life of about 23 rounds.
+    pub alpha_memory: f64,
     /// SAA samples for paper B's planners.
     pub saa_samples: u32,
     /// On the real clock, the wall time a round's planning may take (between the last round's verdicts and this
@@ -192,6 +195,7 @@ impl ServerConfig {
             max_frame_bytes: proto::MAX_FRAME_BYTES,
             alpha_prior: 0.7,
             alpha_prior_weight: 8.0,
+            alpha_memory: 0.97,
             saa_samples: 200,
             plan_budget: Some(DEFAULT_PLAN_BUDGET),
         }
@@ -252,6 +256,12 @@ impl ServerConfig {
             return Err(NetError::invalid(
                 "alpha_prior",
                 format!("{} is outside (0, 1)", self.alpha_prior),
+            ));
+        }
+        if !(self.alpha_memory > 0.0 && self.alpha_memory <= 1.0) {
+            return Err(NetError::invalid(
+                "alpha_memory",
+                format!("{} is outside (0, 1]", self.alpha_memory),
             ));
         }
         if !(self.alpha_prior_weight >= 0.0 && self.alpha_prior_weight.is_finite()) {

@@ -91,7 +91,7 @@ impl Engine {
                     .ratio_estimate(spin_core::estimate::Z_95)?;
                 let (mean, n) = self.sessions[k]
                     .recent_alpha
-                    .update(est.map(|e| (e.value, e.samples)));
+                    .update(self.cfg.alpha_memory, est.map(|e| (e.value, e.samples)));
                 let s = &self.sessions[k];
                 let draft_token_s = match self.cfg.compute {
                     Compute::Profile { .. } => s.draft_token_s,

@@ -31,7 +31,7 @@ pub(super) struct Session {
 }
 
 /// The acceptance evidence the controller plans a device with: the verifier's recorded acceptance probabilities,
-/// each round's weighted [`ALPHA_MEMORY`] times the round before's. The text a device writes changes what its
+/// each round's weighted `ServerConfig::alpha_memory` times the round before's. The text a device writes changes what its
 /// draft gets right, and a device planned with L = 0 adds no evidence: forgetting lets its estimate return to the
 /// prior, so it is asked to draft again instead of being judged for ever on the rounds that stopped it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -43,18 +43,16 @@ pub(super) struct RecentAlpha {
     sum: f64,
 }
 
-/// How much a round's acceptance evidence counts one round later (a half-life of about 23 rounds).
-pub(super) const ALPHA_MEMORY: f64 = 0.97;
-
 impl RecentAlpha {
-    /// Ages the evidence by one round and adds what the verifier recorded since the last read (`estimate`: its
-    /// ratio estimate now, None before two samples); returns the weighted mean and weight.
-    pub(super) fn update(&mut self, estimate: Option<(f64, u64)>) -> (f64, f64) {
+    /// Ages the evidence by one round (`memory`: the weight of the evidence so far) and adds what the verifier
+    /// recorded since the last read (`estimate`: its ratio estimate now, None before two samples); returns the
+    /// weighted mean and weight.
+    pub(super) fn update(&mut self, memory: f64, estimate: Option<(f64, u64)>) -> (f64, f64) {
         let (mean, n) = estimate.unwrap_or((0.0, 0));
         let sum = mean * n as f64;
         let (n0, sum0) = self.seen;
-        self.weight = ALPHA_MEMORY * self.weight + n.saturating_sub(n0) as f64;
-        self.sum = ALPHA_MEMORY * self.sum + (sum - sum0).max(0.0);
+        self.weight = memory * self.weight + n.saturating_sub(n0) as f64;
+        self.sum = memory * self.sum + (sum - sum0).max(0.0);
         self.seen = (n, sum);
         if self.weight > 0.0 {
             ((self.sum / self.weight).clamp(0.0, 1.0), self.weight)
@@ -402,22 +400,29 @@ mod tests {
 
     #[test]
     fn acceptance_evidence_ages_and_an_idle_device_keeps_its_estimate_with_less_weight() {
+        const M: f64 = 0.97;
         let mut a = RecentAlpha::default();
-        assert_eq!(a.update(None), (0.0, 0.0));
+        assert_eq!(a.update(M, None), (0.0, 0.0));
         // 10 tokens at mean 0.2, then 10 more at 0.8 (the verifier's running mean reaches 0.5).
-        let (m, w) = a.update(Some((0.2, 10)));
+        let (m, w) = a.update(M, Some((0.2, 10)));
         assert!((m - 0.2).abs() < 1e-12 && (w - 10.0).abs() < 1e-12);
-        let (m, w) = a.update(Some((0.5, 20)));
-        let want = (ALPHA_MEMORY * 2.0 + 8.0) / (ALPHA_MEMORY * 10.0 + 10.0);
+        let (m, w) = a.update(M, Some((0.5, 20)));
+        let want = (M * 2.0 + 8.0) / (M * 10.0 + 10.0);
         assert!((m - want).abs() < 1e-12, "{m} vs {want}");
         assert!(m > 0.5, "the recent tokens count more");
         // Rounds without drafts: the mean stays, the weight decays, so the prior takes over.
         let mut weight = w;
         for _ in 0..50 {
-            let (m2, w2) = a.update(Some((0.5, 20)));
+            let (m2, w2) = a.update(M, Some((0.5, 20)));
             assert!((m2 - m).abs() < 1e-12 && w2 < weight);
             weight = w2;
         }
         assert!(weight < 0.25 * w);
+        // Memory 1 never forgets: the verifier's own running mean.
+        let mut all = RecentAlpha::default();
+        all.update(1.0, Some((0.2, 10)));
+        let (m, w) = all.update(1.0, Some((0.5, 20)));
+        assert!((m - 0.5).abs() < 1e-12 && (w - 20.0).abs() < 1e-12);
+        assert_eq!(all.update(1.0, Some((0.5, 20))), (m, w));
     }
 }
