@@ -514,6 +514,14 @@ fn a_costly_position_in_the_pass_shortens_the_drafts() {
                         "{scheme} case {case}"
                     );
                     assert!(!paper.proven_optimal);
+                    // A deadline already passed scores no cap: paper A's plan stands as it planned it.
+                    if scheme == Scheme::Exact {
+                        let late = PaperPlanner {
+                            deadline: Some(std::time::Instant::now()),
+                            ..planner
+                        };
+                        assert_eq!(late.plan(&round).unwrap().draft_lengths, uncapped.draft_lengths);
+                    }
                 }
             }
             (drafted, value) = (sum, plan.rate_tokens_per_s);

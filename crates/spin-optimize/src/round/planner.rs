@@ -251,7 +251,8 @@ impl PaperPlanner {
     /// plan with every L_k capped at the common cap c ∈ [`min_draft_len`, max L_k) whose value (under the planner's
     /// objective) is highest, if one beats the uncapped plan; payloads kept, shares Lemma 3's again for a plan
     /// that sends distributions only, else kept (paper B's B/K). `fixed` keeps its length: that length is what the
-    /// baseline is about. With T_tok = 0 the plan is returned as it is.
+    /// baseline is about. With T_tok = 0 the plan is returned as it is. Past the planner's deadline no further cap is
+    /// scored (the best so far stands), from the longest cap down, so the caps tried first are the smallest changes.
     fn capped(&self, round: &Round, plan: RoundPlan) -> Result<RoundPlan, OptimizeError> {
         if round.verify_per_draft_token_s == 0.0 || self.scheme == Scheme::Fixed {
             return Ok(plan);
@@ -259,7 +260,10 @@ impl PaperPlanner {
         let top = plan.draft_lengths.iter().copied().max().unwrap_or(0);
         let all_distributions = plan.sends_distributions.iter().all(|&d| d);
         let mut best: Option<RoundPlan> = None;
-        for cap in round.min_draft_len..top {
+        for cap in (round.min_draft_len..top).rev() {
+            if self.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                break;
+            }
             let lengths: Vec<u32> = plan.draft_lengths.iter().map(|&l| l.min(cap)).collect();
             let shares = if all_distributions {
                 unified::lemma3_shares(round, &lengths, &plan.sends_distributions)?
