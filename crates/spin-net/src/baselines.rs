@@ -8,7 +8,7 @@
 //! itself with one device at a time ([`crate::sim::simulate`] per device, at its own drop distance), the system's
 //! goodput that of the devices taking turns. docs/system.md §"Paper A's baselines" gives each time formula.
 
-use crate::controller::{UNTIMED_VERIFY, alpha_with_prior, fit_verify};
+use crate::controller::{VerifyFit, alpha_with_prior};
 use crate::error::{NetError, Result};
 use crate::link::LinkConfig;
 use crate::server::{
@@ -145,11 +145,12 @@ fn central(
     };
     let params = sampling(cfg.temperature)?;
     let vocab = target.config().vocab_size;
-    // Cen-SPIN plans L from T_ver(K, L), so under measured compute its passes are calibrated as the server's are.
-    let calibration = if drafter.is_some() && cfg.compute == Compute::Measured {
-        calibrate_verify(&target, cfg.max_draft_len, cfg.max_new_tokens)?
+    // Cen-SPIN plans L from T_ver(K, L), so under measured compute its passes are calibrated as the server's are, and
+    // every pass it times after is added to the fit.
+    let mut verify_fit = if drafter.is_some() && cfg.compute == Compute::Measured {
+        VerifyFit::of(&calibrate_verify(&target, cfg.max_draft_len, cfg.max_new_tokens)?)
     } else {
-        Vec::new()
+        VerifyFit::default()
     };
     let mut verifier = Verifier::new(
         target,
@@ -185,11 +186,9 @@ fn central(
         .map(|k| link.mean_gain(link.drop_distance(cfg.seed, k)))
         .collect::<Result<_>>()?;
     let token_bits = f64::from(spin_core::dist::pair_bits(vocab, 0));
-    // The running mean of the measured drafting step and the timed passes (read only under measured compute; the
-    // guesses stand until the first measurement, as the server's own do: 5 ms a token, 10 ms + 1 ms per device a
-    // pass), the calibration's passes first.
+    // The running mean of the measured drafting step (read only under measured compute, as `verify_fit` above; the
+    // guess of 5 ms a token stands until the first measurement, as the server's own does).
     let mut step = Mean::new(0.005);
-    let mut verify_points = calibration;
     let k_all = prompts.len();
     let mut rounds_of = vec![0u64; k_all];
     let (mut clock_s, mut predicted_sum) = (0.0f64, 0.0f64);
@@ -214,13 +213,11 @@ fn central(
         }
         let n = active.len() as f64;
         let gains = link.round_gains(cfg.seed, round, &means)?;
-        let (t_step, verify_model) = match cfg.compute {
-            Compute::Profile { draft_token_s, .. } => (
-                n * draft_token_s,
-                cfg.compute.profile_verify().unwrap_or(UNTIMED_VERIFY),
-            ),
-            Compute::Measured => (step.get(), fit_verify(&verify_points).unwrap_or(UNTIMED_VERIFY)),
+        let t_step = match cfg.compute {
+            Compute::Profile { draft_token_s, .. } => n * draft_token_s,
+            Compute::Measured => step.get(),
         };
+        let verify_model = cfg.compute.planning_verify(&verify_fit);
         let t_ver = |l: u32| verify_model.seconds(active.len(), active.len() as u64 * u64::from(l));
         // The common L of Cen-SPIN (0 for plain decoding) and the goodput it predicts.
         let alphas: Vec<f64> = active
@@ -301,7 +298,7 @@ fn central(
             .collect::<Result<_>>()?;
         let (decisions, verify_wall) = verifier.verify(&subs)?;
         let drafted: u64 = outs.iter().map(|o| o.tokens.len() as u64).sum();
-        verify_points.push((subs.len(), drafted, verify_wall));
+        verify_fit.add((subs.len(), drafted, verify_wall));
         let verify_s = match cfg.compute {
             Compute::Profile { .. } => verify_model.seconds(subs.len(), drafted),
             Compute::Measured => verify_wall,
@@ -398,11 +395,9 @@ fn central(
         })
         .collect::<Result<Vec<_>>>()?;
     let total: u64 = devices.iter().map(|d| d.tokens as u64).sum();
-    let verify_model = drafter.is_some().then(|| {
-        cfg.compute
-            .profile_verify()
-            .unwrap_or_else(|| fit_verify(&verify_points).unwrap_or(UNTIMED_VERIFY))
-    });
+    let verify_model = drafter
+        .is_some()
+        .then(|| cfg.compute.planning_verify(&verify_fit));
     Ok(Summary {
         verify_model,
         scheme,

@@ -230,59 +230,102 @@ pub fn unified_options(modes: ModeScheme) -> unified::Options {
     }
 }
 
-/// Least-squares fit of T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k over timed passes, every coefficient ≥ 0:
-/// the smallest squared error over the fits on each subset of the three terms whose coefficients all come out
-/// non-negative (the exact non-negative least squares for three unknowns). A subset whose terms the points cannot
-/// tell apart (the same K everywhere, or Σ L always a multiple of K) is skipped, and on a tie the subset listed
-/// first wins: T_fix alone first, so with one distinct K and no drafts the mean is T_fix. None without points.
-pub fn fit_verify(points: &[VerifyPoint]) -> Option<VerifyModel> {
-    if points.is_empty() {
-        return None;
+/// The least-squares fit of T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k over timed passes, kept as its sufficient
+/// statistics (the 3×3 Gram matrix of the terms (1, K, Σ L), their products with the seconds, and the count), so
+/// that adding a pass and refitting cost the same after a million rounds as after one, and hold no list of passes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VerifyFit {
+    /// Σ x xᵀ over the passes, x = (1, K, Σ L).
+    gram: [[f64; 3]; 3],
+    /// Σ x·seconds.
+    cross: [f64; 3],
+    /// Passes added.
+    passes: usize,
+}
+
+impl VerifyFit {
+    /// A fit of `points`.
+    pub fn of(points: &[VerifyPoint]) -> VerifyFit {
+        let mut f = VerifyFit::default();
+        points.iter().for_each(|&p| f.add(p));
+        f
     }
-    let row = |p: &VerifyPoint| [1.0, p.0 as f64, p.1 as f64];
-    // Subsets of {T_fix, T_lin, T_tok} as bit masks, the simplest first.
-    const SUBSETS: [u8; 7] = [0b001, 0b011, 0b101, 0b111, 0b010, 0b100, 0b110];
-    let mut best: Option<([f64; 3], f64)> = None;
-    for mask in SUBSETS {
-        let cols: Vec<usize> = (0..3).filter(|&j| mask >> j & 1 == 1).collect();
-        let n = cols.len();
-        let mut a = [[0.0f64; 4]; 3];
-        for p in points {
-            let x = row(p);
+
+    /// Adds one timed pass.
+    pub fn add(&mut self, (devices, drafted, seconds): VerifyPoint) {
+        let x = [1.0, devices as f64, drafted as f64];
+        for i in 0..3 {
+            for j in 0..3 {
+                self.gram[i][j] += x[i] * x[j];
+            }
+            self.cross[i] += x[i] * seconds;
+        }
+        self.passes += 1;
+    }
+
+    /// Passes added.
+    pub fn passes(&self) -> usize {
+        self.passes
+    }
+
+    /// The fit with every coefficient ≥ 0: of the least-squares fits on each subset of the three terms whose
+    /// coefficients all come out non-negative, the one with the smallest squared error (the exact non-negative
+    /// least squares for three unknowns; the error of coefficients β on a subset is the seconds' own Σ y², the same
+    /// for every subset, less 2β·c plus βᵀGβ, so it is compared without it). A subset whose terms the passes cannot
+    /// tell apart (the same K everywhere, or Σ L always a multiple of K) is skipped, and on a tie the subset listed
+    /// first wins: T_fix alone first, so with one distinct K and no drafts the mean is T_fix. None without passes.
+    pub fn model(&self) -> Option<VerifyModel> {
+        if self.passes == 0 {
+            return None;
+        }
+        // Subsets of {T_fix, T_lin, T_tok} as bit masks, the simplest first.
+        const SUBSETS: [u8; 7] = [0b001, 0b011, 0b101, 0b111, 0b010, 0b100, 0b110];
+        let mut best: Option<([f64; 3], f64)> = None;
+        for mask in SUBSETS {
+            let cols: Vec<usize> = (0..3).filter(|&j| mask >> j & 1 == 1).collect();
+            let n = cols.len();
+            let mut a = [[0.0f64; 4]; 3];
             for (i, &ci) in cols.iter().enumerate() {
                 for (j, &cj) in cols.iter().enumerate() {
-                    a[i][j] += x[ci] * x[cj];
+                    a[i][j] = self.gram[ci][cj];
                 }
-                a[i][n] += x[ci] * p.2;
+                a[i][n] = self.cross[ci];
+            }
+            let Some(beta) = solve(&mut a, n) else {
+                continue;
+            };
+            if beta[..n].iter().any(|&b| b < 0.0) {
+                continue;
+            }
+            let mut coef = [0.0; 3];
+            for (i, &c) in cols.iter().enumerate() {
+                coef[c] = beta[i];
+            }
+            // Squared error less Σ y²: βᵀGβ − 2β·c.
+            let mut err = 0.0;
+            for i in 0..3 {
+                err -= 2.0 * coef[i] * self.cross[i];
+                for j in 0..3 {
+                    err += coef[i] * self.gram[i][j] * coef[j];
+                }
+            }
+            // Strictly better beyond rounding (on the scale of the terms), so a tie keeps the simpler fit.
+            let scale: f64 = (0..3).map(|i| (coef[i] * self.cross[i]).abs()).sum();
+            if best.is_none_or(|(_, e)| err < e - 1e-9 * scale) {
+                best = Some((coef, err));
             }
         }
-        let Some(beta) = solve(&mut a, n) else {
-            continue;
-        };
-        if beta[..n].iter().any(|&b| b < 0.0) {
-            continue;
-        }
-        let mut coef = [0.0; 3];
-        for (i, &c) in cols.iter().enumerate() {
-            coef[c] = beta[i];
-        }
-        let sse: f64 = points
-            .iter()
-            .map(|p| {
-                let x = row(p);
-                (p.2 - (coef[0] * x[0] + coef[1] * x[1] + coef[2] * x[2])).powi(2)
-            })
-            .sum();
-        // Strictly better beyond rounding, so a tie keeps the simpler fit.
-        if best.is_none_or(|(_, e)| sse < e * (1.0 - 1e-9) - f64::MIN_POSITIVE) {
-            best = Some((coef, sse));
-        }
+        best.map(|(c, _)| VerifyModel {
+            fixed_s: c[0],
+            per_device_s: c[1],
+            per_draft_token_s: c[2],
+        })
     }
-    best.map(|(c, _)| VerifyModel {
-        fixed_s: c[0],
-        per_device_s: c[1],
-        per_draft_token_s: c[2],
-    })
+}
+
+/// [`VerifyFit::model`] of `points`.
+pub fn fit_verify(points: &[VerifyPoint]) -> Option<VerifyModel> {
+    VerifyFit::of(points).model()
 }
 
 /// Solves the n×n system in `a` (augmented, column n the right-hand side) by Gaussian elimination with partial
@@ -396,6 +439,10 @@ mod tests {
         let m = fit_verify(&same).unwrap();
         assert!((m.seconds(3, 9) - 0.016).abs() < 1e-12, "{m:?}");
         assert_eq!(fit_verify(&[]), None);
+        // Added one pass at a time, the running sums give the fit of the whole list.
+        let mut fit = VerifyFit::default();
+        pts.iter().for_each(|&p| fit.add(p));
+        assert_eq!((fit.passes(), fit.model()), (pts.len(), fit_verify(&pts)));
     }
 
     /// L_max 8, Fixed BW&L at 4, optimal modes, 41-bit pairs, 64 SAA samples, no deadline.

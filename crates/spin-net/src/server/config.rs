@@ -58,6 +58,13 @@ impl Compute {
             Compute::Measured => None,
         }
     }
+
+    /// T_ver(K, L) to plan with: the profile's, or under measured compute `fit`'s model of the passes timed so far
+    /// ([`crate::controller::UNTIMED_VERIFY`] before the first).
+    pub fn planning_verify(&self, fit: &crate::controller::VerifyFit) -> crate::controller::VerifyModel {
+        self.profile_verify()
+            .unwrap_or_else(|| fit.model().unwrap_or(crate::controller::UNTIMED_VERIFY))
+    }
 }
 
 /// Settings of a server.

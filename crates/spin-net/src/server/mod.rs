@@ -25,8 +25,8 @@ use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};
 
 use crate::controller::{
-    ControllerConfig, DeviceView, Scheme, UNTIMED_VERIFY, VerifyModel, VerifyPoint, alpha_with_prior_weight,
-    fit_verify, plan_round,
+    ControllerConfig, DeviceView, Scheme, VerifyFit, VerifyModel, VerifyPoint, alpha_with_prior_weight,
+    plan_round,
 };
 use crate::error::{NetError, Result};
 use crate::link::{LinkConfig, air_time_s};
@@ -133,15 +133,15 @@ impl Server {
         verifier.set_pair_exchange(!greedy_payload);
         let vocab = self.model.config().vocab_size as u32;
         let v_eff = self.cfg.v_eff.min(vocab);
-        let verify_points = match self.cfg.compute {
+        let verify_fit = VerifyFit::of(&match self.cfg.compute {
             Compute::Measured => tokio::task::block_in_place(|| {
                 calibrate_verify(&self.model, self.cfg.max_draft_len, self.cfg.max_new_tokens)
             })?,
             Compute::Profile { .. } => Vec::new(),
-        };
+        });
         let mut notice = self.notice;
-        if let Some(m) = fit_verify(&verify_points) {
-            let text = calibration_notice(&m, verify_points.len());
+        if let Some(m) = verify_fit.model() {
+            let text = calibration_notice(&m, verify_fit.passes());
             match notice.as_mut() {
                 Some(n) => n(&text),
                 None => tracing::info!("{text}"),
@@ -156,7 +156,7 @@ impl Server {
             stopping: false,
             clock_s: 0.0,
             wall_start: Instant::now(),
-            verify_points,
+            verify_fit,
             vocab,
             v_eff,
             greedy_payload,
@@ -187,8 +187,8 @@ struct Engine {
     stopping: bool,
     clock_s: f64,
     wall_start: Instant,
-    /// Timed passes (devices, drafted tokens, seconds): the start-up calibration's, then every round's.
-    verify_points: Vec<VerifyPoint>,
+    /// The fit of the timed passes: the start-up calibration's, then every round's.
+    verify_fit: VerifyFit,
     vocab: u32,
     v_eff: u32,
     /// Top-1 sampling with `greedy_payload`: pairs from every device, every rejection corrected by the server.
@@ -392,10 +392,7 @@ impl Engine {
     /// T_ver(K, L) the controller plans with: the profile's, or the fit over the timed passes (a guess of 10 ms
     /// plus 1 ms per device before the first).
     fn verify_model(&self) -> VerifyModel {
-        self.cfg
-            .compute
-            .profile_verify()
-            .unwrap_or_else(|| fit_verify(&self.verify_points).unwrap_or(UNTIMED_VERIFY))
+        self.cfg.compute.planning_verify(&self.verify_fit)
     }
 
     fn payload_bits_per_dist(&self) -> f64 {

@@ -385,7 +385,7 @@ impl Engine {
             Compute::Measured => measured_verify,
         };
         if !subs.is_empty() {
-            self.verify_points.push((subs.len(), drafted, measured_verify));
+            self.verify_fit.add((subs.len(), drafted, measured_verify));
         }
         // Verdicts; rejected paper-B devices get a correction mode.
         let mut rejected: Vec<(usize, usize)> = Vec::new();
