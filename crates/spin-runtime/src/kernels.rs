@@ -11,7 +11,7 @@
 
 mod panels;
 
-pub(crate) use panels::{KvPanels, PanelAttention, PanelScratch};
+pub(crate) use panels::{KvPanels, PanelAttention, PanelScratch, Partial};
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
 use rayon::prelude::*;

@@ -9,12 +9,14 @@
 //! head of its kv head; the weighted sum of values puts channels in the lanes, each value vector serving those
 //! heads too. Every lane is busy whatever the number of query heads or positions.
 //!
-//! Each query row gets the same operations in the same order whatever the other rows of the pass: its scores
-//! (one multiply-add chain per key over the channels in order), its visible keys (those before its own position;
-//! the lanes after them are set to −∞ and their weights to exactly zero), the maximum, the exponentials and their
-//! sums per lane in block order and then across lanes in a fixed tree, the value sums position by position and the
-//! final multiplication by 1/sum. A position decoded alone therefore gives the same bits as the same position
-//! among a verification's rows, which keeps plain and speculative greedy decoding identical (tested).
+//! Each query row gets the same operations in the same order whatever the other rows of the pass and the number of
+//! threads: the keys are taken in fixed chunks of [`CHUNK_KEYS`] positions; per chunk, its scores (one multiply-add
+//! chain per key over the channels in order), its visible keys (those before its own position; the lanes after
+//! them are set to −∞ and their weights to exactly zero), the chunk's maximum, the exponentials and their sums per
+//! lane in block order and then across lanes in a fixed tree, and the value sums position by position; then the
+//! chunks merged in order and the final multiplication by 1/sum. A position decoded alone therefore gives the same
+//! bits as the same position among a verification's rows, which keeps plain and speculative greedy decoding
+//! identical (tested).
 
 use super::{Lanes, exp_with, fmadd, has_fma};
 
@@ -103,7 +105,7 @@ pub(crate) struct PanelScratch {
 }
 
 /// Causal grouped-query attention of one sequence's new positions, reading keys and values from [`KvPanels`]
-/// (which already hold the new positions), one kv head per call.
+/// (which already hold the new positions), one kv head and chunk of keys per call, then the chunks merged.
 pub(crate) struct PanelAttention<'a> {
     /// The sequence's new q|k|v rows after RoPE, `stride` floats each, queries at 0.
     pub rows: &'a [f32],
@@ -119,51 +121,73 @@ pub(crate) struct PanelAttention<'a> {
     pub scale: f32,
 }
 
+/// Keys per chunk of [`PanelAttention`]: each kv head's keys are taken in chunks of this many positions (a
+/// multiple of the eight of a panel), each chunk's softmax kept unnormalised with its own maximum and sum
+/// ([`Partial`]) and the chunks merged in order ([`PanelAttention::merge`]). The chunks are the work items a pass
+/// spreads over its threads: every key and value is read by one thread once, where splitting a head's channels
+/// made both threads compute all its scores. The chunk boundaries are fixed positions, so a row's output depends on
+/// its own visible keys only, whatever the other rows and the number of threads.
+pub(crate) const CHUNK_KEYS: usize = 128;
+
+/// One kv head's attention over one chunk of keys, per row (new position j, query head r of the group, row
+/// j · rep + r): the largest score (−∞ where the row sees no key of the chunk), the sum of the exponentials of the
+/// scores less it, and the exponential-weighted sum of the values (head_dim floats), not yet divided by that sum.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Partial {
+    m: Vec<f32>,
+    z: Vec<f32>,
+    acc: Vec<f32>,
+}
+
 impl PanelAttention<'_> {
-    /// The outputs of kv head `g`'s query heads for every new position into `out` (T · rep · head_dim floats,
-    /// position-major, then head, then channel; rep = n_heads / n_kv_heads).
-    pub fn head(&self, g: usize, out: &mut [f32], s: &mut PanelScratch) {
-        self.head_channels(g, 0..self.head_dim, out, s);
+    /// How many chunks of [`CHUNK_KEYS`] the keys visible to any row of the pass make.
+    pub fn chunks(&self) -> usize {
+        self.visible
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .div_ceil(CHUNK_KEYS)
     }
 
-    /// [`PanelAttention::head`] for the output channels `channels` only (the others of `out` are left as they
-    /// are): the scores and weights are all computed, the value sums only for these channels. Each channel's sum is
-    /// the same chain of operations whatever the range (lanes are channels), so two calls on complementary ranges,
-    /// each on its own thread, give the bits of one call over all channels, with each thread reading half of
-    /// every value row. `channels.start` is a multiple of eight.
-    ///
-    /// # Panics
-    /// If the range is not inside the head or does not start at a multiple of eight (caller bugs).
-    pub fn head_channels(
-        &self,
-        g: usize,
-        channels: std::ops::Range<usize>,
-        out: &mut [f32],
-        s: &mut PanelScratch,
-    ) {
-        assert!(
-            channels.start.is_multiple_of(8)
-                && channels.start <= channels.end
-                && channels.end <= self.head_dim
-        );
+    /// Kv head `g`'s rows over chunk `c` of the keys (positions c · CHUNK_KEYS up to the next chunk) into `p`.
+    pub fn head_chunk(&self, g: usize, c: usize, p: &mut Partial, s: &mut PanelScratch) {
+        let rows = self.visible.len() * (self.n_heads / self.n_kv_heads);
+        p.m.clear();
+        p.m.resize(rows, f32::NEG_INFINITY);
+        p.z.clear();
+        p.z.resize(rows, 0.0);
+        p.acc.clear();
+        p.acc.resize(rows * self.head_dim, 0.0);
         pulp::Arch::new().dispatch(HeadTask {
             att: self,
             g,
-            channels,
-            out,
+            k0: c * CHUNK_KEYS,
+            p,
             s,
         });
     }
 
-    /// [`PanelAttention::head`] with fused multiply-adds exactly when `F`; the products in `S`'s vectors where they
-    /// hold eight lanes (x86-64-v3), in lane arrays otherwise (the same operations per lane).
+    /// Merges the partials of chunks 0, 1, … (in that order) of one kv head into `out` (T · rep · head_dim floats,
+    /// position-major, then head, then channel; rep = n_heads / n_kv_heads):
+    /// per row, the largest of the chunks' maxima M, then Σ e^(m_c − M) · z_c and Σ e^(m_c − M) · acc_c in chunk
+    /// order, and the weighted sum times the inverse of the sum. With one chunk this is the plain softmax: the factor
+    /// is e⁰ = 1 exactly.
+    pub fn merge(&self, parts: &[&Partial], out: &mut [f32]) {
+        let hd = self.head_dim;
+        let rows = self.visible.len() * (self.n_heads / self.n_kv_heads);
+        pulp::Arch::new().dispatch(MergeTask { parts, rows, hd, out });
+    }
+
+    /// [`PanelAttention::head_chunk`] with fused multiply-adds exactly when `F`; the products in `S`'s vectors
+    /// where they hold eight lanes (x86-64-v3), in lane arrays otherwise (the same operations per lane).
     #[inline(always)]
-    fn head_with<S: pulp::Simd, const F: bool>(
+    fn chunk_with<S: pulp::Simd, const F: bool>(
         &self,
         simd: S,
         g: usize,
-        ch: &std::ops::Range<usize>,
-        out: &mut [f32],
+        k0: usize,
+        p: &mut Partial,
         s: &mut PanelScratch,
     ) {
         let rep = self.n_heads / self.n_kv_heads;
@@ -174,35 +198,43 @@ impl PanelAttention<'_> {
         while first < total {
             let n = (total - first).min(6);
             match n {
-                6 => self.rows::<S, 6, 2, 2, F>(simd, g, ch, first, out, s),
-                5 => self.rows::<S, 5, 2, 2, F>(simd, g, ch, first, out, s),
-                4 => self.rows::<S, 4, 2, 2, F>(simd, g, ch, first, out, s),
-                3 => self.rows::<S, 3, 3, 4, F>(simd, g, ch, first, out, s),
-                2 => self.rows::<S, 2, 3, 4, F>(simd, g, ch, first, out, s),
-                _ => self.rows::<S, 1, 3, 4, F>(simd, g, ch, first, out, s),
+                6 => self.rows::<S, 6, 2, 2, F>(simd, g, k0, first, p, s),
+                5 => self.rows::<S, 5, 2, 2, F>(simd, g, k0, first, p, s),
+                4 => self.rows::<S, 4, 2, 2, F>(simd, g, k0, first, p, s),
+                3 => self.rows::<S, 3, 3, 4, F>(simd, g, k0, first, p, s),
+                2 => self.rows::<S, 2, 3, 4, F>(simd, g, k0, first, p, s),
+                _ => self.rows::<S, 1, 3, 4, F>(simd, g, k0, first, p, s),
             }
             first += n;
         }
     }
 
-    /// Rows `first .. first + R` of kv head g (row i: new position i / rep, query head g·rep + i % rep) into
-    /// `out` rows of head_dim at the same indices; the scores in blocks of B panels, the values in V vectors of
+    /// Rows `first .. first + R` of kv head g (row i: new position i / rep, query head g·rep + i % rep) over the
+    /// keys of the chunk from position `k0` into `p`; the scores in blocks of B panels, the values in V vectors of
     /// channels. Rows that see fewer keys than others of their group get weight exactly zero on the keys they do
-    /// not see, which leaves their sums unchanged bit for bit (an accumulator that starts at +0 is never −0).
+    /// not see, which leaves their sums unchanged bit for bit (an accumulator that starts at +0 is never −0); a row
+    /// that sees none of the chunk keeps m = −∞, z = 0 and zero sums.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn rows<S: pulp::Simd, const R: usize, const B: usize, const V: usize, const F: bool>(
         &self,
         simd: S,
         g: usize,
-        ch: &std::ops::Range<usize>,
+        k0: usize,
         first: usize,
-        out: &mut [f32],
+        p: &mut Partial,
         s: &mut PanelScratch,
     ) {
         let (hd, rep) = (self.head_dim, self.n_heads / self.n_kv_heads);
-        let vis: [usize; R] = std::array::from_fn(|i| self.visible[(first + i) / rep]);
+        // Keys of the chunk each row sees.
+        let vis: [usize; R] =
+            std::array::from_fn(|i| self.visible[(first + i) / rep].saturating_sub(k0).min(CHUNK_KEYS));
         let most = vis.iter().copied().max().unwrap_or(0);
+        if most == 0 {
+            return;
+        }
         let nb = most.div_ceil(8);
+        let b0 = k0 / 8;
         s.q.clear();
         for i in 0..R {
             let (j, h) = ((first + i) / rep, g * rep + (first + i) % rep);
@@ -212,30 +244,35 @@ impl PanelAttention<'_> {
         s.s.clear();
         s.s.resize(R * nb, [0.0; 8]);
         // Scores: B blocks of eight keys at a time against the R rows (B·R accumulator vectors).
-        let panel = |b: usize| &self.kv.k[g][b * hd..][..hd];
+        let panel = |b: usize| &self.kv.k[g][(b0 + b) * hd..][..hd];
+        // The panels from block b on (what the prefetches ahead of block b read; empty past the head's keys).
+        let after = |b: usize| self.kv.k[g].get((b0 + b) * hd..).unwrap_or(&[]);
         let wide = F && S::F32_LANES == 8;
         let mut b = 0;
         while b + B <= nb {
-            let p: [&[Lanes]; B] = std::array::from_fn(|i| panel(b + i));
+            let pn: [&[Lanes]; B] = std::array::from_fn(|i| panel(b + i));
             if wide {
-                scores_wide::<S, R, B>(simd, &s.q, p, &mut s.s, nb, b);
+                scores_wide::<S, R, B>(simd, &s.q, pn, after(b + B), &mut s.s, nb, b);
             } else {
-                scores::<R, B, F>(&s.q, p, &mut s.s, nb, b);
+                scores::<R, B, F>(&s.q, pn, &mut s.s, nb, b);
             }
             b += B;
         }
         while b < nb {
             if wide {
-                scores_wide::<S, R, 1>(simd, &s.q, [panel(b)], &mut s.s, nb, b);
+                scores_wide::<S, R, 1>(simd, &s.q, [panel(b)], after(b + 1), &mut s.s, nb, b);
             } else {
                 scores::<R, 1, F>(&s.q, [panel(b)], &mut s.s, nb, b);
             }
             b += 1;
         }
-        // Per row: hide the keys at and after its `vis`, softmax with per-lane sums in block order.
-        let mut inv = [0f32; R];
-        for (r, inv) in inv.iter_mut().enumerate() {
+        // Per row: hide the keys at and after its `vis`, exponentials with per-lane sums in block order.
+        for r in 0..R {
             let sr: &mut [f32] = bytemuck::cast_slice_mut(&mut s.s[r * nb..(r + 1) * nb]);
+            if vis[r] == 0 {
+                sr.fill(0.0);
+                continue;
+            }
             for x in &mut sr[vis[r]..] {
                 *x = f32::NEG_INFINITY;
             }
@@ -263,45 +300,114 @@ impl PanelAttention<'_> {
                     z[l] += x[l];
                 }
             }
-            let z = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
-            *inv = 1.0 / z;
+            p.m[first + r] = m;
+            p.z[first + r] = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
         }
         // Weighted sums of values: channels in lanes, V vectors at a time, positions in order.
         let value = Values {
-            rows: &self.kv.v[g][..most * hd],
+            rows: &self.kv.v[g][k0 * hd..(k0 + most) * hd],
             hd,
+            ahead: &self.kv.v[g][k0 * hd..],
         };
-        let out = &mut out[first * hd..(first + R) * hd];
-        let mut c0 = ch.start;
-        while c0 + 8 * V <= ch.end {
+        let one = [1f32; R];
+        let out = &mut p.acc[first * hd..(first + R) * hd];
+        let mut c0 = 0;
+        if wide {
+            // One row at a time over eight vectors of channels (a whole 64-wide head): each sweep reads whole value
+            // rows in order, which the prefetchers follow, and eight accumulators stay in registers.
+            while c0 + 64 <= hd {
+                for r in 0..R {
+                    values_wide::<S, 1, 8>(
+                        simd,
+                        r == 0,
+                        &s.s[r * nb..],
+                        nb,
+                        &value,
+                        c0,
+                        [1.0],
+                        &mut out[r * hd..],
+                        hd,
+                    );
+                }
+                c0 += 64;
+            }
+        }
+        while c0 + 8 * V <= hd {
             if wide {
-                values_wide::<S, R, V>(simd, &s.s, nb, &value, c0, inv, out, hd);
+                values_wide::<S, R, V>(simd, false, &s.s, nb, &value, c0, one, out, hd);
             } else {
-                values::<R, V, F>(&s.s, nb, &value, c0, inv, out, hd);
+                values::<R, V, F>(&s.s, nb, &value, c0, one, out, hd);
             }
             c0 += 8 * V;
         }
-        while c0 + 8 <= ch.end {
+        while c0 + 8 <= hd {
             if wide {
-                values_wide::<S, R, 1>(simd, &s.s, nb, &value, c0, inv, out, hd);
+                values_wide::<S, R, 1>(simd, false, &s.s, nb, &value, c0, one, out, hd);
             } else {
-                values::<R, 1, F>(&s.s, nb, &value, c0, inv, out, hd);
+                values::<R, 1, F>(&s.s, nb, &value, c0, one, out, hd);
             }
             c0 += 8;
         }
-        // A range that does not end at a multiple of eight: the last channels one at a time, in the same order
-        // (the fused multiply-add of each lane, so the same bits as in a vector).
-        for c in c0..ch.end {
+        // A head_dim that is not a multiple of eight: the last channels one at a time, in the same order (the
+        // fused multiply-add of each lane, so the same bits as in a vector).
+        for c in c0..hd {
             let mut acc = [0f32; R];
-            value.each(|p, row| {
+            value.each(|q, row| {
                 let x = row[c];
                 for (r, a) in acc.iter_mut().enumerate() {
-                    *a = fmadd::<F>(s.s[r * nb + p / 8][p % 8], x, *a);
+                    *a = fmadd::<F>(s.s[r * nb + q / 8][q % 8], x, *a);
                 }
             });
             for (r, a) in acc.iter().enumerate() {
-                out[r * hd + c] = a * inv[r];
+                out[r * hd + c] = *a;
             }
+        }
+    }
+}
+
+/// [`PanelAttention::merge`] compiled for the instruction set `pulp` picks, with fused multiply-adds where the
+/// chunks' kernels have them.
+struct MergeTask<'a, 'b> {
+    parts: &'a [&'a Partial],
+    rows: usize,
+    hd: usize,
+    out: &'b mut [f32],
+}
+
+impl pulp::WithSimd for MergeTask<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        if has_fma::<S>() {
+            merge_with::<true>(self.parts, self.rows, self.hd, self.out);
+        } else {
+            merge_with::<false>(self.parts, self.rows, self.hd, self.out);
+        }
+    }
+}
+
+/// [`PanelAttention::merge`] with fused multiply-adds exactly when `F`.
+#[inline(always)]
+fn merge_with<const F: bool>(parts: &[&Partial], rows: usize, hd: usize, out: &mut [f32]) {
+    let mut acc = vec![0f32; hd];
+    for r in 0..rows {
+        let big = parts.iter().map(|p| p.m[r]).fold(f32::NEG_INFINITY, f32::max);
+        acc.fill(0.0);
+        let mut z = 0f32;
+        for p in parts {
+            if p.m[r] == f32::NEG_INFINITY {
+                continue;
+            }
+            let f = exp_with::<F>(p.m[r] - big);
+            z = fmadd::<F>(f, p.z[r], z);
+            for (a, &x) in acc.iter_mut().zip(&p.acc[r * hd..(r + 1) * hd]) {
+                *a = fmadd::<F>(f, x, *a);
+            }
+        }
+        let inv = 1.0 / z;
+        for (o, a) in out[r * hd..(r + 1) * hd].iter_mut().zip(&acc) {
+            *o = a * inv;
         }
     }
 }
@@ -310,6 +416,8 @@ impl PanelAttention<'_> {
 struct Values<'a> {
     rows: &'a [f32],
     hd: usize,
+    /// The head's values from the first of `rows` on, past them too (what prefetches may reach ahead).
+    ahead: &'a [f32],
 }
 
 impl Values<'_> {
@@ -390,10 +498,12 @@ fn values<const R: usize, const V: usize, const F: bool>(
 /// [`scores`] in vectors of eight lanes with fused multiply-adds (`S::F32_LANES == 8`): the same operations per
 /// lane, with the accumulators held in registers (LLVM keeps lane arrays of this size on the stack).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn scores_wide<S: pulp::Simd, const R: usize, const B: usize>(
     simd: S,
     q: &[f32],
     panels: [&[Lanes]; B],
+    ahead: &[Lanes],
     s: &mut [Lanes],
     nb: usize,
     b: usize,
@@ -403,6 +513,14 @@ fn scores_wide<S: pulp::Simd, const R: usize, const B: usize>(
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; B]; R];
     for c in 0..hd {
+        if c % 2 == 0 {
+            // The next group's panels, a cache line (two channel vectors) of each per two channels: the keys come
+            // from memory (a pass streams the weights between two uses of them), and the prefetchers alone fetch
+            // them at a third of the bus.
+            for i in 0..B {
+                crate::quant::prefetch(ahead, i * hd + c);
+            }
+        }
         let k: [S::f32s; B] = std::array::from_fn(|i| panels[i][c]);
         for r in 0..R {
             let x = simd.splat_f32s(q[r * hd + c]);
@@ -422,6 +540,7 @@ fn scores_wide<S: pulp::Simd, const R: usize, const B: usize>(
 #[inline(always)]
 fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
     simd: S,
+    prefetch_ahead: bool,
     w: &[Lanes],
     nb: usize,
     value: &Values<'_>,
@@ -432,15 +551,40 @@ fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
 ) {
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; V]; R];
-    value.each(|p, row| {
-        let row: &[S::f32s] = bytemuck::cast_slice(&row[c0..c0 + 8 * V]);
-        let wp: [S::f32s; R] = std::array::from_fn(|r| simd.splat_f32s(w[r * nb + p / 8][p % 8]));
-        for v in 0..V {
-            for r in 0..R {
-                acc[r][v] = simd.mul_add_f32s(wp[r], row[v], acc[r][v]);
+    let mut wr: [&[f32]; R] = [&[]; R];
+    for (r, x) in wr.iter_mut().enumerate() {
+        // Row r's weights as one run of floats (lane l of block b is position 8·b + l).
+        *x = bytemuck::cast_slice(&w[r * nb..(r + 1) * nb]);
+    }
+    // Plain loops, no closures: a closure left out of line would not inherit the caller's target features, and
+    // every vector operation in it would become a call.
+    let (rows, hd_v) = (value.rows, value.hd);
+    let mut p = 0;
+    let mut at = 0;
+    while at + hd_v <= rows.len() {
+        if prefetch_ahead {
+            // Sixteen positions ahead, each line of the value row this sweep reads (the first of a group's rows
+            // reads them from memory; the others find them in cache).
+            let mut l = 0;
+            while l < 8 * V {
+                crate::quant::prefetch(value.ahead, at + 16 * hd_v + c0 + l);
+                l += 16;
             }
         }
-    });
+        let row: &[S::f32s] = bytemuck::cast_slice(&rows[at + c0..at + c0 + 8 * V]);
+        let mut x = [zero; V];
+        x.copy_from_slice(&row[..V]);
+        // One broadcast weight at a time, used at once: R·V accumulators, V value vectors and one weight stay in
+        // the vector registers (all R weights first spilled the accumulators to the stack).
+        for r in 0..R {
+            let wp = simd.splat_f32s(wr[r][p]);
+            for v in 0..V {
+                acc[r][v] = simd.mul_add_f32s(wp, x[v], acc[r][v]);
+            }
+        }
+        p += 1;
+        at += hd_v;
+    }
     for r in 0..R {
         let scale = simd.splat_f32s(inv[r]);
         let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(&mut out[r * hd + c0..r * hd + c0 + 8 * V]);
@@ -450,13 +594,13 @@ fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
     }
 }
 
-/// [`PanelAttention::head`] compiled for the instruction set `pulp` picks (a struct rather than a closure, as
-/// `kernels::Block`).
+/// [`PanelAttention::head_chunk`] compiled for the instruction set `pulp` picks (a struct rather than a closure,
+/// as `kernels::Block`).
 struct HeadTask<'a, 'b, 'c> {
     att: &'a PanelAttention<'b>,
     g: usize,
-    channels: std::ops::Range<usize>,
-    out: &'c mut [f32],
+    k0: usize,
+    p: &'c mut Partial,
     s: &'c mut PanelScratch,
 }
 
@@ -467,10 +611,10 @@ impl pulp::WithSimd for HeadTask<'_, '_, '_> {
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         if has_fma::<S>() {
             self.att
-                .head_with::<S, true>(simd, self.g, &self.channels, self.out, self.s)
+                .chunk_with::<S, true>(simd, self.g, self.k0, self.p, self.s);
         } else {
             self.att
-                .head_with::<S, false>(simd, self.g, &self.channels, self.out, self.s)
+                .chunk_with::<S, false>(simd, self.g, self.k0, self.p, self.s);
         }
     }
 }
@@ -526,22 +670,11 @@ mod tests {
             kv.extend((&stale, kvd, 0), (&stale, kvd, 0), nkv, hd);
             kv.truncate(self.past);
             kv.extend((&self.rows, w, d), (&self.rows, w, d + kvd), nkv, hd);
-            self.attend(&kv, None)
+            self.attend(&kv)
         }
 
-        /// [`Case::run`] with each kv head's channels computed in two calls over `0..split` and `split..hd`
-        /// (panels grown through `reserve` rather than truncated).
-        fn run_split(&self, split: usize) -> Vec<f32> {
-            let (kvd, w, d) = (self.nkv * self.hd, self.w(), self.nh * self.hd);
-            let mut kv = KvPanels::default();
-            kv.extend((&self.past_k, kvd, 0), (&self.past_v, kvd, 0), self.nkv, self.hd);
-            kv.reserve(self.t);
-            kv.extend((&self.rows, w, d), (&self.rows, w, d + kvd), self.nkv, self.hd);
-            self.attend(&kv, Some(split))
-        }
-
-        /// Every kv head over `kv` (in one call, or in two at `split`), spread into (T, n_heads, head_dim).
-        fn attend(&self, kv: &KvPanels, split: Option<usize>) -> Vec<f32> {
+        /// Every kv head over `kv`, its chunks computed last to first, spread into (T, n_heads, head_dim).
+        fn attend(&self, kv: &KvPanels) -> Vec<f32> {
             let d = self.nh * self.hd;
             let visible: Vec<usize> = (0..self.t).map(|j| self.past + j + 1).collect();
             let att = PanelAttention {
@@ -559,13 +692,12 @@ mod tests {
             let mut s = PanelScratch::default();
             for g in 0..self.nkv {
                 let mut block = vec![f32::NAN; self.t * rep * self.hd];
-                match split {
-                    None => att.head(g, &mut block, &mut s),
-                    Some(at) => {
-                        att.head_channels(g, 0..at, &mut block, &mut s);
-                        att.head_channels(g, at..self.hd, &mut block, &mut s);
-                    }
+                // The chunks in reverse order, each with a fresh partial: the order tasks run in is free.
+                let mut parts: Vec<Partial> = (0..att.chunks()).map(|_| Partial::default()).collect();
+                for (c, p) in parts.iter_mut().enumerate().rev() {
+                    att.head_chunk(g, c, p, &mut s);
                 }
+                att.merge(&parts.iter().collect::<Vec<_>>(), &mut block);
                 for (i, o) in block.chunks_exact(self.hd).enumerate() {
                     let (j, r) = (i / rep, i % rep);
                     let at = (j * self.nh + g * rep + r) * self.hd;
@@ -628,13 +760,13 @@ mod tests {
     const SHAPES: [(usize, usize, usize); 5] = [(9, 3, 64), (8, 4, 8), (4, 4, 12), (14, 2, 64), (6, 1, 16)];
 
     /// The kernel against plain f64 attention, for every head grouping, head widths that are and are not
-    /// multiples of eight, caches of 0 to 41 positions (partial blocks), 1 to 6 new positions, and a truncated
-    /// stale tail in the panels.
+    /// multiples of eight, caches of 0 to 300 positions (partial blocks; one, two and three chunks of keys, new
+    /// positions on both sides of a chunk's end), 1 to 6 new positions, and a truncated stale tail in the panels.
     #[test]
     fn panel_attention_matches_plain_attention() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         for shape in SHAPES {
-            for past in [0, 1, 7, 8, 9, 41] {
+            for past in [0, 1, 7, 8, 9, 41, 125, 128, 300] {
                 for t in [1, 2, 5, 6] {
                     let c = Case::new(&mut rng, shape, past, t);
                     let (got, want) = (c.run(), c.reference());
@@ -650,27 +782,6 @@ mod tests {
         }
     }
 
-    /// Value sums split in two channel ranges (two threads' shares of a head) give the bits of one call over all
-    /// channels, wherever the split falls (multiples of eight, ranges that end off a multiple of eight).
-    #[test]
-    fn channel_ranges_give_the_bits_of_the_whole_head() {
-        let mut rng = ChaCha8Rng::seed_from_u64(13);
-        for shape in SHAPES {
-            let hd = shape.2;
-            for (past, t) in [(0, 1), (9, 1), (41, 1), (23, 3), (300, 2)] {
-                let c = Case::new(&mut rng, shape, past, t);
-                let whole = c.run();
-                for split in (0..=hd).step_by(8) {
-                    let y = c.run_split(split);
-                    assert!(
-                        y.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{shape:?} past {past} t {t}: channels split at {split} differ from the whole head"
-                    );
-                }
-            }
-        }
-    }
-
     /// A new position among several gets the bits it gets decoded alone with the earlier positions cached.
     #[test]
     fn a_position_alone_gets_the_bits_it_gets_in_a_pass() {
@@ -679,7 +790,7 @@ mod tests {
             let (nh, nkv, hd) = shape;
             let (kvd, d) = (nkv * hd, nh * hd);
             let w = d + 2 * kvd;
-            for past in [0, 5, 8, 23] {
+            for past in [0, 5, 8, 23, 124, 253] {
                 let t = 6;
                 let all = Case::new(&mut rng, shape, past, t);
                 let together = all.run();

@@ -16,22 +16,16 @@ use super::cache::LayerKv;
 use super::weights::{HostRows, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
-use crate::kernels::{PanelAttention, PanelScratch, SwiGluRows};
+use crate::kernels::{PanelAttention, PanelScratch, Partial, SwiGluRows};
 use crate::quant::QMatrix;
 use candle_core::Tensor;
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
 
-/// From how many keys a lone sequence's attention is split over the pool by channel halves as well as by kv heads
-/// (`parts` in `qhost_pass`). A decoding step of SmolLM2 Q4_1 at depth 1,044–1,343 on two threads: 115–124
-/// tokens/s unsplit, 145–149 split; below a few hundred keys the split neither gains nor loses measurably
-/// (docs/runtime.md, "Keys and values per head").
-const ATT_SPLIT_KEYS: usize = 256;
-
-/// Up to how many new positions the channel split applies: each half computes all of its kv head's scores, which
-/// a decoding step or a verification's few positions repay by reading half the values, and a long prompt's pass
-/// (scores growing with its length squared) does not (572 prompt tokens: 876 against 914 tokens/s split).
-const ATT_SPLIT_POSITIONS: usize = 16;
+/// From how much attention work (new positions × keys they attend to, over the pass's sequences) the chunks of
+/// the attention are spread over the pool rather than run on the pass's own thread: a decoding step from 256 keys
+/// on, or a verification of two positions from 128.
+const ATT_PAR_WORK: usize = 256;
 
 /// One product of a layer: a matrix whose output columns land at `offset` of each output row.
 #[derive(Debug)]
@@ -143,16 +137,12 @@ struct QBuffers {
     logits: Vec<f32>,
     /// Keys visible to each row's query.
     visible: Vec<usize>,
-    /// Per sequence: its first row and its attention output and scratch.
-    seqs: Vec<SeqScratch>,
-}
-
-#[derive(Debug, Default)]
-struct SeqScratch {
-    /// The sequence's attention output (T, n_heads, head_dim).
-    att: Vec<f32>,
-    /// One kv head's output (T, rep, head_dim) before it is spread over `att`.
+    /// The attention's tasks (sequence, kv head, chunk of keys), their partial results, and the merged rows of
+    /// one kv head (T, rep, head_dim) before they are spread over `att`.
+    items: Vec<(usize, usize, usize)>,
+    parts: Vec<Partial>,
     block: Vec<f32>,
+    /// Scratch of the attention's tasks when they run on the pass's own thread.
     panel: PanelScratch,
 }
 
@@ -288,7 +278,6 @@ impl Model {
         let w = d + 2 * kvd;
         let eps = cfg.rms_eps as f32;
         let n: usize = tokens.iter().map(|s| s.len()).sum();
-        let b = tokens.len();
         let arch = pulp::Arch::new();
         let scale = 1.0 / (hd as f32).sqrt();
 
@@ -306,7 +295,6 @@ impl Model {
         for (c, s) in caches.iter().zip(tokens) {
             buf.visible.extend((0..s.len()).map(|j| c.len + j + 1));
         }
-        buf.seqs.resize_with(b.max(buf.seqs.len()), SeqScratch::default);
         let starts: Vec<usize> = tokens
             .iter()
             .scan(0, |at, s| {
@@ -349,96 +337,84 @@ impl Model {
                 let rows = &buf.qkv[first * w..(first + t) * w];
                 panels.extend((rows, w, d), (rows, w, d + kvd), nkv, hd);
             }
-            // Attention, one sequence per task (each over its own cache); the sequences' outputs are then
-            // copied into place.
+            // Attention: every (sequence, kv head, chunk of keys) is one task over its own cache
+            // (`PanelAttention::head_chunk`), then each head's chunks are merged in order into the sequence's rows.
             {
                 let qkv = &buf.qkv;
                 let visible = &buf.visible;
-                let caches_ro: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
                 let rep = nh / nkv;
-                let att_of = |i: usize| -> Option<PanelAttention<'_>> {
-                    let c = caches_ro[i];
-                    if !matches!(c.layers[li], LayerKv::Host { .. }) {
-                        return None;
-                    }
-                    let (first, t) = (starts[i], tokens[i].len());
-                    Some(PanelAttention {
-                        rows: &qkv[first * w..(first + t) * w],
-                        stride: w,
-                        kv: &c.host.panels[li],
-                        visible: &visible[first..first + t],
-                        n_heads: nh,
-                        n_kv_heads: nkv,
-                        head_dim: hd,
-                        scale,
-                    })
-                };
-                // Channels `ch` of kv head g's block (T, rep, head_dim) into the sequence's output (T, n_heads,
-                // head_dim).
-                let spread = |att: &mut [f32], g: usize, ch: &std::ops::Range<usize>, block: &[f32]| {
-                    for (row, o) in block.chunks_exact(hd).enumerate() {
-                        let (j, r) = (row / rep, row % rep);
-                        let at = (j * nh + g * rep + r) * hd;
-                        att[at + ch.start..at + ch.end].copy_from_slice(&o[ch.clone()]);
-                    }
-                };
-                // Where a lone sequence's keys are many, each kv head's value sums are split in two channel ranges
-                // (`PanelAttention::head_channels`: the same bits), so that a decoding step's attention, which
-                // reads every cached position, runs on two threads even when the kv heads are few (SmolLM2: 3).
-                let mid = hd / 2 / 8 * 8;
-                let parts = |keys: usize, t: usize| -> Vec<(usize, std::ops::Range<usize>)> {
-                    let split = keys >= ATT_SPLIT_KEYS && t <= ATT_SPLIT_POSITIONS && mid > 0;
-                    (0..nkv)
-                        .flat_map(|g| {
-                            if split {
-                                vec![(g, 0..mid), (g, mid..hd)]
-                            } else {
-                                vec![(g, 0..hd)]
-                            }
+                let atts: Vec<Option<PanelAttention<'_>>> = caches
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        if !matches!(c.layers[li], LayerKv::Host { .. }) {
+                            return None;
+                        }
+                        let (first, t) = (starts[i], tokens[i].len());
+                        Some(PanelAttention {
+                            rows: &qkv[first * w..(first + t) * w],
+                            stride: w,
+                            kv: &c.host.panels[li],
+                            visible: &visible[first..first + t],
+                            n_heads: nh,
+                            n_kv_heads: nkv,
+                            head_dim: hd,
+                            scale,
                         })
-                        .collect()
-                };
-                let run = |i: usize, s: &mut SeqScratch| {
-                    let Some(att) = att_of(i) else {
-                        return;
-                    };
-                    let t = tokens[i].len();
-                    resize(&mut s.att, t * d);
-                    let keys = att.kv.len();
-                    let pool = rayon::current_num_threads() > 1;
-                    if b == 1 && pool && (t > 1 || keys >= ATT_SPLIT_KEYS) {
-                        // A lone sequence splits its kv heads (and their channels, see `parts`) over the pool.
-                        let parts = parts(keys, t);
-                        let blocks: Vec<Vec<f32>> = parts
-                            .par_iter()
-                            .map_init(PanelScratch::default, |ps, (g, ch)| {
-                                let mut block = vec![0f32; t * rep * hd];
-                                att.head_channels(*g, ch.clone(), &mut block, ps);
-                                block
-                            })
-                            .collect();
-                        for ((g, ch), block) in parts.iter().zip(&blocks) {
-                            spread(&mut s.att, *g, ch, block);
-                        }
-                    } else {
-                        resize(&mut s.block, t * rep * hd);
-                        for g in 0..nkv {
-                            att.head(g, &mut s.block, &mut s.panel);
-                            spread(&mut s.att, g, &(0..hd), &s.block);
-                        }
+                    })
+                    .collect();
+                buf.items.clear();
+                for (i, att) in atts.iter().enumerate() {
+                    if let Some(att) = att {
+                        let chunks = att.chunks();
+                        buf.items
+                            .extend((0..nkv).flat_map(|g| (0..chunks).map(move |c| (i, g, c))));
+                    }
+                }
+                if buf.parts.len() < buf.items.len() {
+                    buf.parts.resize_with(buf.items.len(), Default::default);
+                }
+                let items = &buf.items;
+                let parts = &mut buf.parts[..items.len()];
+                let work: usize = atts.iter().flatten().map(|a| a.visible.len() * a.kv.len()).sum();
+                let task = |&(i, g, c): &(usize, usize, usize), p: &mut Partial, s: &mut PanelScratch| {
+                    if let Some(att) = &atts[i] {
+                        att.head_chunk(g, c, p, s);
                     }
                 };
-                let seqs = &mut buf.seqs[..b];
-                if b == 1 {
-                    run(0, &mut seqs[0]);
+                if rayon::current_num_threads() > 1 && items.len() > 1 && work >= ATT_PAR_WORK {
+                    parts
+                        .par_iter_mut()
+                        .zip(items.par_iter())
+                        .for_each_init(PanelScratch::default, |s, (p, it)| task(it, p, s));
                 } else {
-                    seqs.par_iter_mut().enumerate().for_each(|(i, s)| run(i, s));
+                    for (p, it) in parts.iter_mut().zip(items) {
+                        task(it, p, &mut buf.panel);
+                    }
                 }
-            }
-            resize(&mut buf.att, n * d);
-            for (i, s) in buf.seqs[..b].iter().enumerate() {
-                let (first, t) = (starts[i], tokens[i].len());
-                buf.att[first * d..(first + t) * d].copy_from_slice(&s.att[..t * d]);
+                // Merge each head's chunks (consecutive items) and spread its rows (T, rep, head_dim) over the
+                // pass's attention output (N, n_heads, head_dim).
+                resize(&mut buf.att, n * d);
+                let mut at = 0;
+                while at < items.len() {
+                    let (i, g, _) = items[at];
+                    let end = at
+                        + items[at..]
+                            .iter()
+                            .take_while(|&&(j, h, _)| (j, h) == (i, g))
+                            .count();
+                    let att = atts[i].as_ref().expect("items only for host layers");
+                    let (first, t) = (starts[i], tokens[i].len());
+                    resize(&mut buf.block, t * rep * hd);
+                    let refs: Vec<&Partial> = parts[at..end].iter().collect();
+                    att.merge(&refs, &mut buf.block);
+                    for (row, o) in buf.block.chunks_exact(hd).enumerate() {
+                        let (j, r) = (row / rep, row % rep);
+                        let to = ((first + j) * nh + g * rep + r) * hd;
+                        buf.att[to..to + hd].copy_from_slice(o);
+                    }
+                    at = end;
+                }
             }
             // The new keys and values go to the caches (nothing below can fail).
             for (i, c) in caches.iter_mut().enumerate() {

@@ -18,6 +18,7 @@ mod interleave;
 mod pages;
 mod reference;
 mod simd;
+pub(crate) use simd::prefetch;
 
 use crate::{Result, RuntimeError};
 use candle_core::quantized::{GgmlDType, QTensor};

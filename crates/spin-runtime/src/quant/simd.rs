@@ -1420,3 +1420,19 @@ mod x86 {
 
 #[cfg(test)]
 mod tests;
+
+/// Asks the CPU to bring the cache line holding `s[at]` into its nearest cache ahead of a read (`prefetcht0`): a
+/// hint, with no effect on any result; nothing happens when `at` is outside `s`, or off x86-64.
+#[inline(always)]
+pub(crate) fn prefetch<T>(s: &[T], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(x) = s.get(at) {
+        // SAFETY: `x` is a reference into `s`, so the address is valid; a prefetch reads nothing architecturally,
+        // cannot fault and needs only SSE, which every x86-64 CPU has.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast())
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, at);
+}
