@@ -175,6 +175,18 @@ fn summary() {
         "quant summary: {}; int8 peak {peak:.0} GMAC/s on 1 thread (wall), {peak_cpu:.0} GMAC/s per CPU second (checksum {check})",
         spin_runtime::quant::instruction_set()
     );
+    // The float work beside the integer products: each block of a 16-row tile against one activation row is
+    // eight vpdpbusd, then a scale product and an accumulating multiply-add (and a minimum term for Q4_1/Q5_1).
+    for fmas in 0..=3 {
+        let start = Instant::now();
+        if let Some((m, check)) = spin_runtime::quant::peak_int8_macs_with_fmas(iters, fmas) {
+            let rate = m as f64 / start.elapsed().as_secs_f64() / 1e9;
+            println!(
+                "quant summary: int8 peak with {fmas} 512-bit FMA per 8 vpdpbusd: {rate:.0} GMAC/s, {:.2} of the peak (checksum {check})",
+                rate / peak
+            );
+        }
+    }
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()

@@ -329,3 +329,23 @@ impl Bytes for QMatrix {
         self.data().to_vec()
     }
 }
+
+/// The probe of the integer peak with float work beside it runs what it says: eight 512-bit `vpdpbusd` of 64
+/// multiply-adds per iteration (3 × 5 summed four at a time into each of 16 lanes: 60 per lane), on AVX-512 VNNI;
+/// None on other CPUs.
+#[test]
+fn peak_probe_with_fmas_counts_its_multiply_adds() {
+    let vnni = spin_runtime::quant::instruction_set().starts_with("AVX-512");
+    for fmas in 0..=4 {
+        match spin_runtime::quant::peak_int8_macs_with_fmas(1000, fmas) {
+            Some((macs, check)) => {
+                assert!(vnni);
+                assert_eq!(macs, 1000 * 8 * 64, "{fmas} FMA");
+                if fmas == 0 {
+                    assert_eq!(check, 1000 * 8 * 16 * 60);
+                }
+            }
+            None => assert!(!vnni, "{fmas} FMA: no probe on an AVX-512 VNNI CPU"),
+        }
+    }
+}

@@ -559,6 +559,14 @@ pub fn peak_int8_macs(iters: usize) -> (u64, i64) {
     simd::peak_probe(iters)
 }
 
+/// [`peak_int8_macs`] in eight chains with `fmas` (0 to 3; more count as 3) 512-bit fused multiply-adds beside every eight 512-bit `vpdpbusd` (one
+/// block of 32 values, 16 rows, one activation row in the interleaved kernels), on CPUs with AVX-512 VNNI (None
+/// elsewhere): what a block format's float work (scale product, accumulation, minimum term) leaves of the integer
+/// peak. Returns the integer multiply-adds done and a checksum.
+pub fn peak_int8_macs_with_fmas(iters: usize, fmas: usize) -> Option<(u64, i64)> {
+    simd::peak_probe_fma(iters, fmas)
+}
+
 /// The name of the instruction set the kernels run with on this CPU (for reports).
 pub fn instruction_set() -> &'static str {
     match simd::Isa::best() {

@@ -256,6 +256,26 @@ pub(crate) fn peak_probe(iters: usize) -> (u64, i64) {
     (iters as u64 * 32, s)
 }
 
+/// Eight chains of [`peak_probe`] with `fmas` (0 to 3; more count as 3) fused multiply-adds beside every eight `vpdpbusd`, on AVX-512 VNNI only
+/// (None elsewhere): whether the float work of a block format's kernel shares the integer product's execution
+/// ports. Returns the integer multiply-adds done and a checksum.
+pub(crate) fn peak_probe_fma(iters: usize, fmas: usize) -> Option<(u64, i64)> {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::best() == Isa::Avx512Vnni {
+        // SAFETY: `Isa::best` is Avx512Vnni only after AVX-512 F/BW/VL/VNNI were detected (FMA with them).
+        return Some(unsafe {
+            match fmas {
+                0 => x86::peak512_fma::<0>(iters),
+                1 => x86::peak512_fma::<1>(iters),
+                2 => x86::peak512_fma::<2>(iters),
+                _ => x86::peak512_fma::<3>(iters),
+            }
+        });
+    }
+    let _ = (iters, fmas);
+    None
+}
+
 /// The horizontal sum of 8 lanes in the order of the vector code.
 #[inline(always)]
 fn hsum8(v: [f32; 8]) -> f32 {
@@ -1125,6 +1145,38 @@ mod x86 {
             s = _mm512_add_epi32(s, a);
         }
         (iters as u64 * 12 * 64, i64::from(_mm512_reduce_add_epi32(s)))
+    }
+
+    /// Eight independent `vpdpbusd` chains (one 32-value block of a 16-row tile against one activation row) with
+    /// `fmas` independent 512-bit fused multiply-add chains beside them (0 to 3: a block format's scale product,
+    /// its accumulation and Q4_1's or Q5_1's minimum term), per iteration.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) fn peak512_fma<const K: usize>(iters: usize) -> (u64, i64) {
+        let u = _mm512_set1_epi8(3);
+        let q = _mm512_set1_epi8(std::hint::black_box(5));
+        let (a, b) = (
+            _mm512_set1_ps(1.000_000_1),
+            _mm512_set1_ps(std::hint::black_box(1e-7)),
+        );
+        let mut acc = [_mm512_setzero_si512(); 8];
+        let mut f = [_mm512_set1_ps(1.0); K];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm512_dpbusd_epi32(*x, u, q);
+            }
+            for x in f.iter_mut() {
+                *x = _mm512_fmadd_ps(*x, a, b);
+            }
+        }
+        let mut s = _mm512_setzero_si512();
+        for x in acc {
+            s = _mm512_add_epi32(s, x);
+        }
+        let t: f32 = f.iter().map(|&x| _mm512_reduce_add_ps(x)).sum();
+        (
+            iters as u64 * 8 * 64,
+            i64::from(_mm512_reduce_add_epi32(s)) + t as i64,
+        )
     }
 
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
