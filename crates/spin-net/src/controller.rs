@@ -111,9 +111,16 @@ impl VerifyModel {
         }
     }
 
-    /// T_ver of a pass over `devices` drafts holding `drafted` tokens in all.
+    /// T_ver of a pass over `devices` drafts holding `drafted` tokens in all (spin-optimize's
+    /// [`spin_optimize::round::verify_seconds`], the formula the planners price the round with).
     pub fn seconds(&self, devices: usize, drafted: u64) -> f64 {
-        self.fixed_s + self.per_device_s * devices as f64 + self.per_draft_token_s * drafted as f64
+        spin_optimize::round::verify_seconds(
+            self.fixed_s,
+            self.per_device_s,
+            self.per_draft_token_s,
+            devices,
+            drafted,
+        )
     }
 }
 
@@ -491,6 +498,37 @@ mod tests {
             }
             let want = costly.seconds(3, u64::from(sum(&p.draft_lengths)));
             assert!((p.verify_s - want).abs() < 1e-12, "{scheme}");
+        }
+    }
+
+    /// The controller's T_ver(K, L) and the round's are one formula: the same bits at any draft lengths, with and
+    /// without a price per drafted token.
+    #[test]
+    fn the_model_prices_a_pass_as_the_round_does() {
+        let link = LinkConfig::paper_b();
+        let devs: Vec<DeviceView> = (0..3)
+            .map(|k| DeviceView {
+                acceptance: 0.7,
+                draft_token_s: 0.0005,
+                gain: 1e-11 * (k + 1) as f64,
+                max_draft_len: 100,
+            })
+            .collect();
+        let cfg = test_config(Scheme::PER_ROUND[0], 41.0);
+        for per_draft_token_s in [0.0, 0.00061, 0.05] {
+            let model = VerifyModel {
+                per_draft_token_s,
+                ..VerifyModel::affine(0.0043, 0.00071)
+            };
+            let round = build_round(&cfg, &link, &devs, &model, 3).unwrap();
+            for lengths in [[0u32, 0, 0], [1, 4, 9], [25, 0, 3]] {
+                let drafted = lengths.iter().map(|&l| u64::from(l)).sum();
+                assert_eq!(
+                    round.verify_s_at(&lengths).to_bits(),
+                    model.seconds(3, drafted).to_bits(),
+                    "T_tok {per_draft_token_s}, lengths {lengths:?}"
+                );
+            }
         }
     }
 

@@ -19,5 +19,5 @@ pub use planner::{PaperPlanner, Planner, plan_paper_a, plan_paper_b, planner};
 pub use scheme::{Family, Scheme};
 pub use spec::{
     CorrectionSplit, DistributionFormat, MAX_DRAFT_LEN_LIMIT, PayloadPolicy, Radio, Round, RoundDevice,
-    RoundSpec, TokenPayload, full_band_spectral_efficiency,
+    RoundSpec, TokenPayload, full_band_spectral_efficiency, verify_seconds,
 };

@@ -285,7 +285,13 @@ impl Round {
     /// T_ver(K) = T_fix + K·T_lin, K counting every device (paper A eq. 7, paper B eq. 16): the pass when no
     /// device drafts, and the papers' T_ver at any L.
     pub fn verify_s(&self) -> f64 {
-        self.0.verify_fixed_s + self.0.verify_per_device_s * self.0.devices.len() as f64
+        verify_seconds(
+            self.0.verify_fixed_s,
+            self.0.verify_per_device_s,
+            0.0,
+            self.0.devices.len(),
+            0,
+        )
     }
 
     /// T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k, the pass that verifies `draft_lengths` (one per device).
@@ -464,10 +470,31 @@ impl Round {
 
 /// `verify_s` + `per_draft_token_s`·Σ L_k; exactly `verify_s` when `per_draft_token_s` is 0.
 pub(crate) fn verify_with_positions(verify_s: f64, per_draft_token_s: f64, draft_lengths: &[u32]) -> f64 {
+    let drafted: u64 = draft_lengths.iter().map(|&l| u64::from(l)).sum();
+    with_positions(verify_s, per_draft_token_s, drafted)
+}
+
+/// T_ver(K, L) = T_fix + K·T_lin + T_tok·Σ L_k of a pass over `devices` drafts holding `drafted` tokens in all: the
+/// one formula the planners ([`Round::verify_s_at`]) and a networked controller's fitted model price a
+/// verification with; exactly the papers' T_fix + K·T_lin when T_tok is 0.
+pub fn verify_seconds(
+    fixed_s: f64,
+    per_device_s: f64,
+    per_draft_token_s: f64,
+    devices: usize,
+    drafted: u64,
+) -> f64 {
+    with_positions(
+        fixed_s + per_device_s * devices as f64,
+        per_draft_token_s,
+        drafted,
+    )
+}
+
+fn with_positions(verify_s: f64, per_draft_token_s: f64, drafted: u64) -> f64 {
     if per_draft_token_s == 0.0 {
         return verify_s;
     }
-    let drafted: u64 = draft_lengths.iter().map(|&l| u64::from(l)).sum();
     verify_s + per_draft_token_s * drafted as f64
 }
 
