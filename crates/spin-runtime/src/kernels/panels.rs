@@ -173,7 +173,7 @@ impl PanelAttention<'_> {
     /// per row, the largest of the chunks' maxima M, then Σ e^(m_c − M) · z_c and Σ e^(m_c − M) · acc_c in chunk
     /// order, and the weighted sum times the inverse of the sum. With one chunk this is the plain softmax: the factor
     /// is e⁰ = 1 exactly.
-    pub fn merge(&self, parts: &[&Partial], out: &mut [f32]) {
+    pub fn merge(&self, parts: &[Partial], out: &mut [f32]) {
         let hd = self.head_dim;
         let rows = self.visible.len() * (self.n_heads / self.n_kv_heads);
         pulp::Arch::new().dispatch(MergeTask { parts, rows, hd, out });
@@ -309,7 +309,6 @@ impl PanelAttention<'_> {
             hd,
             ahead: &self.kv.v[g][k0 * hd..],
         };
-        let one = [1f32; R];
         let out = &mut p.acc[first * hd..(first + R) * hd];
         let mut c0 = 0;
         if wide {
@@ -324,7 +323,6 @@ impl PanelAttention<'_> {
                         nb,
                         &value,
                         c0,
-                        [1.0],
                         &mut out[r * hd..],
                         hd,
                     );
@@ -334,17 +332,17 @@ impl PanelAttention<'_> {
         }
         while c0 + 8 * V <= hd {
             if wide {
-                values_wide::<S, R, V>(simd, false, &s.s, nb, &value, c0, one, out, hd);
+                values_wide::<S, R, V>(simd, false, &s.s, nb, &value, c0, out, hd);
             } else {
-                values::<R, V, F>(&s.s, nb, &value, c0, one, out, hd);
+                values::<R, V, F>(&s.s, nb, &value, c0, out, hd);
             }
             c0 += 8 * V;
         }
         while c0 + 8 <= hd {
             if wide {
-                values_wide::<S, R, 1>(simd, false, &s.s, nb, &value, c0, one, out, hd);
+                values_wide::<S, R, 1>(simd, false, &s.s, nb, &value, c0, out, hd);
             } else {
-                values::<R, 1, F>(&s.s, nb, &value, c0, one, out, hd);
+                values::<R, 1, F>(&s.s, nb, &value, c0, out, hd);
             }
             c0 += 8;
         }
@@ -368,7 +366,7 @@ impl PanelAttention<'_> {
 /// [`PanelAttention::merge`] compiled for the instruction set `pulp` picks, with fused multiply-adds where the
 /// chunks' kernels have them.
 struct MergeTask<'a, 'b> {
-    parts: &'a [&'a Partial],
+    parts: &'a [Partial],
     rows: usize,
     hd: usize,
     out: &'b mut [f32],
@@ -389,10 +387,11 @@ impl pulp::WithSimd for MergeTask<'_, '_> {
 
 /// [`PanelAttention::merge`] with fused multiply-adds exactly when `F`.
 #[inline(always)]
-fn merge_with<const F: bool>(parts: &[&Partial], rows: usize, hd: usize, out: &mut [f32]) {
-    let mut acc = vec![0f32; hd];
+fn merge_with<const F: bool>(parts: &[Partial], rows: usize, hd: usize, out: &mut [f32]) {
     for r in 0..rows {
         let big = parts.iter().map(|p| p.m[r]).fold(f32::NEG_INFINITY, f32::max);
+        // The row's output is its accumulator: the weighted sums first, then times the inverse of their weight.
+        let acc = &mut out[r * hd..(r + 1) * hd];
         acc.fill(0.0);
         let mut z = 0f32;
         for p in parts {
@@ -406,8 +405,8 @@ fn merge_with<const F: bool>(parts: &[&Partial], rows: usize, hd: usize, out: &m
             }
         }
         let inv = 1.0 / z;
-        for (o, a) in out[r * hd..(r + 1) * hd].iter_mut().zip(&acc) {
-            *o = a * inv;
+        for a in acc.iter_mut() {
+            *a *= inv;
         }
     }
 }
@@ -461,7 +460,8 @@ fn scores<const R: usize, const B: usize, const F: bool>(
     }
 }
 
-/// out[r·hd + c0 + 8v + l] = (Σ_{p < vis} w_r[p] · value(p)[c0 + 8v + l]) · inv[r] for V vectors of channels.
+/// out[r·hd + c0 + 8v + l] = Σ_{p < vis} w_r[p] · value(p)[c0 + 8v + l] for V vectors of channels (unnormalised:
+/// [`PanelAttention::merge`] divides by the sum of the weights).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn values<const R: usize, const V: usize, const F: bool>(
@@ -469,7 +469,6 @@ fn values<const R: usize, const V: usize, const F: bool>(
     nb: usize,
     value: &Values<'_>,
     c0: usize,
-    inv: [f32; R],
     out: &mut [f32],
     hd: usize,
 ) {
@@ -489,7 +488,7 @@ fn values<const R: usize, const V: usize, const F: bool>(
     for r in 0..R {
         for v in 0..V {
             for l in 0..8 {
-                out[r * hd + c0 + 8 * v + l] = acc[r][v][l] * inv[r];
+                out[r * hd + c0 + 8 * v + l] = acc[r][v][l];
             }
         }
     }
@@ -545,7 +544,6 @@ fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
     nb: usize,
     value: &Values<'_>,
     c0: usize,
-    inv: [f32; R],
     out: &mut [f32],
     hd: usize,
 ) {
@@ -586,11 +584,8 @@ fn values_wide<S: pulp::Simd, const R: usize, const V: usize>(
         at += hd_v;
     }
     for r in 0..R {
-        let scale = simd.splat_f32s(inv[r]);
         let dst: &mut [S::f32s] = bytemuck::cast_slice_mut(&mut out[r * hd + c0..r * hd + c0 + 8 * V]);
-        for v in 0..V {
-            dst[v] = simd.mul_f32s(acc[r][v], scale);
-        }
+        dst.copy_from_slice(&acc[r]);
     }
 }
 
@@ -697,7 +692,7 @@ mod tests {
                 for (c, p) in parts.iter_mut().enumerate().rev() {
                     att.head_chunk(g, c, p, &mut s);
                 }
-                att.merge(&parts.iter().collect::<Vec<_>>(), &mut block);
+                att.merge(&parts, &mut block);
                 for (i, o) in block.chunks_exact(self.hd).enumerate() {
                     let (j, r) = (i / rep, i % rep);
                     let at = (j * self.nh + g * rep + r) * self.hd;

@@ -406,8 +406,7 @@ impl Model {
                     let att = atts[i].as_ref().expect("items only for host layers");
                     let (first, t) = (starts[i], tokens[i].len());
                     resize(&mut buf.block, t * rep * hd);
-                    let refs: Vec<&Partial> = parts[at..end].iter().collect();
-                    att.merge(&refs, &mut buf.block);
+                    att.merge(&parts[at..end], &mut buf.block);
                     for (row, o) in buf.block.chunks_exact(hd).enumerate() {
                         let (j, r) = (row / rep, row % rep);
                         let to = ((first + j) * nh + g * rep + r) * hd;
