@@ -328,6 +328,8 @@ pub(crate) struct Acts<'a> {
     pub xs16: &'a [f32],
     /// Σ codes per 32 values, exactly (the offsets of Q4_0, Q5_0 and Q8_0 join the integer sums).
     pub sx: &'a [i32],
+    /// Σ codes per 16 values, exactly (Q6_K's offset of −32 joins its sub-blocks' integer sums).
+    pub sx16: &'a [i32],
     pub cols: usize,
 }
 
@@ -455,38 +457,31 @@ fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
     let tb = tile_block_bytes(BlockFormat::Q6K);
     for (c, i) in rows.enumerate() {
         let mut acc = [0f32; ROWS];
-        let mut off = [0f32; ROWS];
         for b in 0..nsb {
             let block = &tile[b * tb..][..tb];
             for j in 0..8 {
                 let ch = 8 * b + j;
                 let dx = a.d[i * nch + ch];
                 let x = &a.q[i * a.cols + 32 * ch..][..32];
+                let sx16 = &a.sx16[2 * (i * nch + ch)..][..2];
                 for r in 0..ROWS {
                     let d = reference::half_at(block, 2 * r);
-                    let mut isum = [0i32; 2];
+                    // The offset of −32 in the integer sums, as the vector kernel starts its chains.
+                    let mut isum = [-32 * sx16[0], -32 * sx16[1]];
                     for g in 0..8 {
                         for k in 0..4 {
                             let u = q6k_code(block, r, j, g, k);
                             isum[g / 4] += i32::from(u) * i32::from(x[4 * g + k]);
                         }
                     }
-                    let mut o = [0f32; 2];
-                    for half in 0..2 {
-                        let sc = block[32 + 16 * (2 * j + half) + r] as i8;
-                        let s = d * f32::from(sc);
-                        o[half] = -32.0 * s;
-                        acc[r] = (isum[half] as f32).mul_add(s * dx, acc[r]);
-                    }
-                    let xs16 = &a.xs16[2 * (i * nch + ch)..][..2];
-                    for (o, xs) in o.iter().zip(xs16) {
-                        off[r] = o.mul_add(*xs, off[r]);
-                    }
+                    let s = [0, 1].map(|half| d * f32::from(block[32 + 16 * (2 * j + half) + r] as i8));
+                    let t = (isum[1] as f32).mul_add(s[1], isum[0] as f32 * s[0]);
+                    acc[r] = t.mul_add(dx, acc[r]);
                 }
             }
         }
         for r in 0..ROWS {
-            out[c * stride + r] = acc[r] + off[r];
+            out[c * stride + r] = acc[r];
         }
     }
 }

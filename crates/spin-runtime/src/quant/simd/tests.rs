@@ -286,30 +286,34 @@ fn row_quantisation_is_the_same_on_every_instruction_set() {
     let run = |isa: Option<Isa>| {
         let (mut q, mut d) = (vec![0i8; 32 * blocks], vec![0f32; blocks]);
         let (mut xs32, mut xs16) = (vec![0f32; blocks], vec![0f32; 2 * blocks]);
-        let mut sx32 = vec![0i32; blocks];
+        let (mut sx32, mut sx16) = (vec![0i32; blocks], vec![0i32; 2 * blocks]);
         let out = super::QuantisedRows {
             q: &mut q,
             d: &mut d,
             xs32: &mut xs32,
             sx32: &mut sx32,
             xs16: &mut xs16,
+            sx16: &mut sx16,
         };
         match isa {
             Some(isa) => super::quantise_rows_with(isa, &x, out),
             None => super::quantise_rows_with(Isa::Portable, &x, out),
         }
-        (q, bits(&d), bits(&xs32), bits(&xs16), sx32)
+        (q, bits(&d), bits(&xs32), bits(&xs16), sx32, sx16)
     };
     let want = run(None);
     assert!(want.0[32..64].iter().all(|&c| c == 0));
+    let code_sum = |from: usize, len: usize| {
+        want.0[from..from + len]
+            .iter()
+            .map(|&c| i32::from(c))
+            .sum::<i32>()
+    };
     for (g, &sum) in want.4.iter().enumerate() {
-        assert_eq!(
-            sum,
-            want.0[32 * g..32 * g + 32]
-                .iter()
-                .map(|&c| i32::from(c))
-                .sum::<i32>()
-        );
+        assert_eq!(sum, code_sum(32 * g, 32));
+    }
+    for (h, &sum) in want.5.iter().enumerate() {
+        assert_eq!(sum, code_sum(16 * h, 16));
     }
     for isa in Isa::available() {
         assert_eq!(run(Some(isa)), want, "{isa:?}");
@@ -384,12 +388,16 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
             let sx: Vec<i32> = (0..n * nch)
                 .map(|g| q[32 * g..32 * g + 32].iter().map(|&v| i32::from(v)).sum())
                 .collect();
+            let sx16: Vec<i32> = (0..2 * n * nch)
+                .map(|g| q[16 * g..16 * g + 16].iter().map(|&v| i32::from(v)).sum())
+                .collect();
             let a = interleave::Acts {
                 q: &q,
                 d: &d,
                 xs: &xs,
                 xs16: &xs16,
                 sx: &sx,
+                sx16: &sx16,
                 cols,
             };
             let mut want = vec![f32::NAN; n * interleave::ROWS];
