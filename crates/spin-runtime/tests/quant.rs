@@ -76,8 +76,19 @@ fn dequantize_is_candles_bit_for_bit() {
 
 /// x (n × cols) · Wᵀ in f64 with the bound of our error: each activation of block b is quantised with an error of
 /// at most max|x_b| / 254 (half a step of max|x_b| / 127), so |y − y_ref| ≤ Σ_b max|x_b|/254 · Σ_{j∈b} |w_j|, plus
-/// f32 rounding, below 1e-5 · Σ |w||x| at these widths. f32/f16 weights keep f32 activations: rounding only.
-fn reference(w: &[f32], x: &[f32], n: usize, rows: usize, cols: usize, float: bool) -> (Vec<f64>, Vec<f64>) {
+/// f32 rounding, below 1e-5 · Σ |w||x| at these widths. The blocks of activations are 32 values, or `act` = 256
+/// for the k-quants (one scale per super-block on the interleaved kernel, as ggml's Q8_K; the panels' 32 are
+/// within that bound too). f32/f16 weights keep f32 activations: rounding only.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    w: &[f32],
+    x: &[f32],
+    n: usize,
+    rows: usize,
+    cols: usize,
+    float: bool,
+    act: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let mut y = vec![0f64; n * rows];
     let mut tol = vec![0f64; n * rows];
     for i in 0..n {
@@ -87,7 +98,7 @@ fn reference(w: &[f32], x: &[f32], n: usize, rows: usize, cols: usize, float: bo
             let mut s = 0f64;
             let mut abs = 0f64;
             let mut quant = 0f64;
-            for (wb, xb) in wr.chunks(32).zip(xi.chunks(32)) {
+            for (wb, xb) in wr.chunks(act).zip(xi.chunks(act)) {
                 let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
                 let wabs: f64 = wb.iter().map(|v| v.abs() as f64).sum();
                 quant += amax / 254.0 * wabs;
@@ -121,7 +132,7 @@ fn matmul_matches_candle_within_the_quantisation_bound_and_threads_agree() {
             let (m, w) = weights(&mut rng, dtype, rows, cols);
             for n in [1, 2, 3, 5, 17, 40, 64] {
                 let x = random(&mut rng, n * cols);
-                let (want, tol) = reference(&w, &x, n, rows, cols, float);
+                let (want, tol) = reference(&w, &x, n, rows, cols, float, bw);
                 let mut y1 = vec![0f32; n * rows];
                 let mut y2 = vec![f32::NAN; n * rows];
                 one.install(|| m.matmul(&x, n, &mut y1));
@@ -206,11 +217,11 @@ fn whole_tile_matrices_write_straight_into_the_result_with_the_same_bits_on_any_
     let cases = FORMATS.iter().map(|&d| (d, 96)).chain([(GgmlDType::Q8_0, 1024)]);
     for (dtype, rows) in cases {
         let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16);
-        let cols = 256;
+        let (cols, bw) = (256, block_width(dtype));
         let (m, w) = weights(&mut rng, dtype, rows, cols);
         for n in [1, 2, 8, 9, 16, 17, 40] {
             let x = random(&mut rng, n * cols);
-            let (want, tol) = reference(&w, &x, n, rows, cols, float);
+            let (want, tol) = reference(&w, &x, n, rows, cols, float, bw);
             let ys: Vec<Vec<f32>> = pools
                 .iter()
                 .map(|p| {

@@ -322,6 +322,8 @@ fn codes(format: BlockFormat, tile_block: &[u8], r: usize, g: usize) -> [u8; 4] 
 /// The quantised activation rows a tile is applied to: codes, one scale per 32 values, `scale · Σ codes` per 32.
 pub(crate) struct Acts<'a> {
     pub q: &'a [i8],
+    /// The codes' scales: one per 32 values, or per 256 for the k-quants ([`BlockFormat::super_scaled`]), whose
+    /// products then need neither `xs` nor `xs16`.
     pub d: &'a [f32],
     pub xs: &'a [f32],
     /// `scale · Σ codes` per 16 values (Q6_K's sub-blocks).
@@ -387,16 +389,6 @@ pub(crate) fn tile_product(
     }
 }
 
-/// The scale `d·sc_j` and offset `−dmin·m_j` of sub-block j of lane r of a Q4_K (or Q5_K) tile-block, as the
-/// kernel computes them.
-pub(crate) fn q4k_scale_offset(tile_block: &[u8], r: usize, j: usize) -> (f32, f32) {
-    let packed: [u8; 12] = std::array::from_fn(|k| tile_block[64 + 16 * k + r]);
-    let (sc, m) = reference::scale_min_k4(j, &packed);
-    let d = reference::half_at(tile_block, 2 * r);
-    let dmin = reference::half_at(tile_block, 32 + 2 * r);
-    (d * f32::from(sc), -(dmin * f32::from(m)))
-}
-
 /// [`tile_product`] for Q4_K and Q5_K: each 32-value sub-block in the place of a block.
 fn tile_product_k4(
     format: BlockFormat,
@@ -410,16 +402,19 @@ fn tile_product_k4(
     let tb = tile_block_bytes(format);
     for (c, i) in rows.enumerate() {
         let mut acc = [0f32; ROWS];
-        let mut off = [0f32; ROWS];
         for b in 0..nsb {
             let block = &tile[b * tb..][..tb];
-            for j in 0..8 {
-                let ch = 8 * b + j;
-                let (dx, xs) = (a.d[i * nch + ch], a.xs[i * nch + ch]);
-                let x = &a.q[i * a.cols + 32 * ch..][..32];
-                let (p, high) = (j / 2, j % 2 == 1);
-                for r in 0..ROWS {
-                    let (s, o) = q4k_scale_offset(block, r, j);
+            let dx = a.d[i * nsb + b];
+            for r in 0..ROWS {
+                let packed: [u8; 12] = std::array::from_fn(|k| block[64 + 16 * k + r]);
+                let d = reference::half_at(block, 2 * r);
+                let dmin = reference::half_at(block, 32 + 2 * r);
+                // Σ_j sc_j · (codes · x)_j in floats, Σ_j m_j · Σ x_j exactly, then the super-block's scales.
+                let (mut t, mut mins) = (0f32, 0i32);
+                for j in 0..8 {
+                    let (sc, m) = reference::scale_min_k4(j, &packed);
+                    let x = &a.q[i * a.cols + 256 * b + 32 * j..][..32];
+                    let (p, high) = (j / 2, j % 2 == 1);
                     let mut isum = 0i32;
                     for h in 0..8 {
                         for k in 0..4 {
@@ -431,13 +426,19 @@ fn tile_product_k4(
                             isum += i32::from(u) * i32::from(x[4 * h + k]);
                         }
                     }
-                    acc[r] = (isum as f32).mul_add(s * dx, acc[r]);
-                    off[r] = o.mul_add(xs, off[r]);
+                    t = if j == 0 {
+                        isum as f32 * f32::from(sc)
+                    } else {
+                        (isum as f32).mul_add(f32::from(sc), t)
+                    };
+                    mins += i32::from(m) * a.sx[i * nch + 8 * b + j];
                 }
+                acc[r] = t.mul_add(d * dx, acc[r]);
+                acc[r] = (-(mins as f32)).mul_add(dmin * dx, acc[r]);
             }
         }
         for r in 0..ROWS {
-            out[c * stride + r] = acc[r] + off[r];
+            out[c * stride + r] = acc[r];
         }
     }
 }
@@ -459,14 +460,15 @@ fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
         let mut acc = [0f32; ROWS];
         for b in 0..nsb {
             let block = &tile[b * tb..][..tb];
-            for j in 0..8 {
-                let ch = 8 * b + j;
-                let dx = a.d[i * nch + ch];
-                let x = &a.q[i * a.cols + 32 * ch..][..32];
-                let sx16 = &a.sx16[2 * (i * nch + ch)..][..2];
-                for r in 0..ROWS {
-                    let d = reference::half_at(block, 2 * r);
-                    // The offset of −32 in the integer sums, as the vector kernel starts its chains.
+            let dx = a.d[i * nsb + b];
+            for r in 0..ROWS {
+                // Σ over the 16 sub-blocks of sc · Σ (u − 32)·x in floats (the offset of −32 in the integer sums,
+                // as the vector kernel starts its chains), then the super-block's scale.
+                let mut t = 0f32;
+                for j in 0..8 {
+                    let ch = 8 * b + j;
+                    let x = &a.q[i * a.cols + 32 * ch..][..32];
+                    let sx16 = &a.sx16[2 * (i * nch + ch)..][..2];
                     let mut isum = [-32 * sx16[0], -32 * sx16[1]];
                     for g in 0..8 {
                         for k in 0..4 {
@@ -474,10 +476,15 @@ fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
                             isum[g / 4] += i32::from(u) * i32::from(x[4 * g + k]);
                         }
                     }
-                    let s = [0, 1].map(|half| d * f32::from(block[32 + 16 * (2 * j + half) + r] as i8));
-                    let t = (isum[1] as f32).mul_add(s[1], isum[0] as f32 * s[0]);
-                    acc[r] = t.mul_add(dx, acc[r]);
+                    let sc = [0, 1].map(|half| f32::from(block[32 + 16 * (2 * j + half) + r] as i8));
+                    t = if j == 0 {
+                        isum[0] as f32 * sc[0]
+                    } else {
+                        (isum[0] as f32).mul_add(sc[0], t)
+                    };
+                    t = (isum[1] as f32).mul_add(sc[1], t);
                 }
+                acc[r] = t.mul_add(reference::half_at(block, 2 * r) * dx, acc[r]);
             }
         }
         for r in 0..ROWS {

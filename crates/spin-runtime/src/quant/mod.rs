@@ -105,6 +105,11 @@ impl BlockFormat {
         matches!(self, BlockFormat::F32 | BlockFormat::F16)
     }
 
+    /// The k-quants, whose interleaved products take activations with one scale per 256-value super-block.
+    pub(crate) fn super_scaled(self) -> bool {
+        matches!(self, BlockFormat::Q4K | BlockFormat::Q5K | BlockFormat::Q6K)
+    }
+
     /// Values per offset group of the unpacked form.
     fn group(self) -> usize {
         if self == BlockFormat::Q6K { 16 } else { 32 }
@@ -338,6 +343,8 @@ impl QMatrix {
             if self.format.is_float() {
                 acts.x.clear();
                 acts.x.extend_from_slice(x);
+            } else if self.interleaved && self.format.super_scaled() {
+                acts.quantise_super(x, n, self.cols);
             } else {
                 acts.quantise(x, n, self.cols);
             }
@@ -641,6 +648,25 @@ impl Acts {
                 xs32: &mut self.xs32,
                 sx32: &mut self.sx32,
                 xs16: &mut self.xs16,
+                sx16: &mut self.sx16,
+            },
+        );
+    }
+
+    /// Quantises x (n × cols, cols a multiple of 256) for a k-quant product on the interleaved kernel: one scale
+    /// per 256 values in `d`, exact code sums per 32 in `sx32` and per 16 in `sx16` (`xs32` and `xs16` unused).
+    fn quantise_super(&mut self, x: &[f32], n: usize, cols: usize) {
+        let values = n * cols;
+        self.q.resize(values, 0);
+        self.d.resize(values / 256, 0.0);
+        self.sx32.resize(values / 32, 0);
+        self.sx16.resize(values / 16, 0);
+        simd::quantise_super_rows(
+            x,
+            simd::SuperRows {
+                q: &mut self.q,
+                d: &mut self.d,
+                sx32: &mut self.sx32,
                 sx16: &mut self.sx16,
             },
         );

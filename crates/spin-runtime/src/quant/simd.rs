@@ -114,6 +114,48 @@ pub(crate) fn quantise_rows_with(isa: Isa, x: &[f32], out: QuantisedRows<'_>) {
     }
 }
 
+/// The activations of a k-quant product on the interleaved kernel: codes under one scale per 256 values (the
+/// super-block of Q4_K, Q5_K and Q6_K, as ggml's Q8_K), and the exact code sums per 32 and per 16 values.
+pub(crate) struct SuperRows<'a> {
+    pub q: &'a mut [i8],
+    /// One scale per 256 values.
+    pub d: &'a mut [f32],
+    pub sx32: &'a mut [i32],
+    pub sx16: &'a mut [i32],
+}
+
+/// Quantises `x` (a whole number of 256-value super-blocks) super-block by super-block: scale `max|x| / 127` over
+/// the 256 values, codes as [`quantise_block`] makes them under that scale.
+pub(crate) fn quantise_super_rows(x: &[f32], out: SuperRows<'_>) {
+    quantise_super_rows_with(Isa::best(), x, out);
+}
+
+pub(crate) fn quantise_super_rows_with(isa: Isa, x: &[f32], out: SuperRows<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable {
+        // SAFETY: every x86 `Isa` but Portable comes from `Isa::available` after AVX2 and FMA were detected.
+        unsafe { x86::quantise_super_rows(x, out) };
+        return;
+    }
+    let _ = isa;
+    for (s, xs) in x.chunks_exact(256).enumerate() {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let q = &mut out.q[256 * s..256 * s + 256];
+        for (q, &v) in q.iter_mut().zip(xs) {
+            *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+        }
+        out.d[s] = d;
+        for h in 0..16 {
+            out.sx16[16 * s + h] = q[16 * h..16 * h + 16].iter().map(|&v| i32::from(v)).sum();
+        }
+        for g in 0..8 {
+            out.sx32[8 * s + g] = out.sx16[16 * s + 2 * g] + out.sx16[16 * s + 2 * g + 1];
+        }
+    }
+}
+
 /// Unpacks one weight row (see [`reference::unpack_row`]), with 256-bit vectors where the CPU has AVX2.
 pub(crate) fn unpack_row(format: BlockFormat, row: &[u8], v: RowView<'_>) {
     unpack_row_with(Isa::best(), format, row, v);
@@ -184,10 +226,16 @@ pub(crate) fn il_tile_with(
     let (nb, be) = (a.cols / 32, format.block_elems());
     assert!(interleave::supported(format) && a.cols.is_multiple_of(be));
     assert!(tile.len() >= a.cols / be * interleave::tile_block_bytes(format));
-    assert!(a.q.len() >= rows.end * a.cols && a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb);
     assert!(
-        a.xs16.len() >= 2 * rows.end * nb && a.sx.len() >= rows.end * nb && a.sx16.len() >= 2 * rows.end * nb
+        a.q.len() >= rows.end * a.cols && a.sx.len() >= rows.end * nb && a.sx16.len() >= 2 * rows.end * nb
     );
+    if format.super_scaled() {
+        assert!(a.d.len() >= rows.end * (a.cols / 256));
+    } else {
+        assert!(
+            a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb && a.xs16.len() >= 2 * rows.end * nb
+        );
+    }
     assert!(
         stride >= interleave::ROWS
             && (rows.is_empty() || out.len() >= (rows.len() - 1) * stride + interleave::ROWS)
@@ -464,6 +512,52 @@ mod x86 {
             out.sx32[g] = lo + hi;
             out.sx16[2 * g] = lo;
             out.sx16[2 * g + 1] = hi;
+        }
+    }
+
+    /// [`super::quantise_super_rows`]: the same codes, scales and sums as the portable code.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn quantise_super_rows(x: &[f32], out: SuperRows<'_>) {
+        let supers = x.len() / 256;
+        assert!(out.q.len() >= 256 * supers && out.d.len() >= supers);
+        assert!(out.sx32.len() >= 8 * supers && out.sx16.len() >= 16 * supers);
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for s in 0..supers {
+            let xs = &x[256 * s..256 * s + 256];
+            let mut m = _mm256_setzero_ps();
+            for k in 0..32 {
+                m = _mm256_max_ps(m, _mm256_and_ps(load8(&xs[8 * k..]), abs));
+            }
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` is 8 writable floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+            let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            for g in 0..8 {
+                let xb = &xs[32 * g..32 * g + 32];
+                let v = [
+                    load8(&xb[..8]),
+                    load8(&xb[8..16]),
+                    load8(&xb[16..24]),
+                    load8(&xb[24..]),
+                ];
+                let r = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
+                let packed =
+                    _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+                let at = 256 * s + 32 * g;
+                store32_i8(
+                    &mut out.q[at..at + 32],
+                    _mm256_permutevar8x32_epi32(packed, order),
+                );
+                let lo = hsum_i32(_mm256_add_epi32(r[0], r[1]));
+                let hi = hsum_i32(_mm256_add_epi32(r[2], r[3]));
+                out.sx16[16 * s + 2 * g] = lo;
+                out.sx16[16 * s + 2 * g + 1] = hi;
+                out.sx32[8 * s + g] = lo + hi;
+            }
+            out.d[s] = d;
         }
     }
 
@@ -953,9 +1047,13 @@ mod x86 {
         }
     }
 
-    /// [`il_group`] for Q4_K and Q5_K: per super-block the 6-bit sub-block scales and mins of the 16 rows are
-    /// unpacked in 128-bit vectors (byte k of every row together), then each 32-value sub-block is applied as a
-    /// block is; Q5_K's fifth bits are added to the codes (16 where bit j of the fifth-bit byte is set).
+    /// [`il_group`] for Q4_K and Q5_K, on activations with one scale per super-block (`Acts::d`, per 256 values):
+    /// per super-block the 6-bit sub-block scales and mins of the 16 rows are unpacked in 128-bit vectors (byte k
+    /// of every row together); each 32-value sub-block's integer sums go under its scale into one float sum per
+    /// row, the mins meet the activations' exact code sums in integers (`vpmaddwd`, two sub-blocks a lane), and
+    /// the super-block's `d · dx` and `dmin · dx` are applied once: twelve float operations per row and
+    /// super-block beside 64 `vpdpbusd`, where scales per 32 values needed 24. Q5_K's fifth bits are added to
+    /// the codes (16 where bit j of the fifth-bit byte is set).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn il_group_k4<const F: u8, const C: usize>(
@@ -974,55 +1072,61 @@ mod x86 {
         let tb = interleave::tile_block_bytes(format);
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(
-            a.d.len() >= (i0 + C) * nch
-                && a.xs.len() >= (i0 + C) * nch
+            a.d.len() >= (i0 + C) * nsb
+                && a.sx.len() >= (i0 + C) * nch
                 && stride >= 16
                 && out.len() >= (C - 1) * stride + 16
         );
-        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.xs.as_ptr());
+        let (tp, qp, dp, sp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.sx.as_ptr());
         // A tile-block: scales 32 bytes at 0, mins 32 at 32, twelve 16-byte scale vectors at 64, codes 2048 at 256,
         // for Q5_K the fifth bits 512 at 2304.
-        // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 2304, Q5_K 2816); activation reads at (i0 + c)·cols + 32·ch +
-        // [0, 32) and (i0 + c)·nch + ch, stores at c·stride + [0, 16), ch < nch, c < C: inside the lengths asserted
-        // above; unaligned loads and stores; `il512`, the only caller, enables the features after detecting them.
+        // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 2304, Q5_K 2816); activation reads at (i0 + c)·cols +
+        // 256·b + 32·j + [0, 32), (i0 + c)·nsb + b and (i0 + c)·nch + 8·b + [0, 8), stores at c·stride + [0, 16),
+        // b < nsb, j < 8, c < C: inside the lengths asserted above; unaligned loads and stores; `il512`, the only
+        // caller, enables the features after detecting them.
         unsafe {
             let nib = _mm512_set1_epi8(0x0F);
             let (m63, m15, m3) = (_mm_set1_epi8(63), _mm_set1_epi8(15), _mm_set1_epi8(3));
             let mut acc = [_mm512_setzero_ps(); C];
-            let mut off = [_mm512_setzero_ps(); C];
             for b in 0..nsb {
                 let p = tp.add(b * tb);
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
-                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
                 // No closures here or below: a closure does not inherit the caller's target features, and when the
                 // inliner left one out of line its intrinsics became calls (a Q4_K_M step took twice as long).
-                let mut q = [_mm_setzero_si128(); 12];
-                for (k, q) in q.iter_mut().enumerate() {
-                    *q = _mm_loadu_si128(p.add(64 + 16 * k).cast());
-                }
+                let mut t = [_mm512_setzero_ps(); C];
+                // Lane r: m_{2k} of row r in its low 16 bits, m_{2k+1} in its high ones.
+                let mut mins = [_mm512_setzero_si512(); 4];
                 for j in 0..8 {
                     // `reference::scale_min_k4` on 16 rows at once (byte shifts as masked 16-bit ones).
+                    let qv = |k: usize| p.add(64 + 16 * k).cast::<__m128i>();
                     let (sc, m) = if j < 4 {
-                        (_mm_and_si128(q[j], m63), _mm_and_si128(q[j + 4], m63))
+                        (
+                            _mm_and_si128(_mm_loadu_si128(qv(j)), m63),
+                            _mm_and_si128(_mm_loadu_si128(qv(j + 4)), m63),
+                        )
                     } else {
+                        let (lo, hi, mh) = (
+                            _mm_loadu_si128(qv(j - 4)),
+                            _mm_loadu_si128(qv(j + 4)),
+                            _mm_loadu_si128(qv(j)),
+                        );
                         (
                             _mm_or_si128(
-                                _mm_and_si128(q[j + 4], m15),
-                                _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(q[j - 4]), m3)),
+                                _mm_and_si128(hi, m15),
+                                _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(lo), m3)),
                             ),
                             _mm_or_si128(
-                                _mm_and_si128(_mm_srli_epi16::<4>(q[j + 4]), m15),
-                                _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(q[j]), m3)),
+                                _mm_and_si128(_mm_srli_epi16::<4>(hi), m15),
+                                _mm_slli_epi16::<4>(_mm_and_si128(_mm_srli_epi16::<6>(mh), m3)),
                             ),
                         )
                     };
-                    let s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
-                    // −(dmin·m) as the reference negates it (a sign flip, so −0 for m = 0).
-                    let dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
-                    let o = _mm512_castsi512_ps(_mm512_xor_si512(
-                        _mm512_castps_si512(dm),
-                        _mm512_set1_epi32(i32::MIN),
-                    ));
+                    let s = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc));
+                    let m = _mm512_cvtepu8_epi32(m);
+                    mins[j / 2] = if j % 2 == 0 {
+                        m
+                    } else {
+                        _mm512_or_si512(mins[j / 2], _mm512_slli_epi32::<16>(m))
+                    };
                     let cp = p.add(256 + 512 * (j / 2));
                     let mut w = [_mm512_setzero_si512(); 8];
                     for (h, w) in w.iter_mut().enumerate() {
@@ -1038,24 +1142,42 @@ mod x86 {
                             *w = _mm512_mask_add_epi8(*w, k, *w, _mm512_set1_epi8(16));
                         }
                     }
-                    let ch = 8 * b + j;
                     for c in 0..C {
                         let i = i0 + c;
-                        let isum = block_sum(_mm512_setzero_si512(), &w, qp.add(i * cols + 32 * ch));
-                        let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nch + ch)));
-                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
-                        off[c] = _mm512_fmadd_ps(o, _mm512_set1_ps(*xp.add(i * nch + ch)), off[c]);
+                        let isum = block_sum(_mm512_setzero_si512(), &w, qp.add(i * cols + 256 * b + 32 * j));
+                        t[c] = if j == 0 {
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(isum), s)
+                        } else {
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, t[c])
+                        };
                     }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
+                for c in 0..C {
+                    let i = i0 + c;
+                    // The activations' code sums of sub-blocks 2k and 2k + 1 as two i16 (|Σ| ≤ 32 · 127).
+                    let sx = sp.add(i * nch + 8 * b);
+                    let mut mi = _mm512_setzero_si512();
+                    for k in 0..4 {
+                        let pair = (*sx.add(2 * k) & 0xFFFF) | (*sx.add(2 * k + 1) << 16);
+                        mi = _mm512_add_epi32(mi, _mm512_madd_epi16(mins[k], _mm512_set1_epi32(pair)));
+                    }
+                    let dx = _mm512_set1_ps(*dp.add(i * nsb + b));
+                    acc[c] = _mm512_fmadd_ps(t[c], _mm512_mul_ps(d, dx), acc[c]);
+                    acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi), _mm512_mul_ps(dmin, dx), acc[c]);
                 }
             }
             for c in 0..C {
-                _mm512_storeu_ps(out.as_mut_ptr().add(c * stride), _mm512_add_ps(acc[c], off[c]));
+                _mm512_storeu_ps(out.as_mut_ptr().add(c * stride), acc[c]);
             }
         }
     }
 
-    /// [`il_group`] for Q6_K: per chunk of 32 values the six-bit codes of 16 rows are put together from the low
-    /// and high bit vectors in registers, and its two 16-value sub-blocks are applied one after the other.
+    /// [`il_group`] for Q6_K, on activations with one scale per super-block (`Acts::d`, per 256 values): per
+    /// chunk of 32 values the six-bit codes of 16 rows are put together from the low and high bit vectors in
+    /// registers; each 16-value sub-block's integer sum (its offset of −32 included) goes under its int8 scale
+    /// into one float sum per row, and the super-block's `d · dx` is applied once.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn il_group_q6k<const C: usize>(
@@ -1069,7 +1191,7 @@ mod x86 {
         let tb = interleave::tile_block_bytes(BlockFormat::Q6K);
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(
-            a.d.len() >= (i0 + C) * nch
+            a.d.len() >= (i0 + C) * nsb
                 && a.sx16.len() >= 2 * (i0 + C) * nch
                 && stride >= 16
                 && out.len() >= (C - 1) * stride + 16
@@ -1078,14 +1200,15 @@ mod x86 {
         // A tile-block: scales 32 bytes at 0, sixteen 16-byte scale vectors at 32, low bits 2048 at 288, high 1024
         // at 2336.
         // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 3360); activation reads at (i0 + c)·cols + 32·ch +
-        // [0, 32), (i0 + c)·nch + ch and 2·((i0 + c)·nch + ch) + [0, 2), stores at c·stride + [0, 16), ch < nch, c < C:
-        // inside the asserted lengths; unaligned; `il512`, the only caller, enables the detected features.
+        // [0, 32), (i0 + c)·nsb + b and 2·((i0 + c)·nch + ch) + [0, 2), stores at c·stride + [0, 16), ch < nch,
+        // b < nsb, c < C: inside the asserted lengths; unaligned; `il512`, the only caller, enables the detected
+        // features.
         unsafe {
             let (nib, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
             let mut acc = [_mm512_setzero_ps(); C];
             for b in 0..nsb {
                 let p = tp.add(b * tb);
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                let mut t = [_mm512_setzero_ps(); C];
                 for j in 0..8 {
                     let (h, i) = (j / 4, j % 4);
                     let lp = p.add(288 + (2 * h + i % 2) * 8 * 64);
@@ -1113,7 +1236,7 @@ mod x86 {
                     let mut sub = [_mm512_setzero_ps(); 2];
                     for (k, sub) in sub.iter_mut().enumerate() {
                         let sc = _mm_loadu_si128(p.add(32 + 16 * (2 * j + k)).cast());
-                        *sub = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+                        *sub = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc));
                     }
                     let [sa, sb] = sub;
                     let ch = 8 * b + j;
@@ -1136,11 +1259,18 @@ mod x86 {
                             ia = _mm512_dpbusd_epi32(ia, w[g], _mm512_set1_epi32(x4(g)));
                             ib = _mm512_dpbusd_epi32(ib, w[g + 4], _mm512_set1_epi32(x4(g + 4)));
                         }
-                        // Both sub-blocks under their scales, then the activation scale once per 32 values.
-                        let t = _mm512_mul_ps(_mm512_cvtepi32_ps(ia), sa);
-                        let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), sb, t);
-                        acc[c] = _mm512_fmadd_ps(t, _mm512_set1_ps(*dp.add(ix * nch + ch)), acc[c]);
+                        t[c] = if j == 0 {
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(ia), sa)
+                        } else {
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), sa, t[c])
+                        };
+                        t[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), sb, t[c]);
                     }
+                }
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+                for c in 0..C {
+                    let dx = _mm512_set1_ps(*dp.add((i0 + c) * nsb + b));
+                    acc[c] = _mm512_fmadd_ps(t[c], _mm512_mul_ps(d, dx), acc[c]);
                 }
             }
             for c in 0..C {

@@ -320,6 +320,48 @@ fn row_quantisation_is_the_same_on_every_instruction_set() {
     }
 }
 
+/// The k-quants' activations (one scale per 256 values): every instruction set gives the portable codes, scales
+/// and sums; the scale is max|x| / 127 of its super-block and every code is within half a step of x / d.
+#[test]
+fn super_block_quantisation_is_the_same_on_every_instruction_set() {
+    let mut r = rng(16);
+    let supers = 3;
+    let mut x: Vec<f32> = (0..256 * supers).map(|_| r.random_range(-3.0..3.0)).collect();
+    x[256..512].fill(0.0); // an all-zero super-block
+    x[600] = 40.0; // an outlier sets its super-block's scale
+    let run = |isa: Isa| {
+        let (mut q, mut d) = (vec![0i8; 256 * supers], vec![0f32; supers]);
+        let (mut sx32, mut sx16) = (vec![0i32; 8 * supers], vec![0i32; 16 * supers]);
+        super::quantise_super_rows_with(
+            isa,
+            &x,
+            super::SuperRows {
+                q: &mut q,
+                d: &mut d,
+                sx32: &mut sx32,
+                sx16: &mut sx16,
+            },
+        );
+        (q, bits(&d), sx32, sx16)
+    };
+    let want = run(Isa::Portable);
+    let (q, d) = (&want.0, f32::from_bits);
+    assert_eq!(d(want.1[2]), 40.0 / 127.0);
+    assert!(q[256..512].iter().all(|&c| c == 0) && d(want.1[1]) == 0.0);
+    for (k, &v) in x.iter().enumerate() {
+        let scale = d(want.1[k / 256]);
+        if scale > 0.0 {
+            assert!((f32::from(q[k]) - v / scale).abs() <= 0.5 + 1e-4, "value {k}");
+        }
+    }
+    let code_sum = |from: usize, len: usize| q[from..from + len].iter().map(|&c| i32::from(c)).sum::<i32>();
+    assert!(want.2.iter().enumerate().all(|(g, &s)| s == code_sum(32 * g, 32)));
+    assert!(want.3.iter().enumerate().all(|(h, &s)| s == code_sum(16 * h, 16)));
+    for isa in Isa::available() {
+        assert_eq!(run(isa), want, "{isa:?}");
+    }
+}
+
 /// The interleaved form is a reordering of the file's bytes: packing then unpacking any rows gives them back.
 #[test]
 fn interleaving_gives_back_the_files_bytes() {
@@ -378,12 +420,15 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
             let data: Vec<u8> = rows.concat();
             let tile = interleave::pack(format, interleave::ROWS, cols, &data);
             let q: Vec<i8> = (0..n * cols).map(|_| r.random_range(-127..=127)).collect();
-            let d: Vec<f32> = (0..n * nch).map(|_| r.random_range(0.0..0.1)).collect();
+            // One activation scale per 32 values, or per 256 for the k-quants (`BlockFormat::super_scaled`).
+            let per = if format.super_scaled() { 256 } else { 32 };
+            let d: Vec<f32> = (0..n * cols / per).map(|_| r.random_range(0.0..0.1)).collect();
+            let dx = |i: usize, k: usize| f64::from(d[(i * cols + k) / per]);
             let xs: Vec<f32> = (0..n * nch)
-                .map(|g| d[g] * q[32 * g..32 * g + 32].iter().map(|&v| f32::from(v)).sum::<f32>())
+                .map(|g| d[32 * g / per] * q[32 * g..32 * g + 32].iter().map(|&v| f32::from(v)).sum::<f32>())
                 .collect();
             let xs16: Vec<f32> = (0..2 * n * nch)
-                .map(|g| d[g / 2] * q[16 * g..16 * g + 16].iter().map(|&v| f32::from(v)).sum::<f32>())
+                .map(|g| d[16 * g / per] * q[16 * g..16 * g + 16].iter().map(|&v| f32::from(v)).sum::<f32>())
                 .collect();
             let sx: Vec<i32> = (0..n * nch)
                 .map(|g| q[32 * g..32 * g + 32].iter().map(|&v| i32::from(v)).sum())
@@ -407,15 +452,10 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
                 reference::dequantize_row(format, bytes, &mut w);
                 for i in 0..n {
                     let exact: f64 = (0..cols)
-                        .map(|k| {
-                            f64::from(w[k]) * f64::from(q[i * cols + k]) * f64::from(d[i * nch + k / 32])
-                        })
+                        .map(|k| f64::from(w[k]) * f64::from(q[i * cols + k]) * dx(i, k))
                         .sum();
                     let scale: f64 = (0..cols)
-                        .map(|k| {
-                            (f64::from(w[k]) * f64::from(q[i * cols + k]) * f64::from(d[i * nch + k / 32]))
-                                .abs()
-                        })
+                        .map(|k| (f64::from(w[k]) * f64::from(q[i * cols + k]) * dx(i, k)).abs())
                         .sum();
                     let got = f64::from(want[i * interleave::ROWS + row]);
                     assert!(
