@@ -330,8 +330,8 @@ pub(crate) struct Acts<'a> {
     pub xs16: &'a [f32],
     /// Σ codes per 32 values, exactly (the offsets of Q4_0, Q5_0 and Q8_0 join the integer sums).
     pub sx: &'a [i32],
-    /// Σ codes per 16 values, exactly (Q6_K's offset of −32 joins its sub-blocks' integer sums).
-    pub sx16: &'a [i32],
+    /// −32 · Σ codes per 16 values, exactly (Q6_K's offset joins its sub-blocks' integer sums; k-quants only).
+    pub o16: &'a [i32],
     pub cols: usize,
 }
 
@@ -468,8 +468,8 @@ fn tile_product_q6k(tile: &[u8], a: &Acts, rows: std::ops::Range<usize>, out: &m
                 for j in 0..8 {
                     let ch = 8 * b + j;
                     let x = &a.q[i * a.cols + 32 * ch..][..32];
-                    let sx16 = &a.sx16[2 * (i * nch + ch)..][..2];
-                    let mut isum = [-32 * sx16[0], -32 * sx16[1]];
+                    let o16 = &a.o16[2 * (i * nch + ch)..][..2];
+                    let mut isum = [o16[0], o16[1]];
                     for g in 0..8 {
                         for k in 0..4 {
                             let u = q6k_code(block, r, j, g, k);

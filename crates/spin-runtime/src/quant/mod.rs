@@ -445,7 +445,7 @@ impl QMatrix {
             xs: &acts.xs32,
             xs16: &acts.xs16,
             sx: &acts.sx32,
-            sx16: &acts.sx16,
+            o16: &acts.o16,
             cols: self.cols,
         };
         (tile_bytes, a)
@@ -625,7 +625,7 @@ struct Acts {
     xs32: Vec<f32>,
     sx32: Vec<i32>,
     xs16: Vec<f32>,
-    sx16: Vec<i32>,
+    o16: Vec<i32>,
     x: Vec<f32>,
     yt: Vec<f32>,
 }
@@ -639,7 +639,6 @@ impl Acts {
         self.xs32.resize(groups, 0.0);
         self.sx32.resize(groups, 0);
         self.xs16.resize(2 * groups, 0.0);
-        self.sx16.resize(2 * groups, 0);
         simd::quantise_rows(
             x,
             simd::QuantisedRows {
@@ -648,26 +647,25 @@ impl Acts {
                 xs32: &mut self.xs32,
                 sx32: &mut self.sx32,
                 xs16: &mut self.xs16,
-                sx16: &mut self.sx16,
             },
         );
     }
 
     /// Quantises x (n × cols, cols a multiple of 256) for a k-quant product on the interleaved kernel: one scale
-    /// per 256 values in `d`, exact code sums per 32 in `sx32` and per 16 in `sx16` (`xs32` and `xs16` unused).
+    /// per 256 values in `d`, exact code sums per 32 in `sx32`, −32 times those per 16 in `o16` (`xs32` and `xs16` unused).
     fn quantise_super(&mut self, x: &[f32], n: usize, cols: usize) {
         let values = n * cols;
         self.q.resize(values, 0);
         self.d.resize(values / 256, 0.0);
         self.sx32.resize(values / 32, 0);
-        self.sx16.resize(values / 16, 0);
+        self.o16.resize(values / 16, 0);
         simd::quantise_super_rows(
             x,
             simd::SuperRows {
                 q: &mut self.q,
                 d: &mut self.d,
                 sx32: &mut self.sx32,
-                sx16: &mut self.sx16,
+                o16: &mut self.o16,
             },
         );
     }

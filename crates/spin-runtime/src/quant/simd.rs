@@ -83,8 +83,6 @@ pub(crate) struct QuantisedRows<'a> {
     /// Σ codes per 32 values, exactly.
     pub sx32: &'a mut [i32],
     pub xs16: &'a mut [f32],
-    /// Σ codes per 16 values, exactly.
-    pub sx16: &'a mut [i32],
 }
 
 /// Quantises `x` (a whole number of 32-value blocks) block by block, as [`quantise_block`] does.
@@ -109,19 +107,19 @@ pub(crate) fn quantise_rows_with(isa: Isa, x: &[f32], out: QuantisedRows<'_>) {
         out.xs16[2 * g + 1] = d * hi as f32;
         out.xs32[g] = d * (lo + hi) as f32;
         out.sx32[g] = lo + hi;
-        out.sx16[2 * g] = lo;
-        out.sx16[2 * g + 1] = hi;
     }
 }
 
 /// The activations of a k-quant product on the interleaved kernel: codes under one scale per 256 values (the
-/// super-block of Q4_K, Q5_K and Q6_K, as ggml's Q8_K), and the exact code sums per 32 and per 16 values.
+/// super-block of Q4_K, Q5_K and Q6_K, as ggml's Q8_K), the exact code sums per 32 values, and −32 times those per
+/// 16 values (Q6_K's offset term, ready to start its integer chains: a broadcast from memory, where scaling it in
+/// the kernel took a general-register product and move per chain, 5–7 % of Q6_K's time).
 pub(crate) struct SuperRows<'a> {
     pub q: &'a mut [i8],
     /// One scale per 256 values.
     pub d: &'a mut [f32],
     pub sx32: &'a mut [i32],
-    pub sx16: &'a mut [i32],
+    pub o16: &'a mut [i32],
 }
 
 /// Quantises `x` (a whole number of 256-value super-blocks) super-block by super-block: scale `max|x| / 127` over
@@ -147,11 +145,12 @@ pub(crate) fn quantise_super_rows_with(isa: Isa, x: &[f32], out: SuperRows<'_>) 
             *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
         }
         out.d[s] = d;
-        for h in 0..16 {
-            out.sx16[16 * s + h] = q[16 * h..16 * h + 16].iter().map(|&v| i32::from(v)).sum();
-        }
         for g in 0..8 {
-            out.sx32[8 * s + g] = out.sx16[16 * s + 2 * g] + out.sx16[16 * s + 2 * g + 1];
+            let sum = |h: usize| q[16 * h..16 * h + 16].iter().map(|&v| i32::from(v)).sum::<i32>();
+            let (lo, hi) = (sum(2 * g), sum(2 * g + 1));
+            out.sx32[8 * s + g] = lo + hi;
+            out.o16[16 * s + 2 * g] = -32 * lo;
+            out.o16[16 * s + 2 * g + 1] = -32 * hi;
         }
     }
 }
@@ -226,11 +225,9 @@ pub(crate) fn il_tile_with(
     let (nb, be) = (a.cols / 32, format.block_elems());
     assert!(interleave::supported(format) && a.cols.is_multiple_of(be));
     assert!(tile.len() >= a.cols / be * interleave::tile_block_bytes(format));
-    assert!(
-        a.q.len() >= rows.end * a.cols && a.sx.len() >= rows.end * nb && a.sx16.len() >= 2 * rows.end * nb
-    );
+    assert!(a.q.len() >= rows.end * a.cols && a.sx.len() >= rows.end * nb);
     if format.super_scaled() {
-        assert!(a.d.len() >= rows.end * (a.cols / 256));
+        assert!(a.d.len() >= rows.end * (a.cols / 256) && a.o16.len() >= 2 * rows.end * nb);
     } else {
         assert!(
             a.d.len() >= rows.end * nb && a.xs.len() >= rows.end * nb && a.xs16.len() >= 2 * rows.end * nb
@@ -476,7 +473,6 @@ mod x86 {
         let blocks = x.len() / 32;
         assert!(out.q.len() >= 32 * blocks && out.d.len() >= blocks);
         assert!(out.xs32.len() >= blocks && out.xs16.len() >= 2 * blocks && out.sx32.len() >= blocks);
-        assert!(out.sx16.len() >= 2 * blocks);
         let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for g in 0..blocks {
@@ -510,8 +506,6 @@ mod x86 {
             out.xs16[2 * g + 1] = d * hi as f32;
             out.xs32[g] = d * (lo + hi) as f32;
             out.sx32[g] = lo + hi;
-            out.sx16[2 * g] = lo;
-            out.sx16[2 * g + 1] = hi;
         }
     }
 
@@ -520,7 +514,7 @@ mod x86 {
     pub(super) fn quantise_super_rows(x: &[f32], out: SuperRows<'_>) {
         let supers = x.len() / 256;
         assert!(out.q.len() >= 256 * supers && out.d.len() >= supers);
-        assert!(out.sx32.len() >= 8 * supers && out.sx16.len() >= 16 * supers);
+        assert!(out.sx32.len() >= 8 * supers && out.o16.len() >= 16 * supers);
         let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for s in 0..supers {
@@ -553,8 +547,8 @@ mod x86 {
                 );
                 let lo = hsum_i32(_mm256_add_epi32(r[0], r[1]));
                 let hi = hsum_i32(_mm256_add_epi32(r[2], r[3]));
-                out.sx16[16 * s + 2 * g] = lo;
-                out.sx16[16 * s + 2 * g + 1] = hi;
+                out.o16[16 * s + 2 * g] = -32 * lo;
+                out.o16[16 * s + 2 * g + 1] = -32 * hi;
                 out.sx32[8 * s + g] = lo + hi;
             }
             out.d[s] = d;
@@ -1192,11 +1186,11 @@ mod x86 {
         assert!(tile.len() >= nsb * tb && a.q.len() >= (i0 + C) * cols);
         assert!(
             a.d.len() >= (i0 + C) * nsb
-                && a.sx16.len() >= 2 * (i0 + C) * nch
+                && a.o16.len() >= 2 * (i0 + C) * nch
                 && stride >= 16
                 && out.len() >= (C - 1) * stride + 16
         );
-        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.sx16.as_ptr());
+        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.o16.as_ptr());
         // A tile-block: scales 32 bytes at 0, sixteen 16-byte scale vectors at 32, low bits 2048 at 288, high 1024
         // at 2336.
         // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 3360); activation reads at (i0 + c)·cols + 32·ch +
@@ -1246,12 +1240,13 @@ mod x86 {
                         // Four activation codes as one i32 (a plain read: no intrinsic inside a closure).
                         let x4 = |g: usize| xq.add(4 * g).cast::<i32>().read_unaligned();
                         // The codes' offset of −32 is a whole multiple of the sub-block's scale: it starts each
-                        // integer chain as −32 · Σ codes, so no float work is spent on it.
+                        // integer chain as −32 · Σ codes (`o16`, a broadcast from memory), so no float work is
+                        // spent on it.
                         let xs = xp.add(2 * (ix * nch + ch));
                         let mut ia =
-                            _mm512_dpbusd_epi32(_mm512_set1_epi32(-32 * *xs), w[0], _mm512_set1_epi32(x4(0)));
+                            _mm512_dpbusd_epi32(_mm512_set1_epi32(*xs), w[0], _mm512_set1_epi32(x4(0)));
                         let mut ib = _mm512_dpbusd_epi32(
-                            _mm512_set1_epi32(-32 * *xs.add(1)),
+                            _mm512_set1_epi32(*xs.add(1)),
                             w[4],
                             _mm512_set1_epi32(x4(4)),
                         );
