@@ -1131,9 +1131,21 @@ mod x86 {
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib)
                         };
                         if F == Q5K {
+                            // Bit j of each fifth-bit byte to bit 4 (16-bit shifts: the mask drops what crossed
+                            // from the neighbouring byte), or-ed into the codes (below 16) in one ternary logic op.
                             let fifth = _mm512_loadu_si512(p.add(interleave::Q5K_FIFTH_AT + 64 * h).cast());
-                            let k = _mm512_test_epi8_mask(fifth, _mm512_set1_epi8((1u8 << j) as i8));
-                            *w = _mm512_mask_add_epi8(*w, k, *w, _mm512_set1_epi8(16));
+                            let at4 = match j {
+                                0 => _mm512_slli_epi16::<4>(fifth),
+                                1 => _mm512_slli_epi16::<3>(fifth),
+                                2 => _mm512_slli_epi16::<2>(fifth),
+                                3 => _mm512_slli_epi16::<1>(fifth),
+                                4 => fifth,
+                                5 => _mm512_srli_epi16::<1>(fifth),
+                                6 => _mm512_srli_epi16::<2>(fifth),
+                                _ => _mm512_srli_epi16::<3>(fifth),
+                            };
+                            // A | (B & C) with A = codes, B = shifted bits, C = 0x10 in every byte.
+                            *w = _mm512_ternarylogic_epi32::<0xF8>(*w, at4, _mm512_set1_epi8(16));
                         }
                     }
                     for c in 0..C {
