@@ -473,34 +473,10 @@ mod x86 {
         let blocks = x.len() / 32;
         assert!(out.q.len() >= 32 * blocks && out.d.len() >= blocks);
         assert!(out.xs32.len() >= blocks && out.xs16.len() >= 2 * blocks && out.sx32.len() >= blocks);
-        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for g in 0..blocks {
             let xb = &x[32 * g..32 * g + 32];
-            let v = [
-                load8(&xb[..8]),
-                load8(&xb[8..16]),
-                load8(&xb[16..24]),
-                load8(&xb[24..]),
-            ];
-            let m = _mm256_max_ps(
-                _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-                _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
-            );
-            let mut lanes = [0f32; 8];
-            // SAFETY: `lanes` is 8 writable floats.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
-            let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
-            let d = amax / 127.0;
-            let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
-            let r = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
-            let packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-            store32_i8(
-                &mut out.q[32 * g..32 * g + 32],
-                _mm256_permutevar8x32_epi32(packed, order),
-            );
-            let lo = hsum_i32(_mm256_add_epi32(r[0], r[1]));
-            let hi = hsum_i32(_mm256_add_epi32(r[2], r[3]));
+            let d = abs_max(xb) / 127.0;
+            let (lo, hi) = codes32(xb, d, &mut out.q[32 * g..32 * g + 32]);
             out.d[g] = d;
             out.xs16[2 * g] = d * lo as f32;
             out.xs16[2 * g + 1] = d * hi as f32;
@@ -515,43 +491,61 @@ mod x86 {
         let supers = x.len() / 256;
         assert!(out.q.len() >= 256 * supers && out.d.len() >= supers);
         assert!(out.sx32.len() >= 8 * supers && out.o16.len() >= 16 * supers);
-        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for s in 0..supers {
             let xs = &x[256 * s..256 * s + 256];
-            let mut m = _mm256_setzero_ps();
-            for k in 0..32 {
-                m = _mm256_max_ps(m, _mm256_and_ps(load8(&xs[8 * k..]), abs));
-            }
-            let mut lanes = [0f32; 8];
-            // SAFETY: `lanes` is 8 writable floats.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
-            let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
-            let d = amax / 127.0;
-            let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let d = abs_max(xs) / 127.0;
             for g in 0..8 {
-                let xb = &xs[32 * g..32 * g + 32];
-                let v = [
-                    load8(&xb[..8]),
-                    load8(&xb[8..16]),
-                    load8(&xb[16..24]),
-                    load8(&xb[24..]),
-                ];
-                let r = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
-                let packed =
-                    _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
                 let at = 256 * s + 32 * g;
-                store32_i8(
-                    &mut out.q[at..at + 32],
-                    _mm256_permutevar8x32_epi32(packed, order),
-                );
-                let lo = hsum_i32(_mm256_add_epi32(r[0], r[1]));
-                let hi = hsum_i32(_mm256_add_epi32(r[2], r[3]));
+                let (lo, hi) = codes32(&xs[32 * g..32 * g + 32], d, &mut out.q[at..at + 32]);
                 out.o16[16 * s + 2 * g] = -32 * lo;
                 out.o16[16 * s + 2 * g + 1] = -32 * hi;
                 out.sx32[8 * s + g] = lo + hi;
             }
             out.d[s] = d;
+        }
+    }
+
+    /// The largest |x| of a whole number of 8-value groups (exact: a maximum).
+    #[inline(always)]
+    fn abs_max(x: &[f32]) -> f32 {
+        let mut lanes = [0f32; 8];
+        // SAFETY: register operations of AVX, which every caller (an `avx2` target-feature function) enables;
+        // `load8` checks its length; `lanes` is 8 writable floats.
+        unsafe {
+            let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+            let mut m = _mm256_setzero_ps();
+            for k in 0..x.len() / 8 {
+                m = _mm256_max_ps(m, _mm256_and_ps(load8(&x[8 * k..]), abs));
+            }
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        }
+        lanes.iter().fold(0f32, |a, b| a.max(*b))
+    }
+
+    /// The codes of 32 values under scale `d` (round to nearest even, saturated to i8 as the portable clamp) into
+    /// `q`, and the sums of the first and the last 16 codes.
+    #[inline(always)]
+    fn codes32(xb: &[f32], d: f32, q: &mut [i8]) -> (i32, i32) {
+        // SAFETY: register operations of AVX2, which every caller (an `avx2` target-feature function) enables;
+        // `load8` and `store32_i8` check their lengths.
+        unsafe {
+            let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let v = [
+                load8(&xb[..8]),
+                load8(&xb[8..16]),
+                load8(&xb[16..24]),
+                load8(&xb[24..32]),
+            ];
+            let r = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, id)));
+            let packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+            store32_i8(
+                q,
+                _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)),
+            );
+            (
+                hsum_i32(_mm256_add_epi32(r[0], r[1])),
+                hsum_i32(_mm256_add_epi32(r[2], r[3])),
+            )
         }
     }
 
