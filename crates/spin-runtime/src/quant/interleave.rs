@@ -88,7 +88,7 @@ fn file_codes_at(format: BlockFormat) -> usize {
     }
 }
 
-/// Where a Q5_0 or Q5_1 tile-block's fifth-bit masks start (after the scales, and Q5_1's mins).
+/// Where a Q5_0 or Q5_1 tile-block's fifth-bit bytes start (after the scales, and Q5_1's mins).
 pub(crate) fn fifth_bits_at(format: BlockFormat) -> usize {
     if format == BlockFormat::Q5_1 { 64 } else { 32 }
 }
@@ -203,20 +203,22 @@ fn place_words(format: BlockFormat, r: usize, block: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// A Q5_0 or Q5_1 block's fifth bits (`qh`) into lane `r` of a tile-block whose masks start at `at`
-/// ([`fifth_bits_at`]): value 4g + i of row r is bit 4r + i of group g's mask.
+/// A Q5_0 or Q5_1 block's fifth bits (`qh`) into lane `r` of a tile-block whose fifth-bit bytes start at `at`
+/// ([`fifth_bits_at`]): value 4g + i of row r is bit g of byte 4r + i, the byte that sits beside its code in every
+/// group's code vector (so the kernel shifts bit g to bit 4 and ors it in, as Q5_K's).
 fn fifth_bits_to_tile(qh: u32, tile_block: &mut [u8], at: usize, r: usize) {
     for g in 0..8 {
-        let nib = (qh >> (4 * g)) & 0xF;
-        tile_block[at + 8 * g + r / 2] |= (nib as u8) << (4 * (r % 2));
+        for i in 0..4 {
+            tile_block[at + 4 * r + i] |= (((qh >> (4 * g + i)) & 1) as u8) << g;
+        }
     }
 }
 
 /// The inverse of [`fifth_bits_to_tile`]: lane `r`'s fifth bits as the file's `qh`.
 fn fifth_bits_from_tile(tile_block: &[u8], at: usize, r: usize) -> u32 {
-    (0..8).fold(0u32, |qh, g| {
-        let nib = (tile_block[at + 8 * g + r / 2] >> (4 * (r % 2))) & 0xF;
-        qh | u32::from(nib) << (4 * g)
+    (0..32).fold(0u32, |qh, v| {
+        let (g, i) = (v / 4, v % 4);
+        qh | u32::from((tile_block[at + 4 * r + i] >> g) & 1) << v
     })
 }
 
@@ -309,11 +311,10 @@ fn codes(format: BlockFormat, tile_block: &[u8], r: usize, g: usize) -> [u8; 4] 
     [0, 1, 2, 3].map(|i| {
         let byte = tile_block[at + i];
         let mut u = if g < 4 { byte & 0x0F } else { byte >> 4 };
-        if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1) {
-            let bit = 4 * r + i;
-            if tile_block[fifth_bits_at(format) + 8 * g + bit / 8] >> (bit % 8) & 1 == 1 {
-                u |= 0x10;
-            }
+        if matches!(format, BlockFormat::Q5_0 | BlockFormat::Q5_1)
+            && tile_block[fifth_bits_at(format) + 4 * r + i] >> g & 1 == 1
+        {
+            u |= 0x10;
         }
         u
     })

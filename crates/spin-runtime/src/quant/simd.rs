@@ -956,7 +956,7 @@ mod x86 {
         );
         // The offset of Q4_0, Q5_0 and Q8_0 is a whole multiple of the scale: it joins the integer sum.
         let k = interleave::integer_offset(format);
-        // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit masks 64 at
+        // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit bytes 64 at
         // 32 (Q5_0) or 64 (Q5_1), codes 256 or 512 at `ca`) end by tb.
         // SAFETY: tile reads at b·tb + [0, tb) < nb·tb; activation reads at (i0 + c)·cols + 32·b + [0, 32) and
         // (i0 + c)·nb + b, stores at c·stride + [0, 16), c < C: inside the lengths asserted above; unaligned loads and
@@ -986,11 +986,23 @@ mod x86 {
                         w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
                     }
                     if F == Q5_0 || F == Q5_1 {
+                        // Bit g of each fifth-bit byte to bit 4 (16-bit shifts; the 0x10 mask drops what crossed
+                        // from the neighbouring byte), or-ed into group g's codes (below 16) by one ternary op.
                         let sixteen = _mm512_set1_epi8(16);
-                        let fifth = interleave::fifth_bits_at(format);
+                        let f = _mm512_loadu_si512(p.add(interleave::fifth_bits_at(format)).cast());
+                        let at4 = [
+                            _mm512_slli_epi16::<4>(f),
+                            _mm512_slli_epi16::<3>(f),
+                            _mm512_slli_epi16::<2>(f),
+                            _mm512_slli_epi16::<1>(f),
+                            f,
+                            _mm512_srli_epi16::<1>(f),
+                            _mm512_srli_epi16::<2>(f),
+                            _mm512_srli_epi16::<3>(f),
+                        ];
                         for g in 0..8 {
-                            let k: __mmask64 = p.add(fifth + 8 * g).cast::<u64>().read_unaligned();
-                            w[g] = _mm512_mask_add_epi8(w[g], k, w[g], sixteen);
+                            // A | (B & C): codes, shifted bits, 0x10 in every byte.
+                            w[g] = _mm512_ternarylogic_epi32::<0xF8>(w[g], at4[g], sixteen);
                         }
                     }
                 }
