@@ -93,14 +93,14 @@ pub(crate) fn fifth_bits_at(format: BlockFormat) -> usize {
     if format == BlockFormat::Q5_1 { 64 } else { 32 }
 }
 
-/// The offset of Q4_0, Q5_0 and Q8_0 as a multiple of the block's scale (0 for Q4_1 and Q5_1, whose offset is
-/// their min):
-/// `k · Σ x` joins the block's integer sum.
+/// The offset of Q4_0, Q5_0 and Q8_0 (−8, −16 and −128 times the block's scale) as a multiple of the
+/// activations' `−8 · Σ x` (`Acts::sx`), which joins the block's integer sum that many times (0 for Q4_1 and Q5_1,
+/// whose offset is their min).
 pub(crate) fn integer_offset(format: BlockFormat) -> i32 {
     match format {
-        BlockFormat::Q4_0 => -8,
-        BlockFormat::Q5_0 => -16,
-        BlockFormat::Q8_0 => -128,
+        BlockFormat::Q4_0 => 1,
+        BlockFormat::Q5_0 => 2,
+        BlockFormat::Q8_0 => 16,
         _ => 0,
     }
 }
@@ -329,7 +329,9 @@ pub(crate) struct Acts<'a> {
     pub xs: &'a [f32],
     /// `scale · Σ codes` per 16 values (Q6_K's sub-blocks).
     pub xs16: &'a [f32],
-    /// Σ codes per 32 values, exactly (the offsets of Q4_0, Q5_0 and Q8_0 join the integer sums).
+    /// Per-32 activations: −8 · Σ codes per 32 values, exactly (the offsets of Q4_0, Q5_0 and Q8_0 join the
+    /// integer sums, [`integer_offset`]); activations per super-block ([`BlockFormat::super_scaled`]): Σ codes per
+    /// 32 values, exactly (the k-quants' mins meet them in integers).
     pub sx: &'a [i32],
     /// −32 · Σ codes per 16 values, exactly (Q6_K's offset joins its sub-blocks' integer sums; k-quants only).
     pub o16: &'a [i32],

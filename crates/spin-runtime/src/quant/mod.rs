@@ -487,14 +487,14 @@ impl QMatrix {
     }
 
     /// Activation rows `rows` against every tile, into `y` (those rows of the result, row-major). Rows go in
-    /// near-equal groups of at most `IL_GROUP_ROWS`, each group against a run of tiles of about `IL_RUN_BYTES`
+    /// near-equal groups of at most `simd::il_group_rows()`, each group against a run of tiles of about `IL_RUN_BYTES`
     /// before the next group against the same run: a group's activations stay in the L1 data cache beside a tile
     /// (forty rows of a 576-wide matrix did not), the run in L2, and memory streams each weight once.
     fn rows_into(&self, acts: &Acts, rows: std::ops::Range<usize>, y: &mut [f32]) {
         const R: usize = interleave::ROWS;
         let (tile_bytes, a) = self.il_parts(acts);
         let n = rows.len();
-        let per_group = n.div_ceil(n.div_ceil(IL_GROUP_ROWS));
+        let per_group = n.div_ceil(n.div_ceil(simd::il_group_rows()));
         let run = (IL_RUN_BYTES / tile_bytes).max(1);
         let tiles = self.rows / R;
         for first in (0..tiles).step_by(run) {
@@ -555,11 +555,6 @@ impl QMatrix {
 /// (a SmolLM2 pass of 2 or 3 positions on 2 threads took 1.14–1.24× as long split by rows; one of 8–12 positions
 /// 0.83–0.89× as long).
 const IL_SPLIT_ROWS: usize = 8;
-/// The most activation rows one interleaved tile is applied to at a time (`rows_into`). Six, not eight: a group
-/// of eight rows of Q4_1 keeps 27 vectors live (codes, two accumulators per row, scales) besides its temporaries,
-/// and on the 49,152-row heads at 40 and 64 rows groups of six ran 1.05–1.17× as fast as groups of eight (Q4_0,
-/// Q4_1, Q5_0, Q8_0; the quant bench, two alternating builds).
-const IL_GROUP_ROWS: usize = 6;
 /// The bytes of interleaved tiles each group of activation rows runs over before the next group does.
 const IL_RUN_BYTES: usize = 256 << 10;
 

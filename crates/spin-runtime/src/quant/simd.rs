@@ -63,6 +63,29 @@ impl Isa {
     }
 }
 
+/// The most activation rows one interleaved tile is applied to at a time (`QMatrix::rows_into`): eight on
+/// Intel's cores, six elsewhere. Where 512-bit operations run on full-width units (Intel), groups of eight rows ran
+/// 1.04–1.19× as fast as groups of six (Q4_0, Q5_0, the k-quants; Q4_1 and Q8_0 0.94–1.06×: the quant bench, n =
+/// 40 and 64); on AMD's Zen 4, which splits them in two halves, groups of six ran 1.05–1.17× as fast as groups of
+/// eight (Q4_0, Q4_1, Q5_0, Q8_0 on the 49,152-row heads at 40 and 64 rows): a group of eight rows of Q4_1 keeps
+/// 27 vectors live besides its temporaries.
+pub(crate) fn il_group_rows() -> usize {
+    static ROWS: OnceLock<usize> = OnceLock::new();
+    *ROWS.get_or_init(|| if genuine_intel() { 8 } else { 6 })
+}
+
+/// Whether the CPU's vendor string is Intel's.
+fn genuine_intel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 0 of `cpuid`: the vendor string, on every x86-64 CPU.
+        let r = std::arch::x86_64::__cpuid(0);
+        [r.ebx, r.edx, r.ecx] == [0x756e_6547, 0x4965_6e69, 0x6c65_746e]
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Quantises 32 values to signed codes (|q| ≤ 127, round to nearest, ties to even) and returns their scale
 /// `max|x| / 127` (0 for an all-zero block; non-finite inputs give meaningless codes, never a panic).
 pub(crate) fn quantise_block(x: &[f32], q: &mut [i8]) -> f32 {
@@ -80,7 +103,10 @@ pub(crate) struct QuantisedRows<'a> {
     pub q: &'a mut [i8],
     pub d: &'a mut [f32],
     pub xs32: &'a mut [f32],
-    /// Σ codes per 32 values, exactly.
+    /// −8 · Σ codes per 32 values, exactly: Q4_0's offset (twice it Q5_0's, sixteen times Q8_0's), ready to start
+    /// the interleaved kernels' integer chains as a broadcast from memory (scaled in the kernel, it took a
+    /// general-register product and a broadcast from a general register, an extra vector operation per block
+    /// and activation row).
     pub sx32: &'a mut [i32],
     pub xs16: &'a mut [f32],
 }
@@ -106,7 +132,7 @@ pub(crate) fn quantise_rows_with(isa: Isa, x: &[f32], out: QuantisedRows<'_>) {
         out.xs16[2 * g] = d * lo as f32;
         out.xs16[2 * g + 1] = d * hi as f32;
         out.xs32[g] = d * (lo + hi) as f32;
-        out.sx32[g] = lo + hi;
+        out.sx32[g] = -8 * (lo + hi);
     }
 }
 
@@ -481,7 +507,7 @@ mod x86 {
             out.xs16[2 * g] = d * lo as f32;
             out.xs16[2 * g + 1] = d * hi as f32;
             out.xs32[g] = d * (lo + hi) as f32;
-            out.sx32[g] = lo + hi;
+            out.sx32[g] = -8 * (lo + hi);
         }
     }
 
@@ -955,7 +981,6 @@ mod x86 {
             a.sx.as_ptr(),
         );
         // The offset of Q4_0, Q5_0 and Q8_0 is a whole multiple of the scale: it joins the integer sum.
-        let k = interleave::integer_offset(format);
         // The parts of a tile-block (`interleave.rs`: scales 32 bytes at 0, mins 32 at 32, fifth-bit bytes 64 at
         // 32 (Q5_0) or 64 (Q5_1), codes 256 or 512 at `ca`) end by tb.
         // SAFETY: tile reads at b·tb + [0, tb) < nb·tb; activation reads at (i0 + c)·cols + 32·b + [0, 32) and
@@ -1008,8 +1033,18 @@ mod x86 {
                 }
                 for c in 0..C {
                     let i = i0 + c;
-                    let start = _mm512_set1_epi32(k * *sxp.add(i * nb + b));
-                    let isum = block_sum(start, &w, qp.add(i * cols + 32 * b));
+                    // −8 · Σ codes, broadcast from memory: Q4_0's offset on the even chain, Q5_0's on both.
+                    // Q8_0's, sixteen times it, is scaled in a general register and broadcast from there: a
+                    // vector shift of the broadcast ran Q8_0 at 0.92–0.95 of that (the quant bench, n = 5 to 64).
+                    let o = sxp.add(i * nb + b);
+                    let zero = _mm512_setzero_si512();
+                    let (even, odd) = match F {
+                        Q4_0 => (_mm512_set1_epi32(*o), zero),
+                        Q5_0 => (_mm512_set1_epi32(*o), _mm512_set1_epi32(*o)),
+                        Q8_0 => (_mm512_set1_epi32(16 * *o), zero),
+                        _ => (zero, zero),
+                    };
+                    let isum = block_sum(even, odd, &w, qp.add(i * cols + 32 * b));
                     let sdx = _mm512_mul_ps(s, _mm512_set1_ps(*dp.add(i * nb + b)));
                     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sdx, acc[c]);
                     if F == Q4_1 || F == Q5_1 {
@@ -1030,15 +1065,15 @@ mod x86 {
     /// # Safety
     /// `xq` points to 32 readable activation codes; the caller enables AVX-512 F and VNNI.
     #[inline(always)]
-    unsafe fn block_sum(start: __m512i, w: &[__m512i; 8], xq: *const i8) -> __m512i {
+    unsafe fn block_sum(even: __m512i, odd: __m512i, w: &[__m512i; 8], xq: *const i8) -> __m512i {
         // SAFETY: the reads are at xq + [0, 32), which the caller guarantees readable; they are unaligned; the
         // rest are register operations of the features the caller enabled.
         unsafe {
             // Four activation codes as one i32 (a plain read: an intrinsic inside a closure would not inherit the
             // caller's target features, and would become a call wherever the inliner left the closure out).
             let x4 = |g: usize| xq.add(4 * g).cast::<i32>().read_unaligned();
-            let mut even = _mm512_dpbusd_epi32(start, w[0], _mm512_set1_epi32(x4(0)));
-            let mut odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(x4(1)));
+            let mut even = _mm512_dpbusd_epi32(even, w[0], _mm512_set1_epi32(x4(0)));
+            let mut odd = _mm512_dpbusd_epi32(odd, w[1], _mm512_set1_epi32(x4(1)));
             for g in (2..8).step_by(2) {
                 even = _mm512_dpbusd_epi32(even, w[g], _mm512_set1_epi32(x4(g)));
                 odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(x4(g + 1)));
@@ -1156,7 +1191,8 @@ mod x86 {
                     }
                     for c in 0..C {
                         let i = i0 + c;
-                        let isum = block_sum(_mm512_setzero_si512(), &w, qp.add(i * cols + 256 * b + 32 * j));
+                        let zero = _mm512_setzero_si512();
+                        let isum = block_sum(zero, zero, &w, qp.add(i * cols + 256 * b + 32 * j));
                         t[c] = if j == 0 {
                             _mm512_mul_ps(_mm512_cvtepi32_ps(isum), s)
                         } else {
