@@ -1011,23 +1011,10 @@ mod x86 {
                         w[h + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib);
                     }
                     if F == Q5_0 || F == Q5_1 {
-                        // Bit g of each fifth-bit byte to bit 4 (16-bit shifts; the 0x10 mask drops what crossed
-                        // from the neighbouring byte), or-ed into group g's codes (below 16) by one ternary op.
-                        let sixteen = _mm512_set1_epi8(16);
+                        // Bit g of each fifth-bit byte into group g's codes.
                         let f = _mm512_loadu_si512(p.add(interleave::fifth_bits_at(format)).cast());
-                        let at4 = [
-                            _mm512_slli_epi16::<4>(f),
-                            _mm512_slli_epi16::<3>(f),
-                            _mm512_slli_epi16::<2>(f),
-                            _mm512_slli_epi16::<1>(f),
-                            f,
-                            _mm512_srli_epi16::<1>(f),
-                            _mm512_srli_epi16::<2>(f),
-                            _mm512_srli_epi16::<3>(f),
-                        ];
                         for g in 0..8 {
-                            // A | (B & C): codes, shifted bits, 0x10 in every byte.
-                            w[g] = _mm512_ternarylogic_epi32::<0xF8>(w[g], at4[g], sixteen);
+                            w[g] = with_fifth_bit(w[g], f, g);
                         }
                     }
                 }
@@ -1058,9 +1045,9 @@ mod x86 {
         }
     }
 
-    /// `start` plus the integer sums of one 32-value block in all 16 lanes: `vpdpbusd` of each group's codes `w[g]`
-    /// with activation codes 4g .. 4g + 4 at `xq` broadcast, in two chains added at the end (integer sums: exact in
-    /// any order).
+    /// The integer sums of one 32-value block in all 16 lanes: `vpdpbusd` of each group's codes `w[g]` with
+    /// activation codes 4g .. 4g + 4 at `xq` broadcast, in two chains (the even groups' from `even`, the odd ones'
+    /// from `odd`: where a format's offset starts them) added at the end (integer sums: exact in any order).
     ///
     /// # Safety
     /// `xq` points to 32 readable activation codes; the caller enables AVX-512 F and VNNI.
@@ -1079,6 +1066,31 @@ mod x86 {
                 odd = _mm512_dpbusd_epi32(odd, w[g + 1], _mm512_set1_epi32(x4(g + 1)));
             }
             _mm512_add_epi32(even, odd)
+        }
+    }
+
+    /// Codes below 16 (`codes`) with bit `bit` of every byte of `bits` as their fifth bit (16): the bit shifted to
+    /// bit 4 by a 16-bit shift (the 0x10 mask drops what crossed from the neighbouring byte) and or-ed in by one
+    /// ternary logic op, A | (B & C). Q5_0's and Q5_1's fifth-bit bytes hold group g's bit in bit g, Q5_K's
+    /// sub-block j's in bit j.
+    ///
+    /// # Safety
+    /// The caller enables AVX-512 F and BW.
+    #[inline(always)]
+    unsafe fn with_fifth_bit(codes: __m512i, bits: __m512i, bit: usize) -> __m512i {
+        // SAFETY: register operations of the features the caller enabled.
+        unsafe {
+            let at4 = match bit {
+                0 => _mm512_slli_epi16::<4>(bits),
+                1 => _mm512_slli_epi16::<3>(bits),
+                2 => _mm512_slli_epi16::<2>(bits),
+                3 => _mm512_slli_epi16::<1>(bits),
+                4 => bits,
+                5 => _mm512_srli_epi16::<1>(bits),
+                6 => _mm512_srli_epi16::<2>(bits),
+                _ => _mm512_srli_epi16::<3>(bits),
+            };
+            _mm512_ternarylogic_epi32::<0xF8>(codes, at4, _mm512_set1_epi8(16))
         }
     }
 
@@ -1172,21 +1184,9 @@ mod x86 {
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib)
                         };
                         if F == Q5K {
-                            // Bit j of each fifth-bit byte to bit 4 (16-bit shifts: the mask drops what crossed
-                            // from the neighbouring byte), or-ed into the codes (below 16) in one ternary logic op.
+                            // Bit j of each fifth-bit byte into the codes.
                             let fifth = _mm512_loadu_si512(p.add(interleave::Q5K_FIFTH_AT + 64 * h).cast());
-                            let at4 = match j {
-                                0 => _mm512_slli_epi16::<4>(fifth),
-                                1 => _mm512_slli_epi16::<3>(fifth),
-                                2 => _mm512_slli_epi16::<2>(fifth),
-                                3 => _mm512_slli_epi16::<1>(fifth),
-                                4 => fifth,
-                                5 => _mm512_srli_epi16::<1>(fifth),
-                                6 => _mm512_srli_epi16::<2>(fifth),
-                                _ => _mm512_srli_epi16::<3>(fifth),
-                            };
-                            // A | (B & C) with A = codes, B = shifted bits, C = 0x10 in every byte.
-                            *w = _mm512_ternarylogic_epi32::<0xF8>(*w, at4, _mm512_set1_epi8(16));
+                            *w = with_fifth_bit(*w, fifth, j);
                         }
                     }
                     for c in 0..C {
@@ -1244,7 +1244,7 @@ mod x86 {
                 && stride >= 16
                 && out.len() >= (C - 1) * stride + 16
         );
-        let (tp, qp, dp, xp) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.o16.as_ptr());
+        let (tp, qp, dp, op) = (tile.as_ptr(), a.q.as_ptr(), a.d.as_ptr(), a.o16.as_ptr());
         // A tile-block: scales 32 bytes at 0, sixteen 16-byte scale vectors at 32, low bits 2048 at 288, high 1024
         // at 2336.
         // SAFETY: tile reads at b·tb + [0, tb) < nsb·tb (tb = 3360); activation reads at (i0 + c)·cols + 32·ch +
@@ -1296,14 +1296,11 @@ mod x86 {
                         // The codes' offset of −32 is a whole multiple of the sub-block's scale: it starts each
                         // integer chain as −32 · Σ codes (`o16`, a broadcast from memory), so no float work is
                         // spent on it.
-                        let xs = xp.add(2 * (ix * nch + ch));
+                        let o = op.add(2 * (ix * nch + ch));
                         let mut ia =
-                            _mm512_dpbusd_epi32(_mm512_set1_epi32(*xs), w[0], _mm512_set1_epi32(x4(0)));
-                        let mut ib = _mm512_dpbusd_epi32(
-                            _mm512_set1_epi32(*xs.add(1)),
-                            w[4],
-                            _mm512_set1_epi32(x4(4)),
-                        );
+                            _mm512_dpbusd_epi32(_mm512_set1_epi32(*o), w[0], _mm512_set1_epi32(x4(0)));
+                        let mut ib =
+                            _mm512_dpbusd_epi32(_mm512_set1_epi32(*o.add(1)), w[4], _mm512_set1_epi32(x4(4)));
                         for g in 1..4 {
                             ia = _mm512_dpbusd_epi32(ia, w[g], _mm512_set1_epi32(x4(g)));
                             ib = _mm512_dpbusd_epi32(ib, w[g + 4], _mm512_set1_epi32(x4(g + 4)));
