@@ -210,16 +210,20 @@ fn the_head_split_over_many_tiles_gives_the_same_bits_on_any_pool() {
 #[test]
 fn whole_tile_matrices_write_straight_into_the_result_with_the_same_bits_on_any_pool() {
     // Row counts that fill tiles of 16 (every SmolLM2 matrix does) take the path that writes into y directly:
-    // on one thread for any n, on more threads by splitting the activation rows from 8 rows on; 1024 Q8_0 rows
-    // make two runs of tiles for each group of at most eight activation rows.
+    // on one thread for any n, on more threads by splitting the activation rows from 8 rows on, and below that by
+    // splitting the tiles, each part writing its columns of every row; 1024 Q8_0 and Q4_0 rows make two runs of
+    // tiles for each group of at most eight activation rows, and products large enough to go to the pool at n = 2.
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
     let pools = [pool(1), pool(2), pool(3)];
-    let cases = FORMATS.iter().map(|&d| (d, 96)).chain([(GgmlDType::Q8_0, 1024)]);
+    let cases = FORMATS
+        .iter()
+        .map(|&d| (d, 96))
+        .chain([(GgmlDType::Q8_0, 1024), (GgmlDType::Q4_0, 1024)]);
     for (dtype, rows) in cases {
         let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16);
         let (cols, bw) = (256, block_width(dtype));
         let (m, w) = weights(&mut rng, dtype, rows, cols);
-        for n in [1, 2, 8, 9, 16, 17, 40] {
+        for n in [1, 2, 5, 8, 9, 16, 17, 40] {
             let x = random(&mut rng, n * cols);
             let (want, tol) = reference(&w, &x, n, rows, cols, float, bw);
             let ys: Vec<Vec<f32>> = pools

@@ -356,6 +356,8 @@ impl QMatrix {
                     && (n == 1 || n >= IL_SPLIT_ROWS || rayon::current_num_threads() == 1)
                 {
                     self.run_interleaved_into(acts, n, y);
+                } else if rows.is_multiple_of(R) {
+                    self.tiles_into(acts, n, y);
                 } else {
                     // Tile by tile, each tile's n runs of 16 outputs; then every run to its row of y.
                     let tiles = rows.div_ceil(R);
@@ -486,6 +488,45 @@ impl QMatrix {
             .for_each(|(k, y)| self.rows_into(acts, k * per..(k * per + per).min(n), y));
     }
 
+    /// A few activation rows (fewer than `IL_SPLIT_ROWS`) on more than one thread, rows a whole number of tiles: the
+    /// tiles are split over the pool as in [`QMatrix::run_interleaved`], and each part writes its columns of every
+    /// row of `y` itself, from a buffer of its own, right after computing them (the calling thread used to copy
+    /// every 16 outputs into place after the split, alone, in 64-byte pieces). The same sums in the same order.
+    fn tiles_into(&self, acts: &Acts, n: usize, y: &mut [f32]) {
+        const R: usize = interleave::ROWS;
+        let (tile_bytes, a) = self.il_parts(acts);
+        let threads = self.pool_threads(n);
+        if threads <= 1 {
+            self.rows_into(acts, 0..n, y);
+            return;
+        }
+        let tiles = self.rows / R;
+        let per = tiles.div_ceil(threads * 4).max(1);
+        let width = per * R;
+        // Part c owns columns c·width .. of every row of y: n disjoint slices.
+        let mut parts: Vec<Vec<&mut [f32]>> = (0..tiles.div_ceil(per)).map(|_| Vec::with_capacity(n)).collect();
+        for row in y.chunks_exact_mut(self.rows) {
+            for (part, cols) in parts.iter_mut().zip(row.chunks_mut(width)) {
+                part.push(cols);
+            }
+        }
+        parts.par_iter_mut().enumerate().for_each(|(c, part)| {
+            with_scratch(&OUT, |buf| {
+                let live = part[0].len();
+                buf.clear();
+                buf.resize(n * live, 0.0);
+                for k in 0..live / R {
+                    let t = c * per + k;
+                    let tile = &self.data[t * tile_bytes..(t + 1) * tile_bytes];
+                    simd::il_tile(self.format, tile, &a, 0..n, &mut buf[k * R..], live);
+                }
+                for (cols, got) in part.iter_mut().zip(buf.chunks_exact(live)) {
+                    cols.copy_from_slice(got);
+                }
+            });
+        });
+    }
+
     /// Activation rows `rows` against every tile, into `y` (those rows of the result, row-major). Rows go in
     /// near-equal groups of at most `simd::il_group_rows()`, each group against a run of tiles of about `IL_RUN_BYTES`
     /// before the next group against the same run: a group's activations stay in the L1 data cache beside a tile
@@ -551,7 +592,7 @@ impl QMatrix {
 
 /// From this many activation rows on, an interleaved product on more than one thread splits the rows (not the
 /// tiles) over the pool and writes straight into the result (`run_interleaved_into`); below, the tiles are split
-/// and their results copied into place, as a worker of a few rows would stream the whole matrix from memory again
+/// and each part copies its columns into place (`tiles_into`), as a worker of a few rows would stream the whole matrix from memory again
 /// (a SmolLM2 pass of 2 or 3 positions on 2 threads took 1.14–1.24× as long split by rows; one of 8–12 positions
 /// 0.83–0.89× as long).
 const IL_SPLIT_ROWS: usize = 8;
@@ -725,6 +766,7 @@ impl Panel {
 thread_local! {
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
     static PANEL: RefCell<Panel> = RefCell::new(Panel::default());
+    static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's buffer, or on a fresh one if it is in use (a product nested in another's wait).
