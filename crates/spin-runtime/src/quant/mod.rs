@@ -504,7 +504,8 @@ impl QMatrix {
         let per = tiles.div_ceil(threads * 4).max(1);
         let width = per * R;
         // Part c owns columns c·width .. of every row of y: n disjoint slices.
-        let mut parts: Vec<Vec<&mut [f32]>> = (0..tiles.div_ceil(per)).map(|_| Vec::with_capacity(n)).collect();
+        let mut parts: Vec<Vec<&mut [f32]>> =
+            (0..tiles.div_ceil(per)).map(|_| Vec::with_capacity(n)).collect();
         for row in y.chunks_exact_mut(self.rows) {
             for (part, cols) in parts.iter_mut().zip(row.chunks_mut(width)) {
                 part.push(cols);
@@ -592,9 +593,9 @@ impl QMatrix {
 
 /// From this many activation rows on, an interleaved product on more than one thread splits the rows (not the
 /// tiles) over the pool and writes straight into the result (`run_interleaved_into`); below, the tiles are split
-/// and each part copies its columns into place (`tiles_into`), as a worker of a few rows would stream the whole matrix from memory again
-/// (a SmolLM2 pass of 2 or 3 positions on 2 threads took 1.14–1.24× as long split by rows; one of 8–12 positions
-/// 0.83–0.89× as long).
+/// and each part copies its columns into place (`tiles_into`), as a worker of a few rows would stream the whole
+/// matrix from memory again (a SmolLM2 pass of 2 or 3 positions on 2 threads took 1.14–1.24× as long split by rows;
+/// one of 8–12 positions 0.83–0.89× as long).
 const IL_SPLIT_ROWS: usize = 8;
 /// The bytes of interleaved tiles each group of activation rows runs over before the next group does.
 const IL_RUN_BYTES: usize = 256 << 10;

@@ -947,8 +947,8 @@ mod x86 {
     /// How far ahead of the tile-block being read the kernels ask for the weights, in bytes. The hardware
     /// prefetchers did not keep the stream ahead: in a profile of a 5-position pass the kernel's time sat on the
     /// first use of each loaded tile-block, and asking for the bytes 4 KiB ahead cut passes of 1 and 5 positions on
-    /// one thread by 1.2-1.8x (`measure pass-cost`, 0.5, 1, 2, 4, 6, 8, 16 and 32 KiB alternating; 4 to 8 were
-    /// best, 32 worse again; into L1 better than into L2).
+    /// one thread by 1.3-1.8x on an Intel Xeon (`measure pass-cost`, 1, 2, 4, 6, 8, 16 and 32 KiB alternating; 4
+    /// to 8 were best, 32 worse again; into L1 better than into L2: docs/runtime.md, "Weights 4 KiB ahead").
     const AHEAD: usize = 4096;
 
     /// Asks for the cache lines of `bytes` bytes from `p + AHEAD` (a hint: no result depends on it).
