@@ -352,12 +352,8 @@ impl QMatrix {
             if self.interleaved {
                 const R: usize = interleave::ROWS;
                 let rows = self.rows;
-                if rows.is_multiple_of(R)
-                    && (n == 1 || n >= IL_SPLIT_ROWS || rayon::current_num_threads() == 1)
-                {
+                if rows.is_multiple_of(R) {
                     self.run_interleaved_into(acts, n, y);
-                } else if rows.is_multiple_of(R) {
-                    self.tiles_into(acts, n, y);
                 } else {
                     // Tile by tile, each tile's n runs of 16 outputs; then every run to its row of y.
                     let tiles = rows.div_ceil(R);
@@ -431,11 +427,16 @@ impl QMatrix {
             work(0, out);
             return;
         }
-        // Several chunks per thread for balance.
-        let tiles_per_chunk = self.rows.div_ceil(tile_rows).div_ceil(threads * 4).max(1);
+        let tiles_per_chunk = self.tiles_per_part(tile_rows, threads);
         out.par_chunks_mut(tiles_per_chunk * tile_rows * n)
             .enumerate()
             .for_each(|(c, out)| work(c * tiles_per_chunk, out));
+    }
+
+    /// Tiles of `tile_rows` weight rows per part when a product's tiles are split over `threads` threads: several
+    /// parts per thread, for balance.
+    fn tiles_per_part(&self, tile_rows: usize, threads: usize) -> usize {
+        self.rows.div_ceil(tile_rows).div_ceil(threads * 4).max(1)
     }
 
     /// The bytes of one interleaved tile, and the quantised activations as the tile kernels read them.
@@ -468,10 +469,11 @@ impl QMatrix {
         });
     }
 
-    /// The products on the interleaved form straight into `y` (n × rows, row-major; rows a whole number of
-    /// tiles), with no copy after them. One activation row: the tiles are split over the current pool whole. More:
-    /// the activation rows are, in groups of at least `IL_SPLIT_ROWS / 2`, each part running every tile (a split
-    /// by tiles would give each worker columns of y, not a slice of it). Either split leaves every sum as it is.
+    /// The products on the interleaved form into `y` (n × rows, row-major; rows a whole number of tiles). One
+    /// activation row: the tiles are split over the current pool whole, straight into `y`. Fewer than
+    /// `IL_SPLIT_ROWS`: the tiles too, each part copying its columns into place (`tiles_into`). More: the
+    /// activation rows are, in groups of at least `IL_SPLIT_ROWS / 2`, each part running every tile, straight into
+    /// its rows of `y`. On one thread, every tile against every row in place (`rows_into`). No split changes a sum.
     fn run_interleaved_into(&self, acts: &Acts, n: usize, y: &mut [f32]) {
         if n == 1 {
             self.run_interleaved(acts, 1, y);
@@ -482,26 +484,25 @@ impl QMatrix {
             self.rows_into(acts, 0..n, y);
             return;
         }
+        if n < IL_SPLIT_ROWS {
+            self.tiles_into(acts, n, threads, y);
+            return;
+        }
         let per = n.div_ceil(threads.min(n / (IL_SPLIT_ROWS / 2)).max(1));
         y.par_chunks_mut(per * self.rows)
             .enumerate()
             .for_each(|(k, y)| self.rows_into(acts, k * per..(k * per + per).min(n), y));
     }
 
-    /// A few activation rows (fewer than `IL_SPLIT_ROWS`) on more than one thread, rows a whole number of tiles: the
-    /// tiles are split over the pool as in [`QMatrix::run_interleaved`], and each part writes its columns of every
-    /// row of `y` itself, from a buffer of its own, right after computing them (the calling thread used to copy
-    /// every 16 outputs into place after the split, alone, in 64-byte pieces). The same sums in the same order.
-    fn tiles_into(&self, acts: &Acts, n: usize, y: &mut [f32]) {
+    /// A few activation rows (fewer than `IL_SPLIT_ROWS`) on `threads` > 1 threads, rows a whole number of tiles:
+    /// the tiles are split over the pool as in [`QMatrix::run_interleaved`], and each part writes its columns of
+    /// every row of `y` itself, from a buffer of its own, right after computing them (the calling thread used to
+    /// copy every 16 outputs into place after the split, alone, in 64-byte pieces). The same sums in the same order.
+    fn tiles_into(&self, acts: &Acts, n: usize, threads: usize, y: &mut [f32]) {
         const R: usize = interleave::ROWS;
         let (tile_bytes, a) = self.il_parts(acts);
-        let threads = self.pool_threads(n);
-        if threads <= 1 {
-            self.rows_into(acts, 0..n, y);
-            return;
-        }
         let tiles = self.rows / R;
-        let per = tiles.div_ceil(threads * 4).max(1);
+        let per = self.tiles_per_part(R, threads);
         let width = per * R;
         // Part c owns columns c·width .. of every row of y: n disjoint slices.
         let mut parts: Vec<Vec<&mut [f32]>> =
