@@ -166,7 +166,8 @@ impl GgufSource {
             self.read_into(g, &mut bytes)?;
         }
         let what = format!("{}: {}", self.what, names[0].0);
-        let m = QMatrix::new(&what, format, rows, cols, bytes)?;
+        // In the file's order: the model gathers its matrices into one buffer next, interleaving them there.
+        let m = QMatrix::file_order(&what, format, rows, cols, bytes)?;
         if !m.scales_finite() {
             // Name the tensor (and the element) that holds the bad value.
             for (g, _) in names {

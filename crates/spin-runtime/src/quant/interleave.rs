@@ -222,18 +222,33 @@ fn fifth_bits_from_tile(tile_block: &[u8], at: usize, r: usize) -> u32 {
     })
 }
 
+/// Bytes of the interleaved form of a (rows × cols) matrix of `format`: whole tiles, the last padded with zero rows.
+pub(crate) fn packed_len(format: BlockFormat, rows: usize, cols: usize) -> usize {
+    rows.div_ceil(ROWS) * (cols / format.block_elems()) * tile_block_bytes(format)
+}
+
 /// The interleaved form of a (rows × cols) matrix of `format` given as the file's row-major blocks.
 ///
 /// # Panics
 /// If `format` is not [`supported`] or `data` is not rows × cols of it (the caller checked both).
 pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -> super::pages::WeightBytes {
+    let mut out = super::pages::WeightBytes::zeroed(packed_len(format, rows, cols));
+    pack_into(format, rows, cols, data, &mut out);
+    out
+}
+
+/// [`pack`] into `out`, which holds [`packed_len`] zero bytes (where a model's matrices are gathered, the
+/// stretch of the shared buffer that the matrix will occupy).
+///
+/// # Panics
+/// As [`pack`], and if `out` is not [`packed_len`] bytes long.
+pub(crate) fn pack_into(format: BlockFormat, rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
     let be = format.block_elems();
     assert!(supported(format) && cols.is_multiple_of(be));
     let (bb, nb) = (format.block_bytes(), cols / be);
     assert_eq!(data.len(), rows * nb * bb);
+    assert_eq!(out.len(), packed_len(format, rows, cols));
     let tb = tile_block_bytes(format);
-    let tiles = rows.div_ceil(ROWS);
-    let mut out = super::pages::WeightBytes::zeroed(tiles * nb * tb);
     for row in 0..rows {
         let (t, r) = (row / ROWS, row % ROWS);
         for b in 0..nb {
@@ -251,7 +266,6 @@ pub(crate) fn pack(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -
             }
         }
     }
-    out
 }
 
 /// The file's bytes of rows `first .. first + count` from the interleaved form (the inverse of [`pack`]).

@@ -132,30 +132,36 @@ pub struct QMatrix {
 /// Weight rows per tile: each tile is unpacked once and applied to every activation row.
 const TILE: usize = 4;
 
+/// Checks `cols % block_elems == 0` and `len == rows · cols / block_elems · block_bytes`.
+fn check_shape(what: &str, format: BlockFormat, rows: usize, cols: usize, len: usize) -> Result<()> {
+    let be = format.block_elems();
+    if cols == 0 || !cols.is_multiple_of(be) {
+        return Err(RuntimeError::format(
+            what,
+            format!("{cols} columns is not a positive multiple of the {format:?} block of {be} values"),
+        ));
+    }
+    let want = rows
+        .checked_mul(cols / be)
+        .and_then(|b| b.checked_mul(format.block_bytes()));
+    if want != Some(len) {
+        return Err(RuntimeError::format(
+            what,
+            format!(
+                "{} bytes of {format:?} data for {rows} × {cols} values (expected {})",
+                len,
+                want.map_or_else(|| "more than fits in memory".to_owned(), |w| w.to_string())
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl QMatrix {
     /// Checks `cols % block_elems == 0` and `data.len() == rows · cols / block_elems · block_bytes`; a
     /// [`RuntimeError::Format`] naming `what` otherwise.
     pub fn new(what: &str, format: BlockFormat, rows: usize, cols: usize, data: Vec<u8>) -> Result<QMatrix> {
-        let be = format.block_elems();
-        if cols == 0 || !cols.is_multiple_of(be) {
-            return Err(RuntimeError::format(
-                what,
-                format!("{cols} columns is not a positive multiple of the {format:?} block of {be} values"),
-            ));
-        }
-        let want = rows
-            .checked_mul(cols / be)
-            .and_then(|b| b.checked_mul(format.block_bytes()));
-        if want != Some(data.len()) {
-            return Err(RuntimeError::format(
-                what,
-                format!(
-                    "{} bytes of {format:?} data for {rows} × {cols} values (expected {})",
-                    data.len(),
-                    want.map_or_else(|| "more than fits in memory".to_owned(), |w| w.to_string())
-                ),
-            ));
-        }
+        check_shape(what, format, rows, cols, data.len())?;
         let interleaved = simd::interleaved() && interleave::supported(format);
         let data = if interleaved {
             pages::Shared::own(interleave::pack(format, rows, cols, &data))
@@ -169,6 +175,31 @@ impl QMatrix {
             data,
             interleaved,
         })
+    }
+
+    /// As [`QMatrix::new`], but the bytes stay in the file's row-major order until [`QMatrix::side_by_side`]
+    /// interleaves them straight into the shared buffer (a loader that gathers its matrices so writes each weight
+    /// once more, not twice). Usable as it is: the products read either form.
+    pub(crate) fn file_order(
+        what: &str,
+        format: BlockFormat,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    ) -> Result<QMatrix> {
+        check_shape(what, format, rows, cols, data.len())?;
+        Ok(QMatrix {
+            format,
+            rows,
+            cols,
+            data: pages::Shared::own(pages::WeightBytes::from_vec(data)),
+            interleaved: false,
+        })
+    }
+
+    /// Whether the bytes are in the file's order where the kernels would read the interleaved form.
+    fn interleave_pending(&self) -> bool {
+        !self.interleaved && simd::interleaved() && interleave::supported(self.format)
     }
 
     /// The matrix of a 2-D candle `QTensor` (rows × cols), from its raw block bytes.
@@ -241,16 +272,36 @@ impl QMatrix {
     /// system gives them (`pages.rs` says why: a step streams every weight, and 4 KiB pages cost a page walk per
     /// 4 KiB). Products give the same bits as before; the copies share the buffer, which lives until the last
     /// of them is dropped.
+    ///
+    /// A matrix still in the file's order where the kernels read the interleaved form ([`QMatrix::file_order`])
+    /// is interleaved into its stretch of the buffer instead of copied.
     pub fn side_by_side(ms: &[&QMatrix]) -> Vec<QMatrix> {
-        let parts: Vec<&[u8]> = ms.iter().map(|m| &m.data[..]).collect();
+        let lens: Vec<usize> = ms
+            .iter()
+            .map(|m| {
+                if m.interleave_pending() {
+                    interleave::packed_len(m.format, m.rows, m.cols)
+                } else {
+                    m.data.len()
+                }
+            })
+            .collect();
+        let fill = |i: usize, out: &mut [u8]| {
+            let m = ms[i];
+            if m.interleave_pending() {
+                interleave::pack_into(m.format, m.rows, m.cols, &m.data, out);
+            } else {
+                out.copy_from_slice(&m.data);
+            }
+        };
         ms.iter()
-            .zip(pages::Shared::side_by_side(&parts))
+            .zip(pages::Shared::side_by_side(&lens, fill))
             .map(|(m, data)| QMatrix {
                 format: m.format,
                 rows: m.rows,
                 cols: m.cols,
                 data,
-                interleaved: m.interleaved,
+                interleaved: m.interleaved || m.interleave_pending(),
             })
             .collect()
     }
@@ -780,4 +831,88 @@ fn with_scratch<T: Default, R>(
         Ok(mut s) => f(&mut s),
         Err(_) => f(&mut T::default()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random bytes of a (rows × cols) matrix of `format` whose f16 scales (and mins) are small finite values.
+    fn blocks(format: BlockFormat, rows: usize, cols: usize, salt: usize) -> Vec<u8> {
+        let (bb, nb) = (format.block_bytes(), cols / format.block_elems());
+        let mut data: Vec<u8> = (0..rows * nb * bb)
+            .map(|i| ((i * 131 + salt * 17 + 7) % 251) as u8)
+            .collect();
+        // An f16 of exponent field 0b01100 (about 1/8 .. 1/4): the second byte of every half is 0x30.
+        for (i, b) in data.iter_mut().enumerate() {
+            if i % 2 == 1 {
+                *b = 0x30 | (*b & 0x03);
+            }
+        }
+        data
+    }
+
+    /// A matrix kept in the file's order and gathered later holds, after the gathering, what one interleaved at
+    /// once holds (the same form, the same file bytes back, the same product bits); gathered beside matrices that
+    /// were interleaved already and ones with no interleaved form.
+    #[test]
+    fn file_order_matrices_are_interleaved_where_they_are_gathered() {
+        let shapes = [
+            (BlockFormat::Q4_1, 33, 64),
+            (BlockFormat::Q8_0, 16, 96),
+            (BlockFormat::Q4_0, 7, 32),
+            (BlockFormat::Q4K, 20, 256),
+            (BlockFormat::F16, 5, 8),
+        ];
+        let mut now = Vec::new();
+        let mut later = Vec::new();
+        for (i, &(format, rows, cols)) in shapes.iter().enumerate() {
+            let data = if format == BlockFormat::F16 {
+                (0..rows * cols)
+                    .flat_map(|k| (0x3000u16 + k as u16).to_le_bytes())
+                    .collect()
+            } else {
+                blocks(format, rows, cols, i)
+            };
+            now.push(QMatrix::new("now", format, rows, cols, data.clone()).unwrap());
+            // Every other one gathered after being interleaved already.
+            later.push(if i % 2 == 0 {
+                QMatrix::file_order("later", format, rows, cols, data).unwrap()
+            } else {
+                QMatrix::new("later", format, rows, cols, data).unwrap()
+            });
+        }
+        let refs: Vec<&QMatrix> = later.iter().collect();
+        let gathered = QMatrix::side_by_side(&refs);
+        for ((a, b), (format, rows, cols)) in now.iter().zip(&gathered).zip(shapes) {
+            assert_eq!(a.interleaved, b.interleaved, "{format:?}");
+            assert_eq!(&a.data[..], &b.data[..], "{format:?}: the stored bytes");
+            assert_eq!(a.data(), b.data(), "{format:?}: the file's bytes");
+            assert!(b.scales_finite());
+            let x: Vec<f32> = (0..3 * cols)
+                .map(|k| ((k * 37 % 19) as f32 - 9.0) / 7.0)
+                .collect();
+            let (mut ya, mut yb) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
+            a.matmul(&x, 3, &mut ya);
+            b.matmul(&x, 3, &mut yb);
+            assert_eq!(
+                ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{format:?}: the products"
+            );
+        }
+        // The file-order matrix is usable before it is gathered too: the same product as the interleaved one
+        // within rounding (the two forms sum in different orders).
+        let (format, rows, cols) = shapes[0];
+        let x: Vec<f32> = (0..cols).map(|k| (k % 5) as f32 - 2.0).collect();
+        let (mut ya, mut yb) = (vec![0f32; rows], vec![0f32; rows]);
+        now[0].matmul(&x, 1, &mut ya);
+        later[0].matmul(&x, 1, &mut yb);
+        for (p, q) in ya.iter().zip(&yb) {
+            assert!(
+                (p - q).abs() <= 1e-3 * (1.0 + p.abs()),
+                "{format:?}: {p} against {q}"
+            );
+        }
+    }
 }

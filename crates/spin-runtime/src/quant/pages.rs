@@ -142,27 +142,26 @@ impl Shared {
         Shared::Own(Arc::new(w))
     }
 
-    /// The parts' bytes copied side by side into one buffer in huge pages, each starting at a multiple of 64
-    /// bytes; one `Shared` per part, in order.
-    pub(crate) fn side_by_side(parts: &[&[u8]]) -> Vec<Shared> {
-        let mut starts = Vec::with_capacity(parts.len());
+    /// Parts of `lens` bytes side by side in one buffer in huge pages, each starting at a multiple of 64 bytes and
+    /// written by `fill(i, stretch)` (the stretch of part i, zero bytes when given); one `Shared` per part, in order.
+    pub(crate) fn side_by_side(lens: &[usize], mut fill: impl FnMut(usize, &mut [u8])) -> Vec<Shared> {
+        let mut starts = Vec::with_capacity(lens.len());
         let mut end = 0;
-        for p in parts {
+        for &len in lens {
             starts.push(end);
-            end = (end + p.len()).next_multiple_of(PART_ALIGN);
+            end = (end + len).next_multiple_of(PART_ALIGN);
         }
         let mut all = WeightBytes::zeroed_huge(end);
-        for (p, &s) in parts.iter().zip(&starts) {
-            all[s..s + p.len()].copy_from_slice(p);
+        for (i, (&len, &s)) in lens.iter().zip(&starts).enumerate() {
+            fill(i, &mut all[s..s + len]);
         }
         let all = Arc::new(all);
-        parts
-            .iter()
+        lens.iter()
             .zip(starts)
-            .map(|(p, start)| Shared::Part {
+            .map(|(&len, start)| Shared::Part {
                 all: all.clone(),
                 start,
-                len: p.len(),
+                len,
             })
             .collect()
     }
@@ -216,8 +215,11 @@ mod tests {
             .enumerate()
             .map(|(i, &l)| bytes(l, i))
             .collect();
-        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-        let shared = Shared::side_by_side(&refs);
+        let lens: Vec<usize> = parts.iter().map(Vec::len).collect();
+        let shared = Shared::side_by_side(&lens, |i, out| {
+            assert!(out.iter().all(|&b| b == 0), "part {i} given non-zero bytes");
+            out.copy_from_slice(&parts[i]);
+        });
         assert_eq!(shared.len(), parts.len());
         for (s, p) in shared.iter().zip(&parts) {
             assert_eq!(&s[..], &p[..]);
