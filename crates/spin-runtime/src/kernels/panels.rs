@@ -129,11 +129,20 @@ pub(crate) struct PanelAttention<'a> {
 /// its own visible keys only, whatever the other rows and the number of threads.
 pub(crate) const CHUNK_KEYS: usize = 128;
 
-/// One kv head's attention over one chunk of keys, per row (new position j, query head r of the group, row
-/// j · rep + r): the largest score (−∞ where the row sees no key of the chunk), the sum of the exponentials of the
+/// Query rows per group of [`PanelAttention`] (row i: new position i / rep, query head i % rep of its kv head): the
+/// kernel takes a kv head's rows this many at a time, each panel and value vector loaded serving every row of the
+/// group (for SmolLM2's 3 heads per kv head, two positions). The groups are also work items of their own
+/// ([`PanelAttention::head_chunk`] takes a range of groups): a pass of few positions has only a few kv heads and
+/// chunks to spread over its threads, and a group's rows get the same operations alone or beside the others.
+pub(crate) const GROUP_ROWS: usize = 6;
+
+/// One kv head's attention over one chunk of keys, per row of a run of its rows (new position j, query head r of
+/// the group, row j · rep + r): the largest score (−∞ where the row sees no key of the chunk), the sum of the exponentials of the
 /// scores less it, and the exponential-weighted sum of the values (head_dim floats), not yet divided by that sum.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Partial {
+    /// The kv head's row held first.
+    first: usize,
     m: Vec<f32>,
     z: Vec<f32>,
     acc: Vec<f32>,
@@ -150,9 +159,35 @@ impl PanelAttention<'_> {
             .div_ceil(CHUNK_KEYS)
     }
 
-    /// Kv head `g`'s rows over chunk `c` of the keys (positions c · CHUNK_KEYS up to the next chunk) into `p`.
-    pub fn head_chunk(&self, g: usize, c: usize, p: &mut Partial, s: &mut PanelScratch) {
-        let rows = self.visible.len() * (self.n_heads / self.n_kv_heads);
+    /// Query rows of a kv head: new positions × query heads per kv head.
+    pub fn head_rows(&self) -> usize {
+        self.visible.len() * (self.n_heads / self.n_kv_heads)
+    }
+
+    /// How many groups of [`GROUP_ROWS`] a kv head's rows make.
+    pub fn groups(&self) -> usize {
+        self.head_rows().div_ceil(GROUP_ROWS)
+    }
+
+    /// The rows of groups `groups` (a range of group indices below [`PanelAttention::groups`]).
+    pub fn group_rows(&self, groups: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        let total = self.head_rows();
+        (groups.start * GROUP_ROWS).min(total)..(groups.end * GROUP_ROWS).min(total)
+    }
+
+    /// Kv head `g`'s rows of groups `groups` over chunk `c` of the keys (positions c · CHUNK_KEYS up to the next
+    /// chunk) into `p`, which then holds those rows (the first at 0).
+    pub fn head_chunk(
+        &self,
+        g: usize,
+        c: usize,
+        groups: std::ops::Range<usize>,
+        p: &mut Partial,
+        s: &mut PanelScratch,
+    ) {
+        let rows = self.group_rows(groups);
+        p.first = rows.start;
+        let rows = rows.len();
         p.m.clear();
         p.m.resize(rows, f32::NEG_INFINITY);
         p.z.clear();
@@ -163,19 +198,21 @@ impl PanelAttention<'_> {
             att: self,
             g,
             k0: c * CHUNK_KEYS,
+            rows: p.first..p.first + rows,
             p,
             s,
         });
     }
 
-    /// Merges the partials of chunks 0, 1, … (in that order) of one kv head into `out` (T · rep · head_dim floats,
-    /// position-major, then head, then channel; rep = n_heads / n_kv_heads):
+    /// Merges the partials of chunks 0, 1, … (in that order) of one kv head's rows (the same rows in every
+    /// partial, as [`PanelAttention::head_chunk`] left them) into `out` (those rows, head_dim floats each; row i
+    /// of the head is new position i / rep, query head i % rep of the kv head, rep = n_heads / n_kv_heads):
     /// per row, the largest of the chunks' maxima M, then Σ e^(m_c − M) · z_c and Σ e^(m_c − M) · acc_c in chunk
     /// order, and the weighted sum times the inverse of the sum. With one chunk this is the plain softmax: the factor
     /// is e⁰ = 1 exactly.
     pub fn merge(&self, parts: &[Partial], out: &mut [f32]) {
         let hd = self.head_dim;
-        let rows = self.visible.len() * (self.n_heads / self.n_kv_heads);
+        let rows = parts.first().map_or(0, |p| p.m.len());
         pulp::Arch::new().dispatch(MergeTask { parts, rows, hd, out });
     }
 
@@ -187,16 +224,14 @@ impl PanelAttention<'_> {
         simd: S,
         g: usize,
         k0: usize,
+        rows: std::ops::Range<usize>,
         p: &mut Partial,
         s: &mut PanelScratch,
     ) {
-        let rep = self.n_heads / self.n_kv_heads;
-        // The rows (position j, head r of the group), position-major, in groups of up to six: each panel and
-        // value vector loaded serves every row of a group (for SmolLM2's 3 heads per kv head, two positions).
-        let total = self.visible.len() * rep;
-        let mut first = 0;
-        while first < total {
-            let n = (total - first).min(6);
+        // The rows (position j, head r of the group), position-major, in groups of GROUP_ROWS.
+        let mut first = rows.start;
+        while first < rows.end {
+            let n = (rows.end - first).min(GROUP_ROWS);
             match n {
                 6 => self.rows::<S, 6, 2, 2, F>(simd, g, k0, first, p, s),
                 5 => self.rows::<S, 5, 2, 2, F>(simd, g, k0, first, p, s),
@@ -210,7 +245,7 @@ impl PanelAttention<'_> {
     }
 
     /// Rows `first .. first + R` of kv head g (row i: new position i / rep, query head g·rep + i % rep) over the
-    /// keys of the chunk from position `k0` into `p`; the scores in blocks of B panels, the values in V vectors of
+    /// keys of the chunk from position `k0` into `p` (which holds rows from `p.first`); the scores in blocks of B panels, the values in V vectors of
     /// channels. Rows that see fewer keys than others of their group get weight exactly zero on the keys they do
     /// not see, which leaves their sums unchanged bit for bit (an accumulator that starts at +0 is never −0); a row
     /// that sees none of the chunk keeps m = −∞, z = 0 and zero sums.
@@ -300,8 +335,8 @@ impl PanelAttention<'_> {
                     z[l] += x[l];
                 }
             }
-            p.m[first + r] = m;
-            p.z[first + r] = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
+            p.m[first - p.first + r] = m;
+            p.z[first - p.first + r] = ((z[0] + z[1]) + (z[2] + z[3])) + ((z[4] + z[5]) + (z[6] + z[7]));
         }
         // Weighted sums of values: channels in lanes, V vectors at a time, positions in order.
         let value = Values {
@@ -309,7 +344,7 @@ impl PanelAttention<'_> {
             hd,
             ahead: &self.kv.v[g][k0 * hd..],
         };
-        let out = &mut p.acc[first * hd..(first + R) * hd];
+        let out = &mut p.acc[(first - p.first) * hd..(first - p.first + R) * hd];
         let mut c0 = 0;
         if wide {
             // One row at a time over eight vectors of channels (a whole 64-wide head): each sweep reads whole value
@@ -595,6 +630,7 @@ struct HeadTask<'a, 'b, 'c> {
     att: &'a PanelAttention<'b>,
     g: usize,
     k0: usize,
+    rows: std::ops::Range<usize>,
     p: &'c mut Partial,
     s: &'c mut PanelScratch,
 }
@@ -606,10 +642,10 @@ impl pulp::WithSimd for HeadTask<'_, '_, '_> {
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         if has_fma::<S>() {
             self.att
-                .chunk_with::<S, true>(simd, self.g, self.k0, self.p, self.s);
+                .chunk_with::<S, true>(simd, self.g, self.k0, self.rows, self.p, self.s);
         } else {
             self.att
-                .chunk_with::<S, false>(simd, self.g, self.k0, self.p, self.s);
+                .chunk_with::<S, false>(simd, self.g, self.k0, self.rows, self.p, self.s);
         }
     }
 }
@@ -688,11 +724,28 @@ mod tests {
             for g in 0..self.nkv {
                 let mut block = vec![f32::NAN; self.t * rep * self.hd];
                 // The chunks in reverse order, each with a fresh partial: the order tasks run in is free.
-                let mut parts: Vec<Partial> = (0..att.chunks()).map(|_| Partial::default()).collect();
-                for (c, p) in parts.iter_mut().enumerate().rev() {
-                    att.head_chunk(g, c, p, &mut s);
+                // Every group on its own, the last first, then all the groups in one call: the same bits.
+                for k in (0..att.groups()).rev().chain([usize::MAX]) {
+                    let groups = if k == usize::MAX {
+                        0..att.groups()
+                    } else {
+                        k..k + 1
+                    };
+                    let rows = att.group_rows(groups.clone());
+                    let mut parts: Vec<Partial> = (0..att.chunks()).map(|_| Partial::default()).collect();
+                    for (c, p) in parts.iter_mut().enumerate().rev() {
+                        att.head_chunk(g, c, groups.clone(), p, &mut s);
+                    }
+                    let mut got = vec![f32::NAN; rows.len() * self.hd];
+                    att.merge(&parts, &mut got);
+                    let here = &mut block[rows.start * self.hd..rows.end * self.hd];
+                    if k != usize::MAX {
+                        here.copy_from_slice(&got);
+                    } else {
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(here), bits(&got), "groups alone and together");
+                    }
                 }
-                att.merge(&parts, &mut block);
                 for (i, o) in block.chunks_exact(self.hd).enumerate() {
                     let (j, r) = (i / rep, i % rep);
                     let at = (j * self.nh + g * rep + r) * self.hd;

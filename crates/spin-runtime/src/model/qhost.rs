@@ -139,7 +139,8 @@ struct QBuffers {
     visible: Vec<usize>,
     /// The attention's tasks (sequence, kv head, chunk of keys), their partial results, and the merged rows of
     /// one kv head (T, rep, head_dim) before they are spread over `att`.
-    items: Vec<(usize, usize, usize)>,
+    /// (sequence, kv head, first and end row group, chunk of keys).
+    items: Vec<(usize, usize, usize, usize, usize)>,
     parts: Vec<Partial>,
     block: Vec<f32>,
     /// Scratch of the attention's tasks when they run on the pass's own thread.
@@ -337,8 +338,8 @@ impl Model {
                 let rows = &buf.qkv[first * w..(first + t) * w];
                 panels.extend((rows, w, d), (rows, w, d + kvd), nkv, hd);
             }
-            // Attention: every (sequence, kv head, chunk of keys) is one task over its own cache
-            // (`PanelAttention::head_chunk`), then each head's chunks are merged in order into the sequence's rows.
+            // Attention: every (sequence, kv head, run of row groups, chunk of keys) is one task over its own cache
+            // (`PanelAttention::head_chunk`), then each run's chunks are merged in order into the sequence's rows.
             {
                 let qkv = &buf.qkv;
                 let visible = &buf.visible;
@@ -363,12 +364,25 @@ impl Model {
                         })
                     })
                     .collect();
+                let work: usize = atts.iter().flatten().map(|a| a.visible.len() * a.kv.len()).sum();
+                let spread = rayon::current_num_threads() > 1 && work >= ATT_PAR_WORK;
+                // Spread over the pool, every group of rows is an item of its own (a pass of five positions has
+                // three kv heads' worth of work, which two threads share unevenly in three items); on one thread
+                // a head's groups go in one item. The same operations per row either way.
                 buf.items.clear();
                 for (i, att) in atts.iter().enumerate() {
                     if let Some(att) = att {
-                        let chunks = att.chunks();
-                        buf.items
-                            .extend((0..nkv).flat_map(|g| (0..chunks).map(move |c| (i, g, c))));
+                        let (chunks, groups) = (att.chunks(), att.groups());
+                        let runs: Vec<(usize, usize)> = if spread {
+                            (0..groups).map(|k| (k, k + 1)).collect()
+                        } else {
+                            vec![(0, groups)]
+                        };
+                        for g in 0..nkv {
+                            for &(k0, k1) in &runs {
+                                buf.items.extend((0..chunks).map(|c| (i, g, k0, k1, c)));
+                            }
+                        }
                     }
                 }
                 if buf.parts.len() < buf.items.len() {
@@ -376,13 +390,14 @@ impl Model {
                 }
                 let items = &buf.items;
                 let parts = &mut buf.parts[..items.len()];
-                let work: usize = atts.iter().flatten().map(|a| a.visible.len() * a.kv.len()).sum();
-                let task = |&(i, g, c): &(usize, usize, usize), p: &mut Partial, s: &mut PanelScratch| {
+                let task = |&(i, g, k0, k1, c): &(usize, usize, usize, usize, usize),
+                            p: &mut Partial,
+                            s: &mut PanelScratch| {
                     if let Some(att) = &atts[i] {
-                        att.head_chunk(g, c, p, s);
+                        att.head_chunk(g, c, k0..k1, p, s);
                     }
                 };
-                if rayon::current_num_threads() > 1 && items.len() > 1 && work >= ATT_PAR_WORK {
+                if spread && items.len() > 1 {
                     parts
                         .par_iter_mut()
                         .zip(items.par_iter())
@@ -392,22 +407,23 @@ impl Model {
                         task(it, p, &mut buf.panel);
                     }
                 }
-                // Merge each head's chunks (consecutive items) and spread its rows (T, rep, head_dim) over the
-                // pass's attention output (N, n_heads, head_dim).
+                // Merge each run of a head's rows over its chunks (consecutive items) and spread those rows (of
+                // the head's (T, rep, head_dim)) over the pass's attention output (N, n_heads, head_dim).
                 resize(&mut buf.att, n * d);
                 let mut at = 0;
                 while at < items.len() {
-                    let (i, g, _) = items[at];
+                    let (i, g, k0, k1, _) = items[at];
                     let end = at
                         + items[at..]
                             .iter()
-                            .take_while(|&&(j, h, _)| (j, h) == (i, g))
+                            .take_while(|&&(j, h, l0, l1, _)| (j, h, l0, l1) == (i, g, k0, k1))
                             .count();
                     let att = atts[i].as_ref().expect("items only for host layers");
-                    let (first, t) = (starts[i], tokens[i].len());
-                    resize(&mut buf.block, t * rep * hd);
+                    let first = starts[i];
+                    let rows = att.group_rows(k0..k1);
+                    resize(&mut buf.block, rows.len() * hd);
                     att.merge(&parts[at..end], &mut buf.block);
-                    for (row, o) in buf.block.chunks_exact(hd).enumerate() {
+                    for (row, o) in rows.zip(buf.block.chunks_exact(hd)) {
                         let (j, r) = (row / rep, row % rep);
                         let to = ((first + j) * nh + g * rep + r) * hd;
                         buf.att[to..to + hd].copy_from_slice(o);
