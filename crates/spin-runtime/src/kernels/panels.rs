@@ -283,7 +283,10 @@ impl PanelAttention<'_> {
         // The panels from block b on (what the prefetches ahead of block b read; empty past the head's keys).
         let after = |b: usize| self.kv.k[g].get((b0 + b) * hd..).unwrap_or(&[]);
         let wide = F && S::F32_LANES == 8;
-        let mut b = 0;
+        // Where the CPU has AVX-512, two rows a 512-bit vector (the same chains per lane).
+        let fast = wide
+            && crate::quant::panel_scores(&s.q, hd, &self.kv.k[g][b0 * hd..(b0 + nb) * hd], nb, &mut s.s);
+        let mut b = if fast { nb } else { 0 };
         while b + B <= nb {
             let pn: [&[Lanes]; B] = std::array::from_fn(|i| panel(b + i));
             if wide {
@@ -346,7 +349,14 @@ impl PanelAttention<'_> {
         };
         let out = &mut p.acc[(first - p.first) * hd..(first - p.first + R) * hd];
         let mut c0 = 0;
-        if wide {
+        let weights: &[f32] = bytemuck::cast_slice(&s.s[..R * nb]);
+        if let Some(done) = wide
+            .then(|| crate::quant::panel_values(weights, nb, R, value.rows, value.ahead, hd, most, out))
+            .flatten()
+        {
+            // Two rows at a time over four 512-bit vectors of channels (the same chains per lane).
+            c0 = done;
+        } else if wide {
             // One row at a time over eight vectors of channels (a whole 64-wide head): each sweep reads whole value
             // rows in order, which the prefetchers follow, and eight accumulators stay in registers.
             while c0 + 64 <= hd {

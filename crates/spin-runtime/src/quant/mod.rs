@@ -18,7 +18,7 @@ mod interleave;
 mod pages;
 mod reference;
 mod simd;
-pub(crate) use simd::prefetch;
+pub(crate) use simd::{panel_scores, panel_values, prefetch};
 
 use crate::{Result, RuntimeError};
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -273,7 +273,7 @@ impl QMatrix {
     /// 4 KiB). Products give the same bits as before; the copies share the buffer, which lives until the last
     /// of them is dropped.
     ///
-    /// A matrix still in the file's order where the kernels read the interleaved form ([`QMatrix::file_order`])
+    /// A matrix still in the file's order where the kernels read the interleaved form (`QMatrix::file_order`)
     /// is interleaved into its stretch of the buffer instead of copied.
     pub fn side_by_side(ms: &[&QMatrix]) -> Vec<QMatrix> {
         let lens: Vec<usize> = ms

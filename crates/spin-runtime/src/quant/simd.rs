@@ -1,5 +1,6 @@
-//! The instruction-set kernels of the quantised products, and the only module of the workspace that allows
-//! `unsafe`: `std::arch` loads and stores of 32 bytes at a time, and calls of `#[target_feature]` functions after
+//! The instruction-set kernels of the quantised products (and the 512-bit scores and weighted sums of the panel
+//! attention, `kernels/panels.rs`, whose pulp code is built for eight lanes), and the only module of the workspace
+//! that allows `unsafe`: `std::arch` loads and stores of 32 bytes at a time, and calls of `#[target_feature]` functions after
 //! `is_x86_feature_detected!` said the CPU has the features. pulp (used by `kernels.rs`) has no VNNI
 //! (`vpdpbusd`) operations, which is what the integer dot products need, hence std::arch here.
 //!
@@ -214,6 +215,79 @@ pub(crate) fn quant_tile_with(isa: Isa, p: &PanelView, a: &ActView, live: usize,
     }
     let _ = isa;
     portable::quant_tile::<false>(p, a, live, out);
+}
+
+/// Whether the 512-bit attention kernels ([`panel_scores`], [`panel_values`]) run on this CPU: where the interleaved
+/// products do (AVX-512 VNNI) and AVX-512 DQ is there too (detected once).
+pub(crate) fn attention512() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        return interleaved() && is_x86_feature_detected!("avx512dq");
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// The attention scores of `kernels/panels.rs` in 512-bit vectors of sixteen keys (two panel blocks): `s[r·nb + b]`
+/// (the eight keys of block b against row r) for every row r of `q` (rows of hd scaled query values) and block
+/// b < nb of `panels` (nb blocks of hd lane vectors). Each lane is one multiply-add chain over the channels in order
+/// from zero, as the eight-lane kernel's, so the same bits (the blocks after those are prefetched: a hint, which
+/// names bytes past the panels without reading them). Returns false, writing nothing, where the CPU lacks AVX-512.
+///
+/// # Panics
+/// If the slices are shorter than the shapes say (caller bugs).
+pub(crate) fn panel_scores(q: &[f32], hd: usize, panels: &[[f32; 8]], nb: usize, s: &mut [[f32; 8]]) -> bool {
+    if !attention512() {
+        return false;
+    }
+    let rows = q.len() / hd.max(1);
+    assert!(rows > 0 && q.len() == rows * hd);
+    assert!(panels.len() >= nb * hd && s.len() >= rows * nb);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `attention512` holds only where AVX-512 F/BW/VL/DQ/VNNI, AVX2 and FMA were detected; the lengths were
+    // checked above.
+    unsafe {
+        x86::panel_scores(q, rows, hd, panels, nb, s)
+    };
+    true
+}
+
+/// The exponential-weighted sums of values of `kernels/panels.rs` in 512-bit vectors, two rows at a time:
+/// `out[r·hd + c] = Σ_{p < most} w[r·nb·8 + p] · vals[p·hd + c]` for channels c below the largest multiple of 64 in
+/// hd (returned; the caller does the rest), positions in order from zero per lane, as the eight-lane kernel's, so
+/// the same bits. `ahead`: the values from the first position on, past `most` too (prefetched sixteen positions
+/// ahead). Returns None, writing nothing, where the CPU lacks AVX-512.
+///
+/// # Panics
+/// If the slices are shorter than the shapes say (caller bugs).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn panel_values(
+    w: &[f32],
+    nb: usize,
+    rows: usize,
+    vals: &[f32],
+    ahead: &[f32],
+    hd: usize,
+    most: usize,
+    out: &mut [f32],
+) -> Option<usize> {
+    if !attention512() {
+        return None;
+    }
+    assert!(w.len() >= rows * nb * 8 && most <= nb * 8);
+    assert!(vals.len() >= most * hd && out.len() >= rows * hd);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ahead;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let done = hd / 64 * 64;
+        // SAFETY: as in `panel_scores`.
+        unsafe { x86::panel_values(w, nb, rows, vals, ahead, hd, most, done, out) };
+        Some(done)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
 }
 
 /// Whether the interleaved kernel ([`il_tile`]) runs vectorised on this CPU (AVX-512 VNNI); elsewhere the
@@ -941,6 +1015,195 @@ mod x86 {
             il_group_q6k::<C>(tile, a, i0, out, stride);
         } else {
             il_group::<F, C>(tile, a, i0, out, stride);
+        }
+    }
+
+    /// [`super::panel_scores`].
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")]
+    pub(super) fn panel_scores(
+        q: &[f32],
+        rows: usize,
+        hd: usize,
+        panels: &[[f32; 8]],
+        nb: usize,
+        s: &mut [[f32; 8]],
+    ) {
+        let mut r = 0;
+        while r < rows {
+            match rows - r {
+                1 => scores_rows::<1>(q, r, hd, panels, nb, s),
+                2 => scores_rows::<2>(q, r, hd, panels, nb, s),
+                3 => scores_rows::<3>(q, r, hd, panels, nb, s),
+                4 => scores_rows::<4>(q, r, hd, panels, nb, s),
+                5 => scores_rows::<5>(q, r, hd, panels, nb, s),
+                _ => scores_rows::<6>(q, r, hd, panels, nb, s),
+            }
+            r += 6;
+        }
+    }
+
+    /// Rows r0 .. r0 + R of [`panel_scores`], four blocks (two 512-bit vectors of sixteen keys) at a time.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn scores_rows<const R: usize>(
+        q: &[f32],
+        r0: usize,
+        hd: usize,
+        panels: &[[f32; 8]],
+        nb: usize,
+        s: &mut [[f32; 8]],
+    ) {
+        // SAFETY: query reads at (r0 + r)·hd + c with r0 + r < rows, c < hd (q holds rows·hd); panel reads at
+        // (b·hd + c)·8 + [0, 8) with b < nb (panels hold nb·hd lane vectors); stores to s at (r0 + r)·nb + b, b < nb
+        // (s holds rows·nb); prefetches name any address and never fault.
+        unsafe {
+            let (qb, pb) = (q.as_ptr(), panels.as_ptr().cast::<f32>());
+            let sp = s.as_mut_ptr().cast::<f32>();
+            // Macros, not closures: a closure left out of line would not inherit the target features.
+            macro_rules! two {
+                ($b:expr, $c:expr) => {
+                    _mm512_insertf32x8::<1>(
+                        _mm512_castps256_ps512(_mm256_loadu_ps(pb.add(($b * hd + $c) * 8))),
+                        _mm256_loadu_ps(pb.add((($b + 1) * hd + $c) * 8)),
+                    )
+                };
+            }
+            macro_rules! store2 {
+                ($r:expr, $b:expr, $v:expr) => {{
+                    let v = $v;
+                    _mm256_storeu_ps(sp.add(((r0 + $r) * nb + $b) * 8), _mm512_castps512_ps256(v));
+                    _mm256_storeu_ps(
+                        sp.add(((r0 + $r) * nb + $b + 1) * 8),
+                        _mm512_extractf32x8_ps::<1>(v),
+                    );
+                }};
+            }
+            let mut b = 0;
+            while b + 4 <= nb {
+                let mut acc = [[_mm512_setzero_ps(); 2]; R];
+                for c in 0..hd {
+                    if c % 2 == 0 {
+                        // The next four blocks' panels, a line (two channels) of each per two channels.
+                        for i in 4..8 {
+                            _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(((b + i) * hd + c) * 8).cast());
+                        }
+                    }
+                    let (k0, k1) = (two!(b, c), two!(b + 2, c));
+                    for r in 0..R {
+                        let x = _mm512_set1_ps(*qb.add((r0 + r) * hd + c));
+                        acc[r][0] = _mm512_fmadd_ps(x, k0, acc[r][0]);
+                        acc[r][1] = _mm512_fmadd_ps(x, k1, acc[r][1]);
+                    }
+                }
+                for r in 0..R {
+                    store2!(r, b, acc[r][0]);
+                    store2!(r, b + 2, acc[r][1]);
+                }
+                b += 4;
+            }
+            if b + 2 <= nb {
+                let mut acc = [_mm512_setzero_ps(); R];
+                for c in 0..hd {
+                    let k0 = two!(b, c);
+                    for r in 0..R {
+                        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*qb.add((r0 + r) * hd + c)), k0, acc[r]);
+                    }
+                }
+                for r in 0..R {
+                    store2!(r, b, acc[r]);
+                }
+                b += 2;
+            }
+            if b < nb {
+                let mut acc = [_mm256_setzero_ps(); R];
+                for c in 0..hd {
+                    let k0 = _mm256_loadu_ps(pb.add((b * hd + c) * 8));
+                    for r in 0..R {
+                        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*qb.add((r0 + r) * hd + c)), k0, acc[r]);
+                    }
+                }
+                for r in 0..R {
+                    _mm256_storeu_ps(sp.add(((r0 + r) * nb + b) * 8), acc[r]);
+                }
+            }
+        }
+    }
+
+    /// [`super::panel_values`] for channels below `done` (a multiple of 64).
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn panel_values(
+        w: &[f32],
+        nb: usize,
+        rows: usize,
+        vals: &[f32],
+        ahead: &[f32],
+        hd: usize,
+        most: usize,
+        done: usize,
+        out: &mut [f32],
+    ) {
+        let mut r = 0;
+        while r < rows {
+            if rows - r >= 2 {
+                values_rows::<2>(w, nb, r, vals, ahead, hd, most, done, out);
+                r += 2;
+            } else {
+                values_rows::<1>(w, nb, r, vals, ahead, hd, most, done, out);
+                r += 1;
+            }
+        }
+    }
+
+    /// Rows r0 .. r0 + R of [`panel_values`], 64 channels (four vectors) at a time.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    fn values_rows<const R: usize>(
+        w: &[f32],
+        nb: usize,
+        r0: usize,
+        vals: &[f32],
+        ahead: &[f32],
+        hd: usize,
+        most: usize,
+        done: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: weight reads at (r0 + r)·nb·8 + p with r0 + r < rows and p < most ≤ nb·8 (w holds rows·nb·8);
+        // value reads at p·hd + c0 + [0, 64) with p < most, c0 + 64 ≤ done ≤ hd (vals holds most·hd); stores at
+        // (r0 + r)·hd + c0 + [0, 64) < rows·hd (out's length, checked by the caller); prefetches never fault.
+        unsafe {
+            let (wp, vp, ap, op) = (w.as_ptr(), vals.as_ptr(), ahead.as_ptr(), out.as_mut_ptr());
+            let mut c0 = 0;
+            while c0 < done {
+                let mut acc = [[_mm512_setzero_ps(); 4]; R];
+                for p in 0..most {
+                    if r0 == 0 {
+                        // Sixteen positions ahead, each line of the value row this sweep reads.
+                        for l in 0..4 {
+                            _mm_prefetch::<_MM_HINT_T0>(ap.wrapping_add((p + 16) * hd + c0 + 16 * l).cast());
+                        }
+                    }
+                    let x = [
+                        _mm512_loadu_ps(vp.add(p * hd + c0)),
+                        _mm512_loadu_ps(vp.add(p * hd + c0 + 16)),
+                        _mm512_loadu_ps(vp.add(p * hd + c0 + 32)),
+                        _mm512_loadu_ps(vp.add(p * hd + c0 + 48)),
+                    ];
+                    for r in 0..R {
+                        let wr = _mm512_set1_ps(*wp.add((r0 + r) * nb * 8 + p));
+                        for v in 0..4 {
+                            acc[r][v] = _mm512_fmadd_ps(wr, x[v], acc[r][v]);
+                        }
+                    }
+                }
+                for r in 0..R {
+                    for v in 0..4 {
+                        _mm512_storeu_ps(op.add((r0 + r) * hd + c0 + 16 * v), acc[r][v]);
+                    }
+                }
+                c0 += 64;
+            }
         }
     }
 

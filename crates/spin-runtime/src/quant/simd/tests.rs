@@ -499,3 +499,76 @@ fn interleaved_tiles_are_exact_and_bit_identical_on_every_instruction_set() {
         }
     }
 }
+
+/// The 512-bit attention kernels against plain fused multiply-add chains in the same order (what the eight-lane
+/// kernels of `kernels/panels.rs` compute per lane): bit for bit, for every group size, odd and even block counts,
+/// and head widths with channels left over past the last multiple of 64 (those the caller does).
+#[test]
+fn panel_attention_kernels_are_plain_fused_chains() {
+    if !super::attention512() {
+        eprintln!("skipped: this CPU has no AVX-512 (the kernels return without writing)");
+        assert!(!super::panel_scores(
+            &[0.0; 1],
+            1,
+            &[[0.0; 8]],
+            1,
+            &mut [[0.0; 8]]
+        ));
+        return;
+    }
+    let mut r = rng(41);
+    for (rows, nb, hd) in [
+        (1, 1, 64),
+        (2, 3, 64),
+        (3, 4, 64),
+        (5, 5, 64),
+        (6, 16, 64),
+        (7, 9, 64),
+        (4, 2, 80),
+        (6, 7, 128),
+        (15, 6, 64),
+    ] {
+        let mut f = |n: usize| -> Vec<f32> { (0..n).map(|_| r.random_range(-2.0f32..2.0)).collect() };
+        let q = f(rows * hd);
+        let panels: Vec<[f32; 8]> = f(nb * hd * 8)
+            .chunks_exact(8)
+            .map(|c| c.try_into().unwrap())
+            .collect();
+        let mut s = vec![[f32::NAN; 8]; rows * nb];
+        assert!(super::panel_scores(&q, hd, &panels, nb, &mut s));
+        for row in 0..rows {
+            for b in 0..nb {
+                for l in 0..8 {
+                    let want =
+                        (0..hd).fold(0f32, |acc, c| q[row * hd + c].mul_add(panels[b * hd + c][l], acc));
+                    assert_eq!(
+                        s[row * nb + b][l].to_bits(),
+                        want.to_bits(),
+                        "scores {rows}×{nb}×{hd}"
+                    );
+                }
+            }
+        }
+        let most = nb * 8 - 3;
+        let w = f(rows * nb * 8);
+        let vals = f(nb * 8 * hd);
+        let mut out = vec![f32::NAN; rows * hd];
+        let done = super::panel_values(&w, nb, rows, &vals[..most * hd], &vals, hd, most, &mut out).unwrap();
+        assert_eq!(done, hd / 64 * 64);
+        for row in 0..rows {
+            for c in 0..hd {
+                let got = out[row * hd + c];
+                if c >= done {
+                    assert!(got.is_nan(), "channel {c} past {done} written");
+                    continue;
+                }
+                let want = (0..most).fold(0f32, |acc, p| w[row * nb * 8 + p].mul_add(vals[p * hd + c], acc));
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "values {rows}×{nb}×{hd}, row {row} channel {c}"
+                );
+            }
+        }
+    }
+}
