@@ -22,9 +22,9 @@ pub struct DeviceArgs {
     /// draft distilled from stories260K, models/draft-2x32.bin).
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// How the draft model's dense matrices are held, as `generate --draft-format` says: `as-stored`, or
-    /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
-    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored)]
+    /// How the draft model's dense matrices are held, as `generate --draft-format` says: `auto`, `as-stored`,
+    /// or `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
+    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::Auto)]
     pub draft_format: crate::draft_format::DraftFormat,
     #[command(flatten)]
     pub lookup: crate::lookup::LookupArgs,
@@ -68,7 +68,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         )));
     }
     let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
-    let drafter = match args.draft_format.block_format() {
+    let drafter = match args.draft_format.for_draft(&drafter) {
         None => drafter,
         Some(f) => drafter
             .quantize_host(f)

@@ -30,9 +30,11 @@ pub struct GenerateArgs {
     pub draft: Option<PathBuf>,
     /// How the draft's dense matrices are held: `as-stored` (the file's f32/f16, or its quantised blocks), or
     /// `q8_0` / `q4_0` / `q4_1`: a model folder's or llama2.c file's dense matrices quantised at load into host
-    /// matrices, so a draft step reads a quarter (Q8_0) of its f32 bytes. Speculative sampling stays exact for
-    /// any draft; only how often it agrees changes.
-    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored, requires = "draft")]
+    /// matrices, so a draft step reads a quarter (Q8_0) of its f32 bytes; `auto`: `q8_0` for a dense draft of more
+    /// than a million weights whose widths are whole blocks of 32 (a step there waits for its bytes), as stored
+    /// otherwise (a small draft's f32 weights stay in cache). Speculative sampling stays exact for any draft; only
+    /// how often it agrees changes.
+    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::Auto, requires = "draft")]
     pub draft_format: crate::draft_format::DraftFormat,
     /// Draft with the target's first N layers and its own head (self-speculation).
     #[arg(allow_hyphen_values = true, long)]
@@ -404,7 +406,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             return Ok(None);
         };
         let d = load(Some(p), Embedded::Draft)?;
-        Ok(Some(match args.draft_format.block_format() {
+        Ok(Some(match args.draft_format.for_draft(&d) {
             None => d,
             Some(f) => d
                 .quantize_host(f)

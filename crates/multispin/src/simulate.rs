@@ -210,9 +210,9 @@ pub struct SimulateArgs {
     /// stories260K, models/draft-2x32.bin).
     #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
-    /// How the draft model's dense matrices are held, as `generate --draft-format` says: `as-stored`, or
-    /// `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
-    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::AsStored)]
+    /// How the draft model's dense matrices are held, as `generate --draft-format` says: `auto`, `as-stored`,
+    /// or `q8_0` / `q4_0` / `q4_1` (quantised at load onto the quantised host route).
+    #[arg(long, value_enum, default_value_t = crate::draft_format::DraftFormat::Auto)]
     pub draft_format: crate::draft_format::DraftFormat,
     /// Every device's drafting, and Cen-SPIN's at the server (`--compare cen-spin`), with prompt lookup.
     #[command(flatten)]
@@ -479,7 +479,7 @@ fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure
         })?,
         None => {
             let d = load(args.draft.as_deref(), Embedded::Draft)?;
-            match args.draft_format.block_format() {
+            match args.draft_format.for_draft(&d) {
                 None => d,
                 Some(f) => d.quantize_host(f).map_err(|e| {
                     Failure::Input(format!("draft_format: {}", e.to_string().replace('\n', " ")))
