@@ -351,7 +351,18 @@ impl PanelAttention<'_> {
         let mut c0 = 0;
         let weights: &[f32] = bytemuck::cast_slice(&s.s[..R * nb]);
         if let Some(done) = wide
-            .then(|| crate::quant::panel_values(weights, nb, R, value.rows, value.ahead, hd, most, out))
+            .then(|| {
+                let sums = crate::quant::ValueSums {
+                    w: weights,
+                    nb,
+                    rows: R,
+                    vals: value.rows,
+                    ahead: value.ahead,
+                    hd,
+                    most,
+                };
+                crate::quant::panel_values(&sums, out)
+            })
             .flatten()
         {
             // Two rows at a time over four 512-bit vectors of channels (the same chains per lane).

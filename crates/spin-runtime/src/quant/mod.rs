@@ -18,7 +18,7 @@ mod interleave;
 mod pages;
 mod reference;
 mod simd;
-pub(crate) use simd::{panel_scores, panel_values, prefetch};
+pub(crate) use simd::{ValueSums, panel_scores, panel_values, prefetch};
 
 use crate::{Result, RuntimeError};
 use candle_core::quantized::{GgmlDType, QTensor};

@@ -253,37 +253,38 @@ pub(crate) fn panel_scores(q: &[f32], hd: usize, panels: &[[f32; 8]], nb: usize,
     true
 }
 
+/// The weights and values of [`panel_values`]: `rows` rows of weights, `nb` blocks of eight positions each (`w`,
+/// row r's weight of position p at r·nb·8 + p), and the values of the first `most` positions, `hd` floats each
+/// (`vals`); `ahead`, the values from the first position on, past `most` too (what is prefetched sixteen positions
+/// ahead).
+pub(crate) struct ValueSums<'a> {
+    pub w: &'a [f32],
+    pub nb: usize,
+    pub rows: usize,
+    pub vals: &'a [f32],
+    pub ahead: &'a [f32],
+    pub hd: usize,
+    pub most: usize,
+}
+
 /// The exponential-weighted sums of values of `kernels/panels.rs` in 512-bit vectors, two rows at a time:
 /// `out[r·hd + c] = Σ_{p < most} w[r·nb·8 + p] · vals[p·hd + c]` for channels c below the largest multiple of 64 in
 /// hd (returned; the caller does the rest), positions in order from zero per lane, as the eight-lane kernel's, so
-/// the same bits. `ahead`: the values from the first position on, past `most` too (prefetched sixteen positions
-/// ahead). Returns None, writing nothing, where the CPU lacks AVX-512.
+/// the same bits. Returns None, writing nothing, where the CPU lacks AVX-512.
 ///
 /// # Panics
 /// If the slices are shorter than the shapes say (caller bugs).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn panel_values(
-    w: &[f32],
-    nb: usize,
-    rows: usize,
-    vals: &[f32],
-    ahead: &[f32],
-    hd: usize,
-    most: usize,
-    out: &mut [f32],
-) -> Option<usize> {
+pub(crate) fn panel_values(v: &ValueSums<'_>, out: &mut [f32]) -> Option<usize> {
     if !attention512() {
         return None;
     }
-    assert!(w.len() >= rows * nb * 8 && most <= nb * 8);
-    assert!(vals.len() >= most * hd && out.len() >= rows * hd);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ahead;
+    assert!(v.w.len() >= v.rows * v.nb * 8 && v.most <= v.nb * 8);
+    assert!(v.vals.len() >= v.most * v.hd && out.len() >= v.rows * v.hd);
     #[cfg(target_arch = "x86_64")]
     {
-        let done = hd / 64 * 64;
+        let done = v.hd / 64 * 64;
         // SAFETY: as in `panel_scores`.
-        unsafe { x86::panel_values(w, nb, rows, vals, ahead, hd, most, done, out) };
+        unsafe { x86::panel_values(v, done, out) };
         Some(done)
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -1131,25 +1132,14 @@ mod x86 {
 
     /// [`super::panel_values`] for channels below `done` (a multiple of 64).
     #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn panel_values(
-        w: &[f32],
-        nb: usize,
-        rows: usize,
-        vals: &[f32],
-        ahead: &[f32],
-        hd: usize,
-        most: usize,
-        done: usize,
-        out: &mut [f32],
-    ) {
+    pub(super) fn panel_values(v: &ValueSums<'_>, done: usize, out: &mut [f32]) {
         let mut r = 0;
-        while r < rows {
-            if rows - r >= 2 {
-                values_rows::<2>(w, nb, r, vals, ahead, hd, most, done, out);
+        while r < v.rows {
+            if v.rows - r >= 2 {
+                values_rows::<2>(v, r, done, out);
                 r += 2;
             } else {
-                values_rows::<1>(w, nb, r, vals, ahead, hd, most, done, out);
+                values_rows::<1>(v, r, done, out);
                 r += 1;
             }
         }
@@ -1157,18 +1147,9 @@ mod x86 {
 
     /// Rows r0 .. r0 + R of [`panel_values`], 64 channels (four vectors) at a time.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-    fn values_rows<const R: usize>(
-        w: &[f32],
-        nb: usize,
-        r0: usize,
-        vals: &[f32],
-        ahead: &[f32],
-        hd: usize,
-        most: usize,
-        done: usize,
-        out: &mut [f32],
-    ) {
+    #[allow(clippy::needless_range_loop)]
+    fn values_rows<const R: usize>(v: &ValueSums<'_>, r0: usize, done: usize, out: &mut [f32]) {
+        let (w, nb, vals, ahead, hd, most) = (v.w, v.nb, v.vals, v.ahead, v.hd, v.most);
         // SAFETY: weight reads at (r0 + r)·nb·8 + p with r0 + r < rows and p < most ≤ nb·8 (w holds rows·nb·8);
         // value reads at p·hd + c0 + [0, 64) with p < most, c0 + 64 ≤ done ≤ hd (vals holds most·hd); stores at
         // (r0 + r)·hd + c0 + [0, 64) < rows·hd (out's length, checked by the caller); prefetches never fault.

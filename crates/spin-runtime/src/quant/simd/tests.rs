@@ -553,7 +553,16 @@ fn panel_attention_kernels_are_plain_fused_chains() {
         let w = f(rows * nb * 8);
         let vals = f(nb * 8 * hd);
         let mut out = vec![f32::NAN; rows * hd];
-        let done = super::panel_values(&w, nb, rows, &vals[..most * hd], &vals, hd, most, &mut out).unwrap();
+        let sums = super::ValueSums {
+            w: &w,
+            nb,
+            rows,
+            vals: &vals[..most * hd],
+            ahead: &vals,
+            hd,
+            most,
+        };
+        let done = super::panel_values(&sums, &mut out).unwrap();
         assert_eq!(done, hd / 64 * 64);
         for row in 0..rows {
             for c in 0..hd {
