@@ -137,8 +137,9 @@ pub(crate) const CHUNK_KEYS: usize = 128;
 pub(crate) const GROUP_ROWS: usize = 6;
 
 /// One kv head's attention over one chunk of keys, per row of a run of its rows (new position j, query head r of
-/// the group, row j · rep + r): the largest score (−∞ where the row sees no key of the chunk), the sum of the exponentials of the
-/// scores less it, and the exponential-weighted sum of the values (head_dim floats), not yet divided by that sum.
+/// the group, row j · rep + r): the largest score (−∞ where the row sees no key of the chunk), the sum of the
+/// exponentials of the scores less it, and the exponential-weighted sum of the values (head_dim floats), not yet
+/// divided by that sum.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Partial {
     /// The kv head's row held first.
@@ -245,10 +246,10 @@ impl PanelAttention<'_> {
     }
 
     /// Rows `first .. first + R` of kv head g (row i: new position i / rep, query head g·rep + i % rep) over the
-    /// keys of the chunk from position `k0` into `p` (which holds rows from `p.first`); the scores in blocks of B panels, the values in V vectors of
-    /// channels. Rows that see fewer keys than others of their group get weight exactly zero on the keys they do
-    /// not see, which leaves their sums unchanged bit for bit (an accumulator that starts at +0 is never −0); a row
-    /// that sees none of the chunk keeps m = −∞, z = 0 and zero sums.
+    /// keys of the chunk from position `k0` into `p` (which holds rows from `p.first`); the scores in blocks of B
+    /// panels, the values in V vectors of channels. Rows that see fewer keys than others of their group get weight
+    /// exactly zero on the keys they do not see, which leaves their sums unchanged bit for bit (an accumulator that
+    /// starts at +0 is never −0); a row that sees none of the chunk keeps m = −∞, z = 0 and zero sums.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn rows<S: pulp::Simd, const R: usize, const B: usize, const V: usize, const F: bool>(
@@ -283,7 +284,7 @@ impl PanelAttention<'_> {
         // The panels from block b on (what the prefetches ahead of block b read; empty past the head's keys).
         let after = |b: usize| self.kv.k[g].get((b0 + b) * hd..).unwrap_or(&[]);
         let wide = F && S::F32_LANES == 8;
-        // Where the CPU has AVX-512, two rows a 512-bit vector (the same chains per lane).
+        // Where the CPU has AVX-512, two panel blocks (sixteen keys) a 512-bit vector (the same chains per lane).
         let fast = wide
             && crate::quant::panel_scores(&s.q, hd, &self.kv.k[g][b0 * hd..(b0 + nb) * hd], nb, &mut s.s);
         let mut b = if fast { nb } else { 0 };

@@ -1,7 +1,7 @@
 //! The instruction-set kernels of the quantised products (and the 512-bit scores and weighted sums of the panel
 //! attention, `kernels/panels.rs`, whose pulp code is built for eight lanes), and the only module of the workspace
-//! that allows `unsafe`: `std::arch` loads and stores of 32 bytes at a time, and calls of `#[target_feature]` functions after
-//! `is_x86_feature_detected!` said the CPU has the features. pulp (used by `kernels.rs`) has no VNNI
+//! that allows `unsafe`: `std::arch` loads and stores of 32 bytes at a time, and calls of `#[target_feature]`
+//! functions after `is_x86_feature_detected!` said the CPU has the features. pulp (used by `kernels.rs`) has no VNNI
 //! (`vpdpbusd`) operations, which is what the integer dot products need, hence std::arch here.
 //!
 //! Every routine has a portable twin in plain Rust performing the same arithmetic in the same order (fused
