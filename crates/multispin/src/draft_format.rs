@@ -34,9 +34,10 @@ impl DraftFormat {
             DraftFormat::Auto => {
                 let c = d.config();
                 let block = BlockFormat::Q8_0.block_elems();
-                let weights = c.vocab_size * c.dim * if c.tied_embeddings { 1 } else { 2 }
-                    + c.n_layers
-                        * (c.dim * (c.dim + 2 * c.kv_dim()) + c.dim * c.dim + 3 * c.dim * c.hidden_dim);
+                let weights: usize = spin_runtime::model::tensor_shapes(c)
+                    .iter()
+                    .map(|(_, shape)| shape.iter().product::<usize>())
+                    .sum();
                 let fits = c.dim.is_multiple_of(block) && c.hidden_dim.is_multiple_of(block);
                 (d.is_dense() && fits && weights > AUTO_WEIGHTS).then_some(BlockFormat::Q8_0)
             }

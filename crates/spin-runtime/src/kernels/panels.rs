@@ -350,22 +350,21 @@ impl PanelAttention<'_> {
         };
         let out = &mut p.acc[(first - p.first) * hd..(first - p.first + R) * hd];
         let mut c0 = 0;
-        let weights: &[f32] = bytemuck::cast_slice(&s.s[..R * nb]);
-        if let Some(done) = wide
-            .then(|| {
-                let sums = crate::quant::ValueSums {
-                    w: weights,
-                    nb,
-                    rows: R,
-                    vals: value.rows,
-                    ahead: value.ahead,
-                    hd,
-                    most,
-                };
-                crate::quant::panel_values(&sums, out)
-            })
-            .flatten()
-        {
+        let sums = crate::quant::ValueSums {
+            w: bytemuck::cast_slice(&s.s[..R * nb]),
+            nb,
+            rows: R,
+            vals: value.rows,
+            ahead: value.ahead,
+            hd,
+            most,
+        };
+        let done = if wide {
+            crate::quant::panel_values(&sums, out)
+        } else {
+            None
+        };
+        if let Some(done) = done {
             // Two rows at a time over four 512-bit vectors of channels (the same chains per lane).
             c0 = done;
         } else if wide {

@@ -373,13 +373,10 @@ impl Model {
                 for (i, att) in atts.iter().enumerate() {
                     if let Some(att) = att {
                         let (chunks, groups) = (att.chunks(), att.groups());
-                        let runs: Vec<(usize, usize)> = if spread {
-                            (0..groups).map(|k| (k, k + 1)).collect()
-                        } else {
-                            vec![(0, groups)]
-                        };
+                        let per = if spread { 1 } else { groups.max(1) };
                         for g in 0..nkv {
-                            for &(k0, k1) in &runs {
+                            for k0 in (0..groups).step_by(per) {
+                                let k1 = (k0 + per).min(groups);
                                 buf.items.extend((0..chunks).map(|c| (i, g, k0, k1, c)));
                             }
                         }
