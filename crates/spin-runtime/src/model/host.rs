@@ -15,7 +15,7 @@ use super::cache::LayerKv;
 use super::weights::{transpose_cat_panels, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
-use crate::kernels::{Attention, HeadLanes, OneQuery, Past, SwiGluRows, fmadd, has_fma};
+use crate::kernels::{Attention, HeadLanes, OneQuery, Past, RmsNormRows, SwiGluRows, fmadd, has_fma};
 use candle_core::Tensor;
 
 /// Models with more weights than this keep only the candle route: their products are worth every core.
@@ -214,14 +214,9 @@ impl Model {
     }
 }
 
-/// out = x / √(mean(x²) + eps) · w, row by row (rows of w.len()), as candle's `rms_norm` computes it.
+/// out = x / √(mean(x²) + eps) · w, row by row (rows of w.len()): [`RmsNormRows`].
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
-    out.clear();
-    for row in x.chunks_exact(w.len()) {
-        let ss: f32 = row.iter().map(|v| v * v).sum();
-        let inv = 1.0 / (ss / w.len() as f32 + eps).sqrt();
-        out.extend(row.iter().zip(w).map(|(v, g)| v * inv * g));
-    }
+    pulp::Arch::new().dispatch(RmsNormRows { x, w, eps, out });
 }
 
 /// y (T, out) = x (T, in) · w (in, out), or y += x · w with `accumulate`; `in` is w.len() / out, and w is stored

@@ -16,7 +16,7 @@ use super::cache::LayerKv;
 use super::weights::{HostRows, with_values};
 use super::{KvCache, Model};
 use crate::error::Result;
-use crate::kernels::{PanelAttention, PanelScratch, Partial, SwiGluRows};
+use crate::kernels::{PanelAttention, PanelScratch, Partial, RmsNormRows, SwiGluRows};
 use crate::quant::QMatrix;
 use candle_core::Tensor;
 use rayon::prelude::*;
@@ -523,12 +523,7 @@ fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// out = x / √(mean(x²) + eps) · w, row by row (rows of w.len()), as candle's `rms_norm` computes it.
+/// out = x / √(mean(x²) + eps) · w, row by row (rows of w.len()): [`RmsNormRows`].
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
-    out.clear();
-    for row in x.chunks_exact(w.len()) {
-        let ss: f32 = row.iter().map(|v| v * v).sum();
-        let inv = 1.0 / (ss / w.len() as f32 + eps).sqrt();
-        out.extend(row.iter().zip(w).map(|(v, g)| v * inv * g));
-    }
+    pulp::Arch::new().dispatch(RmsNormRows { x, w, eps, out });
 }
