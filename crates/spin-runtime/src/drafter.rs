@@ -288,6 +288,30 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         (shortest..=longest).rev().find_map(|n| lookup_next(&seq, n))
     }
 
+    /// The token a greedy dense draft takes from the lookup at this step without running the model: under top-1
+    /// sampling the looked-up token replaces the model's whatever the model says ([`Drafter::with_lookup`]), so
+    /// the forward of such a step would only feed the cache, and the next forward feeds every token the cache
+    /// lacks in one pass (the cache invariant allows any lag). None where the model's step is needed: sampled
+    /// drafts (their distribution mixes the model's in), sparse payloads, no lookup, or nothing looked up.
+    fn lookup_only(&self) -> Option<u32> {
+        let lk = self.lookup?;
+        if self.params.top_k() != Some(1) || self.truncator.is_some() {
+            return None;
+        }
+        self.looked_up_token(lk, 1)
+            .filter(|&g| (g as usize) < self.vocab())
+    }
+
+    /// Drafts `token` from the lookup without the model (see [`Drafter::lookup_only`]): the one-hot row of a
+    /// greedy draft, as [`Drafter::with_lookup`] makes it.
+    fn push_looked_up(&mut self, token: u32) {
+        let mut q = vec![0.0; self.vocab()];
+        q[token as usize] = 1.0;
+        self.looked_up += 1;
+        self.pending.push(token);
+        self.pending_q.push(q);
+    }
+
     /// The model's distribution `q` of this step with the looked-up token mixed in (see [`Lookup`]).
     fn with_lookup(&mut self, mut q: Vec<f32>) -> Vec<f32> {
         let Some(lk) = self.lookup else {
@@ -474,11 +498,22 @@ pub fn draft_many<M: Deref<Target = Model>>(
                 stopped[i] = stopped[i] || d.stops_here();
             }
         }
-        let members: Vec<usize> = (0..drafters.len())
+        let mut members: Vec<usize> = (0..drafters.len())
             .filter(|&i| lens[i] > step && !stopped[i])
             .collect();
         if members.is_empty() {
             break;
+        }
+        // Greedy drafts whose token comes from the lookup skip the model this step.
+        members.retain(|&i| match drafters[i].lookup_only() {
+            Some(g) => {
+                drafters[i].push_looked_up(g);
+                false
+            }
+            None => true,
+        });
+        if members.is_empty() {
+            continue;
         }
         let start = Instant::now();
         let inputs: Vec<Vec<u32>> = members

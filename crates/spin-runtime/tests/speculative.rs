@@ -506,6 +506,59 @@ fn lookup_mixes_the_looked_up_token_into_the_draft_distribution() {
     }
 }
 
+/// A greedy dense draft takes a looked-up token without running the draft model (the model's token would be
+/// replaced anyway), and the next step that needs the model feeds every token its cache lacks in one forward:
+/// the same tokens and rows as a drafter that started from the committed sequence.
+#[test]
+fn greedy_looked_up_drafts_skip_the_model_and_catch_up_later() {
+    use spin_runtime::drafter::{DistForm, Drafter, Lookup, device_rng};
+    let drafter = tiny(6, 0.6, 1);
+    let greedy = speculative::sampling(0.0).unwrap();
+    let lookup = Some(Lookup {
+        ngram: 3,
+        weight: 0.5,
+    });
+    let new = |tokens: &[u32], prompt_len: usize| {
+        let mut d = Drafter::new(
+            &drafter,
+            tokens,
+            prompt_len,
+            greedy,
+            DistForm::Dense,
+            device_rng(4, 0),
+        )
+        .unwrap();
+        d.set_lookup(lookup).unwrap();
+        d
+    };
+    let prompt = vec![1u32, 7, 3, 1, 7, 3, 1, 7];
+    let mut d = new(&prompt, prompt.len());
+    let out = d.draft(3).unwrap();
+    assert_eq!(out.tokens, [3, 1, 7]);
+    assert_eq!(out.probs, [1.0; 3]);
+    assert_eq!(d.looked_up, 3);
+    assert_eq!(d.draft_time, std::time::Duration::ZERO, "no draft forward ran");
+    for (row, &t) in d.last_dists().iter().zip(&out.tokens) {
+        assert_eq!(row.len(), drafter.output_vocab());
+        assert!(
+            row.iter()
+                .enumerate()
+                .all(|(i, &p)| p == if i == t as usize { 1.0 } else { 0.0 })
+        );
+    }
+    // Two accepted, then a token never seen before: the lookup has nothing, so the model drafts, after feeding the
+    // six tokens its cache lacks.
+    d.commit(2, 5).unwrap();
+    let lagged = d.draft(2).unwrap();
+    assert!(d.draft_time > std::time::Duration::ZERO);
+    let mut fresh = new(d.tokens(), prompt.len());
+    let want = fresh.draft(2).unwrap();
+    assert_eq!(lagged.tokens, want.tokens);
+    for (a, b) in d.last_dists().iter().zip(fresh.last_dists()) {
+        assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6));
+    }
+}
+
 /// With prompt lookup on, with and without lookup-gated draft lengths, greedy speculation still equals greedy
 /// decoding token for token, and sampled speculation still draws the target's distribution (chi-square of the
 /// first two tokens against their exact distributions), on prompts whose repeats make the lookup fire.
