@@ -7,8 +7,10 @@
 # ratio speculative/plain wall time per generated token (below 1 is faster; whole processes, start-up included) and
 # the same ratio of the in-process time `--stats` reports (prompt and generation, load excluded), the greedy
 # acceptance α (at temperature 0; else the acceptance rate), the draft step and verification pass costs, and the
-# ratio the formula predicts,
-#   (L·t_draft + t_verify(L+1)) / (E[tokens per round] · t_step),  E = (1 − α^(L+1)) / (1 − α),
+# ratio the formula predicts from the runs' own counts,
+#   (d·t_draft + t_verify) / (e · t_step),  d drafted and e generated tokens per round
+# (the gates make d anything from 1 to L, so the geometric E = (1 − α^(L+1)) / (1 − α) of L drafted tokens a round
+# no longer applies; d and e are medians over the prompts, columns `drafted` and `tokens`),
 # with the load average; and, at temperature 0, checks that every speculative text equals the plain text.
 # Build first: `cargo build --release -p multispin`.
 #
@@ -21,6 +23,7 @@
 # and both runs take `--ignore-eos` (IGNORE_EOS=0 turns it off): each then makes exactly the tokens asked for, where
 # otherwise each would end where its own draws reach the end-of-sequence token and the whole-process time per token
 # would spread the start-up over different lengths.
+# STOP_BELOW passes `--draft-stop-below` to every speculative run (unset: generate's default).
 # LENGTHS (default "1 2 3 4 5 6 7 8") lists the draft lengths timed. LOOKUP (default 0: off) gives every speculative
 # run `--lookup LOOKUP` (prompt lookup while drafting, docs/runtime.md "Prompt lookup").
 #
@@ -69,9 +72,10 @@ def run(cmd):
 def load():
     return os.getloadavg()[0]
 def plain(p, extra): return base + ["--prompt", p] + extra
+stop_below = os.environ.get("STOP_BELOW")
 def spec(p, extra, L):
     return plain(p, extra) + ["--draft", draft, "--draft-format", draft_format, "--draft-len", str(L),
-                              "--lookup", lookup]
+                              "--lookup", lookup] + (["--draft-stop-below", stop_below] if stop_below else [])
 num = lambda pat, s: float(re.search(pat, s).group(1))
 # Acceptance and pass costs on every held-out prompt (one speculative run each, draft length 4), and the target's
 # step from plain runs.
@@ -101,10 +105,10 @@ def per_token(cmd):
     n, s = re.search(r"generated (\d+) tokens in ([0-9.]+) s", err).groups()
     return wall / int(n), float(s) / int(n)
 print("draft_len  set           ratio_median  ratio_min  ratio_max  inproc_median  inproc_min  inproc_max  "
-      "alpha  draft_ms  verify_ms  predicted  load")
+      "alpha  drafted  tokens  draft_ms  verify_ms  predicted  load")
 for L in lengths:
     for name, group in timed.items():
-        alphas, t_d, t_v, steps = [], [], [], []
+        alphas, t_d, t_v, steps, drafted, made = [], [], [], [], [], []
         for p, extra in group:
             _, text, err = run(spec(p, extra, L) + ["--stats"])
             if not same_text(text, plain_text[p]):
@@ -114,6 +118,9 @@ for L in lengths:
                 alphas.append(float(a.group(1)))
             t_d.append(num(r"draft ([0-9.]+) ms/token", err) / 1e3)
             t_v.append(num(r"verify ([0-9.]+) ms/round", err) / 1e3)
+            rounds = num(r"rounds ([0-9]+)", err)
+            drafted.append(num(r"drafted ([0-9]+)", err) / rounds)
+            made.append(num(r"generated ([0-9]+) tokens", err) / rounds)
         ratios, inproc = [], []
         for p, extra in group:
             for i in range(pairs):
@@ -125,10 +132,11 @@ for L in lengths:
                 inproc.append(b[1] / a[1])
                 steps.append(a[1])
         alpha = statistics.mean(alphas)
-        e = (1 - alpha ** (L + 1)) / (1 - alpha) if alpha < 1 else L + 1
         td, tv = statistics.median(t_d), statistics.median(t_v)
-        pred = (L * td + tv) / (e * statistics.median(steps))
+        d, e = statistics.median(drafted), statistics.median(made)
+        pred = (d * td + tv) / (e * statistics.median(steps))
         print(f"{L:9d}  {name:12s}  {statistics.median(ratios):12.3f}  {min(ratios):9.3f}  {max(ratios):9.3f}  "
               f"{statistics.median(inproc):13.3f}  {min(inproc):10.3f}  {max(inproc):10.3f}  {alpha:5.3f}  "
+              f"{d:7.2f}  {e:6.2f}  "
               f"{1e3 * td:8.3f}  {1e3 * tv:9.2f}  {pred:9.3f}  {load():.2f}", flush=True)
 PY

@@ -109,12 +109,47 @@ pub struct Drafter<M: Deref<Target = Model>> {
     lookup: Option<Lookup>,
     /// See [`Drafter::set_lookup_stop`] (0: off).
     lookup_stop: usize,
+    /// See [`Drafter::set_stop_below`] (None: off).
+    gauge: Option<Gauge>,
     /// Draft tokens proposed by the lookup (see [`Lookup`]).
     pub looked_up: usize,
     /// Tokens drafted so far.
     pub drafted: usize,
     /// Wall time spent in draft forwards charged to this drafter (a batched step charges every member).
     pub draft_time: Duration,
+}
+
+/// Acceptance-gated draft lengths ([`Drafter::set_stop_below`]): running estimates of how often a round's
+/// drafted tokens are accepted, and the smallest estimated chance a token may have to be drafted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Gauge {
+    below: f32,
+    /// Estimated chance that a round's first drafted token is accepted.
+    first: f32,
+    /// Estimated chance that a later drafted token is accepted when the one before it was.
+    later: f32,
+    /// Whether the last round's draft was ended by this rule (`Drafter::observe` then asks what the next token
+    /// would have been).
+    cut: bool,
+}
+
+impl Gauge {
+    /// Rounds (or tokens) the running estimates average over, about: each observation moves an estimate by
+    /// 1/`WINDOW` of its distance, so a text that turns repetitive (or stops being so) is followed within a few
+    /// dozen tokens.
+    const WINDOW: f32 = 16.0;
+    /// The estimates before any observation: optimistic, so that a run starts with long drafts and learns.
+    const PRIOR: f32 = 0.7;
+
+    fn update(estimate: &mut f32, accepted: bool) {
+        *estimate += (f32::from(u8::from(accepted)) - *estimate) / Self::WINDOW;
+    }
+
+    /// The estimated chance that drafted token `j` (0-based) of a round is accepted: every token before it and
+    /// it accepted.
+    fn chance(&self, j: usize) -> f32 {
+        self.first * self.later.powi(j as i32)
+    }
 }
 
 /// Device k's drafting RNG: the run's seed as key, stream k + 1 (the verifier uses stream 0), so devices and runs
@@ -204,6 +239,7 @@ impl<M: Deref<Target = Model>> Drafter<M> {
             scratch: Vec::new(),
             lookup: None,
             lookup_stop: 0,
+            gauge: None,
             looked_up: 0,
             drafted: 0,
             draft_time: Duration::ZERO,
@@ -269,12 +305,83 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         Ok(())
     }
 
-    /// Whether a round's draft ends before its next step ([`Drafter::set_lookup_stop`]).
-    fn stops_here(&self) -> bool {
-        let (Some(lk), m) = (self.lookup, self.lookup_stop) else {
-            return false;
+    /// Acceptance-gated draft lengths, for a caller that verifies drafts of any length up to the one asked (the
+    /// in-process loop): with `below` = P > 0, a round's draft ends before a token whose estimated chance of being
+    /// accepted is below P. The chance of token j (0-based) is f · l^j, f the running acceptance of a round's
+    /// first token and l that of a later token whose predecessor was accepted, each an average over about the
+    /// last 16 observations (both start at 0.7). A drafted token costs a verification position and, from the
+    /// model, a draft step; it yields a token exactly when it is accepted, so P is what a position costs in
+    /// target steps (docs/runtime.md, "Acceptance-gated drafts"). The first token is always drafted. Where the
+    /// rule ended a greedy draft that the lookup would have continued and every drafted token was accepted,
+    /// [`Drafter::commit`] checks whether the looked-up token would have been accepted too, so l keeps learning
+    /// while the rule holds drafts short; elsewhere l drifts back towards 0.7 while the rule cuts. The rule sees
+    /// only past verdicts and the draft's own tokens, so speculative sampling stays exact. 0 (the default) turns it
+    /// off; P must be in [0, 1).
+    pub fn set_stop_below(&mut self, below: f32) -> Result<()> {
+        if !(0.0..1.0).contains(&below) {
+            return Err(RuntimeError::invalid(
+                "stop_below",
+                format!("{below} is outside [0, 1)"),
+            ));
+        }
+        self.gauge = (below > 0.0).then_some(Gauge {
+            below,
+            first: Gauge::PRIOR,
+            later: Gauge::PRIOR,
+            cut: false,
+        });
+        Ok(())
+    }
+
+    /// Whether a round's draft ends before its next step ([`Drafter::set_lookup_stop`],
+    /// [`Drafter::set_stop_below`]); remembers when the acceptance rule ended it.
+    fn stops_here(&mut self) -> bool {
+        if let (Some(lk), m) = (self.lookup, self.lookup_stop)
+            && m > 0
+            && self.looked_up_token(lk, m).is_none()
+        {
+            return true;
+        }
+        let j = self.pending.len();
+        match &mut self.gauge {
+            Some(g) if j > 0 && g.chance(j) < g.below => {
+                g.cut = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Updates the acceptance estimates with a round's verdict (before `commit` changes the sequence).
+    fn observe(&mut self, accepted: usize, token: u32) {
+        let Some(mut g) = self.gauge else {
+            return;
         };
-        m > 0 && self.looked_up_token(lk, m).is_none()
+        let drafted = self.pending.len();
+        if drafted > 0 {
+            Gauge::update(&mut g.first, accepted > 0);
+        }
+        for j in 1..drafted.min(accepted + 1) {
+            Gauge::update(&mut g.later, accepted > j);
+        }
+        if g.cut && drafted > 0 && accepted == drafted {
+            // The draft was cut short and all of it was accepted: what would the next token have been?
+            let looked = match self.lookup {
+                Some(lk) if self.params.top_k() == Some(1) && self.truncator.is_none() => {
+                    let gate = self.lookup_stop == 0 || self.looked_up_token(lk, self.lookup_stop).is_some();
+                    gate.then(|| self.looked_up_token(lk, 1)).flatten()
+                }
+                _ => None,
+            };
+            match looked {
+                Some(t) => Gauge::update(&mut g.later, t == token),
+                None => g.later += (Gauge::PRIOR - g.later) / (2.0 * Gauge::WINDOW),
+            }
+        } else if g.cut {
+            g.later += (Gauge::PRIOR - g.later) / (2.0 * Gauge::WINDOW);
+        }
+        g.cut = false;
+        self.gauge = Some(g);
     }
 
     /// What the lookup proposes after the committed and drafted tokens: the token after the latest earlier
@@ -400,6 +507,7 @@ impl<M: Deref<Target = Model>> Drafter<M> {
                 format!("{token} is outside the vocabulary of {}", self.vocab()),
             ));
         }
+        self.observe(accepted, token);
         self.tokens.extend_from_slice(&self.pending[..accepted]);
         self.tokens.push(token);
         let keep = self.cache.len().min(self.tokens.len() - 1);
@@ -411,6 +519,9 @@ impl<M: Deref<Target = Model>> Drafter<M> {
     /// Discards the last draft (it was dropped for the round): the cache rolls back to the committed tokens.
     pub fn discard(&mut self) -> Result<()> {
         self.pending.clear();
+        if let Some(g) = &mut self.gauge {
+            g.cut = false;
+        }
         let keep = self.cache.len().min(self.tokens.len() - 1);
         self.cache.truncate(keep)?;
         Ok(())
@@ -494,8 +605,8 @@ pub fn draft_many<M: Deref<Target = Model>>(
     let mut stopped = vec![false; drafters.len()];
     for step in 0..steps {
         if step >= 1 {
-            for (i, d) in drafters.iter().enumerate() {
-                stopped[i] = stopped[i] || d.stops_here();
+            for (i, d) in drafters.iter_mut().enumerate() {
+                stopped[i] = stopped[i] || (lens[i] > step && d.stops_here());
             }
         }
         let mut members: Vec<usize> = (0..drafters.len())

@@ -181,6 +181,15 @@ impl<'m> Speculator<'m> {
         Ok(())
     }
 
+    /// Acceptance-gated draft lengths for every device's drafter ([`Drafter::set_stop_below`]: a device's draft
+    /// length is then at most its `draft_len`); 0 turns them off.
+    pub fn set_stop_below(&mut self, below: f32) -> Result<()> {
+        for d in &mut self.drafters {
+            d.set_stop_below(below)?;
+        }
+        Ok(())
+    }
+
     /// Draft tokens the lookup proposed, per device.
     pub fn looked_up(&self) -> Vec<usize> {
         self.drafters.iter().map(|d| d.looked_up).collect()

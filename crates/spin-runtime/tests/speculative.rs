@@ -559,6 +559,76 @@ fn greedy_looked_up_drafts_skip_the_model_and_catch_up_later() {
     }
 }
 
+/// Acceptance-gated draft lengths: greedy speculation still equals greedy decoding token for token and sampled
+/// speculation still draws the target's distribution (chi-square of the first two tokens), and with a draft that
+/// agrees with the target less often than the rule's threshold, rounds draft fewer tokens than the length asked.
+#[test]
+fn acceptance_gated_drafts_stay_exact_and_shorten_poor_drafts() {
+    let target = tiny(5, 0.6, 2);
+    let drafter = tiny(6, 0.6, 1);
+    let greedy = speculative::sampling(0.0).unwrap();
+    let t1 = speculative::sampling(1.0).unwrap();
+    let prompts = vec![vec![1u32, 7, 3, 1, 7], vec![1, 4, 4, 4], vec![1, 2, 3, 4, 5]];
+    let mut per_round = Vec::new();
+    for below in [0.0, 0.6] {
+        let mut s = Speculator::new(&target, &drafter, &prompts, &[6, 6, 6], spec(greedy, 40, 9)).unwrap();
+        s.set_stop_below(below).unwrap();
+        s.run().unwrap();
+        for (k, d) in s.devices.iter().enumerate() {
+            let want = generate_plain(&target, &prompts[k], &greedy, 40, None, 0).unwrap();
+            assert_eq!(d.generated(), want.as_slice(), "below {below}, device {k}");
+        }
+        let drafted: usize = s.devices.iter().map(|d| d.drafted).sum();
+        let rounds: usize = s.devices.iter().map(|d| d.rounds).sum();
+        let accepted: f64 = s
+            .devices
+            .iter()
+            .map(|d| d.alpha.ratio_estimate(1.96).unwrap().unwrap().value)
+            .sum();
+        per_round.push((drafted as f64 / rounds as f64, accepted / 3.0));
+    }
+    // With the lookup too (whose continuations the rule checks after the fact where it cut a draft short).
+    let mut s = Speculator::new(&target, &drafter, &prompts, &[6, 6, 6], spec(greedy, 40, 9)).unwrap();
+    let lookup = spin_runtime::drafter::Lookup {
+        ngram: 3,
+        weight: 0.5,
+    };
+    s.set_lookup(Some(lookup), 0).unwrap();
+    s.set_stop_below(0.6).unwrap();
+    s.run().unwrap();
+    for (k, d) in s.devices.iter().enumerate() {
+        let want = generate_plain(&target, &prompts[k], &greedy, 40, None, 0).unwrap();
+        assert_eq!(d.generated(), want.as_slice(), "with the lookup, device {k}");
+    }
+    let ((full, alpha), (gated, _)) = (per_round[0], per_round[1]);
+    assert!(alpha < 0.6, "the pair agrees too often for this test: {alpha}");
+    assert!(
+        full > 5.0 && gated < 0.8 * full,
+        "{gated} against {full} drafted a round"
+    );
+    // Sampled: the first two tokens keep their exact distributions.
+    let prompt = vec![1u32, 7, 3, 1, 7];
+    let (p1, p2) = exact_first_two(&target, &prompt, &t1);
+    let (mut c1, mut c2) = (vec![0u64; 24], vec![0u64; 24]);
+    for rep in 0..20u64 {
+        let prompts = vec![prompt.clone(); 64];
+        let mut s = Speculator::new(&target, &drafter, &prompts, &[3; 64], spec(t1, 2, 700 + rep)).unwrap();
+        s.set_stop_below(0.5).unwrap();
+        s.run().unwrap();
+        for d in &s.devices {
+            c1[d.generated()[0] as usize] += 1;
+            c2[d.generated()[1] as usize] += 1;
+        }
+    }
+    let (a, b) = (chi_square_p(&c1, &p1), chi_square_p(&c2, &p2));
+    assert!(a > 1e-3 && b > 1e-3, "p-values {a}, {b}");
+    let mut s = Speculator::new(&target, &drafter, &prompts, &[3, 2, 6], spec(greedy, 4, 9)).unwrap();
+    for bad in [1.0, -0.1, f32::NAN] {
+        let e = s.set_stop_below(bad).unwrap_err().to_string();
+        assert!(e.contains("stop_below"), "{e}");
+    }
+}
+
 /// With prompt lookup on, with and without lookup-gated draft lengths, greedy speculation still equals greedy
 /// decoding token for token, and sampled speculation still draws the target's distribution (chi-square of the
 /// first two tokens against their exact distributions), on prompts whose repeats make the lookup fire.
