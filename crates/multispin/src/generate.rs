@@ -53,8 +53,8 @@ pub struct GenerateArgs {
     /// chance is this run's running acceptance of a round's first token times that of a later token (given the
     /// one before it was accepted) per token after the first, so --draft-len becomes the longest draft. A drafted
     /// token pays off when its chance exceeds what a verification position costs in target steps (about 0.3 for
-    /// SmolLM2-135M on two cores, docs/runtime.md). The first token is always drafted; 0 turns the rule off. The
-    /// output distribution stays exact.
+    /// SmolLM2-135M on two cores, docs/runtime.md); a round whose first token's chance is below P drafts nothing.
+    /// 0 turns the rule off. The output distribution stays exact.
     #[arg(allow_hyphen_values = true, long, value_name = "P", default_value_t = 0.3)]
     pub draft_stop_below: f32,
     /// Prompt text; at most 1 MiB, and it must fit the context. BOS is prepended as the model's file says (GGUF

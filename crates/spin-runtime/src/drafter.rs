@@ -145,6 +145,12 @@ impl Gauge {
         *estimate += (f32::from(u8::from(accepted)) - *estimate) / Self::WINDOW;
     }
 
+    /// An estimate the rule holds below its threshold, with nothing to observe, creeps back towards the prior
+    /// (1/128 of the distance a cut round), so drafting is tried again after a few dozen rounds.
+    fn drift(estimate: &mut f32) {
+        *estimate += (Self::PRIOR - *estimate) / 128.0;
+    }
+
     /// The estimated chance that drafted token `j` (0-based) of a round is accepted: every token before it and
     /// it accepted.
     fn chance(&self, j: usize) -> f32 {
@@ -311,12 +317,13 @@ impl<M: Deref<Target = Model>> Drafter<M> {
     /// first token and l that of a later token whose predecessor was accepted, each an average over about the
     /// last 16 observations (both start at 0.7). A drafted token costs a verification position and, from the
     /// model, a draft step; it yields a token exactly when it is accepted, so P is what a position costs in
-    /// target steps (docs/runtime.md, "Acceptance-gated drafts"). The first token is always drafted. Where the
-    /// rule ended a greedy draft that the lookup would have continued and every drafted token was accepted,
-    /// [`Drafter::commit`] checks whether the looked-up token would have been accepted too, so l keeps learning
-    /// while the rule holds drafts short; elsewhere l drifts back towards 0.7 while the rule cuts. The rule sees
-    /// only past verdicts and the draft's own tokens, so speculative sampling stays exact. 0 (the default) turns it
-    /// off; P must be in [0, 1).
+    /// target steps (docs/runtime.md, "Acceptance-gated drafts"). A round whose first token's chance f is below P
+    /// drafts nothing (the verification is then a plain step). Where the rule ended a greedy draft that the lookup
+    /// would have continued (or started) and every drafted token was accepted, [`Drafter::commit`] checks whether
+    /// the looked-up token would have been accepted too, so the estimates keep learning while the rule holds
+    /// drafts short; elsewhere the held estimate creeps back towards 0.7 (1/128 of the way a round), so drafting is
+    /// tried again. The rule sees only past verdicts and the draft's own tokens, so speculative sampling stays
+    /// exact. 0 (the default) turns it off; P must be in [0, 1).
     pub fn set_stop_below(&mut self, below: f32) -> Result<()> {
         if !(0.0..1.0).contains(&below) {
             return Err(RuntimeError::invalid(
@@ -333,18 +340,19 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         Ok(())
     }
 
-    /// Whether a round's draft ends before its next step ([`Drafter::set_lookup_stop`],
+    /// Whether a round's draft ends before its next step ([`Drafter::set_lookup_stop`] past the first token,
     /// [`Drafter::set_stop_below`]); remembers when the acceptance rule ended it.
     fn stops_here(&mut self) -> bool {
+        let j = self.pending.len();
         if let (Some(lk), m) = (self.lookup, self.lookup_stop)
             && m > 0
+            && j > 0
             && self.looked_up_token(lk, m).is_none()
         {
             return true;
         }
-        let j = self.pending.len();
         match &mut self.gauge {
-            Some(g) if j > 0 && g.chance(j) < g.below => {
+            Some(g) if g.chance(j) < g.below => {
                 g.cut = true;
                 true
             }
@@ -364,21 +372,24 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         for j in 1..drafted.min(accepted + 1) {
             Gauge::update(&mut g.later, accepted > j);
         }
-        if g.cut && drafted > 0 && accepted == drafted {
-            // The draft was cut short and all of it was accepted: what would the next token have been?
+        if g.cut && accepted == drafted {
+            // The rule ended the draft and all of it was accepted: would the next token have been? A greedy
+            // draft's next token is the lookup's where the lookup (and its gate past the first token) proposes one.
+            let gate = drafted == 0 || self.lookup_stop == 0;
             let looked = match self.lookup {
                 Some(lk) if self.params.top_k() == Some(1) && self.truncator.is_none() => {
-                    let gate = self.lookup_stop == 0 || self.looked_up_token(lk, self.lookup_stop).is_some();
-                    gate.then(|| self.looked_up_token(lk, 1)).flatten()
+                    let open = gate || self.looked_up_token(lk, self.lookup_stop).is_some();
+                    open.then(|| self.looked_up_token(lk, 1)).flatten()
                 }
                 _ => None,
             };
+            let estimate = if drafted == 0 { &mut g.first } else { &mut g.later };
             match looked {
-                Some(t) => Gauge::update(&mut g.later, t == token),
-                None => g.later += (Gauge::PRIOR - g.later) / (2.0 * Gauge::WINDOW),
+                Some(t) => Gauge::update(estimate, t == token),
+                None => Gauge::drift(estimate),
             }
         } else if g.cut {
-            g.later += (Gauge::PRIOR - g.later) / (2.0 * Gauge::WINDOW);
+            Gauge::drift(if drafted == 0 { &mut g.first } else { &mut g.later });
         }
         g.cut = false;
         self.gauge = Some(g);
@@ -604,10 +615,8 @@ pub fn draft_many<M: Deref<Target = Model>>(
     let steps = lens.iter().copied().max().unwrap_or(0);
     let mut stopped = vec![false; drafters.len()];
     for step in 0..steps {
-        if step >= 1 {
-            for (i, d) in drafters.iter_mut().enumerate() {
-                stopped[i] = stopped[i] || (lens[i] > step && d.stops_here());
-            }
+        for (i, d) in drafters.iter_mut().enumerate() {
+            stopped[i] = stopped[i] || (lens[i] > step && d.stops_here());
         }
         let mut members: Vec<usize> = (0..drafters.len())
             .filter(|&i| lens[i] > step && !stopped[i])

@@ -561,7 +561,8 @@ fn greedy_looked_up_drafts_skip_the_model_and_catch_up_later() {
 
 /// Acceptance-gated draft lengths: greedy speculation still equals greedy decoding token for token and sampled
 /// speculation still draws the target's distribution (chi-square of the first two tokens), and with a draft that
-/// agrees with the target less often than the rule's threshold, rounds draft fewer tokens than the length asked.
+/// agrees with the target less often than the rule's threshold, rounds draft fewer tokens than the length asked,
+/// many of them none (below one drafted token a round).
 #[test]
 fn acceptance_gated_drafts_stay_exact_and_shorten_poor_drafts() {
     let target = tiny(5, 0.6, 2);
@@ -603,7 +604,7 @@ fn acceptance_gated_drafts_stay_exact_and_shorten_poor_drafts() {
     let ((full, alpha), (gated, _)) = (per_round[0], per_round[1]);
     assert!(alpha < 0.6, "the pair agrees too often for this test: {alpha}");
     assert!(
-        full > 5.0 && gated < 0.8 * full,
+        full > 5.0 && gated < 0.9,
         "{gated} against {full} drafted a round"
     );
     // Sampled: the first two tokens keep their exact distributions.
