@@ -300,7 +300,7 @@ pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
     if format == BlockFormat::Q6K {
         return il
             .chunks_exact(tile_block_bytes(format))
-            .all(|tb| (0..16).all(|h| reference::half_at(tb, 2 * h).is_finite()));
+            .all(|tb| (0..16).all(|h| reference::half_finite_at(tb, 2 * h)));
     }
     let halves = if matches!(
         format,
@@ -311,7 +311,7 @@ pub(crate) fn scales_finite(format: BlockFormat, il: &[u8]) -> bool {
         16
     };
     il.chunks_exact(tile_block_bytes(format))
-        .all(|tb| (0..halves).all(|h| reference::half_at(tb, 2 * h).is_finite()))
+        .all(|tb| (0..halves).all(|h| reference::half_finite_at(tb, 2 * h)))
 }
 
 /// The unsigned codes of group `g` (values 4g .. 4g + 4) of lane `r` of a tile-block.
