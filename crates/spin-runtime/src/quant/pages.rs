@@ -144,7 +144,11 @@ impl Shared {
 
     /// Parts of `lens` bytes side by side in one buffer in huge pages, each starting at a multiple of 64 bytes and
     /// written by `fill(i, stretch)` (the stretch of part i, zero bytes when given); one `Shared` per part, in order.
-    pub(crate) fn side_by_side(lens: &[usize], mut fill: impl FnMut(usize, &mut [u8])) -> Vec<Shared> {
+    /// The parts are filled on the threads of the current rayon pool, each by one call: filling (a SmolLM2 file's
+    /// matrices interleaved into their tiles, and the kernel clearing each fresh page on its first write) was the
+    /// largest share of a start-up's CPU time, on one thread while the other had finished its part of the load.
+    pub(crate) fn side_by_side(lens: &[usize], fill: impl Fn(usize, &mut [u8]) + Sync) -> Vec<Shared> {
+        use rayon::prelude::*;
         let mut starts = Vec::with_capacity(lens.len());
         let mut end = 0;
         for &len in lens {
@@ -152,9 +156,21 @@ impl Shared {
             end = (end + len).next_multiple_of(PART_ALIGN);
         }
         let mut all = WeightBytes::zeroed_huge(end);
-        for (i, (&len, &s)) in lens.iter().zip(&starts).enumerate() {
-            fill(i, &mut all[s..s + len]);
+        // Each part's stretch as a slice of its own (the padding between them left out), then all filled at once.
+        let mut stretches: Vec<&mut [u8]> = Vec::with_capacity(lens.len());
+        let mut rest: &mut [u8] = &mut all;
+        let mut at = 0;
+        for (&len, &s) in lens.iter().zip(&starts) {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(s - at);
+            let (stretch, tail) = tail.split_at_mut(len);
+            stretches.push(stretch);
+            rest = tail;
+            at = s + len;
         }
+        stretches
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(i, stretch)| fill(i, stretch));
         let all = Arc::new(all);
         lens.iter()
             .zip(starts)
