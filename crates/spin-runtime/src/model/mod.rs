@@ -254,8 +254,13 @@ impl Model {
                     ),
                 ));
             }
-            let q = QTensor::quantize(&w.to_dtype(candle_core::DType::F32)?.contiguous()?, ggml)?;
-            let bytes = q.data()?.into_owned();
+            let w = w.to_dtype(candle_core::DType::F32)?.contiguous()?;
+            let bytes = if format == crate::quant::BlockFormat::Q8_0 {
+                // The same bytes as candle's quantiser, without a libm call per value (`quant::q8`).
+                weights::with_values(&w, crate::quant::quantise_q8_0)?
+            } else {
+                QTensor::quantize(&w, ggml)?.data()?.into_owned()
+            };
             Ok(std::sync::Arc::new(crate::quant::QMatrix::new(
                 what, format, rows, cols, bytes,
             )?))

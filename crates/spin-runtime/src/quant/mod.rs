@@ -16,8 +16,10 @@
 
 mod interleave;
 mod pages;
+mod q8;
 mod reference;
 mod simd;
+pub(crate) use q8::quantise_q8_0;
 pub(crate) use simd::{ValueSums, panel_scores, panel_values, prefetch};
 
 use crate::{Result, RuntimeError};
