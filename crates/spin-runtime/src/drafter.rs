@@ -412,12 +412,15 @@ impl<M: Deref<Target = Model>> Drafter<M> {
     /// lacks in one pass (the cache invariant allows any lag). None where the model's step is needed: sampled
     /// drafts (their distribution mixes the model's in), sparse payloads, no lookup, or nothing looked up.
     fn lookup_only(&self) -> Option<u32> {
-        let lk = self.lookup?;
-        if self.params.top_k() != Some(1) || self.truncator.is_some() {
-            return None;
-        }
+        let lk = self.lookup.filter(|_| self.lookup_skips_model())?;
         self.looked_up_token(lk, 1)
             .filter(|&g| (g as usize) < self.vocab())
+    }
+
+    /// Whether a looked-up token is drafted without the model ([`Drafter::lookup_only`]): a greedy dense draft
+    /// with the lookup on.
+    fn lookup_skips_model(&self) -> bool {
+        self.lookup.is_some() && self.params.top_k() == Some(1) && self.truncator.is_none()
     }
 
     /// Drafts `token` from the lookup without the model (see [`Drafter::lookup_only`]): the one-hot row of a
@@ -435,6 +438,11 @@ impl<M: Deref<Target = Model>> Drafter<M> {
         let Some(lk) = self.lookup else {
             return q;
         };
+        // Where a looked-up token skips the model, this step ran the model because `lookup_only` found none, on
+        // the same sequence: no second scan.
+        if self.lookup_skips_model() {
+            return q;
+        }
         let Some(g) = self.looked_up_token(lk, 1) else {
             return q;
         };
