@@ -8,16 +8,7 @@ use spin_core::{SamplingParams, probs_from_logits};
 /// The index of the first largest entry of `row`; an error naming `logits` when the row is empty or holds NaN or
 /// +∞ (as `spin_core::probs_from_logits` refuses them).
 pub fn argmax(row: &[f32]) -> Result<u32> {
-    let mut best = 0usize;
-    let mut max = f32::NEG_INFINITY;
-    let mut bad = false;
-    for (i, &x) in row.iter().enumerate() {
-        bad |= x.is_nan() || x == f32::INFINITY;
-        if x > max {
-            max = x;
-            best = i;
-        }
-    }
+    let ((best, max), bad) = pulp::Arch::new().dispatch(crate::kernels::FirstMax { row });
     if row.is_empty() || bad || max == f32::NEG_INFINITY {
         return Err(RuntimeError::invalid(
             "logits",
