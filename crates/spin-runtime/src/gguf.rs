@@ -50,6 +50,9 @@ struct GgufSource {
     /// Whether projections and the embedding become host matrices in the file's block format (the CPU, where
     /// the quantised host route runs); elsewhere they become candle's quantised tensors on the device.
     host: bool,
+    /// Host matrices built ahead of the model's requests ([`GgufSource::gather_ahead`]), by the GGUF names of the
+    /// tensors stacked in each; [`GgufSource::host_matrix`] takes its matrix from here when it is one of them.
+    ahead: std::sync::Mutex<std::collections::HashMap<Vec<String>, Arc<QMatrix>>>,
 }
 
 impl GgufSource {
@@ -117,6 +120,94 @@ impl GgufSource {
         Ok(info)
     }
 
+    /// Builds every host matrix the model will ask for straight into one buffer in huge pages
+    /// ([`QMatrix::gathered`], read at the tensors' offsets on the threads of the current rayon pool), in the
+    /// order a pass reads them: per block the runs of equal formats in q|k|v (stacked as [`WeightSource::projs`]
+    /// stacks them), the output projection, gate|up, the down projection; then an untied head and the
+    /// embedding. The model's loader then finds them built, and the gathering after it finds them in huge pages
+    /// already. Only a head start: a tensor whose read or scales fail here, or a request for another grouping, is
+    /// read the ordinary way when the model asks for it (which reports the fault by name).
+    #[cfg(unix)]
+    fn gather_ahead(&self, n_layers: usize) {
+        use std::os::unix::fs::FileExt;
+        // A 2-D tensor in a host format: its extent in the file, rows and columns.
+        let matrix = |g: &str| {
+            let (info, start, _) = self.extent(g).ok()?;
+            let format = BlockFormat::from_ggml(info.ggml_dtype)?;
+            match *info.shape.dims() {
+                [rows, cols] => Some((format, start, rows, cols)),
+                _ => None,
+            }
+        };
+        type Group = (Vec<String>, Vec<(u64, usize)>, (BlockFormat, usize, usize));
+        let mut groups: Vec<Group> = Vec::new();
+        let mut runs = |names: &[String]| {
+            let mut run: Option<Group> = None;
+            for g in names {
+                let m = matrix(g);
+                let joins = matches!((&run, m), (Some((_, _, (f, _, c))), Some((mf, _, _, mc))) if *f == mf && *c == mc);
+                if !joins {
+                    groups.extend(run.take());
+                }
+                if let Some((format, start, rows, cols)) = m {
+                    let r = run.get_or_insert_with(|| (Vec::new(), Vec::new(), (format, 0, cols)));
+                    r.0.push(g.clone());
+                    r.1.push((start, rows));
+                    r.2.1 += rows;
+                }
+            }
+            groups.extend(run);
+        };
+        let weight = |hf: &str| format!("{}.weight", gguf_name(hf));
+        for i in 0..n_layers {
+            let part = |x: &str| weight(&format!("model.layers.{i}.{x}"));
+            runs(&[
+                part("self_attn.q_proj"),
+                part("self_attn.k_proj"),
+                part("self_attn.v_proj"),
+            ]);
+            runs(&[part("self_attn.o_proj")]);
+            runs(&[part("mlp.gate_proj"), part("mlp.up_proj")]);
+            runs(&[part("mlp.down_proj")]);
+        }
+        runs(&[weight("lm_head")]);
+        runs(&[weight("model.embed_tokens")]);
+        let plan: Vec<(BlockFormat, usize, usize)> = groups.iter().map(|g| g.2).collect();
+        // Rows `first ..` of group i: from each stacked tensor the rows that fall in the range.
+        let read = |i: usize, first: usize, out: &mut [u8]| {
+            let (_, tensors, (format, _, cols)) = &groups[i];
+            let rb = cols / format.block_elems() * format.block_bytes();
+            let (mut row, mut at, end) = (0, 0, first + out.len() / rb);
+            for &(start, rows) in tensors {
+                let (lo, hi) = (first.max(row), end.min(row + rows));
+                if lo < hi {
+                    let len = (hi - lo) * rb;
+                    let from = start + ((lo - row) * rb) as u64;
+                    if self.file.read_exact_at(&mut out[at..at + len], from).is_err() {
+                        return false;
+                    }
+                    at += len;
+                }
+                row += rows;
+            }
+            at == out.len()
+        };
+        let built = QMatrix::gathered(&plan, read);
+        let mut ahead = self
+            .ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ((names, _, _), m) in groups.into_iter().zip(built) {
+            if let Some(m) = m {
+                ahead.insert(names, Arc::new(m));
+            }
+        }
+    }
+
+    /// Elsewhere the model's requests read the file one by one.
+    #[cfg(not(unix))]
+    fn gather_ahead(&self, _: usize) {}
+
     /// Tensor `name` as candle's quantised tensor on the device.
     fn qtensor(&self, name: &str) -> Result<QTensor> {
         let mut bytes = Vec::new();
@@ -160,6 +251,15 @@ impl GgufSource {
         cols: usize,
         format: BlockFormat,
     ) -> Result<Arc<QMatrix>> {
+        let key: Vec<String> = names.iter().map(|(g, _)| g.clone()).collect();
+        let built = self
+            .ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&key);
+        if let Some(m) = built {
+            return Ok(m);
+        }
         let rows: usize = names.iter().map(|(_, r)| r).sum();
         let mut bytes = Vec::new();
         for (g, _) in names {
@@ -412,6 +512,9 @@ fn arch_of(name: &str) -> Option<Arch> {
 /// its offset (checked against the file's length first); every block's scales are checked finite.
 pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let (cfg, src) = open(path, device)?;
+    if src.host {
+        src.gather_ahead(cfg.n_layers);
+    }
     Model::from_source(cfg, &src, device)
 }
 
@@ -484,6 +587,7 @@ fn open(path: &Path, device: &Device) -> Result<(Config, GgufSource)> {
         file_len,
         device: device.clone(),
         host: device.is_cpu(),
+        ahead: Default::default(),
     };
     Ok((cfg, src))
 }

@@ -811,14 +811,19 @@ impl pulp::WithSimd for FirstMax<'_> {
                 bad[l] |= x.is_nan() | (x == f32::INFINITY);
                 m[l] = if x > m[l] { x } else { m[l] };
             }
-            let cm = m.iter().fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+            let cm = m
+                .iter()
+                .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a });
             if cm > max {
                 (max, at) = (cm, c);
             }
         }
         let bad = bad.iter().any(|&b| b);
         let chunk = self.row.chunks(MAX_CHUNK).nth(at).unwrap_or(&[]);
-        let first = chunk.iter().position(|&x| x == max).map_or(0, |i| at * MAX_CHUNK + i);
+        let first = chunk
+            .iter()
+            .position(|&x| x == max)
+            .map_or(0, |i| at * MAX_CHUNK + i);
         ((first, max), bad)
     }
 }

@@ -220,6 +220,45 @@ fn mutated_gguf_files_fail_typed() {
     }
 }
 
+/// A GGUF file whose matrix holds an infinite block scale is refused naming that tensor, as is one whose tensor
+/// data ends early, and a sound one loads with its host matrices in huge pages: the loader builds its matrices
+/// ahead of the model's requests, and a matrix that fails there is read again the ordinary way, which names it.
+#[test]
+fn gguf_matrices_built_ahead_still_name_a_bad_tensor() {
+    use candle_core::quantized::gguf_file;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny_config(40);
+    cfg.dim = 32;
+    cfg.hidden_dim = 64;
+    cfg.n_layers = 2;
+    let w = model::random_tensors(&cfg, 0.3, 4, &Device::Cpu).unwrap();
+    let path = dir.path().join("m.gguf");
+    gguf::write(&path, &cfg, &w, GgmlDType::Q8_0).unwrap();
+    let good = gguf::load(&path, &Device::Cpu).unwrap();
+    let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists();
+    assert_eq!(
+        good.host_matrices_in_huge_pages(),
+        cfg!(target_os = "linux") && thp
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let content = gguf_file::Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
+    for name in ["blk.1.attn_v.weight", "blk.0.ffn_up.weight", "token_embd.weight"] {
+        let info = &content.tensor_infos[name];
+        // The second block's scale (f16 at the block's start) becomes +∞.
+        let at = (content.tensor_data_offset + info.offset) as usize + GgmlDType::Q8_0.type_size();
+        let mut b = bytes.clone();
+        b[at..at + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+        let bad = dir.path().join("bad.gguf");
+        std::fs::write(&bad, &b).unwrap();
+        let e = gguf::load(&bad, &Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains(name), "{name}: {e}");
+    }
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() - 100]).unwrap();
+    let e = gguf::load(&cut, &Device::Cpu).unwrap_err();
+    assert!(e.to_string().contains("extends past the end of the file"), "{e}");
+}
+
 #[test]
 fn mutated_hf_config_and_tokenizer_json_fail_typed() {
     let config = serde_json::json!({

@@ -636,8 +636,9 @@ impl Model {
 
     /// Copies every host matrix of the model (`host_matrices`) side by side into one buffer in huge pages
     /// (`QMatrix::side_by_side`), in the order a pass reads them, and points the projections at the copies. The
-    /// old buffers are freed as the last reference to each goes. A GGUF file's matrices arrive in the file's order
-    /// and are interleaved on the way (one write of each weight at load, not two).
+    /// old buffers are freed as the last reference to each goes. A GGUF file's matrices arrive in such a buffer
+    /// already (the loader builds them there, `QMatrix::gathered`) and are left where they are; ones that arrive in
+    /// the file's order are interleaved on the way (one write of each weight at load, not two).
     pub(super) fn gather_host_matrices(&mut self) {
         let unique = self.host_matrices();
         if unique.is_empty() || unique.iter().all(|m| m.in_huge_pages()) {

@@ -308,6 +308,87 @@ impl QMatrix {
             .collect()
     }
 
+    /// Matrices of the shapes `plan` lists built straight into one buffer in huge pages, as
+    /// [`QMatrix::side_by_side`] leaves a model's matrices, from the file's row-major blocks: `read(i, first, out)`
+    /// writes the bytes of matrix i's rows `first ..` (as many whole rows as `out` holds) and says whether it
+    /// could. The rows pass through a buffer of each thread's own, reused for every matrix, and are interleaved
+    /// from there into their stretch: a loader that read each matrix into fresh memory first paid a page fault
+    /// per 4 KiB of the model and gave all of it back at the end (docs/runtime.md, "Start-up"). Matrix i is
+    /// `None` where a read failed or a block's scale is not finite; the caller then reads it the ordinary way,
+    /// which names the fault.
+    pub(crate) fn gathered(
+        plan: &[(BlockFormat, usize, usize)],
+        read: impl Fn(usize, usize, &mut [u8]) -> bool + Sync,
+    ) -> Vec<Option<QMatrix>> {
+        Self::gathered_in_stages(plan, read, STAGE_BYTES)
+    }
+
+    /// [`QMatrix::gathered`] with about `stage` bytes of rows read at a time (whole tiles of rows, one at least).
+    fn gathered_in_stages(
+        plan: &[(BlockFormat, usize, usize)],
+        read: impl Fn(usize, usize, &mut [u8]) -> bool + Sync,
+        stage: usize,
+    ) -> Vec<Option<QMatrix>> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        thread_local! {
+            static STAGE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        let packed = |f: BlockFormat| simd::interleaved() && interleave::supported(f);
+        let row_bytes =
+            |&(f, _, cols): &(BlockFormat, usize, usize)| cols / f.block_elems() * f.block_bytes();
+        let lens: Vec<usize> = plan
+            .iter()
+            .map(|p @ &(f, rows, cols)| {
+                if packed(f) {
+                    interleave::packed_len(f, rows, cols)
+                } else {
+                    rows * row_bytes(p)
+                }
+            })
+            .collect();
+        let good: Vec<AtomicBool> = plan.iter().map(|_| AtomicBool::new(false)).collect();
+        let fill = |i: usize, out: &mut [u8]| {
+            let (f, rows, cols) = plan[i];
+            let rb = row_bytes(&plan[i]);
+            // Whole tiles of rows at a time, about `stage` bytes of the file's (one tile at least).
+            let step = ((stage / rb.max(1)) / interleave::ROWS).max(1) * interleave::ROWS;
+            let tile = interleave::packed_len(f, interleave::ROWS, cols);
+            let ok = STAGE.with_borrow_mut(|stage| {
+                for first in (0..rows).step_by(step) {
+                    let k = step.min(rows - first);
+                    stage.resize(k * rb, 0);
+                    let bytes = &mut stage[..k * rb];
+                    if !read(i, first, bytes) || !reference::scales_finite(f, bytes) {
+                        return false;
+                    }
+                    if packed(f) {
+                        let at = first / interleave::ROWS * tile;
+                        let len = interleave::packed_len(f, k, cols);
+                        interleave::pack_into(f, k, cols, bytes, &mut out[at..at + len]);
+                    } else {
+                        out[first * rb..(first + k) * rb].copy_from_slice(bytes);
+                    }
+                }
+                true
+            });
+            good[i].store(ok, Ordering::Relaxed);
+        };
+        let parts = pages::Shared::side_by_side(&lens, fill);
+        plan.iter()
+            .zip(parts)
+            .zip(&good)
+            .map(|((&(format, rows, cols), data), ok)| {
+                ok.load(Ordering::Relaxed).then_some(QMatrix {
+                    format,
+                    rows,
+                    cols,
+                    data,
+                    interleaved: packed(format),
+                })
+            })
+            .collect()
+    }
+
     /// Whether the bytes live in a mapping advised for huge pages ([`QMatrix::side_by_side`]).
     pub fn in_huge_pages(&self) -> bool {
         self.data.is_huge()
@@ -835,6 +916,9 @@ fn with_scratch<T: Default, R>(
     })
 }
 
+/// Bytes of the file's rows staged at a time by [`QMatrix::gathered`].
+const STAGE_BYTES: usize = 256 * 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -852,6 +936,75 @@ mod tests {
             }
         }
         data
+    }
+
+    /// Matrices built straight into the shared buffer from staged file rows hold what one interleaved at once
+    /// holds (the same form, file bytes and product bits), whether the rows come in one stage or in stages of a
+    /// tile (row counts that are and are not whole tiles); a failed read or a non-finite scale leaves that matrix
+    /// out and the others built.
+    #[test]
+    fn matrices_gathered_from_staged_rows_equal_ones_built_at_once() {
+        let plan = [
+            (BlockFormat::Q4_1, 50, 64),
+            (BlockFormat::Q8_0, 32, 96),
+            (BlockFormat::Q6K, 17, 256),
+            (BlockFormat::Q4_0, 7, 32),
+            (BlockFormat::F16, 5, 8),
+            (BlockFormat::Q4_0, 40, 32),
+            (BlockFormat::Q8_0, 16, 32),
+        ];
+        let mut files: Vec<Vec<u8>> = plan
+            .iter()
+            .enumerate()
+            .map(|(i, &(format, rows, cols))| {
+                if format == BlockFormat::F16 {
+                    (0..rows * cols)
+                        .flat_map(|k| (0x3000u16 + k as u16).to_le_bytes())
+                        .collect()
+                } else {
+                    blocks(format, rows, cols, i)
+                }
+            })
+            .collect();
+        // Matrix 5's reads fail from row 16 on; matrix 6 has an infinite scale (f16 0x7c00) in its last row.
+        let last = files[6].len() - BlockFormat::Q8_0.block_bytes();
+        files[6][last..last + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+        let read = |i: usize, first: usize, out: &mut [u8]| {
+            let (format, _, cols) = plan[i];
+            let rb = cols / format.block_elems() * format.block_bytes();
+            if i == 5 && first + out.len() / rb > 16 {
+                return false;
+            }
+            out.copy_from_slice(&files[i][first * rb..first * rb + out.len()]);
+            true
+        };
+        for stage in [1, STAGE_BYTES] {
+            let built = QMatrix::gathered_in_stages(&plan, read, stage);
+            assert!(built[5].is_none() && built[6].is_none(), "stage {stage}");
+            for (i, m) in built.iter().enumerate().take(5) {
+                let (format, rows, cols) = plan[i];
+                let m = m.as_ref().expect("built");
+                let now = QMatrix::new("now", format, rows, cols, files[i].clone()).unwrap();
+                assert_eq!(m.interleaved, now.interleaved, "{format:?}");
+                assert_eq!(
+                    &m.data[..],
+                    &now.data[..],
+                    "{format:?}, stage {stage}: the stored bytes"
+                );
+                assert_eq!(m.data(), now.data(), "{format:?}: the file's bytes");
+                let x: Vec<f32> = (0..3 * cols)
+                    .map(|k| ((k * 37 % 19) as f32 - 9.0) / 7.0)
+                    .collect();
+                let (mut ya, mut yb) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
+                now.matmul(&x, 3, &mut ya);
+                m.matmul(&x, 3, &mut yb);
+                assert_eq!(
+                    ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{format:?}, stage {stage}: the products"
+                );
+            }
+        }
     }
 
     /// A matrix kept in the file's order and gathered later holds, after the gathering, what one interleaved at
