@@ -17,7 +17,10 @@
 # α is measured on every held-out prompt at draft length 4 (the first lines); the timed pairs run on the four story
 # openings and the first four instructions.
 #
-# The draft runs as DRAFT_FORMAT says (`generate --draft-format`, default q8_0: its f32 matrices quantised at load).
+# DRAFT is the draft given to `generate --draft`: by default the folder's Q8_0 GGUF copy (model-q8_0.gguf, which
+# scripts/build-smollm2-draft.sh writes beside the folder's f32 weights and which starts in milliseconds) where it
+# exists, else the folder, run as DRAFT_FORMAT says (`generate --draft-format`, default q8_0: the f32 matrices
+# quantised at load; the same Q8_0 bytes as the GGUF copy's, so the same drafts).
 # TEMPERATURE (default 0) samples both runs at that temperature with the same seed (`--seed 0`); above 0 the two
 # texts are different draws of one distribution (its exactness: scripts/chi2-smollm2.sh), so they are not compared,
 # and both runs take `--ignore-eos` (IGNORE_EOS=0 turns it off): each then makes exactly the tokens asked for, where
@@ -36,6 +39,10 @@ bin="${MULTISPIN_BIN:-target/release/multispin}"
 cache="${MULTISPIN_CACHE:-$HOME/.cache/multispin}"
 target="$cache/SmolLM2-135M-Instruct.Q4_1.gguf"
 draft="$cache/smollm2-draft"
+if [ -z "${DRAFT:-}" ] && [ -e "$draft/model-q8_0.gguf" ]; then
+    draft="$draft/model-q8_0.gguf"
+fi
+draft="${DRAFT:-$draft}"
 : "${MULTISPIN_SHARED_DATA:?set it to the folder holding corpora/tinystories_val.txt}"
 for f in "$target" "$draft"; do
     [ -e "$f" ] || { echo "skip: $f is absent (scripts/fetch-smollm2.sh, scripts/build-smollm2-draft.sh)"; exit 0; }

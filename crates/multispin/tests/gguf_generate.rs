@@ -69,6 +69,7 @@ fn write(dir: &Path, name: &str, v: &GgufVocab, dtype: GgmlDType) -> PathBuf {
     let w = model::random_tensors(&cfg, 0.25, 7, &spin_runtime::select_device().unwrap()).unwrap();
     let path = dir.join(name);
     let opts = WriteOptions {
+        head_vocab: None,
         dtype,
         overrides: &[],
         vocab: Some(v),

@@ -512,10 +512,100 @@ fn arch_of(name: &str) -> Option<Arch> {
 /// its offset (checked against the file's length first); every block's scales are checked finite.
 pub fn load(path: &Path, device: &Device) -> Result<Model> {
     let (cfg, src) = open(path, device)?;
+    let head = head_vocab(&src.content, &src.what, cfg.vocab_size)?;
     if src.host {
         src.gather_ahead(cfg.n_layers);
     }
-    Model::from_source(cfg, &src, device)
+    let model = Model::from_source(cfg, &src, device)?;
+    match head {
+        None => Ok(model),
+        Some(hv) => model
+            .with_head_vocab(hv)
+            .map_err(|e| RuntimeError::format(format!("{}: {HEAD_IDS_KEY}", src.what), e.to_string())),
+    }
+}
+
+/// A restricted draft head's map from the file's metadata ([`HEAD_IDS_KEY`], [`HEAD_FULL_VOCAB_KEY`]; both or
+/// neither), checked against the model's vocabulary of `vocab` (the head's ids and "other").
+fn head_vocab(
+    c: &gguf_file::Content,
+    what: &str,
+    vocab: usize,
+) -> Result<Option<crate::head_vocab::HeadVocab>> {
+    let bad = |key: &str, why: String| RuntimeError::format(format!("{what}: {key}"), why);
+    let (ids, full) = match (c.metadata.get(HEAD_IDS_KEY), c.metadata.get(HEAD_FULL_VOCAB_KEY)) {
+        (None, None) => return Ok(None),
+        (Some(ids), Some(full)) => (ids, full),
+        (Some(_), None) => {
+            return Err(bad(
+                HEAD_FULL_VOCAB_KEY,
+                "is missing beside the head's ids".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                HEAD_IDS_KEY,
+                "is missing beside the target's vocabulary".into(),
+            ));
+        }
+    };
+    let full = full
+        .to_u32()
+        .map_err(|e| bad(HEAD_FULL_VOCAB_KEY, e.to_string()))? as usize;
+    let ids: Vec<u32> = ids
+        .to_vec()
+        .map_err(|e| bad(HEAD_IDS_KEY, e.to_string()))?
+        .iter()
+        .map(|v| v.to_u32().map_err(|e| bad(HEAD_IDS_KEY, e.to_string())))
+        .collect::<Result<_>>()?;
+    let hv = crate::head_vocab::HeadVocab::new(ids, full).map_err(|e| bad(HEAD_IDS_KEY, e.to_string()))?;
+    if hv.compact_vocab() != vocab {
+        return Err(bad(
+            HEAD_IDS_KEY,
+            format!(
+                "{} ids and \"other\" for a vocabulary of {vocab} (token_embd.weight's rows)",
+                hv.ids().len()
+            ),
+        ));
+    }
+    Ok(Some(hv))
+}
+
+/// Writes the model in the Hugging Face folder `dir` ([`crate::hf::read_dir`]: a restricted draft head's map
+/// too) as a GGUF file with its matrices quantised to `dtype`, which [`load`] reads back: a Llama folder
+/// (halves-paired RoPE, no biases) as GGUF `llama`, its query and key rows reordered to neighbour pairs as
+/// llama.cpp's converter reorders them; a Qwen2 folder as `qwen2`. A draft stored so starts in a few
+/// milliseconds, where a folder of f32 weights is read, copied and quantised at every start (docs/runtime.md,
+/// "Start-up").
+pub fn write_from_dir(dir: &Path, out: &Path, dtype: GgmlDType) -> Result<()> {
+    let (mut cfg, mut tensors, head) = crate::hf::read_dir(dir)?;
+    if !cfg.qkv_bias {
+        let hd = cfg.head_dim();
+        for i in 0..cfg.n_layers {
+            for (part, heads) in [("q_proj", cfg.n_heads), ("k_proj", cfg.n_kv_heads)] {
+                let name = format!("model.layers.{i}.self_attn.{part}.weight");
+                let w = tensors.get(&name).ok_or_else(|| {
+                    RuntimeError::format(dir.display().to_string(), format!("{name} is missing"))
+                })?;
+                // Row (h, j·hd/2 + i) in halves order is row (h, 2i + j) with neighbours paired.
+                let d = w.dim(1)?;
+                let paired = w
+                    .reshape((heads, 2, hd / 2, d))?
+                    .transpose(1, 2)?
+                    .reshape((heads * hd, d))?
+                    .contiguous()?;
+                tensors.insert(name, paired);
+            }
+        }
+        cfg.rope = RopeStyle::Interleaved;
+    }
+    let opts = WriteOptions {
+        dtype,
+        overrides: &[],
+        vocab: None,
+        head_vocab: head.as_ref(),
+    };
+    write_with(out, &cfg, &tensors, &opts)
 }
 
 /// The tensors `names` of a GGUF model (Hugging Face names as [`crate::model::tensor_shapes`] lists them, with
@@ -782,7 +872,15 @@ pub struct WriteOptions<'a> {
     pub overrides: &'a [(&'a str, GgmlDType)],
     /// A vocabulary to embed.
     pub vocab: Option<&'a GgufVocab>,
+    /// A restricted draft head's map (`crate::head_vocab`), written as the metadata [`HEAD_IDS_KEY`] and
+    /// [`HEAD_FULL_VOCAB_KEY`]; the model's vocabulary is then the head's compact one.
+    pub head_vocab: Option<&'a crate::head_vocab::HeadVocab>,
 }
+
+/// GGUF metadata of a restricted draft head: the target ids the head scores (u32 array, in the head's order).
+pub const HEAD_IDS_KEY: &str = "multispin.head_vocab.ids";
+/// GGUF metadata of a restricted draft head: the target's vocabulary size (u32).
+pub const HEAD_FULL_VOCAB_KEY: &str = "multispin.head_vocab.full_vocab";
 
 /// Writes named tensors (Hugging Face layout) as a GGUF file: `llama` for an interleaved-RoPE model without
 /// biases, `qwen2` for a halves-RoPE model with q/k/v biases (the only two layouts the loader reads); matrices
@@ -794,6 +892,7 @@ pub fn write(
     dtype: GgmlDType,
 ) -> Result<()> {
     let opts = WriteOptions {
+        head_vocab: None,
         dtype,
         overrides: &[],
         vocab: None,
@@ -880,6 +979,19 @@ pub fn write_with(
         if let Some(t) = &v.chat_template {
             md.push(("tokenizer.chat_template".into(), V::String(t.clone())));
         }
+    }
+    if let Some(hv) = opts.head_vocab {
+        if cfg.vocab_size != hv.compact_vocab() {
+            return Err(RuntimeError::invalid(
+                "vocab_size",
+                format!("{} is not the head's {} ids", cfg.vocab_size, hv.compact_vocab()),
+            ));
+        }
+        md.push((
+            HEAD_IDS_KEY.into(),
+            V::Array(hv.ids().iter().map(|&i| V::U32(i)).collect()),
+        ));
+        md.push((HEAD_FULL_VOCAB_KEY.into(), V::U32(hv.full_vocab() as u32)));
     }
     let md_refs: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let t_refs: Vec<(&str, &QTensor)> = qs.iter().map(|(k, v)| (k.as_str(), v)).collect();

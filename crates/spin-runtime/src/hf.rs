@@ -113,6 +113,30 @@ pub fn parse_config(bytes: &[u8], what: &str) -> Result<Config> {
 
 /// Loads a model folder (`config.json` and every `*.safetensors` in it).
 pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
+    let (cfg, tensors, head) = read_dir(dir)?;
+    let map = TensorMap {
+        what: dir.display().to_string(),
+        tensors,
+        device: device.clone(),
+    };
+    let model = Model::from_source(cfg, &map, device)?;
+    match head {
+        None => Ok(model),
+        Some(hv) => model
+            .with_head_vocab(hv)
+            .map_err(|e| RuntimeError::format(dir.display().to_string(), e.to_string())),
+    }
+}
+
+/// A model folder's configuration, its tensors (on the CPU, each checked finite) and, for a restricted draft
+/// head, the head's map: what [`load_dir`] builds a model from, and what `crate::gguf::write_draft` writes again.
+pub fn read_dir(
+    dir: &Path,
+) -> Result<(
+    Config,
+    HashMap<String, Tensor>,
+    Option<crate::head_vocab::HeadVocab>,
+)> {
     let cfg_path = dir.join("config.json");
     let what = cfg_path.display().to_string();
     let bytes = crate::limits::read_limited(&cfg_path, crate::limits::MAX_CONFIG_BYTES, "config.json")?;
@@ -150,20 +174,12 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
         }
         tensors.extend(part);
     }
-    let map = TensorMap {
-        what: dir.display().to_string(),
-        tensors,
-        device: device.clone(),
-    };
-    let model = Model::from_source(cfg, &map, device)?;
     match (hf.multispin_target_vocab_size, head_ids) {
-        (None, None) => Ok(model),
+        (None, None) => Ok((cfg, tensors, None)),
         (Some(full), Some(ids)) => {
             let hv = crate::head_vocab::HeadVocab::new(ids, full)
                 .map_err(|e| RuntimeError::format(dir.display().to_string(), e.to_string()))?;
-            model
-                .with_head_vocab(hv)
-                .map_err(|e| RuntimeError::format(dir.display().to_string(), e.to_string()))
+            Ok((cfg, tensors, Some(hv)))
         }
         (Some(_), None) => Err(RuntimeError::format(
             dir.display().to_string(),

@@ -222,6 +222,87 @@ fn restricted_draft_folder_round_trips_and_bad_heads_are_errors() {
     assert!(Speculator::new(&other, &draft, &[vec![1]], &[2], spec).is_err());
 }
 
+/// A restricted draft folder written as GGUF (`gguf::write_from_dir`: Q8_0 matrices, query and key rows reordered
+/// to neighbour pairs, the head's map in the metadata) loads with the same head and computes the distributions the
+/// folder quantised to Q8_0 at load computes (within rounding: attention sums its channels in another order); a
+/// file with half of the head's metadata, or ids that do not match its vocabulary, is refused naming the key.
+#[test]
+fn restricted_draft_folder_as_gguf_keeps_its_head_and_its_distributions() {
+    use candle_core::quantized::gguf_file;
+    use spin_runtime::gguf::{self, GgmlDType, HEAD_FULL_VOCAB_KEY, HEAD_IDS_KEY};
+    let cfg = Config {
+        vocab_size: HEAD.len() + 1,
+        dim: 64,
+        hidden_dim: 64,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 96,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Halves,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let w = model::random_tensors(&cfg, 0.3, 8, &Device::Cpu).unwrap();
+    let hv = HeadVocab::new(HEAD.to_vec(), 24).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    spin_runtime::hf::write_draft_dir(dir.path(), &cfg, &w, &hv).unwrap();
+    let path = dir.path().join("draft.gguf");
+    gguf::write_from_dir(dir.path(), &path, GgmlDType::Q8_0).unwrap();
+    let folder = spin_runtime::load_model(dir.path(), &Device::Cpu)
+        .unwrap()
+        .quantize_host(spin_runtime::quant::BlockFormat::Q8_0)
+        .unwrap();
+    let file = spin_runtime::load_model(&path, &Device::Cpu).unwrap();
+    assert_eq!(file.head_vocab(), Some(&hv));
+    assert_eq!(file.output_vocab(), 24);
+    assert!(!file.is_dense());
+    for ctx in [&[1u32, 12, 3, 9][..], &[5, 5, 0, 7, 3, 1, 12, 23, 2, 4, 6]] {
+        let mut qm = (HashMap::new(), HashMap::new());
+        let (a, b) = (q_row(&folder, &mut qm.0, ctx), q_row(&file, &mut qm.1, ctx));
+        for (t, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= 1e-5, "token {t} after {ctx:?}: {x} against {y}");
+        }
+    }
+    // Half of the head's metadata, or ids that do not fit the vocabulary, are refused naming the key.
+    let bytes = std::fs::read(&path).unwrap();
+    let mut reader = std::io::Cursor::new(&bytes);
+    let content = gguf_file::Content::read(&mut reader).unwrap();
+    let tensors: Vec<(String, candle_core::quantized::QTensor)> = content
+        .tensor_infos
+        .keys()
+        .map(|n| (n.clone(), content.tensor(&mut reader, n, &Device::Cpu).unwrap()))
+        .collect();
+    let rewrite = |edit: &dyn Fn(&mut HashMap<String, gguf_file::Value>)| {
+        let mut md = content.metadata.clone();
+        edit(&mut md);
+        let md_refs: Vec<(&str, &gguf_file::Value)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let t_refs: Vec<(&str, &candle_core::quantized::QTensor)> =
+            tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let bad = dir.path().join("bad.gguf");
+        gguf_file::write(&mut std::fs::File::create(&bad).unwrap(), &md_refs, &t_refs).unwrap();
+        spin_runtime::load_model(&bad, &Device::Cpu)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = rewrite(&|md| {
+        md.remove(HEAD_FULL_VOCAB_KEY);
+    });
+    assert!(e.contains(HEAD_FULL_VOCAB_KEY), "{e}");
+    let e = rewrite(&|md| {
+        md.insert(
+            HEAD_IDS_KEY.into(),
+            gguf_file::Value::Array(HEAD[..5].iter().map(|&i| gguf_file::Value::U32(i)).collect()),
+        );
+    });
+    assert!(e.contains(HEAD_IDS_KEY) && e.contains("token_embd"), "{e}");
+    let e = rewrite(&|md| {
+        md.insert(HEAD_FULL_VOCAB_KEY.into(), gguf_file::Value::U32(10));
+    });
+    assert!(e.contains(HEAD_IDS_KEY), "{e}");
+}
+
 #[test]
 fn most_frequent_orders_by_count_then_id() {
     assert_eq!(most_frequent(&[3, 0, 5, 3, 1], 3), vec![2, 0, 3]);

@@ -35,6 +35,7 @@ fn load(cfg: &Config, dtype: GgmlDType, overrides: &[(&str, GgmlDType)], seed: u
     let w = model::random_tensors(cfg, std, seed, &Device::Cpu).unwrap();
     let path = dir.path().join("m.gguf");
     let opts = gguf::WriteOptions {
+        head_vocab: None,
         dtype,
         overrides,
         vocab: None,
