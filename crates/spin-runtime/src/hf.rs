@@ -129,7 +129,7 @@ pub fn load_dir(dir: &Path, device: &Device) -> Result<Model> {
 }
 
 /// A model folder's configuration, its tensors (on the CPU, each checked finite) and, for a restricted draft
-/// head, the head's map: what [`load_dir`] builds a model from, and what `crate::gguf::write_draft` writes again.
+/// head, the head's map: what [`load_dir`] builds a model from, and what `crate::gguf::write_from_dir` writes as GGUF.
 pub fn read_dir(
     dir: &Path,
 ) -> Result<(
