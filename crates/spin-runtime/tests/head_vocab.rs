@@ -230,19 +230,15 @@ fn restricted_draft_folder_round_trips_and_bad_heads_are_errors() {
 fn restricted_draft_folder_as_gguf_keeps_its_head_and_its_distributions() {
     use candle_core::quantized::gguf_file;
     use spin_runtime::gguf::{self, GgmlDType, HEAD_FULL_VOCAB_KEY, HEAD_IDS_KEY};
+    // `restricted`'s shape, wide enough for Q8_0 blocks.
     let cfg = Config {
-        vocab_size: HEAD.len() + 1,
         dim: 64,
         hidden_dim: 64,
         n_layers: 2,
         n_heads: 4,
         n_kv_heads: 2,
-        max_seq_len: 96,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: RopeStyle::Halves,
-        qkv_bias: false,
         tied_embeddings: true,
+        ..restricted(0).config().clone()
     };
     let w = model::random_tensors(&cfg, 0.3, 8, &Device::Cpu).unwrap();
     let hv = HeadVocab::new(HEAD.to_vec(), 24).unwrap();

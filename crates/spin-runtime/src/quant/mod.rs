@@ -938,6 +938,35 @@ mod tests {
         data
     }
 
+    /// The file bytes of a (rows × cols) matrix of `format`: [`blocks`], or counting halves for F16.
+    fn file_bytes(format: BlockFormat, rows: usize, cols: usize, salt: usize) -> Vec<u8> {
+        if format == BlockFormat::F16 {
+            (0..rows * cols)
+                .flat_map(|k| (0x3000u16 + k as u16).to_le_bytes())
+                .collect()
+        } else {
+            blocks(format, rows, cols, salt)
+        }
+    }
+
+    /// `b` holds what `a` holds: the same stored bytes, the same file bytes, the same product bits over three rows.
+    fn same_matrix(a: &QMatrix, b: &QMatrix, what: &str) {
+        let (rows, cols) = (a.rows, a.cols);
+        assert_eq!(&a.data[..], &b.data[..], "{what}: the stored bytes");
+        assert_eq!(a.data(), b.data(), "{what}: the file's bytes");
+        let x: Vec<f32> = (0..3 * cols)
+            .map(|k| ((k * 37 % 19) as f32 - 9.0) / 7.0)
+            .collect();
+        let (mut ya, mut yb) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
+        a.matmul(&x, 3, &mut ya);
+        b.matmul(&x, 3, &mut yb);
+        assert_eq!(
+            ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{what}: the products"
+        );
+    }
+
     /// Matrices built straight into the shared buffer from staged file rows hold what one interleaved at once
     /// holds (the same form, file bytes and product bits), whether the rows come in one stage or in stages of a
     /// tile (row counts that are and are not whole tiles); a failed read or a non-finite scale leaves that matrix
@@ -956,15 +985,7 @@ mod tests {
         let mut files: Vec<Vec<u8>> = plan
             .iter()
             .enumerate()
-            .map(|(i, &(format, rows, cols))| {
-                if format == BlockFormat::F16 {
-                    (0..rows * cols)
-                        .flat_map(|k| (0x3000u16 + k as u16).to_le_bytes())
-                        .collect()
-                } else {
-                    blocks(format, rows, cols, i)
-                }
-            })
+            .map(|(i, &(format, rows, cols))| file_bytes(format, rows, cols, i))
             .collect();
         // Matrix 5's reads fail from row 16 on; matrix 6 has an infinite scale (f16 0x7c00) in its last row.
         let last = files[6].len() - BlockFormat::Q8_0.block_bytes();
@@ -986,23 +1007,7 @@ mod tests {
                 let m = m.as_ref().expect("built");
                 let now = QMatrix::new("now", format, rows, cols, files[i].clone()).unwrap();
                 assert_eq!(m.interleaved, now.interleaved, "{format:?}");
-                assert_eq!(
-                    &m.data[..],
-                    &now.data[..],
-                    "{format:?}, stage {stage}: the stored bytes"
-                );
-                assert_eq!(m.data(), now.data(), "{format:?}: the file's bytes");
-                let x: Vec<f32> = (0..3 * cols)
-                    .map(|k| ((k * 37 % 19) as f32 - 9.0) / 7.0)
-                    .collect();
-                let (mut ya, mut yb) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
-                now.matmul(&x, 3, &mut ya);
-                m.matmul(&x, 3, &mut yb);
-                assert_eq!(
-                    ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{format:?}, stage {stage}: the products"
-                );
+                same_matrix(&now, m, &format!("{format:?}, stage {stage}"));
             }
         }
     }
@@ -1022,13 +1027,7 @@ mod tests {
         let mut now = Vec::new();
         let mut later = Vec::new();
         for (i, &(format, rows, cols)) in shapes.iter().enumerate() {
-            let data = if format == BlockFormat::F16 {
-                (0..rows * cols)
-                    .flat_map(|k| (0x3000u16 + k as u16).to_le_bytes())
-                    .collect()
-            } else {
-                blocks(format, rows, cols, i)
-            };
+            let data = file_bytes(format, rows, cols, i);
             now.push(QMatrix::new("now", format, rows, cols, data.clone()).unwrap());
             // Every other one gathered after being interleaved already.
             later.push(if i % 2 == 0 {
@@ -1039,22 +1038,10 @@ mod tests {
         }
         let refs: Vec<&QMatrix> = later.iter().collect();
         let gathered = QMatrix::side_by_side(&refs);
-        for ((a, b), (format, rows, cols)) in now.iter().zip(&gathered).zip(shapes) {
+        for ((a, b), (format, _, _)) in now.iter().zip(&gathered).zip(shapes) {
             assert_eq!(a.interleaved, b.interleaved, "{format:?}");
-            assert_eq!(&a.data[..], &b.data[..], "{format:?}: the stored bytes");
-            assert_eq!(a.data(), b.data(), "{format:?}: the file's bytes");
+            same_matrix(a, b, &format!("{format:?}"));
             assert!(b.scales_finite());
-            let x: Vec<f32> = (0..3 * cols)
-                .map(|k| ((k * 37 % 19) as f32 - 9.0) / 7.0)
-                .collect();
-            let (mut ya, mut yb) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
-            a.matmul(&x, 3, &mut ya);
-            b.matmul(&x, 3, &mut yb);
-            assert_eq!(
-                ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{format:?}: the products"
-            );
         }
         // The file-order matrix is usable before it is gathered too: the same product as the interleaved one
         // within rounding (the two forms sum in different orders).
