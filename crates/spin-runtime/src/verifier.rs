@@ -266,6 +266,17 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         let (mut flat, verify_s) = self.target_pass(subs, positions)?;
         let mut decisions = match self.judge_greedy(subs, &flat, positions)? {
             Some(d) => d,
+            // One submission (the in-process loop): its rows fill the batch, no padding, so each of the target's
+            // rows is validated once as it is made and every later reader takes its total (where a padded batch's
+            // rows are validated by each reader).
+            None if subs.len() == 1 => {
+                let rows = spin_core::ProbRows::from_logits(&flat, vocab, &self.cfg.params)?;
+                let targets = PaddedTargets::from_rows(&rows, 1, positions)?;
+                let mut decisions: Vec<Option<Decision>> = vec![None];
+                self.judge_with_distributions(subs, rows.data(), &targets, &mut decisions)?;
+                self.judge_pairs(subs, &targets, &mut decisions)?;
+                decisions.into_iter().flatten().collect()
+            }
             None => {
                 self.target_rows(subs, &mut flat, positions)?;
                 let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
@@ -540,11 +551,17 @@ impl<M: Deref<Target = Model>> Verifier<M> {
                         .collect::<std::result::Result<_, _>>()
                 })
                 .collect::<std::result::Result<_, _>>()?;
-            let mut sub_flat = Vec::with_capacity(with_dists.len() * positions * vocab);
-            for &i in &with_dists {
-                sub_flat.extend_from_slice(&flat[i * positions * vocab..(i + 1) * positions * vocab]);
-            }
-            let sub_targets = PaddedTargets::new(&sub_flat, with_dists.len(), positions, vocab)?;
+            // Every submission carries distributions (the usual case): the batch is the whole one, no copy.
+            let mut sub_flat = Vec::new();
+            let sub_targets = if with_dists.len() == subs.len() {
+                *targets
+            } else {
+                sub_flat.reserve(with_dists.len() * positions * vocab);
+                for &i in &with_dists {
+                    sub_flat.extend_from_slice(&flat[i * positions * vocab..(i + 1) * positions * vocab]);
+                }
+                PaddedTargets::new(&sub_flat, with_dists.len(), positions, vocab)?
+            };
             let refs: Vec<DraftRef<'_, '_>> = with_dists
                 .iter()
                 .zip(&q_dists)
