@@ -1,7 +1,8 @@
 //! The quantised host route against the candle route and against the dequantised model, on tiny random GGUF
 //! models written to a temporary folder in every block format the host kernels read (Q4_0, Q4_1, Q8_0, Q4_K,
 //! Q6_K; mixed formats; Qwen2 with biases and NeoX RoPE): single sequences, ragged batches, a cache truncated
-//! after a rejection, and greedy decoding against the speculative loop.
+//! after a rejection, and greedy decoding against the speculative loop; model folders written as GGUF against the
+//! folders themselves.
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
@@ -313,4 +314,41 @@ fn a_dense_model_quantised_at_load_equals_the_same_weights_read_from_a_gguf_file
     assert!(e.contains("down_proj") && e.contains("80"), "{e}");
     let e = m.quantize_host(BlockFormat::Q6K).unwrap_err().to_string();
     assert!(e.contains("format"), "{e}");
+}
+
+/// A Hugging Face folder written as GGUF (`gguf::write_from_dir`): a Llama folder's query and key rows are
+/// reordered to neighbour pairs (`llama`, interleaved RoPE), and the file computes what the folder computes once
+/// its matrices are quantised at load to the same format, in every pass shape of `compare` within rounding
+/// (attention sums a head's channels in another order); a Qwen2 folder (biases, halves-paired RoPE) is written as
+/// it is, byte for byte the file `gguf::write` makes of the same weights.
+#[test]
+fn model_folders_written_as_gguf_compute_what_the_folders_compute() {
+    use spin_runtime::hf::{self, Arch};
+    use spin_runtime::quant::BlockFormat;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let mut cfg = config(64, 96, RopeStyle::Halves);
+    cfg.qkv_bias = false;
+    let std = 2.0 / (cfg.dim as f64).sqrt();
+    let w = model::random_tensors(&cfg, std, 11, &Device::Cpu).unwrap();
+    hf::write_dir(dir.path(), &cfg, Arch::Llama, &w).unwrap();
+    gguf::write_from_dir(dir.path(), &path, GgmlDType::Q8_0).unwrap();
+    let folder = spin_runtime::load_model(dir.path(), &Device::Cpu)
+        .unwrap()
+        .quantize_host(BlockFormat::Q8_0)
+        .unwrap();
+    let file = gguf::load(&path, &Device::Cpu).unwrap();
+    assert_eq!(file.config().rope, RopeStyle::Interleaved);
+    assert!(file.has_quantised_host_route());
+    for (what, r) in compare(&folder, &file) {
+        assert!(r < 1e-5, "llama, {what}: {r}");
+    }
+    let qwen = tempfile::tempdir().unwrap();
+    let cfg = config(64, 96, RopeStyle::Halves);
+    let w = model::random_tensors(&cfg, std, 12, &Device::Cpu).unwrap();
+    hf::write_dir(qwen.path(), &cfg, Arch::Qwen2, &w).unwrap();
+    let (a, b) = (qwen.path().join("a.gguf"), qwen.path().join("b.gguf"));
+    gguf::write_from_dir(qwen.path(), &a, GgmlDType::Q8_0).unwrap();
+    gguf::write(&b, &cfg, &w, GgmlDType::Q8_0).unwrap();
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
 }
