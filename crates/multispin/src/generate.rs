@@ -25,7 +25,9 @@ pub struct GenerateArgs {
     /// llama2.c model of 512 tokens: the embedded tok512, models/tok512.bin).
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
-    /// Draft model (same vocabulary as the target); without it and without --self-draft-layers, plain decoding.
+    /// Draft model (same vocabulary as the target): llama2.c `.bin`, GGUF `.gguf` or a Hugging Face folder (a
+    /// draft folder written as GGUF by the spin-runtime `to_gguf` example starts in milliseconds); without it and
+    /// without --self-draft-layers, plain decoding.
     #[arg(long, conflicts_with = "self_draft_layers")]
     pub draft: Option<PathBuf>,
     /// How the draft's dense matrices are held: `as-stored` (the file's f32/f16, or its quantised blocks), or
