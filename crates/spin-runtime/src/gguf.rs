@@ -705,7 +705,7 @@ fn bpe_adds_bos(pre: &str) -> bool {
 /// Builds the tokenizer embedded in a GGUF file (`tokenizer.ggml.model` = `gpt2`: byte-level BPE).
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let what = path.display().to_string();
-    let (c, _, _) = read_header(path)?;
+    let (mut c, _, _) = read_header(path)?;
     let model = meta(&c, &what, "tokenizer.ggml.model")?
         .to_string()
         .cloned()
@@ -716,15 +716,21 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
             format!("{model:?} is not supported (expected gpt2)"),
         ));
     }
-    let strings = |key: &str| -> Result<Vec<String>> {
-        let v = meta(&c, &what, key)?
-            .to_vec()
-            .map_err(|e| RuntimeError::format(key, e.to_string()))?;
-        v.iter()
-            .map(|x| {
-                x.to_string()
-                    .cloned()
-                    .map_err(|e| RuntimeError::format(key, e.to_string()))
+    // The two string arrays are taken out of the parsed header rather than copied (98,000 strings for SmolLM2).
+    let mut strings = |key: &str| -> Result<Vec<String>> {
+        use gguf_file::Value as V;
+        let v = c
+            .metadata
+            .remove(key)
+            .ok_or_else(|| RuntimeError::format(&what, format!("metadata {key} is missing")))?;
+        let V::Array(items) = v else {
+            return Err(RuntimeError::format(key, format!("not an array: {v:?}")));
+        };
+        items
+            .into_iter()
+            .map(|x| match x {
+                V::String(s) => Ok(s),
+                other => Err(RuntimeError::format(key, format!("not a string: {other:?}"))),
             })
             .collect()
     };
@@ -747,7 +753,7 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         id("tokenizer.ggml.bos_token_id"),
         id("tokenizer.ggml.eos_token_id"),
     );
-    let inner = byte_level_bpe(&tokens, merges, &types, bos, eos)
+    let inner = byte_level_bpe(tokens, merges, &types, bos, eos)
         .map_err(|e| RuntimeError::Tokenizer(format!("{what}: {e}")))?;
     let pre = c
         .metadata
@@ -784,7 +790,7 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// are "a b" (lines starting `#version` skipped); control tokens (type 3), BOS and EOS become special added
 /// tokens, user-defined ones (type 4) added tokens, all matched whole and never normalised.
 fn byte_level_bpe(
-    tokens: &[String],
+    tokens: Vec<String>,
     merges: Vec<String>,
     types: &[i64],
     bos: Option<u32>,
@@ -792,32 +798,7 @@ fn byte_level_bpe(
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
     use tokenizers::models::bpe::{BPE, Merges, Vocab};
     use tokenizers::{AddedToken, decoders, pre_tokenizers};
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
-    let mut pairs: Merges = Vec::with_capacity(merges.len());
-    for (rank, line) in merges.iter().filter(|l| !l.starts_with("#version")).enumerate() {
-        let mut parts = line.split(' ');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(a), Some(b), None) => pairs.push((a.to_owned(), b.to_owned())),
-            _ => {
-                return Err(format!(
-                    "tokenizer.ggml.merges: merge {rank} ({line:?}) is not two tokens"
-                ));
-            }
-        }
-    }
-    drop(merges);
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, pairs)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let mut tok = tokenizers::Tokenizer::new(bpe);
-    let byte_level = || pre_tokenizers::byte_level::ByteLevel::new(false, true, true);
-    tok.with_pre_tokenizer(Some(byte_level()));
-    tok.with_decoder(Some(decoders::byte_level::ByteLevel::new(false, true, true)));
+    // The tokens matched whole, before the vocabulary takes the strings over.
     let (mut special, mut user) = (Vec::new(), Vec::new());
     for (i, t) in tokens.iter().enumerate() {
         let i = i as u32;
@@ -836,6 +817,41 @@ fn byte_level_bpe(
             }
         }
     }
+    let vocab: Vocab = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (t, i as u32))
+        .collect();
+    let mut pairs: Merges = Vec::with_capacity(merges.len());
+    for (rank, line) in merges
+        .into_iter()
+        .filter(|l| !l.starts_with("#version"))
+        .enumerate()
+    {
+        // "a b": a keeps the line's buffer, b gets its own.
+        let two = line.find(' ').filter(|&sp| !line[sp + 1..].contains(' '));
+        match two {
+            Some(sp) => {
+                let mut a = line;
+                let b = a.split_off(sp + 1);
+                a.truncate(sp);
+                pairs.push((a, b));
+            }
+            None => {
+                return Err(format!(
+                    "tokenizer.ggml.merges: merge {rank} ({line:?}) is not two tokens"
+                ));
+            }
+        }
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    let byte_level = || pre_tokenizers::byte_level::ByteLevel::new(false, true, true);
+    tok.with_pre_tokenizer(Some(byte_level()));
+    tok.with_decoder(Some(decoders::byte_level::ByteLevel::new(false, true, true)));
     tok.add_special_tokens(special).map_err(|e| e.to_string())?;
     tok.add_tokens(user).map_err(|e| e.to_string())?;
     Ok(tok)
@@ -1057,7 +1073,7 @@ mod tests {
         let n = types.len();
         types[n - 2] = 3;
         types[n - 1] = 4;
-        let direct = byte_level_bpe(&tokens, merges.clone(), &types, None, None).unwrap();
+        let direct = byte_level_bpe(tokens.clone(), merges.clone(), &types, None, None).unwrap();
         let reference = from_json(&tokens, &merges, &types);
         for text in [
             "hello world",
@@ -1079,7 +1095,7 @@ mod tests {
         let ids = direct.encode("<|im_start|>hello world", false).unwrap();
         assert_eq!(ids.get_ids(), [266, 259, 264], "<|im_start|>, hello, Ġworld");
         // A merge that is not two tokens names the key.
-        let e = byte_level_bpe(&tokens, vec!["h e l".to_owned()], &types, None, None).unwrap_err();
+        let e = byte_level_bpe(tokens.clone(), vec!["h e l".to_owned()], &types, None, None).unwrap_err();
         assert!(e.contains("tokenizer.ggml.merges"), "{e}");
     }
 }
