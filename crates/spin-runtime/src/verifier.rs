@@ -266,22 +266,23 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         let (mut flat, verify_s) = self.target_pass(subs, positions)?;
         let mut decisions = match self.judge_greedy(subs, &flat, positions)? {
             Some(d) => d,
-            // One submission (the in-process loop): its rows fill the batch, no padding, so each of the target's
-            // rows is validated once as it is made and every later reader takes its total (where a padded batch's
-            // rows are validated by each reader).
-            None if subs.len() == 1 => {
-                let rows = spin_core::ProbRows::from_logits(&flat, vocab, &self.cfg.params)?;
-                let targets = PaddedTargets::from_rows(&rows, 1, positions)?;
-                let mut decisions: Vec<Option<Decision>> = vec![None];
-                self.judge_with_distributions(subs, rows.data(), &targets, &mut decisions)?;
-                self.judge_pairs(subs, &targets, &mut decisions)?;
-                decisions.into_iter().flatten().collect()
-            }
             None => {
-                self.target_rows(subs, &mut flat, positions)?;
-                let targets = PaddedTargets::new(&flat, subs.len(), positions, vocab)?;
+                // One submission (the in-process loop): its rows fill the batch, no padding, so each of the
+                // target's rows is validated once as it is made and every later reader takes its total (where a
+                // padded batch's rows are validated by each reader).
+                let lone;
+                let (rows, targets) = if subs.len() == 1 {
+                    lone = spin_core::ProbRows::from_logits(&flat, vocab, &self.cfg.params)?;
+                    (lone.data(), PaddedTargets::from_rows(&lone, 1, positions)?)
+                } else {
+                    self.target_rows(subs, &mut flat, positions)?;
+                    (
+                        &flat[..],
+                        PaddedTargets::new(&flat, subs.len(), positions, vocab)?,
+                    )
+                };
                 let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
-                self.judge_with_distributions(subs, &flat, &targets, &mut decisions)?;
+                self.judge_with_distributions(subs, rows, &targets, &mut decisions)?;
                 self.judge_pairs(subs, &targets, &mut decisions)?;
                 decisions.into_iter().flatten().collect()
             }
