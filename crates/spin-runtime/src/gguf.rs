@@ -40,6 +40,19 @@ fn gguf_name(name: &str) -> String {
     }
 }
 
+/// The runs of equal entries of `keys`, in order, each a range of indices; a `None` entry is a run of its own: how
+/// the projections read together (q|k|v, gate|up) are stacked into host matrices, one per run of equal formats.
+fn stacked_runs<T: PartialEq>(keys: &[Option<T>]) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        match runs.last_mut() {
+            Some(r) if k.is_some() && keys[r.start] == *k => r.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
 struct GgufSource {
     what: String,
     content: gguf_file::Content,
@@ -141,22 +154,25 @@ impl GgufSource {
         };
         type Group = (Vec<String>, Vec<(u64, usize)>, (BlockFormat, usize, usize));
         let mut groups: Vec<Group> = Vec::new();
+        // Stacked as `projs` stacks them (a run of equal formats; the widths agree in a model the loader accepts).
         let mut runs = |names: &[String]| {
-            let mut run: Option<Group> = None;
-            for g in names {
-                let m = matrix(g);
-                let joins = matches!((&run, m), (Some((_, _, (f, _, c))), Some((mf, _, _, mc))) if *f == mf && *c == mc);
-                if !joins {
-                    groups.extend(run.take());
-                }
-                if let Some((format, start, rows, cols)) = m {
-                    let r = run.get_or_insert_with(|| (Vec::new(), Vec::new(), (format, 0, cols)));
-                    r.0.push(g.clone());
-                    r.1.push((start, rows));
-                    r.2.1 += rows;
-                }
+            let found: Vec<_> = names.iter().map(|g| matrix(g)).collect();
+            let keys: Vec<_> = found
+                .iter()
+                .map(|m| m.map(|(format, _, _, cols)| (format, cols)))
+                .collect();
+            for run in stacked_runs(&keys) {
+                let Some((format, cols)) = keys[run.start] else {
+                    continue;
+                };
+                let tensors: Vec<(u64, usize)> = found[run.clone()]
+                    .iter()
+                    .flatten()
+                    .map(|&(_, start, rows, _)| (start, rows))
+                    .collect();
+                let rows = tensors.iter().map(|t| t.1).sum();
+                groups.push((names[run].to_vec(), tensors, (format, rows, cols)));
             }
-            groups.extend(run);
         };
         let weight = |hf: &str| format!("{}.weight", gguf_name(hf));
         for i in 0..n_layers {
@@ -327,34 +343,27 @@ impl WeightSource for GgufSource {
                 None
             });
         }
-        let formats: Vec<GgmlDType> = names
+        let formats: Vec<Option<BlockFormat>> = names
             .iter()
-            .map(|(g, _)| Ok(self.extent(g)?.0.ggml_dtype))
+            .map(|(g, _)| Ok(BlockFormat::from_ggml(self.extent(g)?.0.ggml_dtype).filter(|_| self.host)))
             .collect::<Result<_>>()?;
         let mut out = Vec::with_capacity(parts.len());
-        let mut i = 0;
-        while i < names.len() {
-            let host_format = BlockFormat::from_ggml(formats[i]).filter(|_| self.host);
-            let Some(format) = host_format else {
+        for run in stacked_runs(&formats) {
+            let Some(format) = formats[run.start] else {
                 // candle's quantised tensor on the device; its blocks are checked once, dequantised.
-                let (g, _) = &names[i];
+                let (g, _) = &names[run.start];
                 let q = self.qtensor(g)?;
                 crate::limits::check_finite_tensor(&self.what, g, &q.dequantize(&Device::Cpu)?)?;
                 out.push(Proj::Quant {
                     w: QMatMul::from_qtensor(q)?,
-                    b: biases[i].take(),
+                    b: biases[run.start].take(),
                 });
-                i += 1;
                 continue;
             };
             // A run of equal formats is read into one host matrix (q|k|v, gate|up stacked at load).
-            let mut j = i;
-            while j < names.len() && formats[j] == formats[i] {
-                j += 1;
-            }
-            let m = self.host_matrix(&names[i..j], inp, format)?;
+            let m = self.host_matrix(&names[run.clone()], inp, format)?;
             let mut first = 0;
-            for k in i..j {
+            for k in run {
                 let rows = names[k].1;
                 out.push(Proj::Host {
                     w: HostRows::part(m.clone(), first, rows),
@@ -362,7 +371,6 @@ impl WeightSource for GgufSource {
                 });
                 first += rows;
             }
-            i = j;
         }
         Ok(out)
     }
@@ -1018,7 +1026,18 @@ pub fn write_with(
 
 #[cfg(test)]
 mod tests {
-    use super::byte_level_bpe;
+    use super::{byte_level_bpe, stacked_runs};
+
+    /// Runs of equal formats stack together; a missing or other-route entry (None) stands alone and ends a run.
+    #[test]
+    fn stacked_runs_group_equal_neighbours_only() {
+        assert_eq!(stacked_runs(&[Some(1), Some(1), Some(1)]), vec![0..3]);
+        assert_eq!(stacked_runs(&[Some(1), Some(1), Some(2)]), vec![0..2, 2..3]);
+        assert_eq!(stacked_runs(&[Some(1), Some(2), Some(1)]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(stacked_runs::<u8>(&[None, None]), vec![0..1, 1..2]);
+        assert_eq!(stacked_runs(&[Some(1), None, Some(1)]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(stacked_runs::<u8>(&[]), Vec::<std::ops::Range<usize>>::new());
+    }
 
     /// The tokenizer.json a GGUF vocabulary stands for (Hugging Face's byte-level BPE), loaded by the tokenizers
     /// crate's own parser: the reference the direct build must equal.
