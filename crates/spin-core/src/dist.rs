@@ -51,7 +51,7 @@ impl Weight for f64 {
 /// Sum of up to [`BLOCK`] weights in eight lanes, and the OR of their sign words (to detect negative entries
 /// with integer operations that vectorise; −0.0 also sets the sign bit and is sorted out on the slow path).
 #[inline(always)]
-fn lane_sum_signs<W: Weight>(xs: &[W]) -> (f64, u32) {
+pub(crate) fn lane_sum_signs<W: Weight>(xs: &[W]) -> (f64, u32) {
     let mut acc = [0.0f64; 8];
     let mut sg = [0u32; 8];
     if let Ok(arr) = <&[W; BLOCK]>::try_from(xs) {
@@ -136,13 +136,7 @@ impl<'a, W: Weight> Dist<'a, W> {
         if u32::try_from(weights.len()).is_err() {
             return Err(format!("{} entries exceed the u32 token range", weights.len()));
         }
-        let mut total = 0.0;
-        let mut signs = 0u32;
-        for block in weights.chunks(BLOCK) {
-            let (s, g) = lane_sum_signs(block);
-            total += s;
-            signs |= g;
-        }
+        let (total, signs) = crate::lanes::total_and_signs(weights);
         if !total.is_finite() || signs & 0x8000_0000 != 0 {
             // Slow path: name the offending entry (a set sign bit may only be −0.0, which is a valid zero).
             for (i, w) in weights.iter().enumerate() {
@@ -350,26 +344,21 @@ pub fn probs_from_logits(
     params: &SamplingParams,
     out: &mut Vec<f32>,
 ) -> Result<(), CoreError> {
+    out.clear();
+    push_probs(logits, params, out)?;
+    Ok(())
+}
+
+/// Appends the row [`probs_from_logits`] writes to `out` and returns its total in the blocked order of
+/// [`Dist`]'s validation (the row is finite and non-negative with its largest entry positive by construction, so
+/// it needs no validating pass). Each pass over the row runs in the CPU's vector instructions (`crate::lanes`).
+fn push_probs(logits: &[f32], params: &SamplingParams, out: &mut Vec<f32>) -> Result<f64, CoreError> {
     if logits.is_empty() {
         return Err(CoreError::invalid("logits", "is empty"));
     }
-    // One branch-free pass (it vectorises); the entry to blame is looked for only when there is one.
-    let (mut lane_max, mut lane_bad) = ([f32::NEG_INFINITY; 8], [false; 8]);
-    let mut chunks = logits.chunks_exact(8);
-    for c in &mut chunks {
-        for ((m, b), &l) in lane_max.iter_mut().zip(&mut lane_bad).zip(c) {
-            *b |= l.is_nan() | (l == f32::INFINITY);
-            *m = if l > *m { l } else { *m };
-        }
-    }
-    for ((m, b), &l) in lane_max.iter_mut().zip(&mut lane_bad).zip(chunks.remainder()) {
-        *b |= l.is_nan() | (l == f32::INFINITY);
-        *m = if l > *m { l } else { *m };
-    }
-    let max = lane_max
-        .iter()
-        .fold(f32::NEG_INFINITY, |a, &m| if m > a { m } else { a });
-    if lane_bad.iter().any(|&b| b) {
+    // One branch-free pass; the entry to blame is looked for only when there is one.
+    let (max, bad) = crate::lanes::max_and_bad(logits);
+    if bad {
         let (i, l) = logits
             .iter()
             .enumerate()
@@ -387,13 +376,14 @@ pub fn probs_from_logits(
     // 1/T in f32, at most f32::MAX: finite, so the largest logit's exponent is 0·(1/T) = 0 however small T is
     // (below 3e−39 the quotient would be +∞ and that product NaN).
     let inv_t = (1.0 / params.temperature).min(f64::from(f32::MAX)) as f32;
-    out.clear();
-    out.extend(logits.iter().map(|&l| exp_nonpositive((l - max) * inv_t)));
+    let start = out.len();
+    crate::lanes::push_exps(logits, max, inv_t, out);
+    let row = &mut out[start..];
     if params.top_k.is_some_and(|k| k < logits.len()) || params.top_p.is_some_and(|p| p < 1.0) {
         let k = params.top_k.unwrap_or(logits.len()).min(logits.len());
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
         {
-            let cmp = by_weight_desc(out.as_slice());
+            let cmp = by_weight_desc(&*row);
             if k < idx.len() {
                 idx.select_nth_unstable_by(k - 1, &cmp);
                 idx.truncate(k);
@@ -402,21 +392,21 @@ pub fn probs_from_logits(
         }
         let mut keep = idx.len();
         if let Some(top_p) = params.top_p {
-            let total: f64 = idx.iter().map(|&i| f64::from(out[i as usize])).sum();
+            let total: f64 = idx.iter().map(|&i| f64::from(row[i as usize])).sum();
             let mut cum = 0.0;
             for (n, &i) in idx.iter().enumerate() {
-                cum += f64::from(out[i as usize]) / total;
+                cum += f64::from(row[i as usize]) / total;
                 if cum >= top_p {
                     keep = n + 1;
                     break;
                 }
             }
         }
-        let mut kept = vec![false; out.len()];
+        let mut kept = vec![false; row.len()];
         for &i in &idx[..keep] {
             kept[i as usize] = true;
         }
-        for (w, k) in out.iter_mut().zip(&kept) {
+        for (w, k) in row.iter_mut().zip(&kept) {
             if !k {
                 *w = 0.0;
             }
@@ -425,41 +415,23 @@ pub fn probs_from_logits(
     if let Some(min_p) = params.min_p {
         // On the logits, as llama.cpp cuts (before the temperature); the largest logit always stays.
         let floor = f64::from(max) + min_p.ln();
-        for (w, &l) in out.iter_mut().zip(logits) {
+        for (w, &l) in row.iter_mut().zip(logits) {
             if f64::from(l) < floor {
                 *w = 0.0;
             }
         }
     }
-    let total = sum_f64(out);
-    let inv = 1.0 / total;
-    for w in out.iter_mut() {
-        *w = (f64::from(*w) * inv) as f32;
-    }
-    Ok(())
-}
-
-/// The sum of `w` in `f64`, in eight interleaved partial sums added in a fixed order at the end (they vectorise;
-/// one running sum does not), so the result depends only on `w`.
-fn sum_f64(w: &[f32]) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let mut chunks = w.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a += f64::from(x);
-        }
-    }
-    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
-        *a += f64::from(x);
-    }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+    let total = crate::lanes::sum_f64(row);
+    Ok(crate::lanes::scale_and_total(row, 1.0 / total))
 }
 
 /// Owned rows of `f32` probabilities (e.g. a padded batch `[K, P, V]` flattened), each validated once when built,
 /// so views of them ([`ProbRows::row`], [`crate::PaddedTargets::from_rows`]) cost nothing more to take.
 ///
-/// Built from logits, each row is validated right after it is written, while it is still in cache; verification
-/// then reads a whole row only where it must (residual or bonus draws), not to check it.
+/// Built from logits, each row is written straight into the owned buffer and is valid by construction (finite,
+/// non-negative, its largest entry positive); its total comes from the pass that normalises it, in the blocked
+/// order validation uses. Verification then reads a whole row only where it must (residual or bonus draws), not
+/// to check it.
 ///
 /// ```
 /// use spin_core::{ProbRows, SamplingParams};
@@ -509,13 +481,10 @@ impl ProbRows {
         }
         let mut data = Vec::with_capacity(logits.len());
         let mut totals = Vec::with_capacity(logits.len() / vocab);
-        let mut row = Vec::with_capacity(vocab);
         for (i, l) in logits.chunks_exact(vocab).enumerate() {
-            probs_from_logits(l, params, &mut row)
+            let total = push_probs(l, params, &mut data)
                 .map_err(|e| CoreError::invalid_at("logits", i, e.to_string()))?;
-            let d = Dist::validate(&row).map_err(|reason| CoreError::invalid_at("rows", i, reason))?;
-            totals.push(d.total());
-            data.extend_from_slice(&row);
+            totals.push(total);
         }
         Ok(Self { data, totals, vocab })
     }
@@ -905,6 +874,77 @@ mod tests {
         for x in [-87.001, -100.0, -1e30, f32::NEG_INFINITY] {
             assert_eq!(exp_nonpositive(x), 0.0, "{x}");
         }
+    }
+
+    /// Rows built in place (no validating pass, totals from the normalising pass) equal the rows
+    /// `probs_from_logits` writes, validated afterwards: the same bits and the same totals, under every cut.
+    #[test]
+    fn rows_built_in_place_equal_validated_ones() {
+        let mut state = 0x0123_4567_89ab_cdefu64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let settings = [
+            SamplingParams::PLAIN,
+            SamplingParams::new(0.7, None, None).unwrap(),
+            SamplingParams::new(1.0, Some(40), None).unwrap(),
+            SamplingParams::new(1.3, None, Some(0.9)).unwrap(),
+            SamplingParams::new(1.0, None, None)
+                .unwrap()
+                .with_min_p(0.05)
+                .unwrap(),
+        ];
+        for vocab in [1usize, 7, 64, 65, 1000, 49_152] {
+            let logits: Vec<f32> = (0..3 * vocab)
+                .map(|i| {
+                    if i % 97 == 5 {
+                        f32::NEG_INFINITY
+                    } else {
+                        next() * 30.0 - 15.0
+                    }
+                })
+                .collect();
+            let logits: Vec<f32> = logits
+                .chunks(vocab)
+                .flat_map(|r| {
+                    let mut r = r.to_vec();
+                    if r.iter().all(|x| *x == f32::NEG_INFINITY) {
+                        r[0] = 0.0;
+                    }
+                    r
+                })
+                .collect();
+            for params in &settings {
+                let rows = ProbRows::from_logits(&logits, vocab, params).unwrap();
+                let mut want = Vec::new();
+                let mut row = Vec::new();
+                for l in logits.chunks(vocab) {
+                    probs_from_logits(l, params, &mut row).unwrap();
+                    want.extend_from_slice(&row);
+                }
+                let checked = ProbRows::from_probs(want, vocab).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(rows.data()),
+                    bits(checked.data()),
+                    "vocab {vocab}, {params:?}"
+                );
+                let totals = |t: &[f64]| t.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    totals(rows.totals()),
+                    totals(checked.totals()),
+                    "vocab {vocab}, {params:?}"
+                );
+            }
+        }
+        let e = ProbRows::from_logits(&[0.0, 1.0, f32::NAN, 0.0], 2, &SamplingParams::PLAIN).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "logits[1]: logits: NaN at token 0 is not a number below +∞"
+        );
     }
 
     /// Rows from logits against the same softmax in `f64` throughout: the exponent (l − max)/T is formed in `f32`,

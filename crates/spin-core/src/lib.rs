@@ -36,6 +36,7 @@ pub mod dist;
 pub mod enumerate;
 pub mod error;
 pub mod estimate;
+mod lanes;
 pub mod stats;
 pub mod verify;
 
