@@ -349,10 +349,37 @@ pub fn probs_from_logits(
     Ok(())
 }
 
-/// Appends the row [`probs_from_logits`] writes to `out` and returns its total in the blocked order of
-/// [`Dist`]'s validation (the row is finite and non-negative with its largest entry positive by construction, so
-/// it needs no validating pass). Each pass over the row runs in the CPU's vector instructions (`crate::lanes`).
+/// Appends the row [`probs_from_logits`] writes to `out` and returns its total ([`write_probs`]).
 fn push_probs(logits: &[f32], params: &SamplingParams, out: &mut Vec<f32>) -> Result<f64, CoreError> {
+    let start = out.len();
+    out.resize(start + logits.len(), 0.0);
+    write_probs(logits, params, &mut out[start..])
+}
+
+/// Writes the row [`probs_from_logits`] writes into `row` (as long as `logits`) and returns its total in the
+/// blocked order of [`Dist`]'s validation (the row is finite and non-negative with its largest entry positive by
+/// construction, so it needs no validating pass). Each pass over the row runs in the CPU's vector instructions
+/// (`crate::lanes`).
+fn write_probs(logits: &[f32], params: &SamplingParams, row: &mut [f32]) -> Result<f64, CoreError> {
+    let (max, inv_t) = largest_logit(logits, params)?;
+    crate::lanes::write_exps(logits, max, inv_t, row);
+    cut_and_normalise(logits, max, params, row)
+}
+
+/// [`write_probs`] with the logits in `row` itself, overwritten by the probabilities (the same values). Min-p
+/// compares the logits after the exponentials are written, so with min-p the row's logits are copied first.
+fn probs_in_place(row: &mut [f32], params: &SamplingParams) -> Result<f64, CoreError> {
+    if params.min_p.is_some() {
+        let logits = row.to_vec();
+        return write_probs(&logits, params, row);
+    }
+    let (max, inv_t) = largest_logit(row, params)?;
+    crate::lanes::exps_in_place(row, max, inv_t);
+    cut_and_normalise(&[], max, params, row)
+}
+
+/// The largest logit of a row (after checking every entry) and 1/T as the exponentials take it.
+fn largest_logit(logits: &[f32], params: &SamplingParams) -> Result<(f32, f32), CoreError> {
     if logits.is_empty() {
         return Err(CoreError::invalid("logits", "is empty"));
     }
@@ -376,12 +403,21 @@ fn push_probs(logits: &[f32], params: &SamplingParams, out: &mut Vec<f32>) -> Re
     // 1/T in f32, at most f32::MAX: finite, so the largest logit's exponent is 0·(1/T) = 0 however small T is
     // (below 3e−39 the quotient would be +∞ and that product NaN).
     let inv_t = (1.0 / params.temperature).min(f64::from(f32::MAX)) as f32;
-    let start = out.len();
-    crate::lanes::push_exps(logits, max, inv_t, out);
-    let row = &mut out[start..];
-    if params.top_k.is_some_and(|k| k < logits.len()) || params.top_p.is_some_and(|p| p < 1.0) {
-        let k = params.top_k.unwrap_or(logits.len()).min(logits.len());
-        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    Ok((max, inv_t))
+}
+
+/// The cuts of `params` on a row of exponentials, then its normalisation; returns its blocked total. `logits` (the
+/// row's, for min-p) is read only when `params` has min-p.
+fn cut_and_normalise(
+    logits: &[f32],
+    max: f32,
+    params: &SamplingParams,
+    row: &mut [f32],
+) -> Result<f64, CoreError> {
+    let n = row.len();
+    if params.top_k.is_some_and(|k| k < n) || params.top_p.is_some_and(|p| p < 1.0) {
+        let k = params.top_k.unwrap_or(n).min(n);
+        let mut idx: Vec<u32> = (0..n as u32).collect();
         {
             let cmp = by_weight_desc(&*row);
             if k < idx.len() {
@@ -485,6 +521,109 @@ impl ProbRows {
             let total = push_probs(l, params, &mut data)
                 .map_err(|e| CoreError::invalid_at("logits", i, e.to_string()))?;
             totals.push(total);
+        }
+        Ok(Self { data, totals, vocab })
+    }
+
+    /// [`ProbRows::from_logits`] for a padded batch `[batch, positions, vocab]` (device, position, token) whose
+    /// device k fills its first `lens[k]` positions (1 ≤ `lens[k]` ≤ `positions`): those rows are turned into
+    /// probabilities in place (the buffer becomes the rows', no second one is allocated), and every padding row
+    /// becomes the one-hot row of token 0 without its logits being read (batched
+    /// verification never reads a padding row; it keeps the padded shape for [`crate::PaddedTargets::from_rows`]).
+    /// Errors name the first bad row as `logits[i]`, i = k · positions + j. The rows are shared out in contiguous
+    /// runs over `threads` scoped threads (1: this thread alone); each row is the same whatever the count.
+    ///
+    /// ```
+    /// use spin_core::{ProbRows, SamplingParams};
+    /// // Two devices, two positions, V = 2; device 1's second row is padding (its logits are never read).
+    /// let logits = [0.0f32, 0.0, 1.0, 1.0, /* device 1 */ 5.0, 5.0, f32::NAN, f32::NAN];
+    /// let rows = ProbRows::from_padded_logits(logits.to_vec(), 2, 2, 2, &[2, 1], &SamplingParams::PLAIN, 1)?;
+    /// assert_eq!(rows.row(2).unwrap().prob(1), Some(0.5));
+    /// assert_eq!(rows.row(3).unwrap().prob(0), Some(1.0));
+    /// # Ok::<(), spin_core::CoreError>(())
+    /// ```
+    pub fn from_padded_logits(
+        logits: Vec<f32>,
+        batch: usize,
+        positions: usize,
+        vocab: usize,
+        lens: &[usize],
+        params: &SamplingParams,
+        threads: usize,
+    ) -> Result<Self, CoreError> {
+        for (field, v) in [
+            ("batch", batch),
+            ("positions", positions),
+            ("vocab", vocab),
+            ("threads", threads),
+        ] {
+            if v == 0 {
+                return Err(CoreError::out_of_domain(field, 0.0, "[1, ∞)"));
+            }
+        }
+        if batch.checked_mul(positions).and_then(|x| x.checked_mul(vocab)) != Some(logits.len()) {
+            return Err(CoreError::invalid(
+                "logits",
+                format!(
+                    "has {} values but batch {batch} × positions {positions} × vocab {vocab} needs more or fewer",
+                    logits.len()
+                ),
+            ));
+        }
+        if lens.len() != batch {
+            return Err(CoreError::invalid(
+                "lens",
+                format!("has {} lengths for a batch of {batch}", lens.len()),
+            ));
+        }
+        if let Some(k) = lens.iter().position(|&n| n == 0 || n > positions) {
+            return Err(CoreError::invalid_at(
+                "lens",
+                k,
+                format!("{} is outside [1, {positions}]", lens[k]),
+            ));
+        }
+        let rows = batch * positions;
+        let mut data = logits;
+        let mut totals = vec![0.0f64; rows];
+        // Rows `first..` in place, their totals into `totals`.
+        let fill = |first: usize, data: &mut [f32], totals: &mut [f64]| -> Result<(), CoreError> {
+            for (r, (row, total)) in data.chunks_exact_mut(vocab).zip(totals.iter_mut()).enumerate() {
+                let i = first + r;
+                *total = if i % positions < lens[i / positions] {
+                    probs_in_place(row, params)
+                        .map_err(|e| CoreError::invalid_at("logits", i, e.to_string()))?
+                } else {
+                    row.fill(0.0);
+                    row[0] = 1.0;
+                    1.0
+                };
+            }
+            Ok(())
+        };
+        let per = rows.div_ceil(threads.min(rows));
+        if per == rows {
+            fill(0, &mut data, &mut totals)?;
+        } else {
+            std::thread::scope(|scope| {
+                let mut parts = data
+                    .chunks_mut(per * vocab)
+                    .zip(totals.chunks_mut(per))
+                    .enumerate();
+                let (_, (d0, t0)) = parts.next().expect("at least one run of rows");
+                let handles: Vec<_> = parts
+                    .map(|(c, (d, t))| scope.spawn(move || fill(c * per, d, t)))
+                    .collect();
+                // The first bad row in row order: this thread's run first, then the others' in order.
+                let mut result = fill(0, d0, t0);
+                for h in handles {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err(CoreError::invalid("logits", "a worker thread failed")));
+                    result = result.and(r);
+                }
+                result
+            })?;
         }
         Ok(Self { data, totals, vocab })
     }
@@ -940,6 +1079,79 @@ mod tests {
                 );
             }
         }
+        // A padded batch: real rows as from_logits makes them, padding rows one-hot at 0 whatever their logits.
+        let logits: Vec<f32> = (0..3 * 4 * 70).map(|i| ((i * 37) % 23) as f32 * 0.3).collect();
+        let mut padded_logits = logits.clone();
+        padded_logits[(4 + 3) * 70 + 5] = f32::NAN; // device 1, position 3: padding
+        let rows = ProbRows::from_padded_logits(padded_logits.clone(), 3, 4, 70, &[4, 3, 1], &settings[1], 1)
+            .unwrap();
+        for threads in [2, 3, 5, 12, 40] {
+            let again = ProbRows::from_padded_logits(
+                padded_logits.clone(),
+                3,
+                4,
+                70,
+                &[4, 3, 1],
+                &settings[1],
+                threads,
+            );
+            assert_eq!(again.unwrap(), rows, "{threads} threads");
+        }
+        let full = ProbRows::from_logits(&logits, 70, &settings[1]).unwrap();
+        for i in 0..12 {
+            let real = i % 4 < [4, 3, 1][i / 4];
+            let got = rows.row(i).unwrap();
+            if real {
+                assert_eq!(got.weights(), full.row(i).unwrap().weights(), "row {i}");
+                assert_eq!(got.total().to_bits(), full.row(i).unwrap().total().to_bits());
+            } else {
+                assert_eq!((got.prob(0), got.total()), (Some(1.0), 1.0), "row {i}");
+                assert_eq!(Dist::new(got.weights()).unwrap().total(), 1.0);
+            }
+        }
+        for params in &settings {
+            let every =
+                ProbRows::from_padded_logits(logits.clone(), 3, 4, 70, &[4, 4, 4], params, 2).unwrap();
+            assert_eq!(
+                every,
+                ProbRows::from_logits(&logits, 70, params).unwrap(),
+                "{params:?}"
+            );
+        }
+        for (lens, field) in [
+            (&[4, 3][..], "lens"),
+            (&[4, 0, 1][..], "lens[1]"),
+            (&[4, 5, 1][..], "lens[1]"),
+        ] {
+            let e =
+                ProbRows::from_padded_logits(logits.clone(), 3, 4, 70, lens, &settings[0], 2).unwrap_err();
+            assert!(e.to_string().starts_with(field), "{e}");
+        }
+        let e =
+            ProbRows::from_padded_logits(logits.clone(), 3, 4, 71, &[1, 1, 1], &settings[0], 1).unwrap_err();
+        assert!(e.to_string().starts_with("logits"), "{e}");
+        for threads in [1, 2, 3, 12] {
+            let mut bad = padded_logits.clone();
+            bad[9 * 70 + 1] = f32::INFINITY; // device 2, position 1: padding, never read
+            bad[2 * 70] = f32::NAN; // device 0, position 2: the first bad row
+            let e =
+                ProbRows::from_padded_logits(bad, 3, 4, 70, &[4, 4, 1], &settings[0], threads).unwrap_err();
+            assert!(e.to_string().starts_with("logits[2]"), "{threads} threads: {e}");
+            let e = ProbRows::from_padded_logits(
+                padded_logits.clone(),
+                3,
+                4,
+                70,
+                &[4, 4, 1],
+                &settings[0],
+                threads,
+            )
+            .unwrap_err();
+            assert!(e.to_string().starts_with("logits[7]"), "{threads} threads: {e}");
+        }
+        let e =
+            ProbRows::from_padded_logits(logits.clone(), 3, 4, 70, &[1, 1, 1], &settings[0], 0).unwrap_err();
+        assert!(e.to_string().starts_with("threads"), "{e}");
         let e = ProbRows::from_logits(&[0.0, 1.0, f32::NAN, 0.0], 2, &SamplingParams::PLAIN).unwrap_err();
         assert_eq!(
             e.to_string(),

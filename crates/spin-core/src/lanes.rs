@@ -14,14 +14,19 @@ pub(crate) fn max_and_bad(row: &[f32]) -> (f32, bool) {
     pulp::Arch::new().dispatch(MaxAndBad { row })
 }
 
-/// Appends `exp((l − max) · inv_t)` of every logit `l` of `logits` to `out` ([`exp_nonpositive`]).
-pub(crate) fn push_exps(logits: &[f32], max: f32, inv_t: f32, out: &mut Vec<f32>) {
-    pulp::Arch::new().dispatch(PushExps {
+/// Writes `exp((l − max) · inv_t)` of every logit `l` of `logits` into `out` (as long; [`exp_nonpositive`]).
+pub(crate) fn write_exps(logits: &[f32], max: f32, inv_t: f32, out: &mut [f32]) {
+    pulp::Arch::new().dispatch(WriteExps {
         logits,
         max,
         inv_t,
         out,
     });
+}
+
+/// Overwrites every logit `l` of `row` with `exp((l − max) · inv_t)` ([`write_exps`] in place).
+pub(crate) fn exps_in_place(row: &mut [f32], max: f32, inv_t: f32) {
+    pulp::Arch::new().dispatch(ExpsInPlace { row, max, inv_t });
 }
 
 /// The sum of `w` in `f64`, in eight interleaved lanes added in a fixed order at the end.
@@ -70,21 +75,40 @@ impl pulp::WithSimd for MaxAndBad<'_> {
     }
 }
 
-struct PushExps<'a> {
+struct WriteExps<'a> {
     logits: &'a [f32],
     max: f32,
     inv_t: f32,
-    out: &'a mut Vec<f32>,
+    out: &'a mut [f32],
 }
 
-impl pulp::WithSimd for PushExps<'_> {
+impl pulp::WithSimd for WriteExps<'_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _: S) {
         let (max, inv_t) = (self.max, self.inv_t);
-        self.out
-            .extend(self.logits.iter().map(|&l| exp_nonpositive((l - max) * inv_t)));
+        for (o, &l) in self.out.iter_mut().zip(self.logits) {
+            *o = exp_nonpositive((l - max) * inv_t);
+        }
+    }
+}
+
+struct ExpsInPlace<'a> {
+    row: &'a mut [f32],
+    max: f32,
+    inv_t: f32,
+}
+
+impl pulp::WithSimd for ExpsInPlace<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let (max, inv_t) = (self.max, self.inv_t);
+        for x in self.row.iter_mut() {
+            *x = exp_nonpositive((*x - max) * inv_t);
+        }
     }
 }
 
@@ -188,9 +212,9 @@ mod tests {
             let (m, bad) = max_and_bad(&row);
             let (m0, bad0) = MaxAndBad { row: &row }.with_simd(scalar);
             assert_eq!((m.to_bits(), bad), (m0.to_bits(), bad0), "len {}", row.len());
-            let (mut e, mut e0) = (Vec::new(), Vec::new());
-            push_exps(&row, m, 0.7, &mut e);
-            PushExps {
+            let (mut e, mut e0) = (vec![0.0; row.len()], vec![0.0; row.len()]);
+            write_exps(&row, m, 0.7, &mut e);
+            WriteExps {
                 logits: &row,
                 max: m,
                 inv_t: 0.7,
@@ -198,6 +222,9 @@ mod tests {
             }
             .with_simd(scalar);
             assert_eq!(bits(&e), bits(&e0));
+            let mut inplace = row.clone();
+            exps_in_place(&mut inplace, m, 0.7);
+            assert_eq!(bits(&inplace), bits(&e));
             assert_eq!(
                 sum_f64(&e).to_bits(),
                 SumF64 { w: &e }.with_simd(scalar).to_bits()

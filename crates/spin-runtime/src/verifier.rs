@@ -8,7 +8,6 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::model::{KvCache, Model};
-use crate::probs::probs_into;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spin_core::correction::{Mode, Payload, correct};
@@ -18,6 +17,9 @@ use spin_core::{
 };
 use std::ops::Deref;
 use std::time::Instant;
+
+/// Target probability rows a thread must have to be worth starting ([`Verifier::verify`]).
+const ROWS_PER_THREAD: usize = 3;
 
 /// Settings of a verifier.
 #[derive(Debug, Clone, Copy)]
@@ -263,26 +265,34 @@ impl<M: Deref<Target = Model>> Verifier<M> {
         let vocab = self.vocab();
         self.check_submissions(subs)?;
         let positions = subs.iter().map(|s| s.tokens.len()).max().unwrap_or(0) + 1;
-        let (mut flat, verify_s) = self.target_pass(subs, positions)?;
+        let (flat, verify_s) = self.target_pass(subs, positions)?;
         let mut decisions = match self.judge_greedy(subs, &flat, positions)? {
             Some(d) => d,
             None => {
-                // One submission (the in-process loop): its rows fill the batch, no padding, so each of the
-                // target's rows is validated once as it is made and every later reader takes its total (where a
-                // padded batch's rows are validated by each reader).
-                let lone;
-                let (rows, targets) = if subs.len() == 1 {
-                    lone = spin_core::ProbRows::from_logits(&flat, vocab, &self.cfg.params)?;
-                    (lone.data(), PaddedTargets::from_rows(&lone, 1, positions)?)
+                // The target's rows as probabilities, each made once, straight into its place, with its total
+                // (so no reader validates it again); a padded batch's padding rows are not computed.
+                let lens: Vec<usize> = subs.iter().map(|s| s.tokens.len() + 1).collect();
+                // A row takes tens of microseconds at this vocabulary size: a batch of several shares them out
+                // over the pool's cores (each row the same bits on any count), a round of one or two rows does
+                // not pay for a thread.
+                let rows_n: usize = lens.iter().sum();
+                let threads = if rows_n >= ROWS_PER_THREAD * 2 {
+                    rayon::current_num_threads().clamp(1, rows_n / ROWS_PER_THREAD)
                 } else {
-                    self.target_rows(subs, &mut flat, positions)?;
-                    (
-                        &flat[..],
-                        PaddedTargets::new(&flat, subs.len(), positions, vocab)?,
-                    )
+                    1
                 };
+                let rows = spin_core::ProbRows::from_padded_logits(
+                    flat,
+                    subs.len(),
+                    positions,
+                    vocab,
+                    &lens,
+                    &self.cfg.params,
+                    threads,
+                )?;
+                let targets = PaddedTargets::from_rows(&rows, subs.len(), positions)?;
                 let mut decisions: Vec<Option<Decision>> = vec![None; subs.len()];
-                self.judge_with_distributions(subs, rows, &targets, &mut decisions)?;
+                self.judge_with_distributions(subs, rows.data(), &targets, &mut decisions)?;
                 self.judge_pairs(subs, &targets, &mut decisions)?;
                 decisions.into_iter().flatten().collect()
             }
@@ -489,22 +499,6 @@ impl<M: Deref<Target = Model>> Verifier<M> {
             });
         }
         Ok(Some(decisions))
-    }
-
-    /// Turns the logits rows of [`Verifier::target_pass`] into the target's probability rows in place (the padding
-    /// rows stay zero).
-    fn target_rows(&self, subs: &[Submission<'_>], flat: &mut [f32], positions: usize) -> Result<()> {
-        let vocab = self.vocab();
-        let mut p = Vec::with_capacity(vocab);
-        for (i, s) in subs.iter().enumerate() {
-            for j in 0..=s.tokens.len() {
-                let at = (i * positions + j) * vocab;
-                let row = &mut flat[at..at + vocab];
-                probs_into(row, &self.cfg.params, &mut p)?;
-                row.copy_from_slice(&p);
-            }
-        }
-        Ok(())
     }
 
     /// The submissions that carry distributions (dense, or sparse expanded and renormalised), judged in one batch
