@@ -26,6 +26,15 @@ impl HeadVocab {
         if ids.is_empty() {
             return Err(RuntimeError::invalid("head_vocab", "lists no token"));
         }
+        if full_vocab > crate::limits::MAX_VOCAB {
+            return Err(RuntimeError::invalid(
+                "head_vocab",
+                format!(
+                    "a target vocabulary of {full_vocab} exceeds the limit of {}",
+                    crate::limits::MAX_VOCAB
+                ),
+            ));
+        }
         if ids.len() >= full_vocab {
             return Err(RuntimeError::invalid(
                 "head_vocab",

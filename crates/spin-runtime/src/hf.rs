@@ -176,6 +176,13 @@ pub fn read_dir(
     }
     match (hf.multispin_target_vocab_size, head_ids) {
         (None, None) => Ok((cfg, tensors, None)),
+        (Some(full), _) if full > crate::limits::MAX_VOCAB => Err(RuntimeError::format(
+            dir.join("config.json").display().to_string(),
+            format!(
+                "multispin_target_vocab_size: {full} exceeds the vocabulary limit of {}",
+                crate::limits::MAX_VOCAB
+            ),
+        )),
         (Some(full), Some(ids)) => {
             let hv = crate::head_vocab::HeadVocab::new(ids, full)
                 .map_err(|e| RuntimeError::format(dir.display().to_string(), e.to_string()))?;

@@ -183,6 +183,30 @@ fn restricted_draft_folder_round_trips_and_bad_heads_are_errors() {
     let e = HeadVocab::new(vec![1, 24], 24).unwrap_err().to_string();
     assert!(e.contains("head_vocab") && e.contains("24"), "{e}");
     assert!(HeadVocab::new((0..24).collect(), 24).is_err());
+    // A target vocabulary past the limit is refused before anything its size is allocated (a file may say 2³²).
+    let e = HeadVocab::new(vec![1], u32::MAX as usize)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("exceeds the limit"), "{e}");
+    let huge = tempfile::tempdir().unwrap();
+    spin_runtime::hf::write_draft_dir(huge.path(), &cfg, &w, &hv).unwrap();
+    let p = huge.path().join("config.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replace(
+            "\"multispin_target_vocab_size\": 24",
+            "\"multispin_target_vocab_size\": 1000000000000",
+        ),
+    )
+    .unwrap();
+    let e = spin_runtime::load_model(huge.path(), &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("multispin_target_vocab_size: 1000000000000 exceeds"),
+        "{e}"
+    );
     let hv5 = HeadVocab::new(vec![1, 2, 3, 4, 5], 24).unwrap();
     let e = tiny(1, 0.3, 1).with_head_vocab(hv5).unwrap_err().to_string();
     assert!(e.contains("head_vocab"), "{e}");
