@@ -347,6 +347,11 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
             "sweep_devices: every device count must be at least 1".into(),
         ));
     }
+    if let Some(&k) = args.sweep_devices.iter().find(|&&k| k > MAX_SIM_DEVICES) {
+        return Err(Failure::Input(format!(
+            "sweep_devices: {k} exceeds {MAX_SIM_DEVICES} devices (a server's default max_devices)"
+        )));
+    }
     let mut rows: Vec<(usize, Vec<Run>)> = Vec::new();
     for &k in &args.sweep_devices {
         let mut at = args.clone();
@@ -413,10 +418,20 @@ type Run = (Summary, Vec<RoundTrace>);
 /// Points of a chart series.
 type Points = Vec<(f64, f64)>;
 
+/// The most devices one simulation runs, checked before anything starts: a server's default `max_devices`
+/// (100,000 devices ran past a minute and 1.2 GB before failing a planning limit).
+const MAX_SIM_DEVICES: usize = 1024;
+
 /// One run at `args.devices` devices into `args.out`: every scheme, then the baselines; returns what each gave.
 fn run_at(args: &SimulateArgs) -> Result<Vec<Run>, Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
+    }
+    if args.devices > MAX_SIM_DEVICES {
+        return Err(Failure::Input(format!(
+            "devices: {} exceeds {MAX_SIM_DEVICES} (a server's default max_devices)",
+            args.devices
+        )));
     }
     let (target, drafter, tok) = load_models(args)?;
     let devices = sim_devices(args, &tok)?;

@@ -4,11 +4,15 @@
 use crate::failure::Failure;
 use clap::Args;
 
+/// The most worker threads `--threads` accepts: thousands of polling workers on a few cores took tens of seconds
+/// for two tokens.
+pub const MAX_THREADS: usize = 256;
+
 /// The thread count of a command that runs models.
 #[derive(Debug, Clone, Args)]
 pub struct ThreadArgs {
-    /// Worker threads of the CPU products and attention (≥ 1; default: `RAYON_NUM_THREADS` when set, else the
-    /// available parallelism, i.e. every core the process may use).
+    /// Worker threads of the CPU products and attention (1 to 256; default: `RAYON_NUM_THREADS` when set, else
+    /// the available parallelism, i.e. every core the process may use).
     #[arg(allow_hyphen_values = true, long, global = true)]
     pub threads: Option<usize>,
 }
@@ -23,6 +27,11 @@ impl ThreadArgs {
     pub unsafe fn set_up(&self) -> Result<String, Failure> {
         if self.threads == Some(0) {
             return Err(Failure::Input("--threads: must be at least 1".into()));
+        }
+        if let Some(n) = self.threads.filter(|&n| n > MAX_THREADS) {
+            return Err(Failure::Input(format!(
+                "--threads: {n} exceeds {MAX_THREADS} (the pool's workers poll for work, so threads beyond the cores only slow it down)"
+            )));
         }
         // SAFETY: forwarded from the caller.
         unsafe { spin_runtime::load::set_up_threads(self.threads) }

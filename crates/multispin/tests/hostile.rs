@@ -121,6 +121,7 @@ fn invalid_generate_arguments_exit_2_naming_the_flag() {
     assert_input_error(&run(&["--self-draft-layers", "0"]), "--self-draft-layers");
     assert_input_error(&run(&["--self-draft-layers", "9"]), "--self-draft-layers");
     assert_input_error(&run(&["--max-tokens", "-3"]), "--max-tokens");
+    assert_input_error(&run(&["--threads", "100000"]), "--threads");
     // A prompt longer than the context is refused before tokenising (a lower bound on its tokens).
     let long = "ab".repeat(20_000);
     assert_input_error(&run(&["--prompt", &long]), "--prompt");
@@ -143,6 +144,28 @@ fn simulate_with(flag: &str, value: &str) -> Output {
         out_dir,
         &flag,
     ])
+}
+
+#[test]
+fn absurd_device_and_thread_counts_are_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let sim = |extra: &[&str]| {
+        let mut args = vec!["simulate", "--max-tokens", "1", "--out", out_dir];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    let started = std::time::Instant::now();
+    let out = sim(&["--devices", "100000"]);
+    assert_input_error(&out, "devices: 100000 exceeds 1024");
+    let out = sim(&["--sweep-devices", "1,5000"]);
+    assert_input_error(&out, "sweep_devices: 5000 exceeds 1024");
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    assert_input_error(&sim(&["--devices", "1", "--threads", "257"]), "--threads");
 }
 
 #[test]
