@@ -14,7 +14,7 @@ mod sealed {
     impl Sealed for f64 {}
 }
 
-/// The element types a [`Dist`] can borrow: `f32` (what models produce) and `f64` (references, tests).
+/// The element types a [`Dist`](crate::Dist) can borrow: `f32` (what models produce) and `f64` (references, tests).
 pub trait Weight: Copy + PartialOrd + Send + Sync + std::fmt::Debug + sealed::Sealed + 'static {
     /// The size of one dense value on the air, in bits.
     const BITS: u32;
