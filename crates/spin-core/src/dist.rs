@@ -912,13 +912,7 @@ mod tests {
     /// `probs_from_logits` writes, validated afterwards: the same bits and the same totals, under every cut.
     #[test]
     fn rows_built_in_place_equal_validated_ones() {
-        let mut state = 0x0123_4567_89ab_cdefu64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32
-        };
+        let mut next = crate::lanes::test_uniforms(0x0123_4567_89ab_cdef);
         let settings = [
             SamplingParams::PLAIN,
             SamplingParams::new(0.7, None, None).unwrap(),
@@ -976,18 +970,13 @@ mod tests {
         let logits: Vec<f32> = (0..3 * 4 * 70).map(|i| ((i * 37) % 23) as f32 * 0.3).collect();
         let mut padded_logits = logits.clone();
         padded_logits[(4 + 3) * 70 + 5] = f32::NAN; // device 1, position 3: padding
-        let rows = ProbRows::from_padded_logits(padded_logits.clone(), 3, 4, 70, &[4, 3, 1], &settings[1], 1)
-            .unwrap();
+        // Three devices of four positions over 70 tokens.
+        let padded = |logits: &[f32], lens: &[usize], params: &SamplingParams, threads: usize| {
+            ProbRows::from_padded_logits(logits.to_vec(), 3, 4, 70, lens, params, threads)
+        };
+        let rows = padded(&padded_logits, &[4, 3, 1], &settings[1], 1).unwrap();
         for threads in [2, 3, 5, 12, 40] {
-            let again = ProbRows::from_padded_logits(
-                padded_logits.clone(),
-                3,
-                4,
-                70,
-                &[4, 3, 1],
-                &settings[1],
-                threads,
-            );
+            let again = padded(&padded_logits, &[4, 3, 1], &settings[1], threads);
             assert_eq!(again.unwrap(), rows, "{threads} threads");
         }
         let full = ProbRows::from_logits(&logits, 70, &settings[1]).unwrap();
@@ -1003,8 +992,7 @@ mod tests {
             }
         }
         for params in &settings {
-            let every =
-                ProbRows::from_padded_logits(logits.clone(), 3, 4, 70, &[4, 4, 4], params, 2).unwrap();
+            let every = padded(&logits, &[4, 4, 4], params, 2).unwrap();
             assert_eq!(
                 every,
                 ProbRows::from_logits(&logits, 70, params).unwrap(),
@@ -1016,8 +1004,7 @@ mod tests {
             (&[4, 0, 1][..], "lens[1]"),
             (&[4, 5, 1][..], "lens[1]"),
         ] {
-            let e =
-                ProbRows::from_padded_logits(logits.clone(), 3, 4, 70, lens, &settings[0], 2).unwrap_err();
+            let e = padded(&logits, lens, &settings[0], 2).unwrap_err();
             assert!(e.to_string().starts_with(field), "{e}");
         }
         let e =
@@ -1027,23 +1014,12 @@ mod tests {
             let mut bad = padded_logits.clone();
             bad[9 * 70 + 1] = f32::INFINITY; // device 2, position 1: padding, never read
             bad[2 * 70] = f32::NAN; // device 0, position 2: the first bad row
-            let e =
-                ProbRows::from_padded_logits(bad, 3, 4, 70, &[4, 4, 1], &settings[0], threads).unwrap_err();
+            let e = padded(&bad, &[4, 4, 1], &settings[0], threads).unwrap_err();
             assert!(e.to_string().starts_with("logits[2]"), "{threads} threads: {e}");
-            let e = ProbRows::from_padded_logits(
-                padded_logits.clone(),
-                3,
-                4,
-                70,
-                &[4, 4, 1],
-                &settings[0],
-                threads,
-            )
-            .unwrap_err();
+            let e = padded(&padded_logits, &[4, 4, 1], &settings[0], threads).unwrap_err();
             assert!(e.to_string().starts_with("logits[7]"), "{threads} threads: {e}");
         }
-        let e =
-            ProbRows::from_padded_logits(logits.clone(), 3, 4, 70, &[1, 1, 1], &settings[0], 0).unwrap_err();
+        let e = padded(&logits, &[1, 1, 1], &settings[0], 0).unwrap_err();
         assert!(e.to_string().starts_with("threads"), "{e}");
         let e = ProbRows::from_logits(&[0.0, 1.0, f32::NAN, 0.0], 2, &SamplingParams::PLAIN).unwrap_err();
         assert_eq!(
@@ -1057,13 +1033,7 @@ mod tests {
     /// 3e−7: under 1e−6 for probabilities above e^−14 ≈ 1e−6 of the largest, under 1e−5 for any.
     #[test]
     fn probabilities_from_logits_match_an_f64_softmax() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32
-        };
+        let mut next = crate::lanes::test_uniforms(0x2545_f491_4f6c_dd1d);
         // The tiniest temperatures: every largest logit shares the mass, the rest get exactly 0.
         for t in [1e-30, 1e-300] {
             let params = SamplingParams::new(t, None, None).unwrap();

@@ -287,6 +287,19 @@ impl<W: Weight> pulp::WithSimd for TotalAndSigns<'_, W> {
     }
 }
 
+/// Uniforms in [0, 1) with 24 random bits from a xorshift64 generator seeded with `seed` (non-zero): the
+/// deterministic rows of this crate's tests.
+#[cfg(test)]
+pub(crate) fn test_uniforms(seed: u64) -> impl FnMut() -> f32 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,13 +307,7 @@ mod tests {
 
     /// Rows of every length up to two blocks and a vocabulary's, with −∞, ±0, tiny and huge logits.
     fn rows() -> Vec<Vec<f32>> {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) as f32 / (1u64 << 24) as f32
-        };
+        let mut next = test_uniforms(0x9e37_79b9_7f4a_7c15);
         let mut out = Vec::new();
         for n in (1..=2 * BLOCK + 3).chain([1000, 49_152, 49_157]) {
             let mut r: Vec<f32> = (0..n).map(|_| next() * 60.0 - 40.0).collect();
