@@ -420,7 +420,7 @@ type Points = Vec<(f64, f64)>;
 
 /// The most devices one simulation runs, checked before anything starts: a server's default `max_devices`
 /// (100,000 devices ran past a minute and 1.2 GB before failing a planning limit).
-const MAX_SIM_DEVICES: usize = 1024;
+const MAX_SIM_DEVICES: usize = spin_net::server::DEFAULT_MAX_DEVICES;
 
 /// One run at `args.devices` devices into `args.out`: every scheme, then the baselines; returns what each gave.
 fn run_at(args: &SimulateArgs) -> Result<Vec<Run>, Failure> {

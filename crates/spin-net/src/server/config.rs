@@ -10,6 +10,9 @@ use super::*;
 /// 1024, and `spin_optimize::paper_b::scenario::MAX_DRAFT_LEN_LIMIT`, 1000, which bound tables and samples).
 pub const MAX_SERVED_DRAFT_LEN: u32 = 64;
 
+/// The default of [`ServerConfig::max_devices`]; `simulate` holds its device counts to it too.
+pub const DEFAULT_MAX_DEVICES: usize = 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Clock {
@@ -194,7 +197,7 @@ impl ServerConfig {
             tls: None,
             device_tokens: Vec::new(),
             min_devices: 1,
-            max_devices: 1024,
+            max_devices: DEFAULT_MAX_DEVICES,
             max_rounds: None,
             stop_when_done: true,
             resume_window: Duration::from_secs(10),

@@ -17,7 +17,7 @@ mod round;
 mod session;
 mod trace;
 
-pub use config::{Clock, Compute, MAX_SERVED_DRAFT_LEN, ServerConfig};
+pub use config::{Clock, Compute, DEFAULT_MAX_DEVICES, MAX_SERVED_DRAFT_LEN, ServerConfig};
 pub use conn::accept_backoff;
 use conn::*;
 pub use round::has_mass;
