@@ -60,19 +60,20 @@ pub struct ServerArgs {
     /// Paper B's correction-mode policy: optimal, all-ul, all-dl or random.
     #[arg(long, default_value = "optimal")]
     pub modes: String,
-    /// Tokens each device generates.
+    /// Tokens each device generates (at least 1).
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
-    /// Stop after this many rounds.
+    /// Stop after this many rounds (at least 1).
     #[arg(long)]
     pub rounds: Option<u64>,
     /// Largest draft length L_max / γ_max.
     #[arg(long, default_value_t = 8)]
     pub max_draft_len: u32,
-    /// The draft length of the `fixed` scheme (paper A's L̄, the same default as `multispin plan`; `--fixed-len` is
-    /// its older spelling, still read).
-    #[arg(long, alias = "fixed-len", default_value_t = spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN)]
-    pub fixed_draft_len: u32,
+    /// The draft length of the `fixed` scheme, in [1, --max-draft-len]; only a run of `fixed` takes it. Default:
+    /// paper A's L̄ = 8, as in `multispin plan`, lowered to --max-draft-len when that is smaller. `--fixed-len` is
+    /// its older spelling, still read.
+    #[arg(long, alias = "fixed-len", value_name = "L")]
+    pub fixed_draft_len: Option<u32>,
     /// Sampling temperature; 0 is greedy decoding.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -146,6 +147,27 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
+    /// The draft length of `fixed`: `--fixed-draft-len` (only when `scheme` is `fixed`, inside [1,
+    /// --max-draft-len]), else [`FIXED_DRAFT_LEN`](spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN) lowered to
+    /// --max-draft-len.
+    fn fixed_draft_len(&self, scheme: Scheme) -> Result<u32, Failure> {
+        let Some(l) = self.fixed_draft_len else {
+            return Ok(spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN.min(self.max_draft_len));
+        };
+        if scheme != Scheme::Fixed {
+            return Err(Failure::Input(format!(
+                "--fixed-draft-len: only the fixed scheme takes it (the scheme is {scheme})"
+            )));
+        }
+        if !(1..=self.max_draft_len).contains(&l) {
+            return Err(Failure::Input(format!(
+                "--fixed-draft-len: {l} is outside [1, --max-draft-len] = [1, {}]",
+                self.max_draft_len
+            )));
+        }
+        Ok(l)
+    }
+
     /// The server configuration (the target's identity filled in by the caller).
     pub fn config(&self, identity: Identity) -> Result<ServerConfig, Failure> {
         let scheme = Scheme::parse_per_round(&self.scheme).map_err(Failure::input)?;
@@ -159,10 +181,15 @@ impl ServerArgs {
             m => ModeScheme::parse(m)
                 .map_err(|e| Failure::Input(e.to_string().replacen("scheme", "modes", 1)))?,
         };
+        if self.max_tokens == 0 {
+            return Err(Failure::Input("--max-tokens: must be at least 1".into()));
+        }
+        if self.rounds == Some(0) {
+            return Err(Failure::Input("--rounds: must be at least 1".into()));
+        }
         cfg.max_new_tokens = self.max_tokens;
         cfg.max_rounds = self.rounds;
         cfg.max_draft_len = self.max_draft_len;
-        cfg.fixed_draft_len = self.fixed_draft_len;
         cfg.temperature = self.temperature;
         cfg.seed = self.seed;
         cfg.v_eff = self.v_eff;
@@ -195,6 +222,7 @@ impl ServerArgs {
         link.dl_power_w = dbm(self.dl_power_dbm);
         cfg.link = link;
         cfg.validate().map_err(Failure::input)?;
+        cfg.fixed_draft_len = self.fixed_draft_len(scheme)?;
         Ok(cfg)
     }
 }
@@ -587,15 +615,28 @@ fn scheme_configs(args: &SimulateArgs, id: Identity) -> Result<(Vec<ServerConfig
             args.server.scheme
         );
     }
+    if args.server.fixed_draft_len.is_some() && !schemes.iter().any(|s| s == Scheme::Fixed.name()) {
+        return Err(Failure::Input(format!(
+            "--fixed-draft-len: only the fixed scheme takes it (--scheme or --compare; this run plans {})",
+            schemes.join(", ")
+        )));
+    }
     let configs: Vec<ServerConfig> = schemes
         .iter()
-        .map(|s| {
-            let mut a = args.server.clone();
-            a.scheme = s.clone();
-            a.config(id)
-        })
+        .map(|s| server_for(&args.server, s).config(id))
         .collect::<Result<_, _>>()?;
     Ok((configs, extra))
+}
+
+/// The server options of a run of `scheme`: `--fixed-draft-len` kept for `fixed` only (a `--compare` run of another
+/// scheme beside it has no fixed length).
+fn server_for(server: &ServerArgs, scheme: &str) -> ServerArgs {
+    let mut a = server.clone();
+    a.scheme = scheme.to_string();
+    if scheme != Scheme::Fixed.name() {
+        a.fixed_draft_len = None;
+    }
+    a
 }
 
 /// One scheme's simulation, its rounds traced to `trace-<scheme>.jsonl` as they end, with a progress bar.
@@ -672,7 +713,7 @@ fn run_baseline(
     baseline: Baseline,
     devices: &[SimDevice],
 ) -> Result<(Summary, Vec<RoundTrace>), Failure> {
-    let cfg = args.server.config(id)?;
+    let cfg = server_for(&args.server, &args.server.scheme).config(id)?;
     let trace_path = args.out.join(format!("trace-{}.jsonl", baseline.name()));
     let prompts: Vec<Vec<u32>> = devices.iter().map(|d| d.prompt.clone()).collect();
     let started = std::time::Instant::now();
@@ -1143,12 +1184,21 @@ mod tests {
         use clap::Parser;
         for flag in ["--fixed-draft-len", "--fixed-len"] {
             let cli = Cli::try_parse_from(["multispin", flag, "6"]).unwrap();
-            assert_eq!(cli.server.fixed_draft_len, 6, "{flag}");
+            assert_eq!(cli.server.fixed_draft_len, Some(6), "{flag}");
         }
+        let server = Cli::try_parse_from(["multispin"]).unwrap().server;
         assert_eq!(
-            Cli::try_parse_from(["multispin"]).unwrap().server.fixed_draft_len,
+            server.fixed_draft_len(Scheme::Fixed).unwrap(),
             spin_optimize::paper_a::baselines::FIXED_DRAFT_LEN,
             "the default is paper A's L̄, as in `multispin plan`"
+        );
+        let short = Cli::try_parse_from(["multispin", "--max-draft-len", "3"])
+            .unwrap()
+            .server;
+        assert_eq!(
+            short.fixed_draft_len(Scheme::Fixed).unwrap(),
+            3,
+            "lowered to --max-draft-len"
         );
     }
 

@@ -146,6 +146,53 @@ fn simulate_with(flag: &str, value: &str) -> Output {
     ])
 }
 
+/// A one-token `simulate` of one device with `extra` added (`--max-tokens 1` unless `extra` gives it), into its own
+/// output folder.
+fn simulate(extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "simulate",
+        "--devices",
+        "1",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ];
+    if !extra.contains(&"--max-tokens") {
+        args.extend(["--max-tokens", "1"]);
+    }
+    args.extend_from_slice(extra);
+    multispin(&args)
+}
+
+#[test]
+fn simulate_refuses_counts_it_would_clamp_or_ignore() {
+    assert_input_error(&simulate(&["--rounds", "0"]), "--rounds: must be at least 1");
+    assert_input_error(
+        &simulate(&["--max-tokens", "0"]),
+        "--max-tokens: must be at least 1",
+    );
+    for bad in ["0", "9", "100"] {
+        assert_input_error(
+            &simulate(&["--scheme", "fixed", "--fixed-draft-len", bad]),
+            &format!("--fixed-draft-len: {bad} is outside [1, --max-draft-len] = [1, 8]"),
+        );
+    }
+    // Only a run of the fixed scheme takes a fixed length.
+    assert_input_error(
+        &simulate(&["--fixed-draft-len", "3"]),
+        "--fixed-draft-len: only the fixed scheme takes it",
+    );
+    for good in [
+        &["--compare", "fixed", "--fixed-draft-len", "3"][..],
+        &["--scheme", "fixed", "--fixed-len", "8"][..],
+        // The default length is lowered to a shorter --max-draft-len, as `plan` lowers it.
+        &["--scheme", "fixed", "--max-draft-len", "4"][..],
+    ] {
+        let out = simulate(good);
+        assert!(out.status.success(), "{good:?}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn absurd_device_and_thread_counts_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
