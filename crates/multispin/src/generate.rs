@@ -111,9 +111,6 @@ pub struct GenerateArgs {
 /// The longest prompt accepted, in bytes, checked before tokenising (docs/cli.md lists the limits).
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
-/// The smallest temperature other than 0: below it 1/T overflows or the distribution is greedy anyway.
-pub const MIN_TEMPERATURE: f64 = 1e-6;
-
 /// A message on one line.
 fn flat(text: &str) -> String {
     text.lines().next().unwrap_or("").to_string()
@@ -121,12 +118,7 @@ fn flat(text: &str) -> String {
 
 /// Checks the numeric arguments before anything is loaded: each failure names its flag.
 fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
-    let t = args.temperature;
-    if !(t == 0.0 || (t.is_finite() && t >= MIN_TEMPERATURE)) {
-        return Err(Failure::Input(format!(
-            "--temperature: {t:e} is neither 0 (greedy) nor a finite number ≥ {MIN_TEMPERATURE:e}"
-        )));
-    }
+    crate::temperature::check(args.temperature)?;
     if args.draft_len == 0 {
         return Err(Failure::Input("--draft-len: must be at least 1".into()));
     }

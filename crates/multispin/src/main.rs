@@ -24,6 +24,7 @@ mod scenario;
 mod serve;
 mod simulate;
 mod study;
+mod temperature;
 mod threads;
 
 use clap::{Parser, Subcommand};

@@ -74,7 +74,7 @@ pub struct ServerArgs {
     /// its older spelling, still read.
     #[arg(long, alias = "fixed-len", value_name = "L")]
     pub fixed_draft_len: Option<u32>,
-    /// Sampling temperature; 0 is greedy decoding.
+    /// Sampling temperature: 0 is greedy decoding, otherwise a finite number ≥ 1e-6 (as in `generate`).
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
     /// Seed of every random draw (sampling, drop, fading, planners).
@@ -181,6 +181,7 @@ impl ServerArgs {
             m => ModeScheme::parse(m)
                 .map_err(|e| Failure::Input(e.to_string().replacen("scheme", "modes", 1)))?,
         };
+        cfg.temperature = crate::temperature::check(self.temperature)?;
         if self.max_tokens == 0 {
             return Err(Failure::Input("--max-tokens: must be at least 1".into()));
         }
@@ -190,7 +191,6 @@ impl ServerArgs {
         cfg.max_new_tokens = self.max_tokens;
         cfg.max_rounds = self.rounds;
         cfg.max_draft_len = self.max_draft_len;
-        cfg.temperature = self.temperature;
         cfg.seed = self.seed;
         cfg.v_eff = self.v_eff;
         cfg.q_bits = self.q_bits;

@@ -194,6 +194,21 @@ fn simulate_refuses_counts_it_would_clamp_or_ignore() {
 }
 
 #[test]
+fn simulate_and_generate_share_one_temperature_rule() {
+    let rule = "is neither 0 (greedy) nor a finite number ≥ 1e-6";
+    for bad in ["1e-9", "NaN", "inf", "-1"] {
+        let flag = format!("--temperature={bad}");
+        for out in [simulate(&[&flag]), multispin(&["generate", &flag])] {
+            assert_input_error(&out, &format!("--temperature: {bad} {rule}"));
+            // Said once, not as "temperature: temperature: …".
+            assert_eq!(stderr(&out).matches("temperature").count(), 1, "{}", stderr(&out));
+        }
+    }
+    let out = simulate(&["--temperature", "1e-6"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn absurd_device_and_thread_counts_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
