@@ -41,9 +41,10 @@ pub struct GenerateArgs {
     /// Draft with the target's first N layers and its own head (self-speculation).
     #[arg(allow_hyphen_values = true, long)]
     pub self_draft_layers: Option<usize>,
-    /// Draft length γ per round.
-    #[arg(allow_hyphen_values = true, long, default_value_t = 4)]
-    pub draft_len: usize,
+    /// Draft length γ per round (default 4). This flag, --lookup, --lookup-stop and --draft-stop-below need a
+    /// drafter (--draft or --self-draft-layers); without one, decoding is plain and they exit 2.
+    #[arg(allow_hyphen_values = true, long, value_name = "N")]
+    pub draft_len: Option<usize>,
     #[command(flatten)]
     pub lookup: crate::lookup::LookupArgs,
     /// With --lookup: a round's draft goes past its first token only while the text ends in a repeat of at least
@@ -56,9 +57,9 @@ pub struct GenerateArgs {
     /// one before it was accepted) per token after the first, so --draft-len becomes the longest draft. A drafted
     /// token pays off when its chance exceeds what a verification position costs in target steps (about 0.3 for
     /// SmolLM2-135M on two cores, docs/runtime.md); a round whose first token's chance is below P drafts nothing.
-    /// 0 turns the rule off. The output distribution stays exact.
-    #[arg(allow_hyphen_values = true, long, value_name = "P", default_value_t = 0.3)]
-    pub draft_stop_below: f32,
+    /// 0 turns the rule off (default 0.3). The output distribution stays exact.
+    #[arg(allow_hyphen_values = true, long, value_name = "P")]
+    pub draft_stop_below: Option<f32>,
     /// Prompt text; at most 1 MiB, and it must fit the context. BOS is prepended as the model's file says (GGUF
     /// `tokenizer.ggml.add_bos_token`, else llama.cpp's default for the vocabulary; always for llama2.c
     /// tokenizers).
@@ -111,6 +112,72 @@ pub struct GenerateArgs {
 /// The longest prompt accepted, in bytes, checked before tokenising (docs/cli.md lists the limits).
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
+/// The draft length without `--draft-len`.
+const DEFAULT_DRAFT_LEN: usize = 4;
+
+/// The acceptance gate without `--draft-stop-below`.
+const DEFAULT_DRAFT_STOP_BELOW: f32 = 0.3;
+
+/// What the drafting flags ask of a drafter, checked before anything loads.
+struct Drafting {
+    /// Draft length γ (the longest, under a gate).
+    len: usize,
+    /// Prompt lookup and its gate (`--lookup-stop`; 0: off).
+    lookup: Option<spin_runtime::drafter::Lookup>,
+    lookup_stop: usize,
+    /// The acceptance gate (`--draft-stop-below`; 0: off).
+    stop_below: f32,
+}
+
+/// The drafting flags checked against each other: each needs a drafter (`--draft` or `--self-draft-layers`),
+/// `--lookup-stop` needs `--lookup N` and is at most N; every failure names its flag.
+fn drafting(args: &GenerateArgs) -> Result<Drafting, Failure> {
+    let lookup = args.lookup.lookup()?;
+    if args.draft.is_none() && args.self_draft_layers.is_none() {
+        let given = [
+            (args.draft_len.is_some(), "--draft-len"),
+            (lookup.is_some(), "--lookup"),
+            (args.lookup_stop.is_some(), "--lookup-stop"),
+            (args.draft_stop_below.is_some(), "--draft-stop-below"),
+        ];
+        if let Some((_, flag)) = given.into_iter().find(|g| g.0) {
+            return Err(Failure::Input(format!(
+                "{flag}: needs a drafter, --draft or --self-draft-layers (without one, decoding is plain)"
+            )));
+        }
+    }
+    let len = args.draft_len.unwrap_or(DEFAULT_DRAFT_LEN);
+    if len == 0 {
+        return Err(Failure::Input("--draft-len: must be at least 1".into()));
+    }
+    let lookup_stop = match (lookup, args.lookup_stop) {
+        (None, Some(m)) if m > 0 => {
+            return Err(Failure::Input("--lookup-stop: needs --lookup N".into()));
+        }
+        (None, _) => 0,
+        (Some(l), None) => l.ngram.min(3),
+        (Some(l), Some(m)) if m > l.ngram => {
+            return Err(Failure::Input(format!(
+                "--lookup-stop: {m} exceeds --lookup {}",
+                l.ngram
+            )));
+        }
+        (Some(_), Some(m)) => m,
+    };
+    let stop_below = args.draft_stop_below.unwrap_or(DEFAULT_DRAFT_STOP_BELOW);
+    if !(0.0..1.0).contains(&stop_below) {
+        return Err(Failure::Input(format!(
+            "--draft-stop-below: {stop_below} is outside [0, 1)"
+        )));
+    }
+    Ok(Drafting {
+        len,
+        lookup,
+        lookup_stop,
+        stop_below,
+    })
+}
+
 /// A message on one line.
 fn flat(text: &str) -> String {
     text.lines().next().unwrap_or("").to_string()
@@ -119,9 +186,6 @@ fn flat(text: &str) -> String {
 /// Checks the numeric arguments before anything is loaded: each failure names its flag.
 fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
     crate::temperature::check(args.temperature)?;
-    if args.draft_len == 0 {
-        return Err(Failure::Input("--draft-len: must be at least 1".into()));
-    }
     if args.max_tokens == 0 {
         return Err(Failure::Input("--max-tokens: must be at least 1".into()));
     }
@@ -140,12 +204,6 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
         return Err(Failure::Input(format!(
             "--min-p: {} is outside [0, 1]",
             args.min_p
-        )));
-    }
-    if !(0.0..1.0).contains(&args.draft_stop_below) {
-        return Err(Failure::Input(format!(
-            "--draft-stop-below: {} is outside [0, 1)",
-            args.draft_stop_below
         )));
     }
     Ok(())
@@ -403,6 +461,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         args.threads.set_up()?;
     }
     check_counts(args)?;
+    let drafting = drafting(args)?;
     let params = sampling(args)?;
     // The target, its tokenizer and the draft load side by side where they do not depend on each other: a
     // tokenizer that a GGUF file or model folder carries is read without the model's vocabulary (only a llama2.c
@@ -515,25 +574,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
                 eos: eos(args, &tok),
                 seed: args.seed,
             };
-            let mut s = Speculator::new(&target, d, std::slice::from_ref(&prompt), &[args.draft_len], cfg)
+            let mut s = Speculator::new(&target, d, std::slice::from_ref(&prompt), &[drafting.len], cfg)
                 .map_err(Failure::input)?;
-            let lookup = args.lookup.lookup()?;
-            let stop = match (lookup, args.lookup_stop) {
-                (None, Some(m)) if m > 0 => {
-                    return Err(Failure::Input("--lookup-stop: needs --lookup N".into()));
-                }
-                (None, _) => 0,
-                (Some(l), None) => l.ngram.min(3),
-                (Some(l), Some(m)) if m > l.ngram => {
-                    return Err(Failure::Input(format!(
-                        "--lookup-stop: {m} exceeds --lookup {}",
-                        l.ngram
-                    )));
-                }
-                (Some(_), Some(m)) => m,
-            };
-            s.set_lookup(lookup, stop).map_err(Failure::input)?;
-            s.set_stop_below(args.draft_stop_below).map_err(Failure::input)?;
+            let lookup = drafting.lookup;
+            s.set_lookup(lookup, drafting.lookup_stop)
+                .map_err(Failure::input)?;
+            s.set_stop_below(drafting.stop_below).map_err(Failure::input)?;
             while s.step().context("speculative decoding")? {
                 if !commit(s.devices[0].generated()) {
                     break;

@@ -12,28 +12,32 @@ pub struct LookupArgs {
     /// output distribution stays exact; only how often the draft agrees changes.
     #[arg(allow_hyphen_values = true, long, default_value_t = 0, value_name = "N")]
     pub lookup: usize,
-    /// The looked-up token's weight λ in a sampled draft's distribution, in (0, 1].
-    #[arg(allow_hyphen_values = true, long, default_value_t = 0.5)]
-    pub lookup_weight: f32,
+    /// The looked-up token's weight λ in a sampled draft's distribution, in (0, 1] (default 0.5; only with
+    /// --lookup N).
+    #[arg(allow_hyphen_values = true, long)]
+    pub lookup_weight: Option<f32>,
 }
 
+/// λ without `--lookup-weight`.
+const DEFAULT_LOOKUP_WEIGHT: f32 = 0.5;
+
 impl LookupArgs {
-    /// The lookup the flags ask for (None with `--lookup 0`); a weight outside (0, 1] is an input error naming
-    /// `--lookup-weight`.
+    /// The lookup the flags ask for (None with `--lookup 0`); a weight outside (0, 1], or one without a lookup, is
+    /// an input error naming `--lookup-weight`.
     pub fn lookup(&self) -> Result<Option<Lookup>, Failure> {
         if self.lookup == 0 {
+            if self.lookup_weight.is_some() {
+                return Err(Failure::Input("--lookup-weight: needs --lookup N".into()));
+            }
             return Ok(None);
         }
+        let weight = self.lookup_weight.unwrap_or(DEFAULT_LOOKUP_WEIGHT);
         let l = Lookup {
             ngram: self.lookup,
-            weight: self.lookup_weight,
+            weight,
         };
-        l.validate().map_err(|_| {
-            Failure::Input(format!(
-                "--lookup-weight: {} is outside (0, 1]",
-                self.lookup_weight
-            ))
-        })?;
+        l.validate()
+            .map_err(|_| Failure::Input(format!("--lookup-weight: {weight} is outside (0, 1]")))?;
         Ok(Some(l))
     }
 }

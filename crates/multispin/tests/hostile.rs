@@ -129,6 +129,57 @@ fn invalid_generate_arguments_exit_2_naming_the_flag() {
     assert_input_error(&run(&["--prompt", &"ca".repeat(12)]), "tokens do not fit");
 }
 
+#[test]
+fn drafting_flags_without_a_drafter_exit_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let prompts = dir.path().join("prompts.txt");
+    std::fs::write(&prompts, "ab\nba\n").unwrap();
+    let prompts = prompts.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "--target", m, "--tokenizer", t, "--max-tokens", "2"];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    let needs = "needs a drafter, --draft or --self-draft-layers";
+    for (extra, flag) in [
+        (&["--draft-len", "3"][..], "--draft-len"),
+        (&["--lookup", "2"][..], "--lookup"),
+        (&["--lookup-stop", "2"][..], "--lookup-stop"),
+        (&["--draft-stop-below", "0.5"][..], "--draft-stop-below"),
+        (&["--prompts", prompts, "--lookup", "2"][..], "--lookup"),
+    ] {
+        assert_input_error(&run(extra), &format!("{flag}: {needs}"));
+    }
+    // A lookup weight without a lookup does nothing: refused in every command that takes it.
+    assert_input_error(
+        &run(&["--lookup-weight", "0.3"]),
+        "--lookup-weight: needs --lookup N",
+    );
+    assert_input_error(
+        &simulate(&["--lookup-weight", "0.3"]),
+        "--lookup-weight: needs --lookup N",
+    );
+    // `--lookup 0` is the lookup off, not a request for one.
+    assert!(run(&["--lookup", "0"]).status.success());
+    let out = run(&[
+        "--self-draft-layers",
+        "1",
+        "--draft-len",
+        "2",
+        "--lookup",
+        "2",
+        "--lookup-stop",
+        "1",
+        "--lookup-weight",
+        "0.2",
+        "--draft-stop-below",
+        "0.1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// A one-token `simulate` of one device with `flag=value` added, each value into its own output folder.
 fn simulate_with(flag: &str, value: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
