@@ -507,6 +507,16 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         ),
         (None, None) => None,
     };
+    // Speculating needs one vocabulary; refused here, before anything is printed.
+    if let Some(d) = &drafter
+        && d.output_vocab() != target.config().vocab_size
+    {
+        return Err(Failure::Input(format!(
+            "--draft: vocabulary of {} differs from the target's {}",
+            d.output_vocab(),
+            target.config().vocab_size
+        )));
+    }
     // The context: every token of the sequence (prompt and generated) must fit both models.
     let context = drafter.as_ref().map_or(target.config().max_seq_len, |d| {
         d.config().max_seq_len.min(target.config().max_seq_len)

@@ -180,6 +180,42 @@ fn drafting_flags_without_a_drafter_exit_2_naming_the_flag() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+#[test]
+fn generate_refuses_its_flags_before_printing_the_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (ms, ts) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let dims = common::Dims {
+        dim: 16,
+        hidden_dim: 24,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: CONTEXT,
+    };
+    let other = common::write_model(dir.path(), "other.bin", 300, &dims, 6);
+    for (extra, field) in [
+        (
+            &["--self-draft-layers", "1", "--lookup", "2", "--lookup-stop", "3"][..],
+            "--lookup-stop: 3 exceeds --lookup 2",
+        ),
+        (
+            &["--draft", other.to_str().unwrap()][..],
+            "--draft: vocabulary of 300 differs from the target's 266",
+        ),
+    ] {
+        let mut args = vec!["generate", "--target", ms, "--tokenizer", ts, "--prompt", "ab"];
+        args.extend_from_slice(extra);
+        let out = multispin(&args);
+        assert_input_error(&out, field);
+        assert!(
+            out.stdout.is_empty(),
+            "{extra:?} printed {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
 /// A one-token `simulate` of one device with `flag=value` added, each value into its own output folder.
 fn simulate_with(flag: &str, value: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
