@@ -65,7 +65,7 @@ pub struct GenerateArgs {
     /// tokenizers).
     #[arg(long, default_value = "")]
     pub prompt: String,
-    /// Prompts, one per line (at most 1 MiB in all): decoded plainly together, one pass per step over every
+    /// Prompts, one per line (at most 1 MiB in all, no blank line): decoded plainly together, one pass per step over every
     /// unfinished prompt, each printed with its continuation in order once all are done (the same tokens as each
     /// prompt alone with the same flags and seed).
     #[arg(long, conflicts_with_all = ["prompt", "draft", "self_draft_layers"])]
@@ -331,12 +331,14 @@ impl Detok {
 }
 
 /// The tokens of one prompt under the flags: through the chat template with `--chat`, BOS as the file says (not
-/// twice when a rendered template starts with it), refused when it cannot fit `context`.
+/// twice when a rendered template starts with it), refused when it cannot fit `context`; `what` names the prompt in
+/// messages (`--prompt`, or `--prompts FILE line N`).
 fn encode_prompt(
     args: &GenerateArgs,
     tok: &Tokenizer,
     prompt: &str,
     context: usize,
+    what: &str,
 ) -> Result<Vec<u32>, Failure> {
     let text = if args.chat {
         let Some(template) = tok.chat_template() else {
@@ -360,7 +362,7 @@ fn encode_prompt(
     let lower = tok.min_tokens(&text, add_bos);
     if prompt.len() > MAX_PROMPT_BYTES || lower > context {
         return Err(Failure::Input(format!(
-            "--prompt: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
+            "{what}: {} bytes need at least {lower} tokens, more than the context of {context} tokens \
              (and the prompt limit is {MAX_PROMPT_BYTES} bytes)",
             prompt.len()
         )));
@@ -371,7 +373,7 @@ fn encode_prompt(
     }
     if ids.len() > context {
         return Err(Failure::Input(format!(
-            "--prompt: {} tokens do not fit the context of {context} tokens",
+            "{what}: {} tokens do not fit the context of {context} tokens",
             ids.len()
         )));
     }
@@ -393,30 +395,21 @@ fn eos(args: &GenerateArgs, tok: &Tokenizer) -> Option<u32> {
     if args.ignore_eos { None } else { tok.eos() }
 }
 
-/// `generate --prompts FILE`: every line decoded plainly in one batch, each printed (prompt text, unless `--chat`,
-/// then its continuation) on its own line, in order.
+/// `generate --prompts FILE`: every line (`lines`, read from `file`) decoded plainly in one batch, each printed
+/// (prompt text, unless `--chat`, then its continuation) on its own line, in order.
 fn run_batch(
     args: &GenerateArgs,
     file: &std::path::Path,
+    lines: &[String],
     target: &spin_runtime::Model,
     tok: &Tokenizer,
     params: &SamplingParams,
 ) -> Result<(), Failure> {
-    let bytes = spin_runtime::limits::read_limited(file, MAX_PROMPT_BYTES as u64, "prompts")
-        .map_err(|e| Failure::Input(format!("--prompts: {}", flat(&e.to_string()))))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| Failure::Input(format!("--prompts: {} is not UTF-8 text: {e}", file.display())))?;
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.is_empty() {
-        return Err(Failure::Input(format!(
-            "--prompts: {} holds no prompt",
-            file.display()
-        )));
-    }
     let context = target.config().max_seq_len;
     let prompts: Vec<Vec<u32>> = lines
         .iter()
-        .map(|l| encode_prompt(args, tok, l, context))
+        .enumerate()
+        .map(|(i, l)| encode_prompt(args, tok, l, context, &crate::prompt_file::line_label(file, i)))
         .collect::<Result<_, _>>()?;
     // Every sequence stops at the context: the longest prompt's room bounds them all.
     let room = prompts.iter().map(|p| context - p.len()).min().unwrap_or(0);
@@ -462,6 +455,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     }
     check_counts(args)?;
     let drafting = drafting(args)?;
+    let batch = args
+        .prompts
+        .as_deref()
+        .map(crate::prompt_file::read)
+        .transpose()?;
     let params = sampling(args)?;
     // The target, its tokenizer and the draft load side by side where they do not depend on each other: a
     // tokenizer that a GGUF file or model folder carries is read without the model's vocabulary (only a llama2.c
@@ -521,10 +519,10 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
     let context = drafter.as_ref().map_or(target.config().max_seq_len, |d| {
         d.config().max_seq_len.min(target.config().max_seq_len)
     });
-    if let Some(file) = &args.prompts {
-        return run_batch(args, file, &target, &tok, &params);
+    if let (Some(file), Some(lines)) = (&args.prompts, &batch) {
+        return run_batch(args, file, lines, &target, &tok, &params);
     }
-    let prompt = encode_prompt(args, &tok, &args.prompt, context)?;
+    let prompt = encode_prompt(args, &tok, &args.prompt, context, "--prompt")?;
     // Past the context the models cannot run: generate what fits, print it, say why on stderr and exit 0 (as
     // llama.cpp does). A speculative round drafts at most `remaining − 1` tokens and adds one (the bonus or
     // resampled token), so a round never feeds more than prompt + max_tokens − 1 positions: capping max_tokens

@@ -20,6 +20,7 @@ mod plan_args;
 mod plan_b;
 mod plan_output;
 mod plan_unified;
+mod prompt_file;
 mod scenario;
 mod serve;
 mod simulate;

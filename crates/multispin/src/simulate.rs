@@ -251,7 +251,8 @@ pub struct SimulateArgs {
     /// Number of devices K.
     #[arg(long, default_value_t = 8)]
     pub devices: usize,
-    /// Prompts, one per line; device k gets line k mod (number of lines). Default: a built-in story list.
+    /// Prompts, one per line (at most 1 MiB, no blank line); device k gets line k mod (number of lines). Default: a
+    /// built-in story list.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
     /// Also run these schemes (comma-separated) on the same seeds and prompts and print one table; the `--scheme`
@@ -462,7 +463,7 @@ fn run_at(args: &SimulateArgs) -> Result<Vec<Run>, Failure> {
         )));
     }
     let (target, drafter, tok) = load_models(args)?;
-    let devices = sim_devices(args, &tok)?;
+    let devices = sim_devices(args, &tok, target.config().max_seq_len)?;
     let id = identity(&target, &tok);
     let (configs, extra) = scheme_configs(args, id)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
@@ -545,37 +546,46 @@ fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure
     Ok((target, drafter, tok))
 }
 
-/// One simulated device per `--devices`, each prompted with a line of the prompts (cycled).
-fn sim_devices(args: &SimulateArgs, tok: &Tokenizer) -> Result<Vec<SimDevice>, Failure> {
+/// One simulated device per `--devices`, each prompted with a line of the prompts (cycled). A prompt that leaves
+/// no room for `--max-tokens` in the target's `context` is refused here, naming its line, before any device starts.
+fn sim_devices(args: &SimulateArgs, tok: &Tokenizer, context: usize) -> Result<Vec<SimDevice>, Failure> {
     let lines: Vec<String> = match &args.prompts {
         None => DEFAULT_PROMPTS.iter().map(|s| s.to_string()).collect(),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| Failure::Input(format!("prompts: {}: {e}", p.display())))?;
-            let l: Vec<String> = text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(str::to_owned)
-                .collect();
-            if l.is_empty() {
+        Some(p) => crate::prompt_file::read(p)?,
+    };
+    let max_tokens = args.server.max_tokens;
+    if max_tokens >= context {
+        return Err(Failure::Input(format!(
+            "--max-tokens: {max_tokens} leaves no room for a prompt in the target's context of {context} tokens"
+        )));
+    }
+    let used = lines.len().min(args.devices);
+    let prompts: Vec<Vec<u32>> = lines[..used]
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let p = encode(tok, line)?;
+            if p.len() + max_tokens > context {
+                let what = match &args.prompts {
+                    Some(f) => crate::prompt_file::line_label(f, i),
+                    None => format!("built-in prompt {}", i + 1),
+                };
                 return Err(Failure::Input(format!(
-                    "prompts: {} has no non-empty line",
-                    p.display()
+                    "{what}: {} tokens plus --max-tokens {max_tokens} exceed the target's context of {context} tokens",
+                    p.len()
                 )));
             }
-            l
-        }
-    };
-    let lookup = args.lookup.lookup()?;
-    (0..args.devices)
-        .map(|k| {
-            Ok(SimDevice {
-                prompt: encode(tok, &lines[k % lines.len()])?,
-                lookup,
-                ..Default::default()
-            })
+            Ok(p)
         })
-        .collect::<Result<_, Failure>>()
+        .collect::<Result<_, Failure>>()?;
+    let lookup = args.lookup.lookup()?;
+    Ok((0..args.devices)
+        .map(|k| SimDevice {
+            prompt: prompts[k % used].clone(),
+            lookup,
+            ..Default::default()
+        })
+        .collect())
 }
 
 /// One server configuration per scheme to run: `--scheme` first, then each `--compare` scheme once; and the

@@ -216,6 +216,56 @@ fn generate_refuses_its_flags_before_printing_the_prompt() {
     }
 }
 
+#[test]
+fn prompt_files_are_bounded_and_name_their_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let generate = |prompts: &str| {
+        multispin(&[
+            "generate",
+            "--target",
+            m,
+            "--tokenizer",
+            t,
+            "--max-tokens",
+            "1",
+            "--prompts",
+            prompts,
+        ])
+    };
+    let sim = |prompts: &str| simulate(&["--devices", "2", "--prompts", prompts]);
+    // A blank line is no prompt: refused by line, in both commands that read prompt files.
+    let blank = file("blank.txt", "ab\n\nba\n");
+    for out in [generate(&blank), sim(&blank)] {
+        assert_input_error(&out, &format!("--prompts: {blank} line 2 is blank"));
+    }
+    // Both read at most 1 MiB.
+    for out in [generate("/dev/zero"), sim("/dev/zero")] {
+        assert_input_error(
+            &out,
+            "--prompts: /dev/zero: larger than the limit of 1048576 bytes",
+        );
+    }
+    // A line that cannot fit the context is named by its line, not as --prompt.
+    let long = file("long.txt", &format!("ab\n{}\n", "ca".repeat(12)));
+    assert_input_error(
+        &generate(&long),
+        &format!("--prompts {long} line 2: 26 tokens do not fit the context of {CONTEXT} tokens"),
+    );
+    let long = file(
+        "long-story.txt",
+        &format!("Once\n{}\n", "Once upon a time ".repeat(200)),
+    );
+    assert_input_error(&sim(&long), &format!("--prompts {long} line 2: "));
+    assert!(stderr(&sim(&long)).contains("exceed the target's context of 512 tokens"));
+}
+
 /// A one-token `simulate` of one device with `flag=value` added, each value into its own output folder.
 fn simulate_with(flag: &str, value: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
@@ -233,19 +283,15 @@ fn simulate_with(flag: &str, value: &str) -> Output {
     ])
 }
 
-/// A one-token `simulate` of one device with `extra` added (`--max-tokens 1` unless `extra` gives it), into its own
-/// output folder.
+/// A one-token `simulate` of one device with `extra` added (`--devices 1` and `--max-tokens 1` unless `extra`
+/// gives them), into its own output folder.
 fn simulate(extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "simulate",
-        "--devices",
-        "1",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ];
-    if !extra.contains(&"--max-tokens") {
-        args.extend(["--max-tokens", "1"]);
+    let mut args = vec!["simulate", "--out", dir.path().to_str().unwrap()];
+    for (flag, value) in [("--devices", "1"), ("--max-tokens", "1")] {
+        if !extra.contains(&flag) {
+            args.extend([flag, value]);
+        }
     }
     args.extend_from_slice(extra);
     multispin(&args)
