@@ -28,7 +28,7 @@ mod study;
 mod temperature;
 mod threads;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use failure::Failure;
 use std::process::ExitCode;
 
@@ -71,8 +71,53 @@ fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or("").trim_end()
 }
 
+/// Whether `arg` takes a number: its values parse into an integer or a float type.
+fn takes_number(arg: &clap::Arg) -> bool {
+    use std::any::TypeId;
+    let t = arg.get_value_parser().type_id();
+    arg.get_action().takes_values()
+        && [
+            TypeId::of::<f64>(),
+            TypeId::of::<f32>(),
+            TypeId::of::<u8>(),
+            TypeId::of::<u16>(),
+            TypeId::of::<u32>(),
+            TypeId::of::<u64>(),
+            TypeId::of::<usize>(),
+            TypeId::of::<i8>(),
+            TypeId::of::<i16>(),
+            TypeId::of::<i32>(),
+            TypeId::of::<i64>(),
+            TypeId::of::<isize>(),
+        ]
+        .into_iter()
+        .any(|n| t == n)
+}
+
+/// `cmd` with every option that takes a number also taking a value that starts with `-` (`--temperature -1`,
+/// `--ul-power-dbm -10`, `--rounds -inf`), in every subcommand: a negative dBm is a valid value, and an invalid one
+/// reaches the value's parser or the command's own check, which name the flag and its range, instead of clap
+/// reporting an unexpected argument `-1`.
+fn numbers_take_a_minus(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        if takes_number(&a) {
+            a.allow_hyphen_values(true)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(numbers_take_a_minus)
+}
+
+/// The command line parsed by [`numbers_take_a_minus`]'s rules.
+fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    let mut cmd = numbers_take_a_minus(Cli::command());
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse(std::env::args_os()) {
         Ok(cli) => cli,
         // `--help` and `--version` print in full and exit 0; a usage error is one line and exit 2, like any other
         // invalid input.
@@ -115,5 +160,50 @@ fn main() -> ExitCode {
             );
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The subcommand paths under `cmd` (`["simulate"]`, `["measure", "goodput"]`, …), each with its numeric
+    /// options' long names.
+    fn numeric_options(cmd: &clap::Command, path: Vec<String>, out: &mut Vec<(Vec<String>, Vec<String>)>) {
+        let longs = cmd
+            .get_arguments()
+            .filter(|a| takes_number(a))
+            .filter_map(|a| a.get_long().map(str::to_owned))
+            .collect();
+        out.push((path.clone(), longs));
+        for sub in cmd.get_subcommands() {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_owned());
+            numeric_options(sub, p, out);
+        }
+    }
+
+    /// Every numeric option of every subcommand takes `-1` as its value: clap then either accepts it (a negative
+    /// dBm) or rejects it as a value of that option, never as an unknown argument `-1`.
+    #[test]
+    fn every_numeric_option_takes_a_negative_value() {
+        let mut all = Vec::new();
+        numeric_options(&Cli::command(), Vec::new(), &mut all);
+        let mut checked = 0;
+        for (path, longs) in all {
+            for long in longs {
+                let mut args: Vec<String> = vec!["multispin".into()];
+                args.extend(path.iter().cloned());
+                args.extend([format!("--{long}"), "-1".into()]);
+                if let Err(e) = parse(args.iter().map(Into::into)) {
+                    assert!(
+                        !matches!(e.kind(), clap::error::ErrorKind::UnknownArgument),
+                        "{args:?}: {e}"
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 50, "only {checked} numeric options found");
     }
 }

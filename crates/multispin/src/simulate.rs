@@ -142,7 +142,7 @@ pub struct ServerArgs {
     /// exhaustive step and the unified branch and bound stop there with their best plan so far (their heuristic
     /// searches always finish); `none` lets planning run to the end. The virtual clock does not charge planning
     /// and ignores it.
-    #[arg(long, default_value = "2", value_name = "MS|none")]
+    #[arg(long, default_value = "2", value_name = "MS|none", allow_hyphen_values = true)]
     pub plan_budget_ms: String,
 }
 

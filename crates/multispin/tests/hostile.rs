@@ -342,6 +342,43 @@ fn simulate_and_generate_share_one_temperature_rule() {
 }
 
 #[test]
+fn negative_numbers_reach_the_check_that_names_the_flag() {
+    for (extra, field) in [
+        (&["--temperature", "-1"][..], "--temperature: -1 is neither 0"),
+        (
+            &["--alpha-memory", "-0.5"][..],
+            "alpha_memory: -0.5 is outside (0, 1]",
+        ),
+        (
+            &["--plan-budget-ms", "-1"][..],
+            "--plan-budget-ms: \"-1\" is neither",
+        ),
+        (
+            &["--rounds", "-1"][..],
+            "invalid value '-1' for '--rounds <ROUNDS>'",
+        ),
+    ] {
+        assert_input_error(&simulate(extra), field);
+    }
+    assert_input_error(
+        &multispin(&[
+            "measure",
+            "goodput",
+            "--target",
+            "t",
+            "--prompts",
+            "p",
+            "--bandwidth-hz",
+            "-1",
+        ]),
+        "--bandwidth-hz: -1",
+    );
+    // A negative dBm is a power like any other.
+    let out = simulate(&["--ul-power-dbm", "-10"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn absurd_device_and_thread_counts_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
