@@ -2,6 +2,7 @@
 //! plain decoding when no drafter is given.
 
 use crate::failure::Failure;
+use crate::number::plain;
 use crate::simulate::{Embedded, carries_own_tokenizer, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
@@ -59,7 +60,7 @@ pub struct GenerateArgs {
     /// SmolLM2-135M on two cores, docs/runtime.md); a round whose first token's chance is below P drafts nothing.
     /// 0 turns the rule off (default 0.3). The output distribution stays exact.
     #[arg(allow_hyphen_values = true, long, value_name = "P")]
-    pub draft_stop_below: Option<f32>,
+    pub draft_stop_below: Option<f64>,
     /// Prompt text; at most 1 MiB, and it must fit the context. BOS is prepended as the model's file says (GGUF
     /// `tokenizer.ggml.add_bos_token`, else llama.cpp's default for the vocabulary; always for llama2.c
     /// tokenizers).
@@ -116,7 +117,7 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 const DEFAULT_DRAFT_LEN: usize = 4;
 
 /// The acceptance gate without `--draft-stop-below`.
-const DEFAULT_DRAFT_STOP_BELOW: f32 = 0.3;
+const DEFAULT_DRAFT_STOP_BELOW: f64 = 0.3;
 
 /// What the drafting flags ask of a drafter, checked before anything loads.
 struct Drafting {
@@ -164,10 +165,19 @@ fn drafting(args: &GenerateArgs) -> Result<Drafting, Failure> {
         }
         (Some(_), Some(m)) => m,
     };
-    let stop_below = args.draft_stop_below.unwrap_or(DEFAULT_DRAFT_STOP_BELOW);
-    if !(0.0..1.0).contains(&stop_below) {
+    // Read as f64 and checked before the gate's f32: 0.99999999 is below 1 as written but 1 in f32.
+    let p = args.draft_stop_below.unwrap_or(DEFAULT_DRAFT_STOP_BELOW);
+    if !(0.0..1.0).contains(&p) {
         return Err(Failure::Input(format!(
-            "--draft-stop-below: {stop_below} is outside [0, 1)"
+            "--draft-stop-below: {} is outside [0, 1)",
+            plain(p)
+        )));
+    }
+    let stop_below = p as f32;
+    if stop_below >= 1.0 {
+        return Err(Failure::Input(format!(
+            "--draft-stop-below: {} is 1 in single precision, outside [0, 1)",
+            plain(p)
         )));
     }
     Ok(Drafting {
@@ -198,12 +208,12 @@ fn check_counts(args: &GenerateArgs) -> Result<(), Failure> {
     if let Some(p) = args.top_p
         && !(p > 0.0 && p <= 1.0)
     {
-        return Err(Failure::Input(format!("--top-p: {p} is outside (0, 1]")));
+        return Err(Failure::Input(format!("--top-p: {} is outside (0, 1]", plain(p))));
     }
     if !(0.0..=1.0).contains(&args.min_p) {
         return Err(Failure::Input(format!(
             "--min-p: {} is outside [0, 1]",
-            args.min_p
+            plain(args.min_p)
         )));
     }
     Ok(())

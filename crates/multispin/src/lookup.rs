@@ -15,11 +15,11 @@ pub struct LookupArgs {
     /// The looked-up token's weight λ in a sampled draft's distribution, in (0, 1] (default 0.5; only with
     /// --lookup N).
     #[arg(allow_hyphen_values = true, long)]
-    pub lookup_weight: Option<f32>,
+    pub lookup_weight: Option<f64>,
 }
 
 /// λ without `--lookup-weight`.
-const DEFAULT_LOOKUP_WEIGHT: f32 = 0.5;
+const DEFAULT_LOOKUP_WEIGHT: f64 = 0.5;
 
 impl LookupArgs {
     /// The lookup the flags ask for (None with `--lookup 0`); a weight outside (0, 1], or one without a lookup, is
@@ -31,13 +31,23 @@ impl LookupArgs {
             }
             return Ok(None);
         }
+        // Checked as written before the drafter's f32: 1e-50 is above 0 as written but 0 in f32.
         let weight = self.lookup_weight.unwrap_or(DEFAULT_LOOKUP_WEIGHT);
+        let shown = crate::number::plain(weight);
+        if !(weight > 0.0 && weight <= 1.0) {
+            return Err(Failure::Input(format!(
+                "--lookup-weight: {shown} is outside (0, 1]"
+            )));
+        }
         let l = Lookup {
             ngram: self.lookup,
-            weight,
+            weight: weight as f32,
         };
-        l.validate()
-            .map_err(|_| Failure::Input(format!("--lookup-weight: {weight} is outside (0, 1]")))?;
+        l.validate().map_err(|_| {
+            Failure::Input(format!(
+                "--lookup-weight: {shown} is 0 in single precision, outside (0, 1]"
+            ))
+        })?;
         Ok(Some(l))
     }
 }

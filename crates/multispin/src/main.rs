@@ -149,15 +149,14 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Numbers in messages as a person reads them: a library's f64 of 1e308 is not printed as 309 digits.
         Err(Failure::Input(msg)) => {
-            eprintln!("error: {}", first_line(&msg));
+            eprintln!("error: {}", number::shorten_numbers(first_line(&msg)));
             ExitCode::from(2)
         }
         Err(Failure::Runtime(err)) => {
-            eprintln!(
-                "error: {}",
-                failure::chain_text(err.chain().map(|c| first_line(&c.to_string()).to_string()))
-            );
+            let text = failure::chain_text(err.chain().map(|c| first_line(&c.to_string()).to_string()));
+            eprintln!("error: {}", number::shorten_numbers(&text));
             ExitCode::from(1)
         }
     }

@@ -15,6 +15,30 @@ pub fn plain(v: f64) -> String {
     }
 }
 
+/// `text` with every number of more than 20 digits written as [`plain`] writes it: an f64's `{}` writes every
+/// digit (1e308 as 309 of them, 1e-320 as 321), and libraries' messages use it. Numbers of up to 20 digits (every
+/// u64) are left exactly as they are, as is anything that does not read as a number.
+pub fn shorten_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        out.push_str(&rest[..start]);
+        let run = &rest[start..];
+        let len = run
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(run.len());
+        let number = run[..len].trim_end_matches('.');
+        let digits = number.chars().filter(char::is_ascii_digit).count();
+        match number.parse::<f64>() {
+            Ok(v) if digits > 20 => out.push_str(&plain(v)),
+            _ => out.push_str(number),
+        }
+        rest = &run[number.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `v` in `unit` with an SI prefix so that the mantissa lies in [1, 1000), four significant digits, trailing zeros
 /// kept to show the precision ("153.8 mW", "1.000 W", "0 W"). Magnitudes beyond the prefixes fall back to
 /// [`plain`].
@@ -66,6 +90,29 @@ mod tests {
         assert_eq!(plain(1.5e-7), "1.5e-7");
         assert_eq!(plain(3e12), "3e12");
         assert_eq!(plain(f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn long_numbers_are_shortened_and_others_kept() {
+        let huge = format!("{}", -1e308);
+        let tiny = format!("{}", 1e-320);
+        assert_eq!(
+            shorten_numbers(&format!("bandwidth_hz: {huge} is not a finite number > 0")),
+            "bandwidth_hz: -1e308 is not a finite number > 0"
+        );
+        assert_eq!(
+            shorten_numbers(&format!("x: {tiny} is outside (0, 1)")),
+            "x: 1e-320 is outside (0, 1)"
+        );
+        assert_eq!(shorten_numbers(&format!("{}", 1e21)), "1e21");
+        for kept in [
+            "gguf: array length 18446744073709551615 exceeds max 1073741824",
+            "devices[1].acceptance: 0.30000000000000004 is outside (0, 1) at v1.2.3.",
+            "no numbers here",
+            "",
+        ] {
+            assert_eq!(shorten_numbers(kept), kept);
+        }
     }
 
     #[test]

@@ -379,6 +379,50 @@ fn negative_numbers_reach_the_check_that_names_the_flag() {
 }
 
 #[test]
+fn numbers_in_messages_read_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (m, t) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--target",
+            m,
+            "--tokenizer",
+            t,
+            "--self-draft-layers",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    // Below 1 as written, 1 in the gate's single precision: said so, not "1 is outside [0, 1)".
+    assert_input_error(
+        &run(&["--draft-stop-below", "0.99999999"]),
+        "--draft-stop-below: 0.99999999 is 1 in single precision, outside [0, 1)",
+    );
+    assert_input_error(
+        &run(&["--lookup", "2", "--lookup-weight", "1e-50"]),
+        "--lookup-weight: 1e-50 is 0 in single precision, outside (0, 1]",
+    );
+    assert_input_error(&run(&["--top-p", "1e308"]), "--top-p: 1e308 is outside (0, 1]");
+    // A library's message about an f64 of 1e308 says 1e308, not 309 digits.
+    assert_input_error(
+        &simulate(&["--bandwidth-hz", "-1e308"]),
+        "bandwidth_hz: -1e308 is not a finite number > 0",
+    );
+    let a = std::fs::read_to_string(example("paper-a.json"))
+        .unwrap()
+        .replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_hz\": -1e308", 1);
+    let path = dir.path().join("a.json");
+    std::fs::write(&path, a).unwrap();
+    assert_input_error(
+        &multispin(&["plan", "--scenario", path.to_str().unwrap(), "--scheme", "exact"]),
+        "bandwidth_hz: -1e308 is outside (0, ∞)",
+    );
+}
+
+#[test]
 fn absurd_device_and_thread_counts_are_refused_before_anything_starts() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().to_str().unwrap();
