@@ -80,12 +80,46 @@ fn paper_a_limits_name_their_field() {
     spec.verify_fixed_s = MAX_TIME_S * 10.0;
     assert!(err_a(&spec).starts_with("verify_fixed_s:"));
     // An upload time outside [1e-100, 1e100] s would overflow or underflow the planners' sums.
+    // A shared field that puts every device out of range is named, not the first device's spectral efficiency.
     let mut spec = paper_a_spec(3, 25);
     spec.distribution_bits = 1e-300;
-    assert!(err_a(&spec).starts_with("devices[0].spectral_efficiency: one token takes"));
+    assert!(err_a(&spec).starts_with("bandwidth_hz, distribution_bits: one token takes"));
+    let mut spec = paper_a_spec(3, 25);
+    spec.bandwidth_hz = 1e308;
+    assert!(err_a(&spec).starts_with("bandwidth_hz, distribution_bits: one token takes"));
     let mut spec = paper_a_spec(3, 25);
     spec.devices[1].spectral_efficiency = 1e-300;
     assert!(err_a(&spec).starts_with("devices[1].spectral_efficiency:"));
+    let mut spec = paper_a_spec(1, 25);
+    spec.bandwidth_hz = 1e308;
+    assert!(err_a(&spec).starts_with("bandwidth_hz, distribution_bits, devices[0].spectral_efficiency:"));
+}
+
+/// Paper B's times obey paper A's limit: 1e308 s made a round's latency ∞, printed as a `null` latency with
+/// exit 0.
+#[test]
+fn paper_b_times_are_bounded_like_paper_a_s() {
+    let err_b = |f: &dyn Fn(&mut paper_b::ScenarioSpec)| {
+        let mut spec = paper_b_spec(3);
+        f(&mut spec);
+        paper_b::Scenario::new(spec).unwrap_err().to_string()
+    };
+    assert!(paper_b::Scenario::new(paper_b_spec(3)).is_ok());
+    let e = err_b(&|s| s.verify_fixed_s = 1e308);
+    assert!(
+        e.starts_with("verify_fixed_s: 1e308 s is above the limit of 1e100 s"),
+        "{e}"
+    );
+    let e = err_b(&|s| s.verify_per_device_s = MAX_TIME_S * 10.0);
+    assert!(
+        e.starts_with("verify_per_device_s: 1e101 s is above the limit"),
+        "{e}"
+    );
+    let e = err_b(&|s| s.devices[2].draft_token_s = 1e101);
+    assert!(
+        e.starts_with("devices[2].draft_token_s: 1e101 s is above the limit"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -102,6 +136,22 @@ fn algorithm1_grid_is_bounded() {
         e.starts_with("alg1_phi_points: alg1_phi_points × alg1_lambda_points × devices"),
         "{e}"
     );
+    // An empty grid is named by the field a scenario file gives it in.
+    for (phi_points, lambda_points, field) in [(0, 100, "alg1_phi_points"), (100, 0, "alg1_lambda_points")] {
+        let params = Alg1Params {
+            phi_points,
+            lambda_points,
+            lambda_lo_ratio: 1e-6,
+        };
+        let e = paper_alg1(&s, &params).unwrap_err().to_string();
+        assert_eq!(e, format!("{field}: must be at least 1"));
+    }
+    let params = Alg1Params {
+        lambda_lo_ratio: 0.0,
+        ..Alg1Params::default()
+    };
+    let e = paper_alg1(&s, &params).unwrap_err().to_string();
+    assert!(e.starts_with("alg1_lambda_lo_ratio: "), "{e}");
 }
 
 #[test]

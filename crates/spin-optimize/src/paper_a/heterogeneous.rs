@@ -121,11 +121,17 @@ pub const ALG1_WORK_LIMIT: u128 = 1_000_000_000;
 ///   solved in order of falling bound until the bound drops below the incumbent, and ties go to the earlier grid
 ///   point, which is what the loop's strict `>` keeps.
 pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeError> {
-    if params.phi_points == 0 || params.lambda_points == 0 {
-        return Err(OptimizeError::Invalid {
-            field: "phi_points".into(),
-            reason: "grid sizes must be at least 1".into(),
-        });
+    // Named as a scenario file names them.
+    for (field, points) in [
+        ("alg1_phi_points", params.phi_points),
+        ("alg1_lambda_points", params.lambda_points),
+    ] {
+        if points == 0 {
+            return Err(OptimizeError::Invalid {
+                field: field.into(),
+                reason: "must be at least 1".into(),
+            });
+        }
     }
     let work = (params.phi_points as u128) * (params.lambda_points as u128) * (s.len() as u128);
     if work > ALG1_WORK_LIMIT {
@@ -138,7 +144,7 @@ pub fn paper_alg1(s: &Scenario, params: &Alg1Params) -> Result<Plan, OptimizeErr
     }
     if !(params.lambda_lo_ratio > 0.0 && params.lambda_lo_ratio <= 1.0) {
         return Err(OptimizeError::OutOfDomain {
-            field: "lambda_lo_ratio".into(),
+            field: "alg1_lambda_lo_ratio".into(),
             value: params.lambda_lo_ratio,
             domain: "(0, 1]",
         });

@@ -177,6 +177,20 @@ impl Scenario {
                 ),
             });
         }
+        // One token's upload time over the whole band, Q_tok / (r_k B).
+        let upload_s = |r: f64| spec.distribution_bits / r / spec.bandwidth_hz;
+        // The fields a file gave that make device k's upload time out of range: the shared bandwidth_hz and
+        // distribution_bits when every device's is (with two devices or more), else the device's own
+        // spectral_efficiency; a lone device's could be any of the three.
+        let upload_culprits = |k: usize| {
+            let out =
+                |d: &DeviceSpec| !(MIN_UPLOAD_S..=MAX_TIME_S).contains(&upload_s(d.spectral_efficiency));
+            match spec.devices.len() {
+                1 => format!("bandwidth_hz, distribution_bits, devices[{k}].spectral_efficiency"),
+                _ if spec.devices.iter().all(out) => "bandwidth_hz, distribution_bits".to_string(),
+                _ => format!("devices[{k}].spectral_efficiency"),
+            }
+        };
         let devices = spec
             .devices
             .iter()
@@ -204,10 +218,10 @@ impl Scenario {
                 let r = OptimizeError::positive(String::new(), d.spectral_efficiency)
                     .map_err(field("spectral_efficiency"))?;
                 at_most(String::new(), t, MAX_TIME_S).map_err(field("draft_token_s"))?;
-                let upload = spec.distribution_bits / r / spec.bandwidth_hz;
+                let upload = upload_s(r);
                 if !(MIN_UPLOAD_S..=MAX_TIME_S).contains(&upload) {
                     return Err(OptimizeError::Invalid {
-                        field: format!("devices[{k}].spectral_efficiency"),
+                        field: upload_culprits(k),
                         reason: format!(
                             "one token takes distribution_bits / (spectral_efficiency · bandwidth_hz) = {upload:e} s \
                              over the whole band, outside [{MIN_UPLOAD_S:e}, {MAX_TIME_S:e}] s"

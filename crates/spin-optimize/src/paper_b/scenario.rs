@@ -62,10 +62,26 @@ pub(crate) mod check {
         Ok(())
     }
 
-    /// T_ver = T_fix + K·T_lin: both coefficients finite and ≥ 0 (their sum is checked with K by the caller).
+    /// A time of at most [`MAX_TIME_S`](crate::paper_a::scenario::MAX_TIME_S) seconds, paper A's limit: past it a
+    /// round's latency overflows to ∞ and its goodput to 0 instead of failing (1e308 s printed a `null` latency).
+    fn at_most_max_time(field: impl FnOnce() -> String, seconds: f64) -> Result<(), OptimizeError> {
+        const LIMIT: f64 = crate::paper_a::scenario::MAX_TIME_S;
+        if seconds > LIMIT {
+            return Err(OptimizeError::Invalid {
+                field: field(),
+                reason: format!("{seconds:e} s is above the limit of {LIMIT:e} s"),
+            });
+        }
+        Ok(())
+    }
+
+    /// T_ver = T_fix + K·T_lin: both coefficients finite, ≥ 0 and at most paper A's time limit (their sum is checked
+    /// with K by the caller).
     pub(crate) fn verify(fixed_s: f64, per_device_s: f64) -> Result<(), OptimizeError> {
         OptimizeError::non_negative("verify_fixed_s", fixed_s)?;
         OptimizeError::non_negative("verify_per_device_s", per_device_s)?;
+        at_most_max_time(|| "verify_fixed_s".into(), fixed_s)?;
+        at_most_max_time(|| "verify_per_device_s".into(), per_device_s)?;
         Ok(())
     }
 
@@ -124,12 +140,13 @@ pub(crate) mod check {
         Ok(())
     }
 
-    /// Device `k`'s α_k ∈ (0, 1) and drafting time per token > 0.
+    /// Device `k`'s α_k ∈ (0, 1) and drafting time per token > 0, at most paper A's time limit.
     pub(crate) fn device(k: usize, acceptance: f64, draft_token_s: f64) -> Result<(), OptimizeError> {
         OptimizeError::probability_open("", acceptance)
             .map_err(|e| e.naming(|| format!("devices[{k}].acceptance")))?;
         OptimizeError::positive("", draft_token_s)
             .map_err(|e| e.naming(|| format!("devices[{k}].draft_token_s")))?;
+        at_most_max_time(|| format!("devices[{k}].draft_token_s"), draft_token_s)?;
         Ok(())
     }
 }
