@@ -2,10 +2,12 @@
 //! described in the units radio engineers use (metres, dB, dBm, dBm/Hz, MHz), drawn with `spin-channel`'s code.
 
 use crate::failure::Failure;
+use crate::number::plain;
 use clap::{Args, ValueEnum};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
+use spin_channel::ChannelError;
 use spin_scenario::drop::{DropModel, Fading};
 use std::path::PathBuf;
 
@@ -54,6 +56,59 @@ impl From<ModelArg> for DropModel {
     }
 }
 
+/// The drop's numbers that go into the scenario as written must be finite: JSON has no NaN or ∞ (they would be
+/// written as `null` and read back as "invalid type: null"), so each is named here by the drop file's field.
+fn finite_as_written(d: &spin_scenario::drop::DropSpec) -> Result<(), Failure> {
+    let not_finite = |field: &str, v: f64, device: Option<usize>| {
+        let which = device.map_or(String::new(), |i| format!(" (device {i})"));
+        Failure::Input(format!("{field}: {}{which} is not a finite number", plain(v)))
+    };
+    for (field, v) in [
+        ("distribution_bits", d.distribution_bits),
+        ("verify_fixed_s", d.verify_fixed_s),
+        ("verify_per_device_s", d.verify_per_device_s),
+    ] {
+        if !v.is_finite() {
+            return Err(not_finite(field, v, None));
+        }
+    }
+    for (field, values) in [("acceptance", &d.acceptance), ("draft_token_s", &d.draft_token_s)] {
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(not_finite(field, values[i], Some(i)));
+        }
+    }
+    Ok(())
+}
+
+/// The drop file's fields a device's path-loss gain is computed from, named together when that gain is out of
+/// range (none of them alone need be).
+const PATH_LOSS_FIELDS: &str =
+    "reference_gain_db, reference_distance_m, path_loss_exponent, min_distance_m, max_distance_m";
+
+/// A drawing error named by the drop file's fields: `spin-channel` names its path-loss model's own field
+/// (`reference_m`) and the mean gain it derives (`mean_gain`), neither of which a drop file writes.
+fn drawing_error(e: ChannelError) -> Failure {
+    match e {
+        ChannelError::OutOfDomain {
+            field: "reference_m",
+            value,
+            domain,
+        } => Failure::Input(format!(
+            "reference_distance_m: {} is outside {domain}",
+            plain(value)
+        )),
+        ChannelError::OutOfDomain {
+            field: "mean_gain",
+            value,
+            ..
+        } => Failure::Input(format!(
+            "{PATH_LOSS_FIELDS}: the path loss gives a device a mean power gain of {}, not a finite positive number",
+            plain(value)
+        )),
+        e => Failure::input(e),
+    }
+}
+
 /// Builds the scenario JSON from drop-file text.
 pub fn from_text(
     text: &str,
@@ -61,9 +116,10 @@ pub fn from_text(
     seed: Option<u64>,
 ) -> Result<serde_json::Value, Failure> {
     let d = spin_scenario::drop::parse(text, model.map(DropModel::from), seed).map_err(Failure::input)?;
+    finite_as_written(&d)?;
     let k = d.devices;
     let mut rng = ChaCha8Rng::seed_from_u64(d.seed);
-    let dropped = d.drop.sample(&mut rng, k).map_err(Failure::input)?;
+    let dropped = d.drop.sample(&mut rng, k).map_err(drawing_error)?;
     let gains: Vec<f64> = dropped
         .iter()
         .map(|x| match d.fading {
@@ -73,8 +129,8 @@ pub fn from_text(
         .collect();
     if let Some(i) = gains.iter().position(|g| !(g.is_finite() && *g > 0.0)) {
         return Err(Failure::Input(format!(
-            "reference_gain_db: device {i} gets a power gain of {}, not a finite positive number",
-            crate::number::plain(gains[i])
+            "{PATH_LOSS_FIELDS}: device {i} gets a power gain of {}, not a finite positive number",
+            plain(gains[i])
         )));
     }
     match d.paper_b {

@@ -744,6 +744,82 @@ fn drop_files_are_strict_and_seeded() {
     );
 }
 
+/// Errors about a file name the field the file wrote, not one derived from it, and a value that would overflow a
+/// result is refused instead of printed as `null`.
+#[test]
+fn scenario_and_drop_errors_name_the_fields_the_file_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = |name: &str, text: &str, scheme: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        multispin(&["plan", "--scenario", path.to_str().unwrap(), "--scheme", scheme])
+    };
+    let a = std::fs::read_to_string(example("paper-a.json")).unwrap();
+    let b = std::fs::read_to_string(example("paper-b.json")).unwrap();
+    // Every device's upload time is absurd: the shared fields are at fault, not device 0's spectral efficiency.
+    assert_input_error(
+        &plan(
+            "a.json",
+            &a.replacen("\"bandwidth_hz\": 1.0e7", "\"bandwidth_hz\": 1e308", 1),
+            "exact",
+        ),
+        "bandwidth_hz, distribution_bits: one token takes",
+    );
+    assert_input_error(
+        &plan(
+            "a.json",
+            &a.replacen(
+                "\"max_draft_len\": 25",
+                "\"max_draft_len\": 25, \"alg1_lambda_points\": 0",
+                1,
+            ),
+            "paper-alg1",
+        ),
+        "alg1_lambda_points: must be at least 1",
+    );
+    // A paper-B verification time of 1e308 s made the latency ∞ (printed `null`, exit 0).
+    assert_input_error(
+        &plan(
+            "b.json",
+            &b.replacen("\"verify_fixed_s\": 0.0428", "\"verify_fixed_s\": 1e308", 1),
+            "greedy",
+        ),
+        "verify_fixed_s: 1e308 s is above the limit of 1e100 s",
+    );
+    let drop = std::fs::read_to_string(example("drop-paper-b.toml")).unwrap();
+    let scenario = |text: &str| {
+        let path = dir.path().join("drop.toml");
+        std::fs::write(&path, text).unwrap();
+        multispin(&["scenario", "--drop", path.to_str().unwrap()])
+    };
+    for (from, to, field) in [
+        (
+            "acceptance = [0.95, 0.9,",
+            "acceptance = [0.95, nan,",
+            "acceptance: NaN (device 1) is not a finite number",
+        ),
+        (
+            "verify_fixed_s = 0.0428",
+            "verify_fixed_s = inf",
+            "verify_fixed_s: inf is not a finite number",
+        ),
+        (
+            "reference_distance_m = 1.0",
+            "reference_distance_m = 0.0",
+            "reference_distance_m: 0 is outside (0, ∞)",
+        ),
+        (
+            "path_loss_exponent = 3.5",
+            "path_loss_exponent = 1e308",
+            "reference_gain_db, reference_distance_m, path_loss_exponent, min_distance_m, max_distance_m: \
+             the path loss gives a device a mean power gain of 0",
+        ),
+    ] {
+        assert!(drop.contains(from), "{from}");
+        assert_input_error(&scenario(&drop.replacen(from, to, 1)), field);
+    }
+}
+
 /// A unified scenario takes every quantity in either unit of its pair, as paper-A and paper-B files do: the same
 /// file with `bandwidth_mhz` and `dl_power_dbm` (exact conversions) plans the same, and both spellings at once exit 2
 /// naming the pair.
