@@ -31,6 +31,13 @@ fn fixed_draft_len(s: &Scenario, flag: Option<u32>, file: Option<u32>) -> Result
 
 /// Plans one round for a paper-A scenario.
 pub fn run(file: PaperA, args: &PlanArgs) -> Result<(), Failure> {
+    // Only `fixed` drafts a fixed length: the flag would change nothing under another scheme (the file's
+    // field may stay, a scenario serves every scheme).
+    if args.fixed_draft_len.is_some() && args.scheme.0 != spin_optimize::round::Scheme::Fixed {
+        return Err(Failure::Input(
+            "--fixed-draft-len: only --scheme fixed takes it".into(),
+        ));
+    }
     let alg1 = file.alg1;
     let scenario = Scenario::new(&file.spec).map_err(Failure::input)?;
     let fixed_len = fixed_draft_len(&scenario, args.fixed_draft_len, file.fixed_draft_len)?;

@@ -574,6 +574,19 @@ fn plan_schemes_and_the_fixed_draft_length() {
         &multispin(&["plan", "--scenario", a, "--scheme", "greedy"]),
         "--scheme",
     );
+    // A fixed length under another scheme would change nothing: refused, as for paper-B and unified scenarios.
+    assert_input_error(
+        &multispin(&[
+            "plan",
+            "--scenario",
+            a,
+            "--scheme",
+            "exact",
+            "--fixed-draft-len",
+            "3",
+        ]),
+        "--fixed-draft-len: only --scheme fixed takes it",
+    );
     let help = String::from_utf8(multispin(&["plan", "--help"]).stdout).unwrap();
     assert!(
         help.contains("paper-alg1") && help.contains("comp-only"),
