@@ -290,21 +290,159 @@ pub enum ServerMsg {
     },
 }
 
+/// A message type of the protocol, named in decode errors: its name and its variants' names in wire order (the
+/// variant index postcard writes first).
+pub trait Message {
+    /// `DeviceMsg` or `ServerMsg`.
+    const NAME: &'static str;
+    /// The variants' names; index i is variant i on the wire.
+    const VARIANTS: &'static [&'static str];
+    /// Each variant's fields in wire order.
+    const FIELDS: &'static [&'static [&'static str]];
+
+    /// This message's variant name.
+    fn kind(&self) -> &'static str;
+}
+
+impl Message for DeviceMsg {
+    const NAME: &'static str = "DeviceMsg";
+    const VARIANTS: &'static [&'static str] = &["Hello", "Draft", "Upload", "Corrected", "Bye"];
+    const FIELDS: &'static [&'static [&'static str]] = &[
+        &[
+            "magic",
+            "version",
+            "identity",
+            "resume",
+            "prompt",
+            "distance_m",
+            "token",
+        ],
+        &["round", "tokens", "probs", "dists", "draft_s"],
+        &["round", "q"],
+        &["round", "token"],
+        &[],
+    ];
+
+    fn kind(&self) -> &'static str {
+        Self::VARIANTS[match self {
+            DeviceMsg::Hello { .. } => 0,
+            DeviceMsg::Draft { .. } => 1,
+            DeviceMsg::Upload { .. } => 2,
+            DeviceMsg::Corrected { .. } => 3,
+            DeviceMsg::Bye => 4,
+        }]
+    }
+}
+
+impl Message for ServerMsg {
+    const NAME: &'static str = "ServerMsg";
+    const VARIANTS: &'static [&'static str] = &["Welcome", "Plan", "Verdict", "Dropped", "Error", "Shutdown"];
+    const FIELDS: &'static [&'static [&'static str]] = &[
+        &[
+            "version",
+            "session",
+            "secret",
+            "device",
+            "identity",
+            "committed",
+            "prompt_len",
+            "params",
+        ],
+        &["round", "draft_len", "uplink_share_hz", "sends_distributions"],
+        &["round", "accepted", "next"],
+        &["round"],
+        &["code", "message"],
+        &["reason"],
+    ];
+
+    fn kind(&self) -> &'static str {
+        Self::VARIANTS[match self {
+            ServerMsg::Welcome { .. } => 0,
+            ServerMsg::Plan { .. } => 1,
+            ServerMsg::Verdict { .. } => 2,
+            ServerMsg::Dropped { .. } => 3,
+            ServerMsg::Error { .. } => 4,
+            ServerMsg::Shutdown { .. } => 5,
+        }]
+    }
+}
+
 /// Encodes a message body (postcard).
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, NetError> {
     postcard::to_stdvec(msg).map_err(|e| NetError::Encode(e.to_string()))
 }
 
-/// Decodes a message body; the whole body must be consumed.
-pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NetError> {
-    let (msg, rest) = postcard::take_from_bytes::<T>(body).map_err(|e| NetError::Decode(e.to_string()))?;
+/// Decodes a message body; the whole body must be consumed. A body that does not decode is a
+/// [`NetError::Decode`] naming the message, as far as the body named it, and the body's length:
+/// `frame: DeviceMsg::Draft.probs[2]: Hit the end of buffer, expected more data (a 14-byte body)` (inside a
+/// field, `[i]` is an element of a list or the i-th field of a nested struct, counting from 0).
+pub fn decode<'a, T: Deserialize<'a> + Message>(body: &'a [u8]) -> Result<T, NetError> {
+    let mut de = postcard::Deserializer::from_bytes(body);
+    let msg: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        // postcard says "Serde Deserialization Error" for an unknown variant: named here instead.
+        let tag = postcard::take_from_bytes::<u32>(body)
+            .ok()
+            .map(|(t, _)| t as usize);
+        if let Some(tag) = tag.filter(|&t| t >= T::VARIANTS.len()) {
+            return NetError::Decode(format!(
+                "{}: variant {tag} does not exist (known: 0..={}) (a {}-byte body)",
+                T::NAME,
+                T::VARIANTS.len() - 1,
+                body.len()
+            ));
+        }
+        NetError::Decode(format!(
+            "{}: {} (a {}-byte body)",
+            message_path::<T>(e.path()),
+            e.inner(),
+            body.len()
+        ))
+    })?;
+    let rest = de
+        .finalize()
+        .map_err(|e| NetError::Decode(format!("{}: {e}", T::NAME)))?;
     if !rest.is_empty() {
         return Err(NetError::Decode(format!(
-            "{} trailing bytes after the message",
-            rest.len()
+            "{}::{}: {} trailing bytes after the message (a {}-byte body)",
+            T::NAME,
+            msg.kind(),
+            rest.len(),
+            body.len()
         )));
     }
     Ok(msg)
+}
+
+/// Where in a `T` a decode error struck, from the path postcard's reading got to: the variant by name, its field
+/// by name, then list elements and nested fields by position (postcard writes both as sequences).
+fn message_path<T: Message>(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut segments = path.iter();
+    let mut out = T::NAME.to_string();
+    let Some(Segment::Enum { variant }) = segments.next() else {
+        return out;
+    };
+    let Some(i) = variant.parse::<usize>().ok().filter(|&i| i < T::VARIANTS.len()) else {
+        out.push_str(&format!(" variant {variant}"));
+        return out;
+    };
+    out.push_str("::");
+    out.push_str(T::VARIANTS[i]);
+    if let Some(Segment::Seq { index }) = segments.next() {
+        match T::FIELDS[i].get(*index) {
+            Some(f) => out.push_str(&format!(".{f}")),
+            None => out.push_str(&format!("[{index}]")),
+        }
+    }
+    for s in segments {
+        match s {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            // `Next`, the one enum inside a message: its variant by index.
+            Segment::Enum { variant } => out.push_str(&format!(".variant {variant}")),
+            other => out.push_str(&format!(".{other}")),
+        }
+    }
+    out
 }
 
 /// Bits on the air of a packed distribution, V_eff(⌈log₂V⌉ + Q), as spin-core counts it.
@@ -622,6 +760,167 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("trailing")
+        );
+    }
+
+    /// One message of every variant (the fields' values matter only for their encoding's length).
+    fn every_message() -> (Vec<DeviceMsg>, Vec<ServerMsg>) {
+        let identity = Identity {
+            vocab: 512,
+            tokenizer: 7,
+            model: 9,
+        };
+        let q = PackedDist {
+            vocab: 512,
+            q_bits: 8,
+            count: 1,
+            bits: vec![1, 2, 3],
+        };
+        let device = vec![
+            DeviceMsg::Hello {
+                magic: MAGIC,
+                version: PROTOCOL_VERSION,
+                identity,
+                resume: Some(Resume {
+                    session: 3,
+                    secret: [5; SECRET_BYTES],
+                }),
+                prompt: vec![1, 2, 300],
+                distance_m: Some(20.0),
+                token: b"abc".to_vec(),
+            },
+            DeviceMsg::Draft {
+                round: 4,
+                tokens: vec![1, 2],
+                probs: vec![0.5, 0.25],
+                dists: vec![q.clone()],
+                draft_s: 0.01,
+            },
+            DeviceMsg::Upload {
+                round: 4,
+                q: q.clone(),
+            },
+            DeviceMsg::Corrected { round: 4, token: 9 },
+            DeviceMsg::Bye,
+        ];
+        let server = vec![
+            ServerMsg::Welcome {
+                version: PROTOCOL_VERSION,
+                session: 3,
+                secret: [5; SECRET_BYTES],
+                device: 0,
+                identity,
+                committed: vec![1, 2, 3],
+                prompt_len: 2,
+                params: SessionParams {
+                    temperature: 0.0,
+                    exchange: Exchange::Planned,
+                    v_eff: 64,
+                    q_bits: 8,
+                    seed: 1,
+                    max_new_tokens: 8,
+                },
+            },
+            ServerMsg::Plan {
+                round: 1,
+                draft_len: 4,
+                uplink_share_hz: 1e5,
+                sends_distributions: true,
+            },
+            ServerMsg::Verdict {
+                round: 1,
+                accepted: 2,
+                next: Next::Residual { p: q },
+            },
+            ServerMsg::Dropped { round: 1 },
+            ServerMsg::Error {
+                code: ErrorCode::Full,
+                message: "full".into(),
+            },
+            ServerMsg::Shutdown { reason: "bye".into() },
+        ];
+        (device, server)
+    }
+
+    /// The names a decode error gives are those of the types: every variant's index and fields, read from the
+    /// self-describing JSON encoding of one message of each (fields in declaration order, which is wire order).
+    #[test]
+    fn the_names_in_decode_errors_are_the_messages_own() {
+        fn check<T: Serialize + Message>(msgs: &[T]) {
+            assert_eq!(msgs.len(), T::VARIANTS.len());
+            for (i, m) in msgs.iter().enumerate() {
+                assert_eq!(m.kind(), T::VARIANTS[i]);
+                assert_eq!(encode(m).unwrap()[0] as usize, i, "{}", T::VARIANTS[i]);
+                let json = serde_json::to_string(m).unwrap();
+                let fields: Vec<String> = match serde_json::from_str::<serde_json::Value>(&json).unwrap() {
+                    serde_json::Value::String(unit) => {
+                        assert_eq!(unit, T::VARIANTS[i]);
+                        Vec::new()
+                    }
+                    v => {
+                        let (name, body) = v.as_object().unwrap().iter().next().unwrap();
+                        assert_eq!(name, T::VARIANTS[i]);
+                        let mut keys: Vec<(usize, String)> = body
+                            .as_object()
+                            .unwrap()
+                            .keys()
+                            .map(|k| (json.find(&format!("\"{k}\":")).unwrap(), k.clone()))
+                            .collect();
+                        keys.sort();
+                        keys.into_iter().map(|(_, k)| k).collect()
+                    }
+                };
+                assert_eq!(fields, T::FIELDS[i], "{}", T::VARIANTS[i]);
+            }
+        }
+        let (device, server) = every_message();
+        check(&device);
+        check(&server);
+    }
+
+    /// A body cut anywhere never decodes and its error names the message type, the variant, the field it stopped in
+    /// and the body's length; an unknown variant is named by number.
+    #[test]
+    fn decode_errors_name_the_message_the_field_and_the_length() {
+        let (device, server) = every_message();
+        for m in &device {
+            let body = encode(m).unwrap();
+            for cut in 1..body.len() {
+                let e = decode::<DeviceMsg>(&body[..cut]).unwrap_err().to_string();
+                let at = format!("frame: DeviceMsg::{}.", m.kind());
+                assert!(e.starts_with(&at), "{e}");
+                assert!(e.ends_with(&format!("(a {cut}-byte body)")), "{e}");
+            }
+        }
+        for m in &server {
+            let body = encode(m).unwrap();
+            let e = decode::<ServerMsg>(&body[..body.len() - 1])
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("frame: ServerMsg::{}", m.kind())), "{e}");
+        }
+        let draft = encode(&device[1]).unwrap();
+        // Variant, round, two tokens, two probabilities of 4 bytes: cut inside the second probability.
+        let e = decode::<DeviceMsg>(&draft[..1 + 1 + 3 + 1 + 6])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("frame: DeviceMsg::Draft.probs[1]: "), "{e}");
+        let e = decode::<DeviceMsg>(&[9, 0]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "frame: DeviceMsg: variant 9 does not exist (known: 0..=4) (a 2-byte body)"
+        );
+        assert!(
+            decode::<DeviceMsg>(&[])
+                .unwrap_err()
+                .to_string()
+                .starts_with("frame: DeviceMsg: ")
+        );
+        let mut long = encode(&DeviceMsg::Bye).unwrap();
+        long.push(0);
+        assert_eq!(
+            decode::<DeviceMsg>(&long).unwrap_err().to_string(),
+            "frame: DeviceMsg::Bye: 1 trailing bytes after the message (a 2-byte body)"
         );
     }
 

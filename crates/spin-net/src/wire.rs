@@ -3,7 +3,7 @@
 //! devices.
 
 use crate::error::{NetError, Result};
-use crate::proto::{decode, encode};
+use crate::proto::{Message, decode, encode};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use serde::Serialize;
@@ -159,7 +159,10 @@ pub async fn recv_frame(conn: &mut Conn, max_frame_bytes: usize) -> Result<Optio
 }
 
 /// Receives and decodes one message; a clean close is [`NetError::Closed`].
-pub async fn recv<T: DeserializeOwned>(conn: &mut Conn, max_frame_bytes: usize) -> Result<(T, usize)> {
+pub async fn recv<T: DeserializeOwned + Message>(
+    conn: &mut Conn,
+    max_frame_bytes: usize,
+) -> Result<(T, usize)> {
     let body = recv_frame(conn, max_frame_bytes).await?.ok_or(NetError::Closed)?;
     Ok((decode(&body)?, body.len()))
 }
