@@ -871,3 +871,38 @@ fn unified_scenarios_take_unit_pairs() {
         "bandwidth_hz, bandwidth_mhz: give exactly one",
     );
 }
+
+/// A listener on 127.0.0.1 whose connections get `reply` (raw bytes) once the device's first bytes arrived, and
+/// are then held open for 20 s.
+fn fake_server(reply: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let reply = reply.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(&reply);
+                std::thread::sleep(std::time::Duration::from_secs(20));
+            });
+        }
+    });
+    addr
+}
+
+/// A hostile server's `Error` text reaches the terminal escaped: no escape sequence, no second line.
+#[test]
+fn a_device_prints_a_hostile_servers_error_escaped_on_one_line() {
+    let body = spin_net::proto::encode(&spin_net::proto::ServerMsg::Error {
+        code: spin_net::proto::ErrorCode::Protocol,
+        message: "\u{1b}[2J\u{1b}[31mowned\nsecond line".into(),
+    })
+    .unwrap();
+    let addr = fake_server(spin_net::wire::frame_bytes(&body));
+    let out = multispin(&["device", "--connect", &addr]);
+    let err = stderr(&out);
+    assert_input_error(&out, r"\u{1b}[2J\u{1b}[31mowned\nsecond line");
+    assert!(!err.trim_end().chars().any(char::is_control), "{err:?}");
+}

@@ -3,7 +3,9 @@
 //! resume its session after a disconnect and continues from the text the server committed.
 
 use crate::error::{NetError, Result};
-use crate::proto::{self, DeviceMsg, ErrorCode, Identity, MAGIC, Next, PROTOCOL_VERSION, Resume, ServerMsg};
+use crate::proto::{
+    self, DeviceMsg, ErrorCode, Identity, MAGIC, Message, Next, PROTOCOL_VERSION, Resume, ServerMsg,
+};
 use crate::tls::ClientTls;
 use crate::wire::{Conn, Stream, framed_stream, recv, send};
 use spin_runtime::Model;
@@ -186,12 +188,16 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) ->
     })
 }
 
-/// Turns a non-welcome reply into the error it carries.
+/// Turns a non-welcome reply into the error it carries. The server's text is kept [`proto::printable`] (escaped,
+/// bounded): a hostile server must not reach the device's terminal with escape sequences or megabytes of text.
 fn refused(msg: ServerMsg) -> NetError {
     match msg {
-        ServerMsg::Error { code, message } => NetError::Refused { code, message },
-        ServerMsg::Shutdown { reason } => NetError::Shutdown(reason),
-        other => NetError::Protocol(format!("expected Welcome, got {other:?}")),
+        ServerMsg::Error { code, message } => NetError::Refused {
+            code,
+            message: proto::printable(&message),
+        },
+        ServerMsg::Shutdown { reason } => NetError::Shutdown(proto::printable(&reason)),
+        other => NetError::Protocol(format!("expected Welcome, got {}", other.kind())),
     }
 }
 
@@ -339,8 +345,7 @@ pub async fn run_device_with_ready(
                 j.drafter.discard()?;
                 Ok(())
             }
-            ServerMsg::Shutdown { reason } => return Err(NetError::Shutdown(reason)),
-            ServerMsg::Error { code, message } => return Err(NetError::Refused { code, message }),
+            m @ (ServerMsg::Shutdown { .. } | ServerMsg::Error { .. }) => return Err(refused(m)),
             ServerMsg::Welcome { .. } => return Err(NetError::Protocol("Welcome sent twice".into())),
         };
         match answered {

@@ -367,6 +367,38 @@ impl Message for ServerMsg {
     }
 }
 
+/// The most characters of a peer's free text (an `Error` message, a `Shutdown` reason) kept by [`printable`].
+pub const MAX_PEER_TEXT_CHARS: usize = 512;
+
+/// A peer's free text made safe to print on a terminal or in a log line: control characters (escape sequences,
+/// newlines, carriage returns) and the invisible characters that reorder or hide text (bidirectional overrides and
+/// isolates, zero-width characters, the byte order mark) are escaped as Rust writes them (`\u{1b}`, `\n`);
+/// ordinary Unicode is kept. Past [`MAX_PEER_TEXT_CHARS`] characters the text is cut, saying how many bytes were
+/// left out.
+pub fn printable(text: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    };
+    let mut out = String::new();
+    let mut chars = 0usize;
+    for (at, c) in text.char_indices() {
+        let piece: String = if hidden(c) {
+            c.escape_default().collect()
+        } else {
+            c.to_string()
+        };
+        let n = piece.chars().count();
+        if chars + n > MAX_PEER_TEXT_CHARS {
+            out.push_str(&format!("… ({} more bytes)", text.len() - at));
+            break;
+        }
+        out.push_str(&piece);
+        chars += n;
+    }
+    out
+}
+
 /// Encodes a message body (postcard).
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, NetError> {
     postcard::to_stdvec(msg).map_err(|e| NetError::Encode(e.to_string()))
@@ -921,6 +953,26 @@ mod tests {
         assert_eq!(
             decode::<DeviceMsg>(&long).unwrap_err().to_string(),
             "frame: DeviceMsg::Bye: 1 trailing bytes after the message (a 2-byte body)"
+        );
+    }
+
+    #[test]
+    fn peer_text_is_escaped_and_bounded() {
+        assert_eq!(printable("plain text, é ü 漢字 ✓"), "plain text, é ü 漢字 ✓");
+        assert_eq!(
+            printable("\u{1b}[31mred\nnext\r\u{7}\u{202e}txt.exe\u{200b}"),
+            "\\u{1b}[31mred\\nnext\\r\\u{7}\\u{202e}txt.exe\\u{200b}"
+        );
+        let long = "é".repeat(MAX_PEER_TEXT_CHARS + 10);
+        let p = printable(&long);
+        assert!(p.starts_with(&"é".repeat(MAX_PEER_TEXT_CHARS)), "{p}");
+        assert!(p.ends_with("… (20 more bytes)"), "{p}");
+        // An escape is not cut in the middle: it goes whole or not at all.
+        let p = printable(&format!("{}\u{1b}", "x".repeat(MAX_PEER_TEXT_CHARS - 2)));
+        assert!(p.ends_with("x… (1 more bytes)"), "{p}");
+        assert_eq!(
+            printable(&"x".repeat(MAX_PEER_TEXT_CHARS)).len(),
+            MAX_PEER_TEXT_CHARS
         );
     }
 

@@ -658,3 +658,75 @@ fn tls_with_admission_tokens_serves_devices_and_refuses_the_rest() {
     let want = generate_plain(&target, &[1, 5, 9], &greedy, 12, None, 0).unwrap();
     assert_eq!(rep.generated(), want.as_slice());
 }
+
+/// A server that answers the `Hello` with `reply` (encoded as given), then holds the connection.
+async fn answering_server(reply: ServerMsg) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let mut conn = framed(s, proto::MAX_FRAME_BYTES);
+        let _ = recv::<DeviceMsg>(&mut conn, proto::MAX_FRAME_BYTES).await;
+        send(&mut conn, &reply).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    addr
+}
+
+/// A hostile server's text reaches the device escaped and bounded: no control character (an ANSI sequence, a
+/// newline) survives, ordinary Unicode does, 100 kB are cut to `proto::MAX_PEER_TEXT_CHARS`; a message out of
+/// place is named by its kind, not printed whole.
+#[test]
+fn a_hostile_servers_text_reaches_the_device_escaped_and_bounded() {
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let hostile = format!(
+            "\u{1b}[2J\u{1b}]0;owned\u{7}é ok\nsecond line\r{}",
+            "x".repeat(100_000)
+        );
+        let device = |addr: String| {
+            let mut cfg = DeviceConfig::new(addr, vec![1, 5, 9], identity(&drafter));
+            cfg.reconnect_for = Duration::ZERO;
+            run_device(drafter.clone(), cfg)
+        };
+        for reply in [
+            ServerMsg::Error {
+                code: ErrorCode::Protocol,
+                message: hostile.clone(),
+            },
+            ServerMsg::Shutdown {
+                reason: hostile.clone(),
+            },
+        ] {
+            let e = device(answering_server(reply).await).await.unwrap_err();
+            let text = e.to_string();
+            assert!(!text.chars().any(char::is_control), "{text:?}");
+            assert!(
+                text.contains(r"\u{1b}[2J\u{1b}]0;owned\u{7}é ok\nsecond line\r"),
+                "{text:?}"
+            );
+            assert!(text.contains("more bytes)"), "{text:?}");
+            assert!(
+                text.chars().count() < proto::MAX_PEER_TEXT_CHARS + 100,
+                "{}",
+                text.len()
+            );
+        }
+        let plan = ServerMsg::Verdict {
+            round: 0,
+            accepted: 0,
+            next: Next::Residual {
+                p: proto::PackedDist {
+                    vocab: 7,
+                    q_bits: 8,
+                    count: 1,
+                    bits: vec![0xaa; 500_000],
+                },
+            },
+        };
+        let e = device(answering_server(plan).await).await.unwrap_err();
+        assert_eq!(e.to_string(), "protocol: expected Welcome, got Verdict");
+    }))
+    .unwrap();
+}
