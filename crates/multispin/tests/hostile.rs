@@ -906,3 +906,46 @@ fn a_device_prints_a_hostile_servers_error_escaped_on_one_line() {
     assert_input_error(&out, r"\u{1b}[2J\u{1b}[31mowned\nsecond line");
     assert!(!err.trim_end().chars().any(char::is_control), "{err:?}");
 }
+
+/// `serve` says on stderr, one line each, whom it refused and why (here a frame of no known message).
+#[test]
+fn serve_says_on_stderr_whom_it_refused_and_why() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut server = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--handshake-timeout-s", "0.5"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = server.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(60);
+    let first = rx.recv_timeout(wait).unwrap();
+    let addr = first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .to_owned();
+    let mut peer = std::net::TcpStream::connect(&addr).unwrap();
+    let me = peer.local_addr().unwrap();
+    peer.write_all(&[0, 0, 0, 2, 9, 0]).unwrap();
+    let want = format!("refused {me}: frame: DeviceMsg: variant 9 does not exist");
+    let mut seen = Vec::new();
+    let found = loop {
+        match rx.recv_timeout(wait) {
+            Ok(line) if line.starts_with(&want) => break true,
+            Ok(line) => seen.push(line),
+            Err(_) => break false,
+        }
+    };
+    // The server was started by this test; it is stopped by its own handle.
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(found, "no {want:?} in {seen:#?}");
+}

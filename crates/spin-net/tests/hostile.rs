@@ -730,3 +730,83 @@ fn a_hostile_servers_text_reaches_the_device_escaped_and_bounded() {
     }))
     .unwrap();
 }
+
+/// Every refused connection is one operator notice naming the peer's address and port and the reason (a wrong
+/// token, a frame that does not decode, a handshake timeout, a full server), and never the token.
+#[test]
+fn refused_connections_are_one_notice_each_naming_the_peer() {
+    let target = tiny(1, 2);
+    let vocab = identity(&target).vocab;
+    let rt = runtime();
+    let notices: Arc<Mutex<Vec<String>>> = Default::default();
+    let peers = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.device_tokens = vec![b"device-token-0123456789".to_vec()];
+            cfg.handshake_timeout = Duration::from_millis(300);
+            cfg.max_connections_per_addr = 1;
+            cfg.stop_when_done = false;
+            let (tx, rx) = watch::channel(false);
+            let n = notices.clone();
+            let server = Server::bind("127.0.0.1:0", target.clone(), cfg)
+                .await
+                .unwrap()
+                .with_notices(move |t| n.lock().unwrap().push(t.to_string()));
+            let addr = server.local_addr().unwrap().to_string();
+            let serving = tokio::spawn(server.run(rx, |_| {}));
+            // A wrong token.
+            let s = connect_from([127, 0, 0, 2], &addr).await.unwrap();
+            let wrong = s.local_addr().unwrap();
+            let mut c = framed(s, proto::MAX_FRAME_BYTES);
+            let mut h = hello(vocab, None);
+            if let DeviceMsg::Hello { token, .. } = &mut h {
+                *token = b"a-wrong-token-0123456789".to_vec();
+            }
+            send(&mut c, &h).await.unwrap();
+            assert!(matches!(next(&mut c).await, ServerMsg::Error { .. }));
+            // A frame that does not decode: variant 0 (Hello) cut after its magic.
+            let mut g = connect_from([127, 0, 0, 3], &addr).await.unwrap();
+            let garbage = g.local_addr().unwrap();
+            g.write_all(&[0, 0, 0, 5, 0, b'M', b'S', b'P', b'N'])
+                .await
+                .unwrap();
+            // Silent past the handshake timeout.
+            let silent_conn = connect_from([127, 0, 0, 4], &addr).await.unwrap();
+            let silent = silent_conn.local_addr().unwrap();
+            // One connection more than the per-address limit.
+            let held = connect_from([127, 0, 0, 5], &addr).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let extra = connect_from([127, 0, 0, 5], &addr).await.unwrap();
+            let full = extra.local_addr().unwrap();
+            let mut sink = Vec::new();
+            let _ = timeout(Duration::from_secs(5), g.read_to_end(&mut sink)).await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            drop((c, silent_conn, held, extra));
+            let _ = tx.send(true);
+            serving.await.unwrap().unwrap();
+            [wrong, garbage, silent, full]
+        }))
+        .unwrap();
+    let notices = notices.lock().unwrap();
+    let line = |peer: SocketAddr| {
+        let at = format!("refused {peer}: ");
+        let lines: Vec<&String> = notices.iter().filter(|l| l.starts_with(&at)).collect();
+        assert_eq!(lines.len(), 1, "{peer}: {notices:#?}");
+        lines[0].clone()
+    };
+    assert!(line(peers[0]).contains("unauthorized"), "{notices:#?}");
+    let g = line(peers[1]);
+    assert!(
+        g.contains("frame: DeviceMsg::Hello.") && g.contains("(a 5-byte body)"),
+        "{g}"
+    );
+    assert!(
+        line(peers[2]).contains("handshake: no Hello within 0.3 s"),
+        "{notices:#?}"
+    );
+    assert!(line(peers[3]).contains("full:"), "{notices:#?}");
+    assert!(
+        notices.iter().all(|l| !l.contains("token-0123456789")),
+        "{notices:#?}"
+    );
+}

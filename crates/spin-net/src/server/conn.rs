@@ -27,6 +27,8 @@ pub(super) struct ConnHandle {
     pub(super) id: u64,
     /// The peer's address (admission limits are per IP address).
     pub(super) addr: IpAddr,
+    /// The peer's address and port (named when its connection is refused).
+    pub(super) peer: SocketAddr,
     pub(super) tx: mpsc::UnboundedSender<Outgoing>,
 }
 
@@ -143,6 +145,7 @@ pub(super) async fn accept_loop(
     listener: TcpListener,
     ev_tx: mpsc::UnboundedSender<Event>,
     limits: ConnLimits,
+    notices: Notices,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut next_id = 0u64;
@@ -157,12 +160,21 @@ pub(super) async fn accept_loop(
                     match ConnSlot::take(&open, peer.ip(), &limits) {
                         Ok(slot) => {
                             next_id += 1;
-                            conns.spawn(connection(stream, peer.ip(), next_id, ev_tx.clone(), limits.clone(), slot));
+                            conns.spawn(connection(
+                                stream,
+                                peer,
+                                next_id,
+                                ev_tx.clone(),
+                                limits.clone(),
+                                notices.clone(),
+                                slot,
+                            ));
                         }
                         Err(why) => {
                             // One non-blocking write of the refusal, then close: a flood costs no task. Over TLS
                             // the connection is closed unanswered (an answer would need a handshake).
                             let e = NetError::Full(why);
+                            notices.refused(peer, &e);
                             if limits.tls.is_none()
                                 && let Ok(body) = proto::encode(&ServerMsg::Error { code: e.code(), message: e.to_string() })
                             {
@@ -193,16 +205,18 @@ pub(super) async fn accept_loop(
         while conns.join_next().await.is_some() {}
     })
     .await;
+    notices.flush_refusals();
 }
 
 /// One connection: decode frames into events; refuse and close on anything malformed, on a handshake that does not
-/// complete within the timeout, and after `Bye`.
+/// complete within the timeout, and after `Bye`. Every refusal is one operator notice naming `peer`.
 pub(super) async fn connection(
     stream: tokio::net::TcpStream,
-    addr: IpAddr,
+    peer: SocketAddr,
     conn_id: u64,
     events: mpsc::UnboundedSender<Event>,
     limits: ConnLimits,
+    notices: Notices,
     slot: ConnSlot,
 ) {
     let max_frame = limits.max_frame;
@@ -214,10 +228,19 @@ pub(super) async fn connection(
         Some(tls) => match tokio::time::timeout_at(handshake_by.into(), tls.accept(stream)).await {
             Ok(Ok(s)) => Box::new(s),
             Ok(Err(e)) => {
-                tracing::debug!("tls: handshake with {addr} failed: {e}");
+                notices.refused(peer, &format!("tls: handshake failed: {e}"));
                 return;
             }
-            Err(_) => return,
+            Err(_) => {
+                notices.refused(
+                    peer,
+                    &format!(
+                        "handshake: no TLS handshake within {} s",
+                        limits.handshake_timeout.as_secs_f64()
+                    ),
+                );
+                return;
+            }
         },
     };
     let (mut sink, mut frames) = framed_stream(stream, max_frame).split();
@@ -231,6 +254,7 @@ pub(super) async fn connection(
         let _ = sink.close().await;
     });
     let refuse = |tx: &mpsc::UnboundedSender<Outgoing>, e: &NetError| {
+        notices.refused(peer, e);
         push(
             tx,
             &ServerMsg::Error {
@@ -278,7 +302,8 @@ pub(super) async fn connection(
                 let (rtx, rrx) = oneshot::channel();
                 let conn = ConnHandle {
                     id: conn_id,
-                    addr,
+                    addr: peer.ip(),
+                    peer,
                     tx: tx.clone(),
                 };
                 if events

@@ -7,12 +7,14 @@
 //! the engine and every other device go on.
 //!
 //! The layers: [`config`](ServerConfig) (settings and their checks), `conn` (listener, admission limits, the
-//! connection task with its TLS and handshake timeout), `session` (session table, credentials, the `Hello`
+//! connection task with its TLS and handshake timeout), `notice` (the operator's notices, one line per refused
+//! connection among them), `session` (session table, credentials, the `Hello`
 //! handshake, resume window), `round` (the round's phases over a typed `RoundState`), `trace` (the JSON trace); this
 //! module holds the engine's loop and the helpers the layers share.
 
 mod config;
 mod conn;
+mod notice;
 mod round;
 mod session;
 mod trace;
@@ -20,6 +22,8 @@ mod trace;
 pub use config::{Clock, Compute, DEFAULT_MAX_DEVICES, MAX_SERVED_DRAFT_LEN, ServerConfig};
 pub use conn::accept_backoff;
 use conn::*;
+pub use notice::REFUSAL_LINES_PER_S;
+use notice::*;
 pub use round::has_mass;
 use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};
@@ -90,7 +94,8 @@ impl Server {
     }
 
     /// Sends the server's operator notices (whom it waits for before the first round, every
-    /// `ServerConfig::notice_every`) to `f` instead of the `tracing` log.
+    /// `ServerConfig::notice_every`; one line per refused connection naming the peer and the reason, at most
+    /// [`REFUSAL_LINES_PER_S`] a second) to `f` instead of the `tracing` log.
     pub fn with_notices(mut self, f: impl FnMut(&str) + Send + 'static) -> Self {
         self.notice = Some(Box::new(f));
         self
@@ -118,7 +123,8 @@ impl Server {
             max_per_addr: self.cfg.max_connections_per_addr,
             tls: self.cfg.tls.clone(),
         };
-        let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, stop_rx));
+        let notices = Notices::new(self.notice);
+        let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, notices.clone(), stop_rx));
         let params = sampling(self.cfg.temperature)?;
         let greedy_payload = params.top_k() == Some(1) && self.cfg.greedy_payload;
         let mut verifier = Verifier::new(
@@ -139,13 +145,8 @@ impl Server {
             })?,
             Compute::Profile { .. } => Vec::new(),
         });
-        let mut notice = self.notice;
         if let Some(m) = verify_fit.model() {
-            let text = calibration_notice(&m, verify_fit.passes());
-            match notice.as_mut() {
-                Some(n) => n(&text),
-                None => tracing::info!("{text}"),
-            }
+            notices.say(&calibration_notice(&m, verify_fit.passes()));
         }
         let mut engine = Engine {
             verifier,
@@ -165,7 +166,7 @@ impl Server {
             traces_tokens: 0,
             sums: [0.0; 4],
             predicted: Vec::new(),
-            notice,
+            notices,
             expired: 0,
         };
         let result = engine.run(on_round).await;
@@ -198,7 +199,7 @@ struct Engine {
     /// Σ draft+up, Σ draft, Σ verify, Σ correction.
     sums: [f64; 4],
     predicted: Vec<f64>,
-    notice: Option<Notice>,
+    notices: Notices,
     /// Sessions released at the end of their resume window without finishing.
     expired: usize,
 }
@@ -252,6 +253,7 @@ impl Engine {
     /// Refuses device `k`'s current connection (protocol violation) and detaches it; the session may resume.
     fn refuse(&mut self, k: usize, e: &NetError) {
         if let Some(c) = self.detach(k) {
+            self.notices.refused(c.peer, e);
             push(
                 &c.tx,
                 &ServerMsg::Error {

@@ -133,10 +133,7 @@ impl Engine {
 
     /// An operator notice: to the callback when one was given, else to the log.
     pub(super) fn notify(&mut self, text: &str) {
-        match self.notice.as_mut() {
-            Some(f) => f(text),
-            None => tracing::info!("{text}"),
-        }
+        self.notices.say(text);
     }
 
     /// Whom the server waits for before its first round.

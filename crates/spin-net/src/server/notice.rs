@@ -1,0 +1,113 @@
+//! The operator's notices: whom the server waits for, the calibration, and one line per refused connection naming
+//! the peer's address and the reason; to the callback given to [`Server::with_notices`], else the `tracing` log.
+//! Refusal lines are rate-limited, so that a flood of refused peers costs a count rather than a line each.
+
+use super::*;
+
+/// Refusal lines said per second at most; the refusals beyond are counted, and the count is said with the first
+/// refusal of a later second (or when the server stops).
+pub const REFUSAL_LINES_PER_S: u32 = 20;
+
+/// The notice sink, shared by the engine and the connection tasks.
+#[derive(Clone)]
+pub(super) struct Notices {
+    sink: Arc<Mutex<Option<Notice>>>,
+    refusals: Arc<Mutex<RefusalWindow>>,
+}
+
+/// The refusal lines said in the current one-second window, and the refusals left unsaid.
+struct RefusalWindow {
+    start: Instant,
+    said: u32,
+    unsaid: u64,
+}
+
+impl Notices {
+    /// Notices to `sink` (None: the `tracing` log).
+    pub(super) fn new(sink: Option<Notice>) -> Self {
+        Notices {
+            sink: Arc::new(Mutex::new(sink)),
+            refusals: Arc::new(Mutex::new(RefusalWindow {
+                start: Instant::now(),
+                said: 0,
+                unsaid: 0,
+            })),
+        }
+    }
+
+    /// Says `text`.
+    pub(super) fn say(&self, text: &str) {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        match sink.as_mut() {
+            Some(f) => f(text),
+            None => tracing::info!("{text}"),
+        }
+    }
+
+    /// One line for a connection from `peer` refused for `why` (a [`NetError`]'s text never holds a token or a
+    /// secret): `refused 127.0.0.1:51234: unauthorized: Hello.token is not one of this server's tokens`.
+    pub(super) fn refused(&self, peer: SocketAddr, why: &dyn std::fmt::Display) {
+        let (earlier, say) = {
+            let mut w = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            let mut earlier = None;
+            if w.start.elapsed() >= Duration::from_secs(1) {
+                earlier = Some(std::mem::take(&mut w.unsaid)).filter(|&n| n > 0);
+                w.start = Instant::now();
+                w.said = 0;
+            }
+            let say = w.said < REFUSAL_LINES_PER_S;
+            if say {
+                w.said += 1;
+            } else {
+                w.unsaid += 1;
+            }
+            (earlier, say)
+        };
+        if let Some(n) = earlier {
+            self.say(&unsaid_line(n));
+        }
+        if say {
+            self.say(&format!("refused {peer}: {why}"));
+        }
+    }
+
+    /// Says how many refusals went unsaid, if any (when the server stops).
+    pub(super) fn flush_refusals(&self) {
+        let n = std::mem::take(&mut self.refusals.lock().unwrap_or_else(|p| p.into_inner()).unsaid);
+        if n > 0 {
+            self.say(&unsaid_line(n));
+        }
+    }
+}
+
+fn unsaid_line(n: u64) -> String {
+    format!(
+        "refused {n} more connection(s), not listed (at most {REFUSAL_LINES_PER_S} refusals are listed a second)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_refusals_is_listed_up_to_the_rate_then_counted() {
+        let lines: Arc<Mutex<Vec<String>>> = Default::default();
+        let l = lines.clone();
+        let n = Notices::new(Some(Box::new(move |t: &str| {
+            l.lock().unwrap().push(t.to_string())
+        })));
+        let peer: SocketAddr = "127.0.0.9:4000".parse().unwrap();
+        for _ in 0..REFUSAL_LINES_PER_S + 7 {
+            n.refused(peer, &"full: 3 open connections");
+        }
+        n.flush_refusals();
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), REFUSAL_LINES_PER_S as usize + 1, "{lines:?}");
+        assert_eq!(lines[0], "refused 127.0.0.9:4000: full: 3 open connections");
+        assert!(
+            lines.last().unwrap().starts_with("refused 7 more connection(s)"),
+            "{lines:?}"
+        );
+    }
+}
