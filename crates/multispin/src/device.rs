@@ -1,7 +1,7 @@
 //! `multispin device`: one edge device as its own process, drafting for a `multispin serve` server.
 
 use crate::failure::Failure;
-use crate::simulate::{Embedded, encode, identity, load, load_tokenizer};
+use crate::simulate::{Embedded, encode, identity, load, load_tokenizer, seconds};
 use clap::Args;
 use spin_net::NetError;
 use spin_net::blocking::device_blocking;
@@ -51,6 +51,10 @@ pub struct DeviceArgs {
     /// Seconds a device whose connection was cut keeps reconnecting to resume its session (0: it does not).
     #[arg(long, default_value_t = 30.0)]
     pub reconnect_s: f64,
+    /// Seconds one handshake may take, from connecting to the server's Welcome (TLS included); a server that
+    /// accepts the connection and says nothing is given up on then.
+    #[arg(long, default_value_t = 30.0)]
+    pub handshake_timeout_s: f64,
 }
 
 /// Runs `multispin device`: prints the generated text on stdout.
@@ -67,6 +71,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
             "distance_m: {d} is not a finite number > 0"
         )));
     }
+    let handshake_timeout = seconds("handshake_timeout_s", args.handshake_timeout_s)?;
     let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
     let drafter = match args.draft_format.for_draft(&drafter) {
         None => drafter,
@@ -117,6 +122,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
             args.reconnect_s
         ))
     })?;
+    cfg.handshake_timeout = handshake_timeout;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {
         Ok(r) => {

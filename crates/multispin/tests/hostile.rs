@@ -892,6 +892,31 @@ fn fake_server(reply: Vec<u8>) -> String {
     addr
 }
 
+/// `device` against a server that accepts and never answers gives up after `--handshake-timeout-s` (exit 1, one
+/// line naming the address and what it waited for); a timeout of 0 is refused naming the flag.
+#[test]
+fn a_device_gives_up_on_a_silent_server_naming_the_address() {
+    let addr = fake_server(Vec::new());
+    let start = std::time::Instant::now();
+    let out = multispin(&["device", "--connect", &addr, "--handshake-timeout-s", "0.3"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    assert!(
+        err.contains(&format!(
+            "{addr} accepted the connection but sent no Welcome within 0.3 s"
+        )),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    let out = multispin(&["device", "--connect", &addr, "--handshake-timeout-s", "0"]);
+    assert_input_error(&out, "handshake_timeout_s:");
+}
+
 /// A hostile server's `Error` text reaches the terminal escaped: no escape sequence, no second line.
 #[test]
 fn a_device_prints_a_hostile_servers_error_escaped_on_one_line() {

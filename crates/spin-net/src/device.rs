@@ -15,6 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
+/// The default [`DeviceConfig::handshake_timeout`]: generous, as the server answers a `Hello` between the passes of
+/// its target (and, measuring compute, only after timing it at start-up), yet bounded, so that a server that
+/// accepts the connection and says nothing cannot hold a device for ever.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Settings of a device.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
@@ -28,6 +33,9 @@ pub struct DeviceConfig {
     pub distance_m: Option<f64>,
     /// Largest frame body.
     pub max_frame_bytes: usize,
+    /// How long one handshake may take, from connecting to the `Welcome` (TLS and `Hello` included); past it the
+    /// attempt fails with [`NetError::Timeout`] naming the step it waited for. Must be longer than 0.
+    pub handshake_timeout: Duration,
     /// Test hook: extra wall delay before each draft is sent (a straggler).
     pub delay: Option<Duration>,
     /// Test hook: drop the connection right after sending the draft of this round, then resume.
@@ -58,6 +66,7 @@ impl DeviceConfig {
             identity,
             distance_m: None,
             max_frame_bytes: proto::MAX_FRAME_BYTES,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             delay: None,
             disconnect_at_round: None,
             reconnect_for: Duration::from_secs(30),
@@ -103,8 +112,9 @@ struct Joined {
     max_new: usize,
 }
 
-async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) -> Result<Joined> {
-    let stream = match cfg.local_addr {
+/// The TCP connection to the server (from `cfg.local_addr` when given).
+async fn connect(cfg: &DeviceConfig) -> Result<TcpStream> {
+    Ok(match cfg.local_addr {
         None => TcpStream::connect(&cfg.addr).await?,
         Some(ip) => {
             let peer = tokio::net::lookup_host(&cfg.addr)
@@ -119,27 +129,59 @@ async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) ->
             socket.bind(std::net::SocketAddr::new(ip, 0))?;
             socket.connect(peer).await?
         }
-    };
+    })
+}
+
+/// `step` of the handshake, failing with [`NetError::Timeout`] (`waiting`: what did not happen) once `by` passed.
+async fn in_time<T>(
+    cfg: &DeviceConfig,
+    by: tokio::time::Instant,
+    waiting: &'static str,
+    step: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout_at(by, step)
+        .await
+        .map_err(|_| NetError::Timeout {
+            addr: cfg.addr.clone(),
+            waiting,
+            after: cfg.handshake_timeout,
+        })?
+}
+
+async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) -> Result<Joined> {
+    // One deadline for the whole handshake: a server that trickles its answer is cut like a silent one.
+    let by = tokio::time::Instant::now()
+        .checked_add(cfg.handshake_timeout)
+        .ok_or_else(|| NetError::invalid("handshake_timeout", "is too long to be a deadline"))?;
+    let stream = in_time(cfg, by, "did not accept the TCP connection", connect(cfg)).await?;
     let _ = stream.set_nodelay(true);
     let stream: Box<dyn Stream> = match &cfg.tls {
         None => Box::new(stream),
-        Some(tls) => Box::new(tls.connect(stream).await?),
+        Some(tls) => Box::new(
+            in_time(cfg, by, "did not complete the TLS handshake", async {
+                Ok(tls.connect(stream).await?)
+            })
+            .await?,
+        ),
     };
     let mut conn = framed_stream(stream, cfg.max_frame_bytes);
-    send(
-        &mut conn,
-        &DeviceMsg::Hello {
-            magic: MAGIC,
-            version: PROTOCOL_VERSION,
-            identity: cfg.identity,
-            resume,
-            prompt: cfg.prompt.clone(),
-            distance_m: cfg.distance_m,
-            token: cfg.token.clone(),
-        },
+    let hello = DeviceMsg::Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        identity: cfg.identity,
+        resume,
+        prompt: cfg.prompt.clone(),
+        distance_m: cfg.distance_m,
+        token: cfg.token.clone(),
+    };
+    in_time(cfg, by, "did not take the Hello", send(&mut conn, &hello)).await?;
+    let (msg, _) = in_time(
+        cfg,
+        by,
+        "accepted the connection but sent no Welcome",
+        recv::<ServerMsg>(&mut conn, cfg.max_frame_bytes),
     )
     .await?;
-    let (msg, _) = recv::<ServerMsg>(&mut conn, cfg.max_frame_bytes).await?;
     let ServerMsg::Welcome {
         version,
         session,
@@ -223,6 +265,9 @@ pub async fn run_device_with_ready(
                 model.output_vocab()
             ),
         ));
+    }
+    if cfg.handshake_timeout.is_zero() {
+        return Err(NetError::invalid("handshake_timeout", "must be longer than 0 s"));
     }
     let joined = join(&model, &cfg, None).await;
     if let Some(r) = ready {

@@ -72,6 +72,16 @@ pub enum NetError {
     /// A device's connection was cut and its session could not be resumed in time.
     #[error("connection: {0}")]
     Lost(String),
+    /// A step of the device's handshake (connecting, TLS, `Hello`, `Welcome`) did not complete within its timeout.
+    #[error("handshake: {addr} {waiting} within {} s", .after.as_secs_f64())]
+    Timeout {
+        /// The server's address.
+        addr: String,
+        /// What did not happen, e.g. "accepted the connection but sent no Welcome".
+        waiting: &'static str,
+        /// The timeout.
+        after: std::time::Duration,
+    },
     /// An argument or received field is out of its domain.
     #[error("{field}: {reason}")]
     Invalid {
@@ -121,10 +131,11 @@ impl NetError {
 
 impl NetError {
     /// Whether this is the connection failing under the session (reset, cut, closed without `Shutdown`, a frame
-    /// cut in the middle) rather than a refusal or the end of the run: a device then reconnects and resumes.
+    /// cut in the middle, a reconnection whose handshake timed out) rather than a refusal or the end of the run: a
+    /// device then reconnects and resumes.
     pub fn is_cut(&self) -> bool {
         match self {
-            NetError::Io(_) | NetError::Closed => true,
+            NetError::Io(_) | NetError::Closed | NetError::Timeout { .. } => true,
             NetError::Decode(m) => m.contains("truncated"),
             _ => false,
         }

@@ -659,6 +659,59 @@ fn tls_with_admission_tokens_serves_devices_and_refuses_the_rest() {
     assert_eq!(rep.generated(), want.as_slice());
 }
 
+/// A listener on 127.0.0.1 that accepts every connection, reads what comes and never answers; each connection is
+/// held until the listener task is dropped.
+async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = listener.accept().await {
+            held.push(tokio::spawn(async move {
+                let mut sink = [0u8; 1024];
+                while matches!(s.read(&mut sink).await, Ok(n) if n > 0) {}
+                std::future::pending::<()>().await;
+            }));
+        }
+    });
+    (addr, task)
+}
+
+/// A server that accepts the connection and says nothing cannot hold a device: its handshake times out, naming the
+/// address and the step it waited for (the `Welcome`; the TLS handshake over TLS), and a resume gives up too.
+#[test]
+fn a_device_gives_up_on_a_server_that_accepts_and_says_nothing() {
+    use spin_net::tls::{ClientTls, self_signed};
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let (addr, server) = silent_server().await;
+        let mut cfg = DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter));
+        cfg.handshake_timeout = Duration::from_millis(200);
+        let start = std::time::Instant::now();
+        let e = run_device(drafter.clone(), cfg.clone()).await.unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(matches!(e, spin_net::NetError::Timeout { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("handshake: {addr} accepted the connection but sent no Welcome within 0.2 s")
+        );
+        let (cert, _) = self_signed(&["localhost".into()]).unwrap();
+        cfg.tls = Some(ClientTls::from_pem(cert.as_bytes(), "localhost").unwrap());
+        let e = run_device(drafter.clone(), cfg.clone()).await.unwrap_err();
+        assert!(
+            e.to_string().contains("did not complete the TLS handshake"),
+            "{e}"
+        );
+        // A zero timeout is refused by name, before any connection.
+        cfg.handshake_timeout = Duration::ZERO;
+        let e = run_device(drafter.clone(), cfg).await.unwrap_err();
+        assert!(e.to_string().starts_with("handshake_timeout:"), "{e}");
+        server.abort();
+    }))
+    .unwrap();
+}
+
 /// A server that answers the `Hello` with `reply` (encoded as given), then holds the connection.
 async fn answering_server(reply: ServerMsg) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
