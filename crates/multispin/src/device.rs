@@ -1,6 +1,7 @@
 //! `multispin device`: one edge device as its own process, drafting for a `multispin serve` server.
 
 use crate::failure::Failure;
+use crate::serve::MAX_TOKEN_FILE_BYTES;
 use crate::simulate::{Embedded, encode, identity, load, load_tokenizer, seconds};
 use clap::Args;
 use spin_net::NetError;
@@ -72,6 +73,35 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         )));
     }
     let handshake_timeout = seconds("handshake_timeout_s", args.handshake_timeout_s)?;
+    // The small files first: a bad one is refused before the draft model loads.
+    let tls = match &args.tls_ca {
+        Some(ca) => {
+            let host = args
+                .connect
+                .rsplit_once(':')
+                .map_or(args.connect.as_str(), |(h, _)| h);
+            let name = args
+                .server_name
+                .as_deref()
+                .unwrap_or(host.trim_start_matches('[').trim_end_matches(']'));
+            Some(ClientTls::from_file(ca, name).map_err(Failure::input)?)
+        }
+        None => None,
+    };
+    let token = match &args.token_file {
+        Some(t) => {
+            let text = crate::scenario::read_text_limited(t, "token_file", MAX_TOKEN_FILE_BYTES)?;
+            let token = text.lines().next().unwrap_or("").trim();
+            if token.is_empty() {
+                return Err(Failure::Input(format!(
+                    "token_file: {} has an empty first line",
+                    t.display()
+                )));
+            }
+            token.as_bytes().to_vec()
+        }
+        None => Vec::new(),
+    };
     let drafter = load(args.draft.as_deref(), Embedded::Draft)?;
     let drafter = match args.draft_format.for_draft(&drafter) {
         None => drafter,
@@ -93,36 +123,15 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     );
     cfg.distance_m = args.distance_m;
     cfg.lookup = args.lookup.lookup()?;
-    if let Some(ca) = &args.tls_ca {
-        let host = args
-            .connect
-            .rsplit_once(':')
-            .map_or(args.connect.as_str(), |(h, _)| h);
-        let name = args
-            .server_name
-            .as_deref()
-            .unwrap_or(host.trim_start_matches('[').trim_end_matches(']'));
-        cfg.tls = Some(ClientTls::from_file(ca, name).map_err(Failure::input)?);
-    }
-    if let Some(t) = &args.token_file {
-        let text = std::fs::read_to_string(t)
-            .map_err(|e| Failure::Input(format!("token_file: {}: {e}", t.display())))?;
-        let token = text.lines().next().unwrap_or("").trim();
-        if token.is_empty() {
-            return Err(Failure::Input(format!(
-                "token_file: {} has an empty first line",
-                t.display()
-            )));
-        }
-        cfg.token = token.as_bytes().to_vec();
-    }
+    cfg.tls = tls;
+    cfg.token = token;
+    cfg.handshake_timeout = handshake_timeout;
     cfg.reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s).map_err(|_| {
         Failure::Input(format!(
             "reconnect_s: {} is not a number of seconds ≥ 0",
             args.reconnect_s
         ))
     })?;
-    cfg.handshake_timeout = handshake_timeout;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {
         Ok(r) => {

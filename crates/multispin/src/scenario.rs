@@ -27,12 +27,18 @@ pub fn load_expecting(path: &Path, expect: Option<Family>) -> Result<Loaded, Fai
 /// Reads a UTF-8 text file of at most [`MAX_SCENARIO_BYTES`] (checked before and while reading); errors name
 /// `what`.
 pub fn read_text(path: &Path, what: &str) -> Result<String, Failure> {
+    read_text_limited(path, what, MAX_SCENARIO_BYTES)
+}
+
+/// Reads a UTF-8 text file of at most `limit` bytes (checked before and while reading: `/dev/zero` or a pipe
+/// reports length 0); errors name `what`.
+pub fn read_text_limited(path: &Path, what: &str, limit: u64) -> Result<String, Failure> {
     let cannot = |e: std::io::Error| Failure::Input(format!("{what}: cannot read {}: {e}", path.display()));
     let file = std::fs::File::open(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     let too_large = || {
         Failure::Input(format!(
-            "{what}: {} is larger than the limit of {MAX_SCENARIO_BYTES} bytes",
+            "{what}: {} is larger than the limit of {limit} bytes",
             path.display()
         ))
     };
@@ -42,14 +48,12 @@ pub fn read_text(path: &Path, what: &str) -> Result<String, Failure> {
             path.display()
         )));
     }
-    if meta.len() > MAX_SCENARIO_BYTES {
+    if meta.len() > limit {
         return Err(too_large());
     }
     let mut bytes = Vec::new();
-    file.take(MAX_SCENARIO_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    if bytes.len() as u64 > MAX_SCENARIO_BYTES {
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > limit {
         return Err(too_large());
     }
     String::from_utf8(bytes)

@@ -65,11 +65,14 @@ pub struct ServeArgs {
     pub insecure: bool,
 }
 
+/// The largest `serve --tokens` or `device --token-file` read: 1 MiB (some 30,000 tokens), checked before and while
+/// reading.
+pub const MAX_TOKEN_FILE_BYTES: u64 = 1 << 20;
+
 /// The admission tokens of a `--tokens` file: one per line, blank lines and `#` comments skipped, each at least 16
 /// bytes (a short token is guessable).
 pub fn read_tokens(path: &Path) -> Result<Vec<Vec<u8>>, Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::Input(format!("tokens: {}: {e}", path.display())))?;
+    let text = crate::scenario::read_text_limited(path, "tokens", MAX_TOKEN_FILE_BYTES)?;
     let mut tokens = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
@@ -114,6 +117,15 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
+    // The small files first: a bad one is refused before the target loads.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key).map_err(Failure::input)?),
+        _ => None,
+    };
+    let device_tokens = match &args.tokens {
+        Some(t) => read_tokens(t)?,
+        None => Vec::new(),
+    };
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
     let tok = load_tokenizer(
         args.server.tokenizer.as_deref(),
@@ -130,12 +142,8 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     // `--devices N` started from one host must all get in before any of them drafts.
     cfg.max_pending = args.max_pending.max(args.devices);
     cfg.max_pending_per_addr = args.max_pending_per_addr.max(args.devices);
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        cfg.tls = Some(ServerTls::from_files(cert, key).map_err(Failure::input)?);
-    }
-    if let Some(t) = &args.tokens {
-        cfg.device_tokens = read_tokens(t)?;
-    }
+    cfg.tls = tls;
+    cfg.device_tokens = device_tokens;
     if !args.insecure && !loopback_only(&args.listen)? {
         let missing: Vec<&str> = [
             (cfg.tls.is_none(), "--tls-cert/--tls-key"),

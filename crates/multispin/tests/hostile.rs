@@ -872,6 +872,52 @@ fn unified_scenarios_take_unit_pairs() {
     );
 }
 
+/// The limit on `serve --tokens`, `device --token-file` and the TLS PEM files: 1 MiB each (`serve::MAX_TOKEN_FILE_BYTES`,
+/// `spin_net::tls::MAX_PEM_BYTES`).
+const SMALL_FILE_LIMIT: u64 = 1 << 20;
+
+/// A sparse file of `len` bytes (it takes no disk).
+fn sparse(dir: &Path, name: &str, len: u64) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(len).unwrap();
+    p
+}
+
+/// Token, certificate, key and CA files over their limit are refused naming the flag and the limit, before a model
+/// loads or a connection is made; `/dev/zero` is read only up to the limit.
+#[test]
+fn oversized_token_and_certificate_files_exit_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = sparse(dir.path(), "big", SMALL_FILE_LIMIT + 1);
+    let big = big.to_str().unwrap();
+    let small = dir.path().join("small.pem");
+    std::fs::write(&small, "not a certificate").unwrap();
+    let small = small.to_str().unwrap();
+    let limit = format!("limit of {SMALL_FILE_LIMIT} bytes");
+    let serve = |extra: &[&str]| {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    let device = |extra: &[&str]| {
+        let mut args = vec!["device", "--connect", "127.0.0.1:1"];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    for (out, field) in [
+        (serve(&["--tokens", big]), "tokens:"),
+        (serve(&["--tokens", "/dev/zero"]), "tokens:"),
+        (serve(&["--tls-cert", big, "--tls-key", small]), "tls_cert:"),
+        (serve(&["--tls-cert", small, "--tls-key", big]), "tls_key:"),
+        (device(&["--token-file", big]), "token_file:"),
+        (device(&["--token-file", "/dev/zero"]), "token_file:"),
+        (device(&["--tls-ca", big]), "tls_ca:"),
+    ] {
+        assert_input_error(&out, field);
+        assert!(stderr(&out).contains(&limit), "{}", stderr(&out));
+    }
+}
+
 /// A listener on 127.0.0.1 whose connections get `reply` (raw bytes) once the device's first bytes arrived, and
 /// are then held open for 20 s.
 fn fake_server(reply: Vec<u8>) -> String {

@@ -26,8 +26,13 @@ fn certs(field: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
+/// The largest PEM file read (a certificate chain, a key, the CAs to trust): 1 MiB, checked before and while
+/// reading (a system's whole CA bundle is about 200 kB).
+pub const MAX_PEM_BYTES: u64 = 1 << 20;
+
 fn read(field: &str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| NetError::invalid(field, format!("{}: {e}", path.display())))
+    spin_runtime::limits::read_limited(path, MAX_PEM_BYTES, "PEM file")
+        .map_err(|e| NetError::invalid(field, e.to_string()))
 }
 
 /// The server's TLS side: accepts TLS connections with its certificate chain and key.
@@ -158,5 +163,19 @@ mod tests {
         assert!(e.starts_with("tls_key") && e.contains("does not fit"), "{e}");
         assert!(ClientTls::from_pem(cert.as_bytes(), "not a name!").is_err());
         assert!(self_signed(&[]).is_err());
+    }
+
+    /// `/dev/zero` reports length 0 and never ends: the read stops past the limit, naming the field.
+    #[cfg(unix)]
+    #[test]
+    fn an_endless_pem_file_is_refused_at_the_limit_naming_the_field() {
+        let zero = Path::new("/dev/zero");
+        let e = ClientTls::from_file(zero, "localhost").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("tls_ca: /dev/zero: larger than the limit of {MAX_PEM_BYTES} bytes for a PEM file")
+        );
+        let e = ServerTls::from_files(zero, zero).unwrap_err().to_string();
+        assert!(e.starts_with("tls_cert: /dev/zero: larger than the limit"), "{e}");
     }
 }
