@@ -126,12 +126,16 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     cfg.tls = tls;
     cfg.token = token;
     cfg.handshake_timeout = handshake_timeout;
-    cfg.reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s).map_err(|_| {
-        Failure::Input(format!(
-            "reconnect_s: {} is not a number of seconds ≥ 0",
-            args.reconnect_s
-        ))
-    })?;
+    cfg.reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s)
+        .ok()
+        .filter(|d| *d <= spin_net::server::MAX_WAIT)
+        .ok_or_else(|| {
+            Failure::Input(format!(
+                "reconnect_s: {} is not a number of seconds in [0, {}] (a year)",
+                args.reconnect_s,
+                spin_net::server::MAX_WAIT.as_secs()
+            ))
+        })?;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {
         Ok(r) => {

@@ -1171,12 +1171,18 @@ pub fn plan_budget(text: &str) -> Result<Option<Duration>, Failure> {
         })
 }
 
-/// `s` seconds as a duration, or an input error naming `field` (NaN, infinite, zero or negative).
+/// `s` seconds as a duration, or an input error naming `field` (NaN, infinite, zero, negative, or longer than
+/// `spin_net::server::MAX_WAIT`, a year).
 pub fn seconds(field: &str, s: f64) -> Result<Duration, Failure> {
     Duration::try_from_secs_f64(s)
         .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| Failure::Input(format!("{field}: {s} is not a number of seconds > 0")))
+        .filter(|d| !d.is_zero() && *d <= spin_net::server::MAX_WAIT)
+        .ok_or_else(|| {
+            Failure::Input(format!(
+                "{field}: {s} is not a number of seconds in (0, {}] (a year)",
+                spin_net::server::MAX_WAIT.as_secs()
+            ))
+        })
 }
 
 #[cfg(test)]

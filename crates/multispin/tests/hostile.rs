@@ -1020,3 +1020,31 @@ fn serve_says_on_stderr_whom_it_refused_and_why() {
     let _ = server.wait();
     assert!(found, "no {want:?} in {seen:#?}");
 }
+
+/// A wait no clock can hold as a deadline is refused naming the flag (such values used to panic on the first
+/// connection or the first cut one).
+#[test]
+fn waits_beyond_a_year_are_refused_naming_the_flag() {
+    let serve = |extra: &[&str]| {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        multispin(&args)
+    };
+    for (flag, field) in [
+        ("--handshake-timeout-s", "handshake_timeout_s:"),
+        ("--resume-window-s", "resume_window_s:"),
+        ("--wall-deadline-s", "wall_deadline_s:"),
+    ] {
+        assert_input_error(&serve(&[flag, "1e19"]), field);
+    }
+    assert_input_error(&serve(&["--plan-budget-ms", "1e22"]), "plan_budget:");
+    for (flag, field) in [
+        ("--handshake-timeout-s", "handshake_timeout_s:"),
+        ("--reconnect-s", "reconnect_s:"),
+    ] {
+        assert_input_error(
+            &multispin(&["device", "--connect", "127.0.0.1:1", flag, "1e19"]),
+            field,
+        );
+    }
+}

@@ -6,6 +6,7 @@ use crate::error::{NetError, Result};
 use crate::proto::{
     self, DeviceMsg, ErrorCode, Identity, MAGIC, Message, Next, PROTOCOL_VERSION, Resume, ServerMsg,
 };
+use crate::server::check_wait;
 use crate::tls::ClientTls;
 use crate::wire::{Conn, Stream, framed_stream, recv, send};
 use spin_runtime::Model;
@@ -150,9 +151,7 @@ async fn in_time<T>(
 
 async fn join(model: &Arc<Model>, cfg: &DeviceConfig, resume: Option<Resume>) -> Result<Joined> {
     // One deadline for the whole handshake: a server that trickles its answer is cut like a silent one.
-    let by = tokio::time::Instant::now()
-        .checked_add(cfg.handshake_timeout)
-        .ok_or_else(|| NetError::invalid("handshake_timeout", "is too long to be a deadline"))?;
+    let by = tokio::time::Instant::now() + cfg.handshake_timeout;
     let stream = in_time(cfg, by, "did not accept the TCP connection", connect(cfg)).await?;
     let _ = stream.set_nodelay(true);
     let stream: Box<dyn Stream> = match &cfg.tls {
@@ -269,6 +268,8 @@ pub async fn run_device_with_ready(
     if cfg.handshake_timeout.is_zero() {
         return Err(NetError::invalid("handshake_timeout", "must be longer than 0 s"));
     }
+    check_wait("handshake_timeout", cfg.handshake_timeout)?;
+    check_wait("reconnect_for", cfg.reconnect_for)?;
     let joined = join(&model, &cfg, None).await;
     if let Some(r) = ready {
         let _ = r.send(joined.is_ok());

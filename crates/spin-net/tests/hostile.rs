@@ -703,10 +703,20 @@ fn a_device_gives_up_on_a_server_that_accepts_and_says_nothing() {
             e.to_string().contains("did not complete the TLS handshake"),
             "{e}"
         );
-        // A zero timeout is refused by name, before any connection.
-        cfg.handshake_timeout = Duration::ZERO;
-        let e = run_device(drafter.clone(), cfg).await.unwrap_err();
+        // A zero timeout, and waits that no clock can hold as a deadline, are refused by name before any
+        // connection (they used to panic adding to the clock).
+        let mut zero = cfg.clone();
+        zero.handshake_timeout = Duration::ZERO;
+        let e = run_device(drafter.clone(), zero).await.unwrap_err();
         assert!(e.to_string().starts_with("handshake_timeout:"), "{e}");
+        let mut endless = cfg.clone();
+        endless.handshake_timeout = Duration::MAX;
+        let e = run_device(drafter.clone(), endless).await.unwrap_err();
+        assert!(e.to_string().starts_with("handshake_timeout:"), "{e}");
+        let mut endless = cfg;
+        endless.reconnect_for = Duration::MAX;
+        let e = run_device(drafter.clone(), endless).await.unwrap_err();
+        assert!(e.to_string().starts_with("reconnect_for:"), "{e}");
         server.abort();
     }))
     .unwrap();

@@ -10,6 +10,11 @@ use super::*;
 /// 1024, and `spin_optimize::paper_b::scenario::MAX_DRAFT_LEN_LIMIT`, 1000, which bound tables and samples).
 pub const MAX_SERVED_DRAFT_LEN: u32 = 64;
 
+/// The longest wait a setting may ask for (a year): every wait becomes a deadline, an instant that far ahead is as
+/// good as never, and one much further would not be representable (adding it to the clock would overflow). The
+/// server's durations and the device's are held to it.
+pub const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// The default of [`ServerConfig::max_devices`]; `simulate` holds its device counts to it too.
 pub const DEFAULT_MAX_DEVICES: usize = 1024;
 
@@ -252,6 +257,15 @@ impl ServerConfig {
                 return Err(NetError::invalid(field, "must be longer than 0 s"));
             }
         }
+        for (field, d) in [
+            ("wall_deadline", Some(self.wall_deadline)),
+            ("handshake_timeout", Some(self.handshake_timeout)),
+            ("notice_every", Some(self.notice_every)),
+            ("resume_window", Some(self.resume_window)),
+            ("plan_budget", self.plan_budget),
+        ] {
+            check_wait(field, d.unwrap_or_default())?;
+        }
         for (field, n) in [
             ("max_connections", self.max_connections),
             ("max_connections_per_addr", self.max_connections_per_addr),
@@ -326,5 +340,57 @@ impl ServerConfig {
         }
         sampling(self.temperature).map_err(|e| NetError::invalid("temperature", e.to_string()))?;
         Ok(())
+    }
+}
+
+/// Refuses a wait longer than [`MAX_WAIT`], naming `field`.
+pub fn check_wait(field: &str, d: Duration) -> Result<()> {
+    if d > MAX_WAIT {
+        return Err(NetError::invalid(
+            field,
+            format!(
+                "{} s is above the limit of {} s (a year)",
+                d.as_secs_f64(),
+                MAX_WAIT.as_secs()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait beyond a year is refused by name: as a deadline it would overflow the clock and panic.
+    #[test]
+    fn waits_beyond_a_year_are_refused_naming_the_field() {
+        let identity = Identity {
+            vocab: 512,
+            tokenizer: 0,
+            model: 0,
+        };
+        let ok = ServerConfig::new(Scheme::parse_per_round("best").unwrap(), identity);
+        ok.validate().unwrap();
+        let long = Duration::from_secs(u64::MAX / 2);
+        type Set = fn(&mut ServerConfig, Duration);
+        let fields: [(&str, Set); 5] = [
+            ("wall_deadline", |c, d| c.wall_deadline = d),
+            ("handshake_timeout", |c, d| c.handshake_timeout = d),
+            ("notice_every", |c, d| c.notice_every = d),
+            ("resume_window", |c, d| c.resume_window = d),
+            ("plan_budget", |c, d| c.plan_budget = Some(d)),
+        ];
+        for (field, set) in fields {
+            let mut c = ok.clone();
+            set(&mut c, MAX_WAIT);
+            c.validate().unwrap();
+            set(&mut c, long);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("{field}: ")) && e.contains("a year"),
+                "{e}"
+            );
+        }
     }
 }

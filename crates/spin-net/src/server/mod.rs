@@ -19,7 +19,9 @@ mod round;
 mod session;
 mod trace;
 
-pub use config::{Clock, Compute, DEFAULT_MAX_DEVICES, MAX_SERVED_DRAFT_LEN, ServerConfig};
+pub use config::{
+    Clock, Compute, DEFAULT_MAX_DEVICES, MAX_SERVED_DRAFT_LEN, MAX_WAIT, ServerConfig, check_wait,
+};
 pub use conn::accept_backoff;
 use conn::*;
 pub use notice::REFUSAL_LINES_PER_S;
