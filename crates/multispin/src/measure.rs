@@ -69,7 +69,7 @@ enum What {
         /// Tokens generated per prompt.
         #[arg(long, default_value_t = 48)]
         new_tokens: usize,
-        /// Sampling temperature (> 0).
+        /// Sampling temperature (a finite number ≥ 1e-6).
         #[arg(long, default_value_t = 1.0)]
         temperature: f64,
     },
@@ -131,7 +131,7 @@ enum What {
         /// Uplink spectral efficiency in bit/s/Hz.
         #[arg(long, default_value_t = 5.0)]
         spectral_efficiency: f64,
-        /// Sampling temperature (> 0).
+        /// Sampling temperature (a finite number ≥ 1e-6).
         #[arg(long, default_value_t = 1.0)]
         temperature: f64,
     },
@@ -172,14 +172,26 @@ fn load(models: &Models) -> Result<Loaded, Failure> {
     Ok(Loaded { target, drafter, tok })
 }
 
+/// The largest text file `measure --prompts` cuts prompts from, in bytes (docs/cli.md lists the limits): a corpus
+/// of stories or plays, read whole, never a stream without end.
+pub const MAX_CORPUS_BYTES: u64 = 64 << 20;
+
 fn read_text(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Failure::Input(format!("prompts: cannot read {}: {e}", path.display())))
+    let first_line = |e: &dyn std::fmt::Display| e.to_string().lines().next().unwrap_or("").to_string();
+    let bytes = spin_runtime::limits::read_limited(path, MAX_CORPUS_BYTES, "prompts")
+        .map_err(|e| Failure::Input(format!("--prompts: {}", first_line(&e))))?;
+    String::from_utf8(bytes)
+        .map_err(|e| Failure::Input(format!("--prompts: {} is not UTF-8 text: {e}", path.display())))
 }
 
+/// The sampling of a measurement at `t`: the rule of every sampling command, less greedy decoding (a measured
+/// acceptance is of sampled drafts).
 fn positive_temperature(t: f64) -> Result<spin_core::SamplingParams, Failure> {
-    if !(t > 0.0 && t.is_finite()) {
-        return Err(Failure::Input(format!("temperature: {t} is outside (0, ∞)")));
+    let t = crate::temperature::check(t)?;
+    if t == 0.0 {
+        return Err(Failure::Input(
+            "--temperature: 0 (greedy) is not measured here; give a finite number ≥ 1e-6".into(),
+        ));
     }
     speculative::sampling(t).map_err(Failure::input)
 }
@@ -264,15 +276,19 @@ fn acceptance(
     if new_tokens < 2 {
         return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
     }
+    // Every file is read before the models load, so a bad one is refused at once.
+    let texts = prompts
+        .iter()
+        .map(|p| read_text(p))
+        .collect::<Result<Vec<_>, _>>()?;
     let l = load(models)?;
     let max_seq = l.target.config().max_seq_len;
     at_most("--new-tokens", new_tokens, max_seq)?;
     at_most("--draft-len", draft_len, max_seq)?;
     let mut csv = String::from("prompt_set,prompts,alpha_mean,alpha_std\n");
     let mut bars = Vec::new();
-    for (i, path) in prompts.iter().enumerate() {
-        let text = read_text(path)?;
-        let ps = m::prompts_from_text(&text, &l.tok, count, words, models.seed + i as u64)
+    for (i, (path, text)) in prompts.iter().zip(&texts).enumerate() {
+        let ps = m::prompts_from_text(text, &l.tok, count, words, models.seed + i as u64)
             .map_err(Failure::input)?;
         fits_context(&l, &ps, new_tokens, draft_len)?;
         let name = path
@@ -451,13 +467,14 @@ fn goodput(
     if new_tokens < 2 {
         return Err(Failure::Input(format!("--new-tokens: {new_tokens} is below 2")));
     }
+    // Read before the models load and the passes are timed, so a bad file is refused at once.
+    let text = read_text(prompts)?;
     let l = load(models)?;
     let max_seq = l.target.config().max_seq_len;
     at_most("--new-tokens", new_tokens, max_seq)?;
     at_most("--max-draft-len", max_draft_len, max_seq.saturating_sub(33))?;
     let (robust, draft_s, _) = verify_latency(&l, devices.max(2), max_draft_len, 32, 5, models.seed)?;
     let fit = robust.fit;
-    let text = read_text(prompts)?;
     let ps = m::prompts_from_text(&text, &l.tok, devices, 8, models.seed).map_err(Failure::input)?;
     fits_context(&l, &ps, new_tokens, max_draft_len)?;
     let uplink = Uplink {

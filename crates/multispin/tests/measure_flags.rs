@@ -106,3 +106,43 @@ fn acceptance_past_the_context_is_refused_before_any_work() {
     assert!(err.starts_with("error: --new-tokens:"), "{err}");
     assert!(err.contains("above the context of 512"), "{err}");
 }
+
+/// A temperature outside the rule of every sampling command, or 0 (a measured acceptance is of sampled drafts), is
+/// refused naming the flag before anything loads.
+#[test]
+fn temperatures_follow_the_sampling_rule_and_exclude_greedy() {
+    for t in ["0", "-1", "1e-9", "nan", "inf"] {
+        refused(
+            &["acceptance", "--prompts", "p.txt", "--temperature", t],
+            "--temperature",
+        );
+        refused(
+            &["goodput", "--prompts", "p.txt", "--temperature", t],
+            "--temperature",
+        );
+    }
+}
+
+/// A prompts file is read under a bound, before the models load: an endless or oversized one, a directory or a
+/// file that is not text is refused naming `--prompts`, not read into memory.
+#[test]
+fn prompt_corpora_are_bounded_and_read_before_the_models() {
+    let dir = std::env::temp_dir().join(format!("multispin-measure-prompts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.txt");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len((64 << 20) + 1).unwrap();
+    let binary = dir.join("binary.txt");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x80]).unwrap();
+    let dir_s = dir.to_str().unwrap();
+    for bad in [
+        big.to_str().unwrap(),
+        binary.to_str().unwrap(),
+        dir_s,
+        "/dev/zero",
+    ] {
+        refused(&["acceptance", "--prompts", bad], "--prompts");
+        refused(&["goodput", "--prompts", bad], "--prompts");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
