@@ -511,6 +511,56 @@ fn bad_model_and_tokenizer_files_exit_2_with_a_clear_reason() {
     assert_input_error(&out, "max_seq_len");
 }
 
+/// A GGUF file cut short or of an unsupported version exits 2 saying what is wrong with it (where candle's parser
+/// said "failed to fill whole buffer").
+#[test]
+fn a_broken_gguf_exits_2_naming_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tok, t) = common::write_tokenizer(dir.path());
+    let cfg = spin_runtime::Config {
+        vocab_size: tok.vocab_size(),
+        dim: 32,
+        hidden_dim: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: CONTEXT,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: spin_runtime::RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let device = spin_runtime::select_device().unwrap();
+    let w = spin_runtime::model::random_tensors(&cfg, 0.3, 5, &device).unwrap();
+    let path = dir.path().join("m.gguf");
+    spin_runtime::gguf::write(&path, &cfg, &w, spin_runtime::gguf::GgmlDType::Q8_0).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let ts = t.to_str().unwrap();
+    let run = |name: &str, b: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, b).unwrap();
+        multispin(&[
+            "generate",
+            "--target",
+            p.to_str().unwrap(),
+            "--tokenizer",
+            ts,
+            "--prompt",
+            "ab",
+        ])
+    };
+    let out = run("sound.gguf", &bytes);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_input_error(
+        &run("cut.gguf", &bytes[..20]),
+        "header: the file is truncated: it ends at byte 20, reading this needs bytes 16..24",
+    );
+    let mut v1 = bytes.clone();
+    v1[4..8].copy_from_slice(&1u32.to_le_bytes());
+    assert_input_error(&run("v1.gguf", &v1), "GGUF version 1 is not supported");
+}
+
 #[test]
 fn errors_stay_on_one_line_when_backtraces_are_on() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@
 //! writer for tests and exports.
 
 use crate::error::{Result, RuntimeError};
+use crate::gguf_header::Scanned;
 use crate::model::{Config, Embedding, HostRows, Model, Proj, RopeStyle, WeightSource, check_shape};
 use crate::quant::{BlockFormat, QMatrix};
 use crate::tokenizer::Tokenizer;
@@ -457,9 +458,9 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> 
         });
     }
     // The header is parsed from memory: candle's parser asks for the stream position before every string (a
-    // system call per token and merge when reading a file). A header longer than the first bytes read fails to
-    // parse for want of bytes and is read again from four times as many, up to the whole file, where a parse error
-    // is the file's.
+    // system call per token and merge when reading a file). A header longer than the first bytes read is read
+    // again from four times as many, up to the whole file. It is scanned first (`gguf_header`): candle's parser
+    // neither names what is wrong with a bad header nor checks the tensors' offsets.
     let mut want = HEADER_BYTES.min(meta.len());
     loop {
         let mut head = Vec::new();
@@ -467,80 +468,26 @@ fn read_header(path: &Path) -> Result<(gguf_file::Content, std::fs::File, u64)> 
             .take(want)
             .read_to_end(&mut head)
             .map_err(|e| RuntimeError::io(path, e))?;
-        // The parser divides by `general.alignment` without looking at it.
-        if let Some(a) = declared_alignment(&head).filter(|a| !a.is_power_of_two()) {
-            return Err(RuntimeError::format(
-                &what,
-                format!("general.alignment: {a} is not a power of two"),
-            ));
-        }
-        match gguf_file::Content::read(&mut std::io::Cursor::new(head.as_slice())) {
-            Ok(content) => return Ok((content, file, meta.len())),
-            Err(_) if want < meta.len() => want = want.saturating_mul(4).min(meta.len()),
-            Err(e) => return Err(RuntimeError::format(&what, e.to_string())),
+        // A file that shrank while being read ends where the reading did.
+        let len = if (head.len() as u64) < want {
+            head.len() as u64
+        } else {
+            meta.len()
+        };
+        match crate::gguf_header::scan(&head, len) {
+            Err(reason) => return Err(RuntimeError::format(&what, reason)),
+            Ok(Scanned::More) => want = want.saturating_mul(4).min(meta.len()),
+            Ok(Scanned::Sound) => {
+                return match gguf_file::Content::read(&mut std::io::Cursor::new(head.as_slice())) {
+                    Ok(content) => Ok((content, file, meta.len())),
+                    Err(e) => Err(RuntimeError::format(&what, e.to_string())),
+                };
+            }
         }
         (&file)
             .seek(std::io::SeekFrom::Start(0))
             .map_err(|e| RuntimeError::io(path, e))?;
     }
-}
-
-/// The `general.alignment` a GGUF header declares as a u32, if the metadata in `head` reach it (a header cut short,
-/// or one of another shape, gives None and is left to the parser, which names what is wrong with it).
-fn declared_alignment(head: &[u8]) -> Option<u32> {
-    struct At<'a>(&'a [u8], usize, bool);
-    impl At<'_> {
-        fn take(&mut self, n: usize) -> Option<&[u8]> {
-            let b = self.0.get(self.1..self.1.checked_add(n)?)?;
-            self.1 += n;
-            Some(b)
-        }
-        fn u32(&mut self) -> Option<u32> {
-            Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-        }
-        fn len(&mut self) -> Option<usize> {
-            if self.2 {
-                usize::try_from(u64::from_le_bytes(self.take(8)?.try_into().ok()?)).ok()
-            } else {
-                Some(self.u32()? as usize)
-            }
-        }
-        /// Skips one value of GGUF type `t`.
-        fn skip(&mut self, t: u32, depth: usize) -> Option<()> {
-            let fixed = [1usize, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8];
-            match t {
-                8 => {
-                    let n = self.len()?;
-                    self.take(n).map(|_| ())
-                }
-                9 if depth < 4 => {
-                    let (et, n) = (self.u32()?, self.len()?);
-                    match fixed.get(et as usize) {
-                        Some(&w) if w > 0 => self.take(n.checked_mul(w)?).map(|_| ()),
-                        _ => (0..n).try_for_each(|_| self.skip(et, depth + 1)),
-                    }
-                }
-                _ => self.take(*fixed.get(t as usize).filter(|&&w| w > 0)?).map(|_| ()),
-            }
-        }
-    }
-    if head.get(..4)? != b"GGUF" {
-        return None;
-    }
-    let version = u32::from_le_bytes(head.get(4..8)?.try_into().ok()?);
-    let mut at = At(head, 8, version >= 2);
-    let _tensors = at.len()?;
-    let kvs = at.len()?;
-    for _ in 0..kvs {
-        let n = at.len()?;
-        let is_alignment = at.take(n)? == b"general.alignment";
-        let t = at.u32()?;
-        if is_alignment && t == 4 {
-            return at.u32();
-        }
-        at.skip(t, 0)?;
-    }
-    None
 }
 
 /// The bytes first read for a GGUF header (SmolLM2's, with its 49,152 tokens and 48,900 merges, is about 1.7 MB).
@@ -1100,61 +1047,7 @@ pub fn write_with(
 
 #[cfg(test)]
 mod tests {
-    use super::{byte_level_bpe, declared_alignment, read_header, stacked_runs};
-
-    /// A GGUF v3 header with no tensors and the given metadata (key, type, value bytes).
-    fn header(kvs: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
-        let mut b = b"GGUF".to_vec();
-        b.extend_from_slice(&3u32.to_le_bytes());
-        b.extend_from_slice(&0u64.to_le_bytes());
-        b.extend_from_slice(&(kvs.len() as u64).to_le_bytes());
-        for (k, t, v) in kvs {
-            b.extend_from_slice(&(k.len() as u64).to_le_bytes());
-            b.extend_from_slice(k.as_bytes());
-            b.extend_from_slice(&t.to_le_bytes());
-            b.extend_from_slice(v);
-        }
-        b
-    }
-
-    /// An alignment of 0 (or any other that is not a power of two) is refused naming the key, where the parser
-    /// would divide by it; the scan skips strings, arrays of strings and numbers to reach it.
-    #[test]
-    fn a_bad_alignment_is_named_not_divided_by() {
-        let string = |s: &str| [(s.len() as u64).to_le_bytes().to_vec(), s.as_bytes().to_vec()].concat();
-        let mut strings = 9u32.to_le_bytes().to_vec(); // array of 8 (strings), two of them
-        strings.extend_from_slice(&8u32.to_le_bytes());
-        strings.extend_from_slice(&2u64.to_le_bytes());
-        strings.extend(string("ab"));
-        strings.extend(string("c"));
-        let before = [
-            ("general.name", 8u32, string("tiny")),
-            ("tokens", 9, strings[4..].to_vec()),
-            ("x", 12, 1.5f64.to_le_bytes().to_vec()),
-        ];
-        for (a, ok) in [(0u32, false), (3, false), (32, true), (1, true)] {
-            let mut kvs = before.to_vec();
-            kvs.push(("general.alignment", 4, a.to_le_bytes().to_vec()));
-            let bytes = header(&kvs);
-            assert_eq!(declared_alignment(&bytes), Some(a));
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("m.gguf");
-            std::fs::write(&path, &bytes).unwrap();
-            match read_header(&path) {
-                Ok(_) => assert!(ok, "alignment {a} accepted"),
-                Err(e) => {
-                    assert!(!ok, "alignment {a}: {e}");
-                    assert!(
-                        e.to_string()
-                            .contains(&format!("general.alignment: {a} is not a power of two")),
-                        "{e}"
-                    );
-                }
-            }
-        }
-        assert_eq!(declared_alignment(&header(&before)), None);
-        assert_eq!(declared_alignment(&header(&before)[..30]), None);
-    }
+    use super::{byte_level_bpe, stacked_runs};
 
     /// Runs of equal formats stack together; a missing or other-route entry (None) stands alone and ends a run.
     #[test]

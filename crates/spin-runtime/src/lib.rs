@@ -9,6 +9,7 @@ pub mod drafter;
 pub mod embedded;
 pub mod error;
 pub mod gguf;
+mod gguf_header;
 pub mod head_vocab;
 pub mod hf;
 mod kernels;

@@ -398,3 +398,401 @@ fn the_heap_encoder_matches_the_quadratic_reference_and_is_near_linear() {
         assert!(ids.len() > 1);
     }
 }
+
+/// GGUF files taken apart and put back together, to build the hostile files of the tests below from a sound one.
+mod raw {
+    /// One tensor info: name, dimensions (innermost first), ggml type code, offset in the data.
+    #[derive(Clone)]
+    pub struct Info {
+        pub name: String,
+        pub dims: Vec<u64>,
+        pub dtype: u32,
+        pub offset: u64,
+    }
+
+    /// A GGUF file: metadata entries (key, value type, value bytes), tensor infos and the tensor data.
+    #[derive(Clone)]
+    pub struct Gguf {
+        pub kvs: Vec<(String, u32, Vec<u8>)>,
+        pub infos: Vec<Info>,
+        pub data: Vec<u8>,
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    }
+
+    /// Where the value of type `t` at `at` ends.
+    fn skip(b: &[u8], at: usize, t: u32) -> usize {
+        match t {
+            8 => at + 8 + u64_at(b, at) as usize,
+            9 => {
+                let (et, n) = (u32_at(b, at), u64_at(b, at + 4));
+                (0..n).fold(at + 12, |at, _| skip(b, at, et))
+            }
+            _ => at + [1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8][t as usize],
+        }
+    }
+
+    fn string(b: &[u8], at: usize) -> (String, usize) {
+        let n = u64_at(b, at) as usize;
+        (
+            String::from_utf8(b[at + 8..at + 8 + n].to_vec()).unwrap(),
+            at + 8 + n,
+        )
+    }
+
+    /// Takes apart a sound file (data aligned to 32 bytes).
+    pub fn split(b: &[u8]) -> Gguf {
+        let (n_tensors, n_kvs) = (u64_at(b, 8), u64_at(b, 16));
+        let mut at = 24;
+        let mut kvs = Vec::new();
+        for _ in 0..n_kvs {
+            let (key, next) = string(b, at);
+            let t = u32_at(b, next);
+            let end = skip(b, next + 4, t);
+            kvs.push((key, t, b[next + 4..end].to_vec()));
+            at = end;
+        }
+        let mut infos = Vec::new();
+        for _ in 0..n_tensors {
+            let (name, next) = string(b, at);
+            let n_dims = u32_at(b, next) as usize;
+            let dims = (0..n_dims).map(|i| u64_at(b, next + 4 + 8 * i)).collect();
+            at = next + 4 + 8 * n_dims;
+            infos.push(Info {
+                name,
+                dims,
+                dtype: u32_at(b, at),
+                offset: u64_at(b, at + 4),
+            });
+            at += 12;
+        }
+        let data = b[at.div_ceil(32) * 32..].to_vec();
+        Gguf { kvs, infos, data }
+    }
+
+    /// A string's bytes with its length.
+    pub fn s(x: &str) -> Vec<u8> {
+        [(x.len() as u64).to_le_bytes().to_vec(), x.as_bytes().to_vec()].concat()
+    }
+
+    impl Gguf {
+        /// The file of GGUF version `version`, its data aligned to `alignment` bytes.
+        pub fn join(&self, version: u32, alignment: usize) -> Vec<u8> {
+            let mut b = b"GGUF".to_vec();
+            b.extend_from_slice(&version.to_le_bytes());
+            b.extend_from_slice(&(self.infos.len() as u64).to_le_bytes());
+            b.extend_from_slice(&(self.kvs.len() as u64).to_le_bytes());
+            for (k, t, v) in &self.kvs {
+                b.extend(s(k));
+                b.extend_from_slice(&t.to_le_bytes());
+                b.extend_from_slice(v);
+            }
+            for t in &self.infos {
+                b.extend(s(&t.name));
+                b.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+                for d in &t.dims {
+                    b.extend_from_slice(&d.to_le_bytes());
+                }
+                b.extend_from_slice(&t.dtype.to_le_bytes());
+                b.extend_from_slice(&t.offset.to_le_bytes());
+            }
+            b.resize(b.len().div_ceil(alignment) * alignment, 0);
+            b.extend_from_slice(&self.data);
+            b
+        }
+
+        /// The file as written (version 3, 32-byte alignment).
+        pub fn bytes(&self) -> Vec<u8> {
+            self.join(3, 32)
+        }
+
+        /// The index of tensor `name`.
+        pub fn info(&self, name: &str) -> usize {
+            self.infos.iter().position(|t| t.name == name).unwrap()
+        }
+
+        /// The same file with metadata entry `key` added (or replaced, where it exists).
+        pub fn with(&self, key: &str, t: u32, v: Vec<u8>) -> Gguf {
+            let mut g = self.clone();
+            g.kvs.retain(|kv| kv.0 != key);
+            g.kvs.push((key.to_string(), t, v));
+            g
+        }
+    }
+}
+
+/// A small sound GGUF model (Q8_0 matrices, f32 norms) with a 40-token vocabulary, taken apart, and its vocabulary.
+fn sound_gguf(dir: &std::path::Path) -> raw::Gguf {
+    let mut cfg = tiny_config(40);
+    cfg.dim = 32;
+    cfg.hidden_dim = 32;
+    let w = model::random_tensors(&cfg, 0.3, 5, &Device::Cpu).unwrap();
+    let vocab = gguf::GgufVocab {
+        tokens: (0..40).map(|i| format!("t{i}")).collect(),
+        bos: Some(1),
+        eos: Some(2),
+        ..Default::default()
+    };
+    let opts = gguf::WriteOptions {
+        dtype: GgmlDType::Q8_0,
+        overrides: &[],
+        vocab: Some(&vocab),
+        head_vocab: None,
+    };
+    let path = dir.join("sound.gguf");
+    gguf::write_with(&path, &cfg, &w, &opts).unwrap();
+    raw::split(&std::fs::read(&path).unwrap())
+}
+
+/// The error loading `bytes` as a GGUF model gives (it must fail), as text.
+fn gguf_error(dir: &std::path::Path, bytes: &[u8]) -> String {
+    let path = dir.join("bad.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    match gguf::load(&path, &Device::Cpu) {
+        Ok(_) => panic!("loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_has(e: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(e.contains(p), "expected {p:?} in {e:?}");
+    }
+}
+
+/// The split and joined sound file is the file written, and loads, with its tokenizer; a version 2 file too.
+#[test]
+fn the_raw_gguf_helper_rebuilds_the_file_it_took_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let written = std::fs::read(dir.path().join("sound.gguf")).unwrap();
+    assert_eq!(g.join(2, 32), written);
+    let path = dir.path().join("v3.gguf");
+    std::fs::write(&path, g.bytes()).unwrap();
+    gguf::load(&path, &Device::Cpu).unwrap();
+    gguf::load_tokenizer(&path).unwrap();
+}
+
+/// A file cut short names what was being read when it ended (the header, a metadata entry by key, a tensor info
+/// by index and name, a tensor's data by name) and says it is truncated, with the file's length and the bytes needed.
+#[test]
+fn a_truncated_gguf_names_what_was_being_read_and_the_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let b = g.bytes();
+    let e = gguf_error(dir.path(), &b[..16]);
+    assert_has(
+        &e,
+        &["header: the file is truncated: it ends at byte 16, reading this needs bytes 16..24"],
+    );
+    // Inside the value of the metadata entry after the vocabulary.
+    let entry = |(k, _, v): &(String, u32, Vec<u8>)| 8 + k.len() + 4 + v.len();
+    let k = g
+        .kvs
+        .iter()
+        .position(|kv| kv.0 == "tokenizer.ggml.bos_token_id")
+        .unwrap();
+    let key = &g.kvs[k].0;
+    let at = 24 + g.kvs[..k].iter().map(entry).sum::<usize>() + 8 + key.len() + 4 + 1;
+    let e = gguf_error(dir.path(), &b[..at]);
+    assert_has(
+        &e,
+        &[&format!(
+            "metadata {key}: the file is truncated: it ends at byte {at}, reading this needs bytes {}..{}",
+            at - 1,
+            at + 3
+        )],
+    );
+    // A file too short for the entries its header counts.
+    let e = gguf_error(dir.path(), &b[..40]);
+    assert_has(
+        &e,
+        &[
+            "metadata entries need at least",
+            "the file has 40 (truncated, or corrupt counts)",
+        ],
+    );
+    // Inside the third tensor info, after its name.
+    let headers: usize = g.kvs.iter().map(entry).sum();
+    let infos: usize = g.infos[..2]
+        .iter()
+        .map(|t| 8 + t.name.len() + 4 + 8 * t.dims.len() + 12)
+        .sum();
+    let at = 24 + headers + infos + 8 + g.infos[2].name.len() + 2;
+    let e = gguf_error(dir.path(), &b[..at]);
+    assert_has(
+        &e,
+        &[&format!(
+            "tensor info 2 ({}): the file is truncated",
+            g.infos[2].name
+        )],
+    );
+    // Inside the data of the last tensor in the file.
+    let last = g.infos.iter().max_by_key(|t| t.offset).unwrap();
+    let e = gguf_error(dir.path(), &b[..b.len() - 1]);
+    assert_has(
+        &e,
+        &[
+            &format!("tensor {}: data of", last.name),
+            &format!(
+                "past the end of the file ({} bytes): the file is truncated",
+                b.len() - 1
+            ),
+        ],
+    );
+}
+
+/// An unknown block type names its tensor and code; an unknown metadata type or array element type its key; an
+/// unsupported version says which versions are read.
+#[test]
+fn unknown_gguf_types_and_versions_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let mut t = g.clone();
+    let i = t.info("blk.0.ffn_up.weight");
+    t.infos[i].dtype = 99;
+    let e = gguf_error(dir.path(), &t.bytes());
+    assert_has(
+        &e,
+        &["tensor blk.0.ffn_up.weight: ggml type 99 is not a block type this build reads"],
+    );
+    t.infos[i].dtype = 23;
+    assert_has(&gguf_error(dir.path(), &t.bytes()), &["ggml type 23 (IQ4_XS)"]);
+    let array = [99u32.to_le_bytes().to_vec(), 0u64.to_le_bytes().to_vec()].concat();
+    let e = gguf_error(dir.path(), &g.with("x.list", 9, array).bytes());
+    assert_has(&e, &["metadata x.list: array of unknown value type 99"]);
+    let e = gguf_error(dir.path(), &g.with("x.odd", 13, vec![0; 8]).bytes());
+    assert_has(&e, &["metadata x.odd: unknown value type 13"]);
+    let e = gguf_error(dir.path(), &g.with("x.flag", 7, vec![2]).bytes());
+    assert_has(&e, &["metadata x.flag: boolean value 2"]);
+    for v in [1u32, 4, 0x0300_0000] {
+        let e = gguf_error(dir.path(), &g.join(v, 32));
+        assert_has(
+            &e,
+            &[&format!(
+                "GGUF version {v} is not supported (versions 2 and 3 are read"
+            )],
+        );
+    }
+    let mut b = g.bytes();
+    b[..4].copy_from_slice(b"FUGG");
+    assert_has(&gguf_error(dir.path(), &b), &["not a GGUF file"]);
+}
+
+/// A key or a tensor name that appears twice is refused by name (the parser would keep one of the two silently).
+#[test]
+fn duplicate_gguf_keys_and_tensor_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let mut d = g.clone();
+    d.kvs
+        .push(("llama.block_count".into(), 4, 5u32.to_le_bytes().to_vec()));
+    let e = gguf_error(dir.path(), &d.bytes());
+    assert_has(&e, &["metadata llama.block_count: the key appears twice"]);
+    let mut d = g.clone();
+    let i = d.info("blk.0.attn_q.weight");
+    d.infos.push(d.infos[i].clone());
+    let e = gguf_error(dir.path(), &d.bytes());
+    assert_has(&e, &["tensor blk.0.attn_q.weight: the name appears twice"]);
+}
+
+/// `general.alignment` must be a u32 (the parser ignores other types and reads the data at the default
+/// alignment); a sound u32 alignment other than 32 is read.
+#[test]
+fn a_non_u32_alignment_is_refused_naming_the_key_and_its_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let e = gguf_error(dir.path(), &g.with("general.alignment", 8, raw::s("64")).bytes());
+    assert_has(
+        &e,
+        &["general.alignment: stored as string (type 8), must be a u32"],
+    );
+    let e = gguf_error(
+        dir.path(),
+        &g.with("general.alignment", 10, 32u64.to_le_bytes().to_vec())
+            .bytes(),
+    );
+    assert_has(&e, &["general.alignment: stored as u64 (type 10), must be a u32"]);
+    // Offsets that are multiples of 64, data aligned to 64: loads.
+    let mut a = g.with("general.alignment", 4, 64u32.to_le_bytes().to_vec());
+    let mut data = Vec::new();
+    for t in &mut a.infos {
+        let at = t.offset as usize;
+        let len = g
+            .infos
+            .iter()
+            .map(|u| u.offset as usize)
+            .filter(|&o| o > at)
+            .min()
+            .unwrap_or(g.data.len())
+            - at;
+        t.offset = data.len() as u64;
+        data.extend_from_slice(&g.data[at..at + len]);
+        data.resize(data.len().div_ceil(64) * 64, 0);
+    }
+    a.data = data;
+    let path = dir.path().join("a64.gguf");
+    std::fs::write(&path, a.join(3, 64)).unwrap();
+    gguf::load(&path, &Device::Cpu).unwrap();
+}
+
+/// Each tensor's data is checked at load against the alignment, the other tensors and the file's end, naming the
+/// tensor (these read garbage and failed later, naming an element as NaN or nothing at all).
+#[test]
+fn gguf_tensor_offsets_are_checked_against_alignment_overlap_and_the_file_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let i = g.info("blk.0.ffn_down.weight");
+    let mut t = g.clone();
+    t.infos[i].offset += 1;
+    let e = gguf_error(dir.path(), &t.bytes());
+    assert_has(
+        &e,
+        &[
+            "tensor blk.0.ffn_down.weight: data offset",
+            "is not a multiple of the alignment 32",
+        ],
+    );
+    let j = g.info("blk.0.ffn_up.weight");
+    let mut t = g.clone();
+    t.infos[i].offset = t.infos[j].offset;
+    let e = gguf_error(dir.path(), &t.bytes());
+    assert_has(
+        &e,
+        &["overlaps tensor", "blk.0.ffn_down.weight", "blk.0.ffn_up.weight"],
+    );
+    let mut t = g.clone();
+    t.infos[i].offset = g.data.len() as u64;
+    let e = gguf_error(dir.path(), &t.bytes());
+    assert_has(
+        &e,
+        &[
+            "tensor blk.0.ffn_down.weight: data of",
+            "extends past the end of the file",
+        ],
+    );
+    let mut t = g.clone();
+    t.infos[i].offset = u64::MAX - 31;
+    let e = gguf_error(dir.path(), &t.bytes());
+    assert_has(
+        &e,
+        &[
+            "tensor blk.0.ffn_down.weight: data of",
+            "extends past the end of the file",
+        ],
+    );
+    // A row that is not whole blocks of its type.
+    let mut t = g.clone();
+    t.infos[i].dims[0] = 16;
+    let e = gguf_error(dir.path(), &t.bytes());
+    assert_has(
+        &e,
+        &["tensor blk.0.ffn_down.weight: rows of 16 elements are not whole Q8_0 blocks of 32"],
+    );
+}
