@@ -428,6 +428,97 @@ fn meta_usize(c: &gguf_file::Content, what: &str, key: &str) -> Result<usize> {
     Ok(n as usize)
 }
 
+/// An integer metadata value of any width, if it is one and not negative.
+fn meta_int(v: &gguf_file::Value) -> Option<u64> {
+    use gguf_file::Value as V;
+    match *v {
+        V::U8(x) => Some(x.into()),
+        V::U16(x) => Some(x.into()),
+        V::U32(x) => Some(x.into()),
+        V::U64(x) => Some(x),
+        V::I8(x) => u64::try_from(x).ok(),
+        V::I16(x) => u64::try_from(x).ok(),
+        V::I32(x) => u64::try_from(x).ok(),
+        V::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}
+
+/// Refuses the RoPE settings the model does not implement, which it would otherwise ignore and compute wrong logits
+/// with: a rotary dimension, key or value length other than the head width (`prefix` is the architecture's key
+/// prefix), any scaling (a type other than none or linear, a factor other than 1) and Llama 3's frequency factors.
+fn check_rope(c: &gguf_file::Content, what: &str, prefix: &str, head_dim: usize) -> Result<()> {
+    let bad = |key: &str, why: String| RuntimeError::format(format!("{what}: {key}"), why);
+    for k in [
+        "rope.dimension_count",
+        "attention.key_length",
+        "attention.value_length",
+    ] {
+        let key = format!("{prefix}.{k}");
+        match c.metadata.get(&key).map(|v| (v, meta_int(v))) {
+            None => {}
+            Some((_, Some(n))) if n == head_dim as u64 => {}
+            Some((_, Some(n))) => {
+                return Err(bad(
+                    &key,
+                    format!(
+                        "{n} is not the head width {head_dim} (embedding_length / attention.head_count): other \
+                         widths are not implemented"
+                    ),
+                ));
+            }
+            Some((v, None)) => {
+                return Err(bad(
+                    &key,
+                    format!("stored as {:?}, must be an integer", v.value_type()),
+                ));
+            }
+        }
+    }
+    let key = format!("{prefix}.rope.scaling.type");
+    match c.metadata.get(&key) {
+        None => {}
+        Some(gguf_file::Value::String(t)) if t == "none" || t == "linear" => {}
+        Some(gguf_file::Value::String(t)) => {
+            return Err(bad(
+                &key,
+                format!("{t:?} RoPE scaling is not implemented (none, or linear by a factor of 1)"),
+            ));
+        }
+        Some(v) => {
+            return Err(bad(
+                &key,
+                format!("stored as {:?}, must be a string", v.value_type()),
+            ));
+        }
+    }
+    for k in ["rope.scaling.factor", "rope.scale_linear"] {
+        let key = format!("{prefix}.{k}");
+        let Some(v) = c.metadata.get(&key) else {
+            continue;
+        };
+        let f = v
+            .to_f32()
+            .map(f64::from)
+            .or_else(|_| v.to_f64())
+            .map_err(|_| bad(&key, format!("stored as {:?}, must be a float", v.value_type())))?;
+        // llama.cpp reads 0 as no scaling.
+        if f != 0.0 && f != 1.0 {
+            return Err(bad(
+                &key,
+                format!("{f}: RoPE scaling is not implemented (only a factor of 1)"),
+            ));
+        }
+    }
+    if c.tensor_infos.contains_key("rope_freqs.weight") {
+        return Err(bad(
+            "rope_freqs.weight",
+            "RoPE frequency factors (Llama 3's scaling) are not implemented".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn meta_f64(c: &gguf_file::Content, what: &str, key: &str, default: f64) -> Result<f64> {
     match c.metadata.get(key) {
         None => Ok(default),
@@ -699,6 +790,7 @@ fn open(path: &Path, device: &Device) -> Result<(Config, GgufSource)> {
     cfg.validate()
         .map_err(|e| RuntimeError::format(format!("{what}: metadata"), e.to_string()))?;
     crate::limits::check_limits(&cfg, &format!("{what}: metadata"))?;
+    check_rope(&content, &what, arch.prefix, cfg.head_dim())?;
     let src = GgufSource {
         what,
         content,
@@ -765,7 +857,21 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     };
     let tokens = strings("tokenizer.ggml.tokens")?;
     let merges = strings("tokenizer.ggml.merges")?;
-    let id = |key: &str| c.metadata.get(key).and_then(|v| v.to_u32().ok());
+    // BOS and EOS must be tokens of the vocabulary (a later lookup would fail mid-generation, or never match).
+    let n_tokens = tokens.len();
+    let id = |key: &str| -> Result<Option<u32>> {
+        let Some(v) = c.metadata.get(key) else {
+            return Ok(None);
+        };
+        let bad = |why: String| RuntimeError::format(format!("{what}: {key}"), why);
+        match meta_int(v) {
+            Some(n) if n < n_tokens as u64 => Ok(Some(n as u32)),
+            Some(n) => Err(bad(format!(
+                "{n} is outside the vocabulary of {n_tokens} tokens (tokenizer.ggml.tokens)"
+            ))),
+            None => Err(bad(format!("stored as {:?}, must be a token id", v.value_type()))),
+        }
+    };
     // Token types (llama.cpp's): 3 control, 4 user-defined. Control tokens are special (matched whole in the
     // text, e.g. `<|im_start|>` of a rendered chat template, and left out when decoding); user-defined ones are
     // matched whole too. BOS and EOS are special whatever the file says.
@@ -779,8 +885,8 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         None => Vec::new(),
     };
     let (bos, eos) = (
-        id("tokenizer.ggml.bos_token_id"),
-        id("tokenizer.ggml.eos_token_id"),
+        id("tokenizer.ggml.bos_token_id")?,
+        id("tokenizer.ggml.eos_token_id")?,
     );
     let inner = byte_level_bpe(tokens, merges, &types, bos, eos)
         .map_err(|e| RuntimeError::Tokenizer(format!("{what}: {e}")))?;

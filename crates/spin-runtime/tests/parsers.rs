@@ -796,3 +796,116 @@ fn gguf_tensor_offsets_are_checked_against_alignment_overlap_and_the_file_size()
         &["tensor blk.0.ffn_down.weight: rows of 16 elements are not whole Q8_0 blocks of 32"],
     );
 }
+
+/// BOS and EOS ids outside the vocabulary, or not integers, are refused when the tokenizer is read, naming the key.
+#[test]
+fn gguf_bos_and_eos_outside_the_vocabulary_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let path = dir.path().join("tok.gguf");
+    for (key, t, v, want) in [
+        (
+            "tokenizer.ggml.eos_token_id",
+            4,
+            40u32.to_le_bytes().to_vec(),
+            "40 is outside the vocabulary of 40 tokens",
+        ),
+        (
+            "tokenizer.ggml.bos_token_id",
+            4,
+            u32::MAX.to_le_bytes().to_vec(),
+            "4294967295 is outside the vocabulary",
+        ),
+        (
+            "tokenizer.ggml.eos_token_id",
+            5,
+            (-1i32).to_le_bytes().to_vec(),
+            "stored as I32, must be a token id",
+        ),
+    ] {
+        std::fs::write(&path, g.with(key, t, v).bytes()).unwrap();
+        let e = gguf::load_tokenizer(&path).unwrap_err().to_string();
+        assert_has(&e, &[&format!("{key}: {want}")]);
+    }
+    // The largest id and another integer type are read.
+    std::fs::write(
+        &path,
+        g.with("tokenizer.ggml.eos_token_id", 10, 39u64.to_le_bytes().to_vec())
+            .bytes(),
+    )
+    .unwrap();
+    assert_eq!(gguf::load_tokenizer(&path).unwrap().eos(), Some(39));
+}
+
+/// RoPE settings the model does not implement are refused naming the key (the model would ignore them and compute
+/// wrong logits); the ones it implements (a rotary dimension of the head width, no scaling) load.
+#[test]
+fn gguf_rope_settings_the_model_does_not_implement_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let u32v = |x: u32| x.to_le_bytes().to_vec();
+    let f32v = |x: f32| x.to_le_bytes().to_vec();
+    // head width 32 / 2 heads = 16.
+    let refused = [
+        (
+            "llama.rope.dimension_count",
+            4,
+            u32v(15),
+            "15 is not the head width 16",
+        ),
+        (
+            "llama.attention.key_length",
+            4,
+            u32v(32),
+            "32 is not the head width 16",
+        ),
+        (
+            "llama.rope.dimension_count",
+            8,
+            raw::s("16"),
+            "stored as String, must be an integer",
+        ),
+        (
+            "llama.rope.scaling.type",
+            8,
+            raw::s("yarn"),
+            "\"yarn\" RoPE scaling is not implemented",
+        ),
+        (
+            "llama.rope.scaling.factor",
+            6,
+            f32v(4.0),
+            "4: RoPE scaling is not implemented",
+        ),
+        (
+            "llama.rope.scale_linear",
+            6,
+            f32v(2.0),
+            "2: RoPE scaling is not implemented",
+        ),
+    ];
+    for (key, t, v, want) in refused {
+        let e = gguf_error(dir.path(), &g.with(key, t, v).bytes());
+        assert_has(&e, &[&format!("{key}: {want}")]);
+    }
+    let path = dir.path().join("rope.gguf");
+    let sound = g
+        .with("llama.rope.dimension_count", 4, u32v(16))
+        .with("llama.rope.scaling.type", 8, raw::s("linear"))
+        .with("llama.rope.scaling.factor", 6, f32v(1.0));
+    std::fs::write(&path, sound.bytes()).unwrap();
+    gguf::load(&path, &Device::Cpu).unwrap();
+    // Llama 3's frequency factors, a tensor of their own.
+    let mut r = g.clone();
+    r.infos.push(raw::Info {
+        name: "rope_freqs.weight".into(),
+        dims: vec![8],
+        dtype: 0,
+        offset: r.data.len() as u64,
+    });
+    r.data.extend_from_slice(&[0; 32]);
+    assert_has(
+        &gguf_error(dir.path(), &r.bytes()),
+        &["rope_freqs.weight: RoPE frequency factors"],
+    );
+}
