@@ -44,6 +44,16 @@ pub struct HfConfig {
     /// hold `head_vocab`, the V_d scored target ids (U32), and `vocab_size` is V_d + 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multispin_target_vocab_size: Option<usize>,
+    /// RoPE scaling (`{"rope_type": "linear", "factor": 4.0}` and others): only none (null, absent or
+    /// `rope_type` `default`) is implemented; others are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<serde_json::Value>,
+    /// Beginning-of-sequence id (a number, a list of numbers or null); checked inside the vocabulary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<serde_json::Value>,
+    /// End-of-sequence id (a number, a list of numbers or null); checked inside the vocabulary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos_token_id: Option<serde_json::Value>,
 }
 
 fn default_eps() -> f64 {
@@ -64,19 +74,94 @@ pub enum Arch {
 }
 
 impl HfConfig {
-    /// Which architecture the file names; unknown ones are an error.
+    /// Which architecture the file names (`architectures[0]`, else `model_type`); unknown ones are an error, and so
+    /// is a `model_type` that is unknown or another architecture than `architectures[0]`'s.
     pub fn arch(&self) -> Result<Arch> {
-        let name = self
-            .architectures
-            .first()
-            .cloned()
-            .or_else(|| self.model_type.clone())
-            .unwrap_or_default();
-        match name.as_str() {
-            "LlamaForCausalLM" | "llama" | "MistralForCausalLM" => Ok(Arch::Llama),
-            "Qwen2ForCausalLM" | "qwen2" => Ok(Arch::Qwen2),
-            other => Err(RuntimeError::UnknownArchitecture(other.to_string())),
+        let of_type = |t: &str| match t {
+            "llama" | "mistral" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            _ => None,
+        };
+        let by_type = match self.model_type.as_deref() {
+            None => None,
+            Some(t) => Some(of_type(t).ok_or_else(|| {
+                RuntimeError::invalid(
+                    "model_type",
+                    format!("{t:?} is not supported (expected llama, mistral or qwen2)"),
+                )
+            })?),
+        };
+        let Some(name) = self.architectures.first() else {
+            return by_type.ok_or_else(|| RuntimeError::UnknownArchitecture(String::new()));
+        };
+        let arch = match name.as_str() {
+            "LlamaForCausalLM" | "MistralForCausalLM" => Arch::Llama,
+            "Qwen2ForCausalLM" => Arch::Qwen2,
+            other => match of_type(other) {
+                Some(a) => a,
+                None => return Err(RuntimeError::UnknownArchitecture(other.to_string())),
+            },
+        };
+        match by_type {
+            Some(t) if t != arch => Err(RuntimeError::invalid(
+                "model_type",
+                format!(
+                    "{:?} is another architecture than architectures[0] {name:?}",
+                    self.model_type.as_deref().unwrap_or_default()
+                ),
+            )),
+            _ => Ok(arch),
         }
+    }
+
+    /// Refuses RoPE scaling (the model would ignore it and compute wrong logits) and BOS/EOS ids outside the
+    /// vocabulary (the target's, for a restricted draft head).
+    fn check_rope_and_ids(&self) -> Result<()> {
+        use serde_json::Value;
+        match &self.rope_scaling {
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                let kind = v
+                    .get("rope_type")
+                    .or_else(|| v.get("type"))
+                    .and_then(Value::as_str);
+                if kind != Some("default") {
+                    return Err(RuntimeError::invalid(
+                        "rope_scaling",
+                        format!(
+                            "{} scaling is not implemented (only null, or rope_type \"default\")",
+                            kind.map_or_else(|| "this".to_string(), |k| format!("{k:?}"))
+                        ),
+                    ));
+                }
+            }
+        }
+        let vocab = self.multispin_target_vocab_size.unwrap_or(self.vocab_size);
+        for (key, v) in [
+            ("bos_token_id", &self.bos_token_id),
+            ("eos_token_id", &self.eos_token_id),
+        ] {
+            let ids = match v {
+                None | Some(Value::Null) => continue,
+                Some(Value::Array(xs)) => xs.iter().collect(),
+                Some(x) => vec![x],
+            };
+            for id in ids {
+                match id.as_u64() {
+                    Some(n) if n < vocab as u64 => {}
+                    Some(n) => {
+                        return Err(RuntimeError::invalid(
+                            key,
+                            format!("{n} is outside the vocabulary of {vocab} tokens"),
+                        ));
+                    }
+                    None => {
+                        return Err(RuntimeError::invalid(key, format!("{id} is not a token id")));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Our model configuration.
@@ -99,6 +184,7 @@ impl HfConfig {
         cfg.validate()
             .map_err(|e| RuntimeError::format("config.json", e.to_string()))?;
         crate::limits::check_limits(&cfg, "config.json")?;
+        self.check_rope_and_ids()?;
         Ok(cfg)
     }
 }
@@ -173,6 +259,13 @@ pub fn read_dir(
             crate::limits::check_finite_tensor(&f.display().to_string(), name, t)?;
         }
         tensors.extend(part);
+    }
+    // An untied head must be in the files: the model would otherwise fall back to the embedding.
+    if !cfg.tied_embeddings && !tensors.contains_key("lm_head.weight") {
+        return Err(RuntimeError::format(
+            what,
+            "tie_word_embeddings is false (or absent) but no safetensors file holds lm_head.weight",
+        ));
     }
     match (hf.multispin_target_vocab_size, head_ids) {
         (None, None) => Ok((cfg, tensors, None)),
@@ -267,6 +360,9 @@ fn write_folder(
         rope_theta: cfg.rope_theta,
         tie_word_embeddings: cfg.tied_embeddings,
         multispin_target_vocab_size: target_vocab,
+        rope_scaling: None,
+        bos_token_id: None,
+        eos_token_id: None,
     };
     std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(dir, e))?;
     let p = dir.join("config.json");

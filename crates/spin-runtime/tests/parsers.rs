@@ -909,3 +909,73 @@ fn gguf_rope_settings_the_model_does_not_implement_are_refused() {
         &["rope_freqs.weight: RoPE frequency factors"],
     );
 }
+
+/// A `config.json` is refused naming the key when its `model_type` is unsupported or another architecture than
+/// `architectures`, when it asks for RoPE scaling, when a BOS or EOS id lies outside the vocabulary, and when it
+/// declares an untied head that no safetensors file holds.
+#[test]
+fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
+    let base = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8, "intermediate_size": 12,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 6,
+        "max_position_embeddings": 8, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true,
+        "bos_token_id": 1, "eos_token_id": [2, 5], "rope_scaling": null
+    });
+    use serde_json::json;
+    // The base config with `key` set to `value`, parsed.
+    let parse = |key: &str, value: serde_json::Value| {
+        let mut c = base.clone();
+        c[key] = value;
+        hf::parse_config(c.to_string().as_bytes(), "config.json").map_err(|e| e.to_string())
+    };
+    parse("rope_scaling", json!(null)).unwrap();
+    parse("rope_scaling", json!({"rope_type": "default"})).unwrap();
+    parse("model_type", json!("mistral")).unwrap();
+    let refused = [
+        (
+            "model_type",
+            json!("gpt2"),
+            "model_type: \"gpt2\" is not supported",
+        ),
+        (
+            "model_type",
+            json!("qwen2"),
+            "model_type: \"qwen2\" is another architecture",
+        ),
+        (
+            "rope_scaling",
+            json!({"rope_type": "yarn", "factor": 4.0}),
+            "rope_scaling: \"yarn\" scaling is not implemented",
+        ),
+        (
+            "rope_scaling",
+            json!({"type": "linear", "factor": 2.0}),
+            "rope_scaling: \"linear\" scaling is not implemented",
+        ),
+        (
+            "eos_token_id",
+            json!([2, 6]),
+            "eos_token_id: 6 is outside the vocabulary of 6",
+        ),
+        ("bos_token_id", json!(-1), "bos_token_id: -1 is not a token id"),
+    ];
+    for (key, value, want) in refused {
+        let e = parse(key, value).unwrap_err();
+        assert!(e.contains(want), "expected {want:?} in {e:?}");
+    }
+    // An untied head that no file holds.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(6);
+    let w = model::random_tensors(&cfg, 0.3, 6, &Device::Cpu).unwrap();
+    hf::write_dir(dir.path(), &cfg, hf::Arch::Llama, &w).unwrap();
+    hf::load_dir(dir.path(), &Device::Cpu).unwrap();
+    let path = dir.path().join("config.json");
+    let mut c: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    c["tie_word_embeddings"] = false.into();
+    std::fs::write(&path, c.to_string()).unwrap();
+    let e = hf::load_dir(dir.path(), &Device::Cpu).unwrap_err().to_string();
+    assert_has(
+        &e,
+        &["tie_word_embeddings is false (or absent) but no safetensors file holds lm_head.weight"],
+    );
+}
