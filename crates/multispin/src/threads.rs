@@ -4,9 +4,8 @@
 use crate::failure::Failure;
 use clap::Args;
 
-/// The most worker threads `--threads` accepts: thousands of polling workers on a few cores took tens of seconds
-/// for two tokens.
-pub const MAX_THREADS: usize = 256;
+/// The most worker threads `--threads` (and `RAYON_NUM_THREADS`) accepts: the runtime's bound.
+pub use spin_runtime::load::MAX_THREADS;
 
 /// The thread count of a command that runs models.
 #[derive(Debug, Clone, Args)]
@@ -33,8 +32,7 @@ impl ThreadArgs {
                 "--threads: {n} exceeds {MAX_THREADS} (the pool's workers poll for work, so threads beyond the cores only slow it down)"
             )));
         }
-        // SAFETY: forwarded from the caller.
-        unsafe { spin_runtime::load::set_up_threads(self.threads) }
-            .map_err(|e| Failure::Input(format!("--threads: {e}")))
+        // SAFETY: forwarded from the caller. The flag is checked above, so an error here names `RAYON_NUM_THREADS`.
+        unsafe { spin_runtime::load::set_up_threads(self.threads) }.map_err(|e| Failure::Input(e.to_string()))
     }
 }

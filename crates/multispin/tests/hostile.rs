@@ -561,6 +561,36 @@ fn a_broken_gguf_exits_2_naming_what_is_wrong() {
     assert_input_error(&run("v1.gguf", &v1), "GGUF version 1 is not supported");
 }
 
+/// `RAYON_NUM_THREADS` is bounded as `--threads` is (1 to 256), and refused naming it otherwise.
+#[test]
+fn a_bad_rayon_num_threads_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let sim = |threads: &str| {
+        Command::new(env!("CARGO_BIN_EXE_multispin"))
+            .args([
+                "simulate",
+                "--devices",
+                "1",
+                "--max-tokens",
+                "1",
+                "--out",
+                out_dir,
+            ])
+            .env("RAYON_NUM_THREADS", threads)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .unwrap()
+    };
+    for bad in ["100000", "257", "0", "-1", "two"] {
+        assert_input_error(&sim(bad), "RAYON_NUM_THREADS");
+    }
+    for good in ["1", "3", ""] {
+        let out = sim(good);
+        assert!(out.status.success(), "{good:?}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn errors_stay_on_one_line_when_backtraces_are_on() {
     let dir = tempfile::tempdir().unwrap();

@@ -19,12 +19,33 @@ pub fn select_device() -> Result<Device> {
     }
 }
 
+/// The most worker threads the pool is built with (the `threads` argument of [`set_up_threads`] or
+/// `RAYON_NUM_THREADS`): thousands of polling workers on a few cores took tens of seconds for two tokens.
+pub const MAX_THREADS: usize = 256;
+
+/// The thread count `RAYON_NUM_THREADS` holds: None when unset or empty, an error naming it when it is not a
+/// count from 1 to [`MAX_THREADS`].
+fn env_threads() -> Result<Option<usize>> {
+    let Some(v) = std::env::var_os("RAYON_NUM_THREADS").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match v.to_str().and_then(|s| s.trim().parse::<usize>().ok()) {
+        Some(n) if (1..=MAX_THREADS).contains(&n) => Ok(Some(n)),
+        _ => Err(RuntimeError::invalid(
+            "RAYON_NUM_THREADS",
+            format!("{v:?} is not a thread count from 1 to {MAX_THREADS}"),
+        )),
+    }
+}
+
 /// Fixes the process's CPU threads once, at start-up (call it first thing in `main`), and returns what is in force
 /// as `threads=N CANDLE_NUM_THREADS=…`.
 ///
 /// - Our own products (the quantised kernels, the host route's attention) and candle's matrix products run on
 ///   rayon's global pool, built here with `threads` workers: the argument (`--threads`), else `RAYON_NUM_THREADS`
-///   when it holds a positive number, else the available parallelism (both cores of the development machine).
+///   when set, else the available parallelism (both cores of the development machine). Either count must be
+///   from 1 to [`MAX_THREADS`] (an error names the argument or the variable); the available parallelism is
+///   capped there.
 ///   `RAYON_NUM_THREADS` is then set to the same count: candle 0.11 asks for it on every CPU matmul and, when the
 ///   variable is unset (and the cores are alike), re-reads `/proc/cpuinfo` each time (≈ 0.15 ms per product,
 ///   measured on the 2-core development machine, more than a whole stories260K projection costs).
@@ -42,16 +63,20 @@ pub fn select_device() -> Result<Device> {
 /// It calls `std::env::set_var`: no other thread may exist while it runs.
 #[allow(unsafe_code)]
 pub unsafe fn set_up_threads(threads: Option<usize>) -> Result<String> {
-    if threads == Some(0) {
-        return Err(RuntimeError::invalid("threads", "must be at least 1"));
-    }
-    let from_env = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0);
-    let n = threads
-        .or(from_env)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let n = match threads {
+        Some(0) => return Err(RuntimeError::invalid("threads", "must be at least 1")),
+        Some(n) if n > MAX_THREADS => {
+            return Err(RuntimeError::invalid(
+                "threads",
+                format!("{n} exceeds {MAX_THREADS}"),
+            ));
+        }
+        Some(n) => n,
+        None => match env_threads()? {
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS)),
+        },
+    };
     // SAFETY: the caller guarantees that no other thread exists, so nothing reads the environment concurrently.
     unsafe { std::env::set_var("RAYON_NUM_THREADS", n.to_string()) };
     let candle = match std::env::var("CANDLE_NUM_THREADS")
