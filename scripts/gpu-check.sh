@@ -10,7 +10,9 @@ out="${1:-target/gpu-check}"
 mkdir -p "$out"
 export CARGO_INCREMENTAL=0
 # candle re-reads /proc/cpuinfo on every CPU matmul unless this is set; the test binaries do not set it themselves.
-export RAYON_NUM_THREADS="${RAYON_NUM_THREADS:-$(nproc)}"
+# At most 256: the binaries refuse a larger pool (spin_runtime::load::MAX_THREADS).
+cores="$(nproc)"
+export RAYON_NUM_THREADS="${RAYON_NUM_THREADS:-$((cores < 256 ? cores : 256))}"
 if [ -z "${MULTISPIN_SHARED_DATA:-}" ] && [ -d ../shared/data ]; then
     export MULTISPIN_SHARED_DATA="$(cd ../shared/data && pwd)"
 fi
