@@ -418,14 +418,36 @@ fn meta<'a>(c: &'a gguf_file::Content, what: &str, key: &str) -> Result<&'a gguf
         .ok_or_else(|| RuntimeError::format(what, format!("metadata {key} is missing")))
 }
 
+/// A count from the metadata: an integer of any width, not negative. A negative number, or a value of another
+/// type (a bool, a float, a string), is an error naming the key (candle's `to_u64` would read `true` as 1).
 fn meta_usize(c: &gguf_file::Content, what: &str, key: &str) -> Result<usize> {
-    let v = meta(c, what, key)?;
-    let n = v
-        .to_u64()
-        .or_else(|_| v.to_u32().map(u64::from))
-        .or_else(|_| v.to_i32().map(|x| x.max(0) as u64))
-        .map_err(|e| RuntimeError::format(format!("{what}: {key}"), e.to_string()))?;
-    Ok(n as usize)
+    count_value(meta(c, what, key)?, what, key)
+}
+
+/// [`meta_usize`] for a key that may be absent: `default` then; present, it is read as strictly.
+fn meta_usize_or(c: &gguf_file::Content, what: &str, key: &str, default: usize) -> Result<usize> {
+    match c.metadata.get(key) {
+        None => Ok(default),
+        Some(v) => count_value(v, what, key),
+    }
+}
+
+fn count_value(v: &gguf_file::Value, what: &str, key: &str) -> Result<usize> {
+    use gguf_file::Value as V;
+    let bad = |why: String| RuntimeError::format(format!("{what}: {key}"), why);
+    if let Some(n) = meta_int(v) {
+        return usize::try_from(n).map_err(|_| bad(format!("{n} does not fit this machine's addresses")));
+    }
+    match *v {
+        V::I8(x) => Err(bad(format!("{x} is negative, must be a count"))),
+        V::I16(x) => Err(bad(format!("{x} is negative, must be a count"))),
+        V::I32(x) => Err(bad(format!("{x} is negative, must be a count"))),
+        V::I64(x) => Err(bad(format!("{x} is negative, must be a count"))),
+        _ => Err(bad(format!(
+            "stored as {:?}, must be a non-negative integer",
+            v.value_type()
+        ))),
+    }
 }
 
 /// An integer metadata value of any width, if it is one and not negative.
@@ -779,7 +801,7 @@ fn open(path: &Path, device: &Device) -> Result<(Config, GgufSource)> {
         hidden_dim: meta_usize(&content, &what, &key("feed_forward_length"))?,
         n_layers: meta_usize(&content, &what, &key("block_count"))?,
         n_heads,
-        n_kv_heads: meta_usize(&content, &what, &key("attention.head_count_kv")).unwrap_or(n_heads),
+        n_kv_heads: meta_usize_or(&content, &what, &key("attention.head_count_kv"), n_heads)?,
         max_seq_len: meta_usize(&content, &what, &key("context_length"))?,
         rms_eps: meta_f64(&content, &what, &key("attention.layer_norm_rms_epsilon"), 1e-5)?,
         rope_theta: meta_f64(&content, &what, &key("rope.freq_base"), arch.default_theta)?,

@@ -979,3 +979,66 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
         &["tie_word_embeddings is false (or absent) but no safetensors file holds lm_head.weight"],
     );
 }
+
+/// A count in the metadata (a width, a layer or head count, the context) must be a non-negative integer: a
+/// negative one, or a bool (which candle would read as 0 or 1), a float or a string, is refused naming the key,
+/// where a negative I32 used to become 0 and `true` a count of 1. Any integer type holding a sound count loads,
+/// and an absent `head_count_kv` is the query heads' count.
+#[test]
+fn gguf_counts_that_are_negative_or_not_integers_are_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let refused = [
+        (
+            "llama.context_length",
+            5,
+            (-8i32).to_le_bytes().to_vec(),
+            "-8 is negative, must be a count",
+        ),
+        (
+            "llama.block_count",
+            11,
+            (-1i64).to_le_bytes().to_vec(),
+            "-1 is negative, must be a count",
+        ),
+        (
+            "llama.block_count",
+            7,
+            vec![1u8],
+            "stored as Bool, must be a non-negative integer",
+        ),
+        (
+            "llama.attention.head_count_kv",
+            7,
+            vec![1u8],
+            "stored as Bool, must be a non-negative integer",
+        ),
+        (
+            "llama.embedding_length",
+            6,
+            32f32.to_le_bytes().to_vec(),
+            "stored as F32, must be a non-negative integer",
+        ),
+    ];
+    for (key, t, v, want) in refused {
+        let e = gguf_error(dir.path(), &g.with(key, t, v).bytes());
+        assert_has(&e, &[&format!("{key}: {want}")]);
+    }
+    let path = dir.path().join("counts.gguf");
+    let sound = g
+        .with("llama.context_length", 5, 8i32.to_le_bytes().to_vec())
+        .with("llama.block_count", 0, vec![1u8])
+        .with("llama.embedding_length", 11, 32i64.to_le_bytes().to_vec());
+    std::fs::write(&path, sound.bytes()).unwrap();
+    let m = gguf::load(&path, &Device::Cpu).unwrap();
+    assert_eq!(
+        (m.config().max_seq_len, m.config().n_layers, m.config().dim),
+        (8, 1, 32)
+    );
+    let mut no_kv = g.clone();
+    no_kv.kvs.retain(|kv| kv.0 != "llama.attention.head_count_kv");
+    std::fs::write(&path, no_kv.bytes()).unwrap();
+    let e = gguf::load(&path, &Device::Cpu).unwrap_err().to_string();
+    // Two key/value heads (the query heads') do not match the file's key projection of one.
+    assert_has(&e, &["attn_k"]);
+}
