@@ -27,6 +27,10 @@ pub struct HfConfig {
     /// Key/value heads (defaults to the query heads).
     #[serde(default)]
     pub num_key_value_heads: Option<usize>,
+    /// The width of one attention head (defaults to `hidden_size / num_attention_heads`); any other width is
+    /// refused (the model does not implement it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Longest sequence.
@@ -184,6 +188,17 @@ impl HfConfig {
         cfg.validate()
             .map_err(|e| RuntimeError::format("config.json", e.to_string()))?;
         crate::limits::check_limits(&cfg, "config.json")?;
+        if let Some(h) = self.head_dim
+            && h != cfg.head_dim()
+        {
+            return Err(RuntimeError::invalid(
+                "head_dim",
+                format!(
+                    "{h} is not hidden_size / num_attention_heads = {}: other head widths are not implemented",
+                    cfg.head_dim()
+                ),
+            ));
+        }
         self.check_rope_and_ids()?;
         Ok(cfg)
     }
@@ -354,6 +369,7 @@ fn write_folder(
         num_hidden_layers: cfg.n_layers,
         num_attention_heads: cfg.n_heads,
         num_key_value_heads: Some(cfg.n_kv_heads),
+        head_dim: Some(cfg.head_dim()),
         vocab_size: cfg.vocab_size,
         max_position_embeddings: cfg.max_seq_len,
         rms_norm_eps: cfg.rms_eps,

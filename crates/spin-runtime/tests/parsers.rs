@@ -911,8 +911,9 @@ fn gguf_rope_settings_the_model_does_not_implement_are_refused() {
 }
 
 /// A `config.json` is refused naming the key when its `model_type` is unsupported or another architecture than
-/// `architectures`, when it asks for RoPE scaling, when a BOS or EOS id lies outside the vocabulary, and when it
-/// declares an untied head that no safetensors file holds.
+/// `architectures`, when it asks for RoPE scaling, when a BOS or EOS id lies outside the vocabulary, when its
+/// `head_dim` is not `hidden_size / num_attention_heads` (the only head width implemented), and when it declares an
+/// untied head that no safetensors file holds.
 #[test]
 fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
     let base = serde_json::json!({
@@ -931,6 +932,8 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
     parse("rope_scaling", json!(null)).unwrap();
     parse("rope_scaling", json!({"rope_type": "default"})).unwrap();
     parse("model_type", json!("mistral")).unwrap();
+    parse("head_dim", json!(4)).unwrap();
+    parse("head_dim", json!(null)).unwrap();
     let refused = [
         (
             "model_type",
@@ -958,6 +961,11 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
             "eos_token_id: 6 is outside the vocabulary of 6",
         ),
         ("bos_token_id", json!(-1), "bos_token_id: -1 is not a token id"),
+        (
+            "head_dim",
+            json!(8),
+            "head_dim: 8 is not hidden_size / num_attention_heads = 4: other head widths are not implemented",
+        ),
     ];
     for (key, value, want) in refused {
         let e = parse(key, value).unwrap_err();
