@@ -116,6 +116,13 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         args.draft.as_deref(),
         drafter.output_vocab(),
     )?;
+    crate::pairing::check_tokenizer(
+        &tok,
+        args.tokenizer.as_deref(),
+        &drafter,
+        "--draft",
+        args.draft.as_deref(),
+    )?;
     let mut cfg = DeviceConfig::new(
         args.connect.clone(),
         encode(&tok, &args.prompt)?,

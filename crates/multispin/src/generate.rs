@@ -3,6 +3,7 @@
 
 use crate::failure::Failure;
 use crate::number::plain;
+use crate::pairing;
 use crate::simulate::{Embedded, carries_own_tokenizer, load, load_tokenizer};
 use anyhow::Context;
 use clap::Args;
@@ -506,6 +507,14 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
             target.config().vocab_size,
         )?,
     };
+    // The tokenizer was read without the model's vocabulary: whether they fit is checked now that both are here.
+    pairing::check_tokenizer(
+        &tok,
+        args.tokenizer.as_deref(),
+        &target,
+        "--target",
+        args.target.as_deref(),
+    )?;
     let drafter = match (loaded_draft?, args.self_draft_layers) {
         (Some(d), _) => Some(d),
         (None, Some(n)) => Some(
@@ -516,14 +525,8 @@ pub fn run(args: &GenerateArgs) -> Result<(), Failure> {
         (None, None) => None,
     };
     // Speculating needs one vocabulary; refused here, before anything is printed.
-    if let Some(d) = &drafter
-        && d.output_vocab() != target.config().vocab_size
-    {
-        return Err(Failure::Input(format!(
-            "--draft: vocabulary of {} differs from the target's {}",
-            d.output_vocab(),
-            target.config().vocab_size
-        )));
+    if let Some(d) = &drafter {
+        pairing::check_draft(d, &target, "--draft")?;
     }
     // The context: every token of the sequence (prompt and generated) must fit both models.
     let context = drafter.as_ref().map_or(target.config().max_seq_len, |d| {

@@ -14,6 +14,7 @@ mod lookup;
 mod make_scenario;
 mod measure;
 mod number;
+mod pairing;
 mod plan;
 mod plan_a;
 mod plan_args;

@@ -3,6 +3,7 @@
 
 use crate::chart::svg_lines;
 use crate::failure::Failure;
+use crate::pairing;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -155,6 +156,13 @@ fn load(models: &Models) -> Result<Loaded, Failure> {
         target.config().vocab_size,
     )
     .map_err(Failure::input)?;
+    pairing::check_tokenizer(
+        &tok,
+        models.tokenizer.as_deref(),
+        &target,
+        "--target",
+        Some(&models.target),
+    )?;
     let drafter = match &models.draft {
         Some(p) => {
             let d = spin_runtime::load_model(p, &device).map_err(Failure::input)?;
@@ -168,6 +176,7 @@ fn load(models: &Models) -> Result<Loaded, Failure> {
             .first_layers(models.self_draft_layers.unwrap_or(1))
             .map_err(Failure::input)?,
     };
+    pairing::check_draft(&drafter, &target, "--draft")?;
     std::fs::create_dir_all(&models.out).with_context(|| format!("creating {}", models.out.display()))?;
     Ok(Loaded { target, drafter, tok })
 }

@@ -132,6 +132,13 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         args.server.target.as_deref(),
         target.config().vocab_size,
     )?;
+    crate::pairing::check_tokenizer(
+        &tok,
+        args.server.tokenizer.as_deref(),
+        &target,
+        "--target",
+        args.server.target.as_deref(),
+    )?;
     let mut cfg = args.server.config(identity(&target, &tok))?;
     cfg.min_devices = args.devices;
     cfg.stop_when_done = !args.keep_serving;

@@ -5,6 +5,7 @@
 
 use crate::chart::{Series, svg_bars, svg_lines, svg_scatter_labelled};
 use crate::failure::Failure;
+use crate::pairing;
 use crate::study;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -531,17 +532,18 @@ fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure
             }
         }
     };
-    if target.config().vocab_size != drafter.output_vocab() {
-        return Err(Failure::Input(format!(
-            "draft: vocabulary of {} differs from the target's {}",
-            drafter.output_vocab(),
-            target.config().vocab_size
-        )));
-    }
+    pairing::check_draft(&drafter, &target, "--draft")?;
     let tok = load_tokenizer(
         args.server.tokenizer.as_deref(),
         args.server.target.as_deref(),
         target.config().vocab_size,
+    )?;
+    pairing::check_tokenizer(
+        &tok,
+        args.server.tokenizer.as_deref(),
+        &target,
+        "--target",
+        args.server.target.as_deref(),
     )?;
     Ok((target, drafter, tok))
 }

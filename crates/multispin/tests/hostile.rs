@@ -3,7 +3,10 @@
 
 mod common;
 
+use spin_runtime::gguf::{self, GgmlDType, GgufVocab, WriteOptions};
+use spin_runtime::head_vocab::HeadVocab;
 use spin_runtime::llama2c::Llama2cTokenizer;
+use spin_runtime::{Config, RopeStyle, model};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -1126,5 +1129,250 @@ fn waits_beyond_a_year_are_refused_naming_the_flag() {
             &multispin(&["device", "--connect", "127.0.0.1:1", flag, "1e19"]),
             field,
         );
+    }
+}
+
+/// A `tokenizer.json` (a whitespace-split word-level pipeline) with the words and ids of `vocab`, at `dir/name`.
+fn word_tokenizer(dir: &Path, name: &str, vocab: &[(&str, u32)]) -> PathBuf {
+    let words: serde_json::Map<String, serde_json::Value> =
+        vocab.iter().map(|&(w, id)| (w.to_string(), id.into())).collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<unk>"}
+    });
+    let path = dir.join(name);
+    std::fs::write(&path, json.to_string()).unwrap();
+    path
+}
+
+/// A GGUF model with `rows` embedding rows carrying a vocabulary of `tokens` tokens (BOS 1, EOS 2), at `dir/name`.
+fn gguf_with_vocab(dir: &Path, name: &str, rows: usize, tokens: usize) -> PathBuf {
+    let cfg = Config {
+        vocab_size: rows,
+        dim: 32,
+        hidden_dim: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: CONTEXT,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let w = model::random_tensors(&cfg, 0.3, 4, &spin_runtime::select_device().unwrap()).unwrap();
+    let vocab = GgufVocab {
+        tokens: (0..tokens).map(|i| format!("t{i}")).collect(),
+        bos: Some(1),
+        eos: Some(2),
+        ..Default::default()
+    };
+    let opts = WriteOptions {
+        dtype: GgmlDType::Q8_0,
+        overrides: &[],
+        vocab: Some(&vocab),
+        head_vocab: None,
+    };
+    let path = dir.join(name);
+    gguf::write_with(&path, &cfg, &w, &opts).unwrap();
+    path
+}
+
+/// A draft with a restricted output head (six scored tokens of a target vocabulary of `full_vocab`): its folder
+/// and the same draft as GGUF.
+fn write_restricted(dir: &Path, full_vocab: usize) -> (PathBuf, PathBuf) {
+    let hv = HeadVocab::new(vec![3, 1, 7, 0, 12, 5], full_vocab).unwrap();
+    let cfg = Config {
+        vocab_size: hv.compact_vocab(),
+        dim: 32,
+        hidden_dim: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: CONTEXT,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: RopeStyle::Halves,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let w = model::random_tensors(&cfg, 0.3, 8, &spin_runtime::select_device().unwrap()).unwrap();
+    let folder = dir.join("restricted");
+    spin_runtime::hf::write_draft_dir(&folder, &cfg, &w, &hv).unwrap();
+    let file = dir.join("restricted.gguf");
+    gguf::write_from_dir(&folder, &file, GgmlDType::Q8_0).unwrap();
+    (folder, file)
+}
+
+/// A tokenizer with ids the model does not have (here a vocabulary of 266) is refused where tokenizer and model
+/// meet, by every command that pairs them, exit 2 naming `--tokenizer` and both sizes, before any output: the
+/// ids counted are the largest one's (a `tokenizer.json` of three words may reach id 299), not the entries. A
+/// GGUF model whose own vocabulary outgrows its embedding rows is refused naming `--target`.
+#[test]
+fn a_tokenizer_with_ids_the_model_lacks_is_refused_by_every_command_that_pairs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = write_tiny(dir.path());
+    let ms = m.to_str().unwrap();
+    let sparse = word_tokenizer(dir.path(), "sparse.json", &[("<unk>", 0), ("a", 1), ("b", 299)]);
+    let big_gguf = gguf_with_vocab(dir.path(), "big.gguf", 300, 300);
+    for tok in [&sparse, &big_gguf] {
+        let ts = tok.to_str().unwrap();
+        let want = format!(
+            "--tokenizer: {ts} has 300 token ids (0 to 299) but the vocabulary of --target {ms} has 266"
+        );
+        let out = multispin(&["generate", "--target", ms, "--tokenizer", ts, "--prompt", "a"]);
+        assert_input_error(&out, &want);
+        assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    }
+    let ts = sparse.to_str().unwrap();
+    let out_dir = dir.path().join("out");
+    let od = out_dir.to_str().unwrap();
+    let runs: [&[&str]; 4] = [
+        &[
+            "simulate",
+            "--target",
+            ms,
+            "--tokenizer",
+            ts,
+            "--self-draft-layers",
+            "1",
+            "--out",
+            od,
+        ],
+        &[
+            "measure",
+            "pass-cost",
+            "--target",
+            ms,
+            "--tokenizer",
+            ts,
+            "--out",
+            od,
+        ],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--target",
+            ms,
+            "--tokenizer",
+            ts,
+        ],
+        &[
+            "device",
+            "--connect",
+            "127.0.0.1:9",
+            "--draft",
+            ms,
+            "--tokenizer",
+            ts,
+        ],
+    ];
+    for args in runs {
+        let flag = if args[0] == "device" {
+            "--draft"
+        } else {
+            "--target"
+        };
+        let out = multispin(args);
+        assert_input_error(
+            &out,
+            &format!(
+                "--tokenizer: {ts} has 300 token ids (0 to 299) but the vocabulary of {flag} {ms} has 266"
+            ),
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!out_dir.exists(), "a refused command wrote its output folder");
+    // The vocabulary a GGUF file carries, beyond its own embedding rows.
+    let carried = gguf_with_vocab(dir.path(), "carried.gguf", 266, 300);
+    let cs = carried.to_str().unwrap();
+    let out = multispin(&["generate", "--target", cs, "--prompt", "t5"]);
+    assert_input_error(
+        &out,
+        &format!(
+            "--target {cs}: the tokenizer it carries has 300 token ids (0 to 299) but its vocabulary has 266"
+        ),
+    );
+    // A tokenizer with fewer ids than the model's rows (padded embeddings) fits.
+    let small = word_tokenizer(dir.path(), "small.json", &[("<unk>", 0), ("a", 1), ("b", 265)]);
+    let out = multispin(&[
+        "generate",
+        "--target",
+        ms,
+        "--tokenizer",
+        small.to_str().unwrap(),
+        "--prompt",
+        "a b",
+        "--max-tokens",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A draft over another vocabulary than the target's is refused by every command that pairs them, naming
+/// `--draft` and both sizes, before any work (`measure` used to load it and go on).
+#[test]
+fn a_draft_of_another_vocabulary_is_refused_by_every_command_that_pairs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (ms, ts) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let (_, restricted) = write_restricted(dir.path(), 300);
+    let dims = common::Dims {
+        dim: 16,
+        hidden_dim: 24,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        max_seq_len: CONTEXT,
+    };
+    let other = common::write_model(dir.path(), "other.bin", 300, &dims, 6);
+    let od = dir.path().join("out");
+    let od = od.to_str().unwrap();
+    for draft in [&other, &restricted] {
+        let ds = draft.to_str().unwrap();
+        let runs: [&[&str]; 3] = [
+            &[
+                "generate",
+                "--target",
+                ms,
+                "--tokenizer",
+                ts,
+                "--draft",
+                ds,
+                "--prompt",
+                "ab",
+            ],
+            &[
+                "simulate",
+                "--target",
+                ms,
+                "--tokenizer",
+                ts,
+                "--draft",
+                ds,
+                "--out",
+                od,
+            ],
+            &[
+                "measure",
+                "pass-cost",
+                "--target",
+                ms,
+                "--tokenizer",
+                ts,
+                "--draft",
+                ds,
+                "--out",
+                od,
+            ],
+        ];
+        for args in runs {
+            let out = multispin(args);
+            assert_input_error(&out, "--draft: vocabulary of 300 differs from the target's 266");
+            assert!(out.stdout.is_empty(), "{args:?}");
+        }
     }
 }

@@ -938,6 +938,8 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
         eos,
         add_bos,
         chat_template,
+        // Token i of `tokenizer.ggml.tokens` has id i.
+        id_space: n_tokens,
     })
 }
 

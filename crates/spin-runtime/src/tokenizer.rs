@@ -22,6 +22,9 @@ pub enum Tokenizer {
         add_bos: bool,
         /// The file's chat template (a GGUF file's `tokenizer.chat_template`, Jinja), if any.
         chat_template: Option<String>,
+        /// One more than the largest id the pipeline has a token for (added tokens included): see
+        /// [`Tokenizer::id_space`].
+        id_space: usize,
     },
 }
 
@@ -101,6 +104,20 @@ impl Tokenizer {
         }
     }
 
+    /// The ids the tokenizer can produce or name: one more than the largest of its token ids, BOS and EOS. A model
+    /// it is paired with must accept and emit every one of them (its vocabulary, `Model::output_vocab`, at least
+    /// this large), or a prompt fails mid-generation; a model's vocabulary may be larger (embedding rows padded
+    /// past the tokenizer's tokens).
+    pub fn id_space(&self) -> usize {
+        let (ids, bos, eos) = match self {
+            Tokenizer::Llama2c(t) => (t.vocab_size(), Llama2cTokenizer::BOS, Llama2cTokenizer::EOS),
+            Tokenizer::Hf {
+                id_space, bos, eos, ..
+            } => (*id_space, bos.unwrap_or(0), eos.unwrap_or(0)),
+        };
+        ids.max(bos as usize + 1).max(eos as usize + 1)
+    }
+
     /// A lower bound on the tokens of `encode(text, bos)`, computed without encoding (to refuse a prompt that
     /// cannot fit a context before paying for its tokenisation). Exact-format bound for llama2.c (no token is
     /// longer than the longest piece); for `tokenizers` pipelines, whose normalisers may shorten the text, only BOS.
@@ -142,12 +159,19 @@ impl Tokenizer {
         let find = |names: &[&str]| names.iter().find_map(|n| inner.token_to_id(n));
         let bos = find(&["<s>", "<|begin_of_text|>", "<|im_start|>"]);
         let eos = find(&["</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>"]);
+        // The largest id, not the count: a file's ids need not be contiguous.
+        let id_space = inner
+            .get_vocab(true)
+            .into_values()
+            .max()
+            .map_or(0, |m| m as usize + 1);
         Ok(Tokenizer::Hf {
             inner: Box::new(inner),
             add_bos: bos.is_some(),
             bos,
             eos,
             chat_template: None,
+            id_space,
         })
     }
 }

@@ -1050,3 +1050,37 @@ fn gguf_counts_that_are_negative_or_not_integers_are_refused_naming_the_key() {
     // Two key/value heads (the query heads') do not match the file's key projection of one.
     assert_has(&e, &["attn_k"]);
 }
+
+/// `Tokenizer::id_space`, what a model paired with a tokenizer must accept: a llama2.c tokenizer's entries, a GGUF
+/// vocabulary's tokens, one more than a `tokenizer.json`'s largest id (not its count: ids need not be contiguous),
+/// and never less than BOS or EOS + 1.
+#[test]
+fn tokenizers_name_the_ids_they_can_produce() {
+    assert_eq!(
+        Tokenizer::Llama2c(tokenizer()).id_space(),
+        tokenizer().vocab_size()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    sound_gguf(dir.path());
+    let gguf_tok = gguf::load_tokenizer(&dir.path().join("sound.gguf")).unwrap();
+    assert_eq!(gguf_tok.id_space(), 40);
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"<unk>": 0, "a": 1, "</s>": 70}, "unk_token": "<unk>"}
+    });
+    let tok = Tokenizer::from_hf_bytes(json.to_string().as_bytes(), "tokenizer.json").unwrap();
+    assert_eq!((tok.id_space(), tok.eos()), (71, Some(70)));
+    let Tokenizer::Hf { inner, .. } = tok else {
+        panic!("not a pipeline")
+    };
+    let past = Tokenizer::Hf {
+        inner,
+        bos: Some(90),
+        eos: None,
+        add_bos: true,
+        chat_template: None,
+        id_space: 71,
+    };
+    assert_eq!(past.id_space(), 91);
+}
