@@ -147,6 +147,7 @@ struct Loaded {
 fn load(models: &Models) -> Result<Loaded, Failure> {
     let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
     let mut target = spin_runtime::load_model(&models.target, &device).map_err(Failure::input)?;
+    pairing::check_target(&target, Some(&models.target))?;
     if models.dequantize {
         target = target.dequantize().map_err(Failure::input)?;
     }

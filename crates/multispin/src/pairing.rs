@@ -1,6 +1,7 @@
 //! Where a command's models and tokenizer meet: each file loads on its own (in `generate`, the tokenizer beside the
 //! model, without its vocabulary), so whether they fit each other is checked here, once all are loaded and before
-//! any output: a tokenizer whose every id the model accepts, a draft over the target's vocabulary. Every refusal is an input error naming the flag and both sizes.
+//! any output: a target that can verify (no restricted draft head), a tokenizer whose every id the model accepts,
+//! a draft over the target's vocabulary. Every refusal is an input error naming the flag and both sizes.
 
 use crate::failure::Failure;
 use spin_runtime::{Model, Tokenizer};
@@ -11,6 +12,23 @@ fn named(flag: &str, path: Option<&Path>) -> String {
     match path {
         Some(p) => format!("{flag} {}", p.display()),
         None => format!("{flag} (the embedded model)"),
+    }
+}
+
+/// Refuses a model with a restricted draft head as the target: its logits are over V_d + 1 compact ids, not over
+/// the vocabulary its input tokens are in (it fails at the first prompt token past V_d, or decodes compact ids as
+/// tokens). It drafts for a target of the full vocabulary instead.
+pub fn check_target(model: &Model, path: Option<&Path>) -> Result<(), Failure> {
+    match model.head_vocab() {
+        None => Ok(()),
+        Some(h) => Err(Failure::Input(format!(
+            "--target: {} is a draft with a restricted output head (it scores {} of the {} tokens, \
+             multispin.head_vocab / multispin_target_vocab_size): it cannot be the target; pass it as --draft \
+             beside a target of that vocabulary",
+            path.map_or_else(|| "the model".into(), |p| p.display().to_string()),
+            h.ids().len(),
+            h.full_vocab()
+        ))),
     }
 }
 

@@ -294,15 +294,19 @@ pub enum Embedded {
 }
 
 /// Loads the model at `path`, or the embedded `fallback` when no path is given, mapping failures to input errors
-/// naming the file.
+/// naming the file. A target must be able to verify: a restricted-head draft is refused (`pairing::check_target`).
 pub fn load(path: Option<&Path>, fallback: Embedded) -> Result<Model, Failure> {
     let device = spin_runtime::select_device().map_err(|e| Failure::Runtime(e.into()))?;
-    match (path, fallback) {
+    let model = match (path, fallback) {
         (Some(p), _) => spin_runtime::load_model(p, &device),
         (None, Embedded::Target) => spin_runtime::embedded::target(&device),
         (None, Embedded::Draft) => spin_runtime::embedded::draft(&device),
     }
-    .map_err(Failure::input)
+    .map_err(Failure::input)?;
+    if fallback == Embedded::Target {
+        pairing::check_target(&model, path)?;
+    }
+    Ok(model)
 }
 
 /// Loads the tokenizer of the model at `model` (`None`: an embedded model) with `vocab` tokens: `tokenizer` when

@@ -1312,6 +1312,77 @@ fn a_tokenizer_with_ids_the_model_lacks_is_refused_by_every_command_that_pairs_t
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// A draft with a restricted output head is refused as the target (its logits are over its compact ids, so it
+/// failed mid-generation at the first prompt token past them, exit 1), as a folder or a GGUF file, by every
+/// command that loads a target, naming `--target` and why; beside a target of its vocabulary it drafts, with a
+/// tokenizer of the target's ids (more than the draft's rows: the check is against the vocabulary it maps to).
+#[test]
+fn a_restricted_draft_is_refused_as_the_target_and_drafts_beside_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, t) = write_tiny(dir.path());
+    let (ms, ts) = (m.to_str().unwrap(), t.to_str().unwrap());
+    let (folder, file) = write_restricted(dir.path(), 266);
+    let od = dir.path().join("out");
+    let od = od.to_str().unwrap();
+    for draft in [&folder, &file] {
+        let ds = draft.to_str().unwrap();
+        let want =
+            format!("--target: {ds} is a draft with a restricted output head (it scores 6 of the 266 tokens");
+        let runs: [&[&str]; 4] = [
+            &["generate", "--target", ds, "--tokenizer", ts, "--prompt", "ab"],
+            &[
+                "simulate",
+                "--target",
+                ds,
+                "--tokenizer",
+                ts,
+                "--draft",
+                ds,
+                "--out",
+                od,
+            ],
+            &[
+                "measure",
+                "pass-cost",
+                "--target",
+                ds,
+                "--tokenizer",
+                ts,
+                "--out",
+                od,
+            ],
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--target",
+                ds,
+                "--tokenizer",
+                ts,
+            ],
+        ];
+        for args in runs {
+            let out = multispin(args);
+            assert_input_error(&out, &want);
+            assert!(out.stdout.is_empty(), "{args:?}");
+        }
+        let out = multispin(&[
+            "generate",
+            "--target",
+            ms,
+            "--tokenizer",
+            ts,
+            "--draft",
+            ds,
+            "--prompt",
+            "ab",
+            "--max-tokens",
+            "4",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+}
+
 /// A draft over another vocabulary than the target's is refused by every command that pairs them, naming
 /// `--draft` and both sizes, before any work (`measure` used to load it and go on).
 #[test]

@@ -102,6 +102,7 @@ impl<'m> Speculator<'m> {
         draft_lens: &[usize],
         cfg: SpecConfig,
     ) -> Result<Self> {
+        target.check_full_head("target")?;
         if target.config().vocab_size != drafter.output_vocab() {
             return Err(RuntimeError::invalid(
                 "draft",
@@ -301,6 +302,7 @@ pub fn generate_plain_with(
     seed: u64,
     on_token: &mut dyn FnMut(&[u32]) -> bool,
 ) -> Result<Vec<u32>> {
+    model.check_full_head("model")?;
     if prompt.is_empty() {
         return Err(RuntimeError::invalid("prompt", "is empty"));
     }
@@ -336,6 +338,7 @@ pub fn generate_plain_batch(
     max_new_tokens: usize,
     seeds: &[u64],
 ) -> Result<Vec<Vec<u32>>> {
+    model.check_full_head("model")?;
     if prompts.len() != seeds.len() || prompts.is_empty() {
         return Err(RuntimeError::invalid(
             "seeds",

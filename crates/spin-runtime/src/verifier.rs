@@ -139,8 +139,10 @@ impl<M: Deref<Target = Model>> Verifier<M> {
     }
 
     /// Adds devices with their prompts, prefilling every prompt but its last token in one padded batch; returns
-    /// the index of the first new device.
+    /// the index of the first new device. A model with a restricted draft head is refused as the target
+    /// ([`Model::check_full_head`]).
     pub fn add_devices(&mut self, prompts: &[Vec<u32>]) -> Result<usize> {
+        self.model.check_full_head("target")?;
         let first = self.slots.len();
         let vocab = self.vocab();
         for (k, p) in prompts.iter().enumerate() {

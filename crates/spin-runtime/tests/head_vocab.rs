@@ -368,3 +368,45 @@ fn compact_probabilities_equal_those_of_the_expanded_row() {
             .is_err()
     );
 }
+
+/// A restricted draft cannot stand for the target: its logits are over its compact ids, so plain decoding would
+/// read them as token ids and verification would judge the wrong tokens. Plain decoding, the speculative loop and
+/// the verifier refuse it before any pass, naming the model and why.
+#[test]
+fn a_restricted_draft_cannot_stand_for_the_target() {
+    let draft = restricted(4);
+    let greedy = speculative::sampling(0.0).unwrap();
+    let why = "restricted output head (it scores 6 of the 24 tokens) cannot be the target";
+    let e = generate_plain(&draft, &[1, 3], &greedy, 2, None, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("model: ") && e.contains(why), "{e}");
+    let e = speculative::generate_plain_batch(&draft, &[vec![1, 3]], &greedy, 2, &[0])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("model: ") && e.contains(why), "{e}");
+    let spec = SpecConfig {
+        params: greedy,
+        max_new_tokens: 2,
+        eos: None,
+        seed: 0,
+    };
+    let e = Speculator::new(&draft, &draft, &[vec![1, 3]], &[2], spec)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.starts_with("target: ") && e.contains(why), "{e}");
+    let mut v = spin_runtime::verifier::Verifier::new(
+        &draft,
+        spin_runtime::verifier::VerifierConfig {
+            params: greedy,
+            max_new_tokens: 2,
+            eos: None,
+            seed: 0,
+        },
+    );
+    let e = v.add_devices(&[vec![1, 3]]).unwrap_err().to_string();
+    assert!(e.starts_with("target: ") && e.contains(why), "{e}");
+    // The draft's own check passes a model of a whole vocabulary.
+    tiny(1, 0.3, 1).check_full_head("target").unwrap();
+}

@@ -367,6 +367,24 @@ impl Model {
         self.head_vocab.as_deref()
     }
 
+    /// Refuses this model where a whole vocabulary's logits are needed (a target verifying drafts, plain decoding):
+    /// a restricted draft head scores only its V_d tokens, in compact ids that are not the tokens' own, so it can
+    /// draft but not stand for the target. `role` names the model in the error.
+    pub fn check_full_head(&self, role: &str) -> Result<()> {
+        match &self.head_vocab {
+            None => Ok(()),
+            Some(h) => Err(RuntimeError::invalid(
+                role,
+                format!(
+                    "a draft with a restricted output head (it scores {} of the {} tokens) cannot be the target: \
+                     it drafts for a target of that vocabulary",
+                    h.ids().len(),
+                    h.full_vocab()
+                ),
+            )),
+        }
+    }
+
     /// The vocabulary a drafter with this model samples over: the target's for a restricted head, else the model's.
     pub fn output_vocab(&self) -> usize {
         self.head_vocab
