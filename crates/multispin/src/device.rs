@@ -56,6 +56,10 @@ pub struct DeviceArgs {
     /// accepts the connection and says nothing is given up on then.
     #[arg(long, default_value_t = 30.0)]
     pub handshake_timeout_s: f64,
+    /// Seconds the device waits, once welcomed, for any message of the server (a waiting server sends a keepalive
+    /// every 5 s); past it the device resumes once, and gives up if the server stays silent as long again.
+    #[arg(long, default_value_t = 60.0)]
+    pub silence_timeout_s: f64,
 }
 
 /// Runs `multispin device`: prints the generated text on stdout.
@@ -73,7 +77,19 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         )));
     }
     let handshake_timeout = seconds("handshake_timeout_s", args.handshake_timeout_s)?;
-    // The small files first: a bad one is refused before the draft model loads.
+    let silence_timeout = seconds("silence_timeout_s", args.silence_timeout_s)?;
+    let reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s)
+        .ok()
+        .filter(|d| *d <= spin_net::server::MAX_WAIT)
+        .ok_or_else(|| {
+            Failure::Input(format!(
+                "reconnect_s: {} is not a number of seconds in [0, {}] (a year)",
+                args.reconnect_s,
+                spin_net::server::MAX_WAIT.as_secs()
+            ))
+        })?;
+    let lookup = args.lookup.lookup()?;
+    // Every flag, then the small files: a bad one is refused before the draft model loads.
     let tls = match &args.tls_ca {
         Some(ca) => {
             let host = args
@@ -129,20 +145,12 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
         identity(&drafter, &tok),
     );
     cfg.distance_m = args.distance_m;
-    cfg.lookup = args.lookup.lookup()?;
+    cfg.lookup = lookup;
     cfg.tls = tls;
     cfg.token = token;
     cfg.handshake_timeout = handshake_timeout;
-    cfg.reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s)
-        .ok()
-        .filter(|d| *d <= spin_net::server::MAX_WAIT)
-        .ok_or_else(|| {
-            Failure::Input(format!(
-                "reconnect_s: {} is not a number of seconds in [0, {}] (a year)",
-                args.reconnect_s,
-                spin_net::server::MAX_WAIT.as_secs()
-            ))
-        })?;
+    cfg.silence_timeout = silence_timeout;
+    cfg.reconnect_for = reconnect_for;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {
         Ok(r) => {

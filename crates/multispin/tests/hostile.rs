@@ -1046,6 +1046,63 @@ fn a_device_gives_up_on_a_silent_server_naming_the_address() {
     assert_input_error(&out, "handshake_timeout_s:");
 }
 
+/// `device` against a server that welcomes it and then says nothing, not even a keepalive, gives up after
+/// `--silence-timeout-s` (exit 1, one line naming the address once); a timeout of 0 is refused naming the flag.
+#[test]
+fn a_device_gives_up_on_a_server_that_welcomes_and_then_says_nothing() {
+    use spin_net::proto::{Exchange, Identity, PROTOCOL_VERSION, SECRET_BYTES, ServerMsg, SessionParams};
+    let body = spin_net::proto::encode(&ServerMsg::Welcome {
+        version: PROTOCOL_VERSION,
+        session: 7,
+        secret: [3; SECRET_BYTES],
+        device: 0,
+        // The embedded draft's vocabulary; a tokenizer fingerprint of 0 is not compared.
+        identity: Identity {
+            vocab: 512,
+            tokenizer: 0,
+            model: 0,
+        },
+        committed: vec![1],
+        prompt_len: 1,
+        params: SessionParams {
+            temperature: 0.0,
+            exchange: Exchange::ProbsOnly,
+            v_eff: 64,
+            q_bits: 8,
+            seed: 0,
+            max_new_tokens: 8,
+        },
+    })
+    .unwrap();
+    let addr = fake_server(spin_net::wire::frame_bytes(&body));
+    let start = std::time::Instant::now();
+    let out = multispin(&[
+        "device",
+        "--connect",
+        &addr,
+        "--silence-timeout-s",
+        "0.5",
+        "--reconnect-s",
+        "0",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: --connect {addr}: silence: the server sent nothing for 0.5 s after the handshake, not even a \
+             keepalive"
+        )
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    let out = multispin(&["device", "--connect", &addr, "--silence-timeout-s", "0"]);
+    assert_input_error(&out, "silence_timeout_s:");
+}
+
 /// A hostile server's `Error` text reaches the terminal escaped: no escape sequence, no second line.
 #[test]
 fn a_device_prints_a_hostile_servers_error_escaped_on_one_line() {
@@ -1123,6 +1180,7 @@ fn waits_beyond_a_year_are_refused_naming_the_flag() {
     assert_input_error(&serve(&["--plan-budget-ms", "1e22"]), "plan_budget:");
     for (flag, field) in [
         ("--handshake-timeout-s", "handshake_timeout_s:"),
+        ("--silence-timeout-s", "silence_timeout_s:"),
         ("--reconnect-s", "reconnect_s:"),
     ] {
         assert_input_error(

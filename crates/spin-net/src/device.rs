@@ -21,6 +21,11 @@ use tokio::net::TcpStream;
 /// accepts the connection and says nothing cannot hold a device for ever.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The default [`DeviceConfig::silence_timeout`]: twelve of the server's keepalive intervals
+/// (`ServerConfig::keepalive_every`, 5 s by default), so that a server that is merely busy (a long verification
+/// pass) is waited for, and one that hangs, or a path that is gone, is given up on within a minute.
+pub const DEFAULT_SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Settings of a device.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
@@ -37,6 +42,12 @@ pub struct DeviceConfig {
     /// How long one handshake may take, from connecting to the `Welcome` (TLS and `Hello` included); past it the
     /// attempt fails with [`NetError::Timeout`] naming the step it waited for. Must be longer than 0.
     pub handshake_timeout: Duration,
+    /// How long a device waits after the handshake for any message of the server (a `Plan`, a `Verdict`, a
+    /// `KeepAlive`, which a server sends every few seconds while the device waits); past it the device tries to
+    /// resume as after a cut (within `reconnect_for`), and fails with [`NetError::Silent`] when the resumed
+    /// connection too stays silent that long before any message. Must be longer than 0, and well above the
+    /// server's keepalive interval.
+    pub silence_timeout: Duration,
     /// Test hook: extra wall delay before each draft is sent (a straggler).
     pub delay: Option<Duration>,
     /// Test hook: drop the connection right after sending the draft of this round, then resume.
@@ -68,6 +79,7 @@ impl DeviceConfig {
             distance_m: None,
             max_frame_bytes: proto::MAX_FRAME_BYTES,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            silence_timeout: DEFAULT_SILENCE_TIMEOUT,
             delay: None,
             disconnect_at_round: None,
             reconnect_for: Duration::from_secs(30),
@@ -265,10 +277,15 @@ pub async fn run_device_with_ready(
             ),
         ));
     }
-    if cfg.handshake_timeout.is_zero() {
-        return Err(NetError::invalid("handshake_timeout", "must be longer than 0 s"));
+    for (field, d) in [
+        ("handshake_timeout", cfg.handshake_timeout),
+        ("silence_timeout", cfg.silence_timeout),
+    ] {
+        if d.is_zero() {
+            return Err(NetError::invalid(field, "must be longer than 0 s"));
+        }
+        check_wait(field, d)?;
     }
-    check_wait("handshake_timeout", cfg.handshake_timeout)?;
     check_wait("reconnect_for", cfg.reconnect_for)?;
     let joined = join(&model, &cfg, None).await;
     if let Some(r) = ready {
@@ -278,11 +295,38 @@ pub async fn run_device_with_ready(
     let mut rounds = 0u64;
     let mut resumes = 0u32;
     let mut disconnect_at = cfg.disconnect_at_round;
+    // Whether this connection is a resume after a silence and has brought nothing yet: a server that is silent again
+    // then is given up on (a hung server welcomes nothing; a server that welcomes and then says nothing would
+    // otherwise hold the device for ever, one resume at a time).
+    let mut resumed_after_silence = false;
     loop {
-        let msg = match recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes).await {
-            Ok((m, _)) => m,
+        // A server that says nothing for the silence timeout (it sends a `KeepAlive` every few seconds while the
+        // device waits) hangs, or the path to it is gone.
+        let received = tokio::time::timeout(
+            cfg.silence_timeout,
+            recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(NetError::Silent {
+                addr: cfg.addr.clone(),
+                after: cfg.silence_timeout,
+            })
+        });
+        let msg = match received {
+            Ok((m, _)) => {
+                resumed_after_silence = false;
+                m
+            }
             // A cut connection (reset, closed without `Shutdown`, a frame cut short) is not the end of the run:
-            // reconnect and resume with the session's id and secret.
+            // reconnect and resume with the session's id and secret; so is a first silence (a path that went away
+            // without a reset looks like one).
+            Err(e @ NetError::Silent { .. }) if !resumed_after_silence => {
+                j = rejoin(&model, &cfg, j, e).await?;
+                resumes += 1;
+                resumed_after_silence = true;
+                continue;
+            }
             Err(e) if e.is_cut() => {
                 j = rejoin(&model, &cfg, j, e).await?;
                 resumes += 1;
@@ -391,6 +435,7 @@ pub async fn run_device_with_ready(
                 j.drafter.discard()?;
                 Ok(())
             }
+            ServerMsg::KeepAlive => Ok(()),
             m @ (ServerMsg::Shutdown { .. } | ServerMsg::Error { .. }) => return Err(refused(m)),
             ServerMsg::Welcome { .. } => return Err(NetError::Protocol("Welcome sent twice".into())),
         };
@@ -413,7 +458,8 @@ pub fn reconnect_backoff(n: u32) -> Duration {
 /// Reconnects after `cut` and resumes `j`'s session, backing off between attempts for up to
 /// `cfg.reconnect_for`. A resume the server answers `Busy` (it has not seen the old connection close yet) or a
 /// connection that fails again is retried; any other refusal ends the device. The rebuilt drafter continues from
-/// the text the server committed (a round in flight when the connection was cut commits nothing).
+/// the text the server committed (a round in flight when the connection was cut commits nothing). A device that
+/// does not resume (`reconnect_for` zero) fails with `cut` itself.
 async fn rejoin(model: &Arc<Model>, cfg: &DeviceConfig, j: Joined, cut: NetError) -> Result<Joined> {
     let resume = Resume {
         session: j.session,
@@ -421,15 +467,20 @@ async fn rejoin(model: &Arc<Model>, cfg: &DeviceConfig, j: Joined, cut: NetError
     };
     // The old connection is closed first, so that the server sees it go.
     drop(j);
+    if cfg.reconnect_for.is_zero() {
+        return Err(cut);
+    }
     let give_up = Instant::now() + cfg.reconnect_for;
-    let mut last = cut;
+    let first = cut.to_string();
+    let mut last = None;
     let mut attempt = 0u32;
     loop {
         let wait = reconnect_backoff(attempt);
         if Instant::now() + wait > give_up {
             return Err(NetError::Lost(format!(
-                "cut and not resumed within {} s (last: {last})",
-                cfg.reconnect_for.as_secs_f64()
+                "{first}; not resumed within {} s{}",
+                cfg.reconnect_for.as_secs_f64(),
+                last.map_or(String::new(), |l: NetError| format!(" (last attempt: {l})"))
             )));
         }
         tokio::time::sleep(wait).await;
@@ -443,12 +494,12 @@ async fn rejoin(model: &Arc<Model>, cfg: &DeviceConfig, j: Joined, cut: NetError
                 code: ErrorCode::Busy,
                 message,
             }) => {
-                last = NetError::Refused {
+                last = Some(NetError::Refused {
                     code: ErrorCode::Busy,
                     message,
-                };
+                });
             }
-            Err(e) if e.is_cut() => last = e,
+            Err(e) if e.is_cut() => last = Some(e),
             Err(e) => return Err(e),
         }
     }

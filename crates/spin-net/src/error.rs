@@ -82,6 +82,15 @@ pub enum NetError {
         /// The timeout.
         after: std::time::Duration,
     },
+    /// After the handshake the server sent nothing, not even a `KeepAlive`, for the device's silence timeout: it
+    /// hangs, or the path to it is gone.
+    #[error("silence: the server sent nothing for {} s after the handshake, not even a keepalive", .after.as_secs_f64())]
+    Silent {
+        /// The server's address.
+        addr: String,
+        /// The silence timeout.
+        after: std::time::Duration,
+    },
     /// An argument or received field is out of its domain.
     #[error("{field}: {reason}")]
     Invalid {
@@ -132,7 +141,8 @@ impl NetError {
 impl NetError {
     /// Whether this is the connection failing under the session (reset, cut, closed without `Shutdown`, a frame
     /// cut in the middle, a reconnection whose handshake timed out) rather than a refusal or the end of the run: a
-    /// device then reconnects and resumes.
+    /// device then reconnects and resumes. ([`NetError::Silent`] is not: the device resumes once after it, not in
+    /// a loop.)
     pub fn is_cut(&self) -> bool {
         match self {
             NetError::Io(_) | NetError::Closed | NetError::Timeout { .. } => true,

@@ -84,15 +84,21 @@ async fn raw(addr: &str, source: [u8; 4]) -> Conn {
     framed(connect_from(source, addr).await.unwrap(), proto::MAX_FRAME_BYTES)
 }
 
+/// The next message other than a `KeepAlive`.
 async fn next(conn: &mut Conn) -> ServerMsg {
-    timeout(
-        Duration::from_secs(20),
-        recv::<ServerMsg>(conn, proto::MAX_FRAME_BYTES),
-    )
-    .await
-    .expect("the server answered in time")
-    .expect("a message")
-    .0
+    loop {
+        let m = timeout(
+            Duration::from_secs(20),
+            recv::<ServerMsg>(conn, proto::MAX_FRAME_BYTES),
+        )
+        .await
+        .expect("the server answered in time")
+        .expect("a message")
+        .0;
+        if m != ServerMsg::KeepAlive {
+            return m;
+        }
+    }
 }
 
 /// Hello and the Welcome's (session, secret).
@@ -720,6 +726,135 @@ fn a_device_gives_up_on_a_server_that_accepts_and_says_nothing() {
         server.abort();
     }))
     .unwrap();
+}
+
+/// A server that answers every `Hello` with a `Welcome` the device accepts, then says nothing; returns its address
+/// and the count of connections it welcomed.
+async fn welcoming_server(
+    drafter: &Model,
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let welcomed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = welcomed.clone();
+    let welcome = ServerMsg::Welcome {
+        version: PROTOCOL_VERSION,
+        session: 7,
+        secret: [3; proto::SECRET_BYTES],
+        device: 0,
+        identity: identity(drafter),
+        committed: vec![1, 5, 9],
+        prompt_len: 3,
+        params: proto::SessionParams {
+            temperature: 0.0,
+            exchange: proto::Exchange::ProbsOnly,
+            v_eff: 16,
+            q_bits: 8,
+            seed: 0,
+            max_new_tokens: 8,
+        },
+    };
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            let (welcome, count) = (welcome.clone(), count.clone());
+            held.push(tokio::spawn(async move {
+                let mut conn = framed(s, proto::MAX_FRAME_BYTES);
+                let _ = recv::<DeviceMsg>(&mut conn, proto::MAX_FRAME_BYTES).await;
+                send(&mut conn, &welcome).await.unwrap();
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            }));
+        }
+    });
+    (addr, welcomed, task)
+}
+
+/// A server that welcomes the device and then says nothing, not even a `KeepAlive`, cannot hold it: past its
+/// silence timeout the device resumes once and, silent again, gives up with `Silent`; without resuming it gives up
+/// at the first silence. A zero or endless silence timeout is refused by name.
+#[test]
+fn a_device_gives_up_on_a_server_that_welcomes_and_then_says_nothing() {
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let (addr, welcomed, server) = welcoming_server(&drafter).await;
+        let mut cfg = DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter));
+        cfg.silence_timeout = Duration::from_millis(300);
+        cfg.reconnect_for = Duration::ZERO;
+        let start = std::time::Instant::now();
+        let e = run_device(drafter.clone(), cfg.clone()).await.unwrap_err();
+        let took = start.elapsed();
+        assert!(matches!(e, spin_net::NetError::Silent { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "silence: the server sent nothing for 0.3 s after the handshake, not even a keepalive"
+        );
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        assert_eq!(welcomed.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Resuming: one resume after the first silence, then the second ends it.
+        cfg.reconnect_for = Duration::from_secs(5);
+        let start = std::time::Instant::now();
+        let e = run_device(drafter.clone(), cfg.clone()).await.unwrap_err();
+        let took = start.elapsed();
+        assert!(matches!(e, spin_net::NetError::Silent { .. }), "{e:?}");
+        assert!(
+            took >= Duration::from_millis(600) && took < Duration::from_secs(10),
+            "{took:?}"
+        );
+        assert_eq!(welcomed.load(std::sync::atomic::Ordering::SeqCst), 3);
+        for bad in [Duration::ZERO, Duration::MAX] {
+            let mut c = cfg.clone();
+            c.silence_timeout = bad;
+            let e = run_device(drafter.clone(), c).await.unwrap_err();
+            assert!(e.to_string().starts_with("silence_timeout:"), "{e}");
+        }
+        server.abort();
+    }))
+    .unwrap();
+}
+
+/// A server waiting for `--devices 2` with one joined keeps that one alive with `KeepAlive`s past the device's
+/// silence timeout: when the second joins, both get their texts.
+#[test]
+fn a_server_waiting_for_devices_keeps_the_first_alive_past_its_silence_timeout() {
+    let target = tiny(1, 2);
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    let reports = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.min_devices = 2;
+            cfg.keepalive_every = Duration::from_millis(100);
+            let (addr, serving, _stop) = start(cfg, &target, Default::default()).await;
+            let device = |prompt: Vec<u32>| {
+                let mut dc = DeviceConfig::new(addr.clone(), prompt, identity(&drafter));
+                dc.silence_timeout = Duration::from_millis(400);
+                dc.reconnect_for = Duration::ZERO;
+                tokio::spawn(run_device(drafter.clone(), dc))
+            };
+            let first = device(vec![1, 5, 9]);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            assert!(!first.is_finished(), "{:?}", first.await);
+            let second = device(vec![1, 7]);
+            let reports = [first.await.unwrap().unwrap(), second.await.unwrap().unwrap()];
+            serving.await.unwrap().unwrap();
+            reports
+        }))
+        .unwrap();
+    let greedy = sampling(0.0).unwrap();
+    for (r, prompt) in reports.iter().zip([vec![1, 5, 9], vec![1, 7]]) {
+        assert_eq!(r.resumes, 0);
+        let want = generate_plain(&target, &prompt, &greedy, 12, None, 0).unwrap();
+        assert_eq!(r.generated(), want.as_slice());
+    }
 }
 
 /// A server that answers the `Hello` with `reply` (encoded as given), then holds the connection.

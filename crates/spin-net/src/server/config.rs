@@ -15,6 +15,10 @@ pub const MAX_SERVED_DRAFT_LEN: u32 = 64;
 /// server's durations and the device's are held to it.
 pub const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The default of [`ServerConfig::keepalive_every`]: a twelfth of a device's default silence timeout
+/// (`crate::device::DEFAULT_SILENCE_TIMEOUT`), six bytes on the wire per device.
+pub const DEFAULT_KEEPALIVE_EVERY: Duration = Duration::from_secs(5);
+
 /// The default of [`ServerConfig::max_devices`]; `simulate` holds its device counts to it too.
 pub const DEFAULT_MAX_DEVICES: usize = 1024;
 
@@ -126,6 +130,10 @@ pub struct ServerConfig {
     pub max_pending_per_addr: usize,
     /// While fewer than `min_devices` joined, a notice says whom the server waits for this often.
     pub notice_every: Duration,
+    /// While the server waits (for devices to join, for drafts, for resumes), every connected device is sent a
+    /// `KeepAlive` this often, so that a device can tell a waiting server from a hung one
+    /// (`DeviceConfig::silence_timeout`, 60 s by default, must stay well above it).
+    pub keepalive_every: Duration,
     /// TLS on every connection (None: plaintext, for loopback and simulations).
     pub tls: Option<ServerTls>,
     /// The pre-shared admission tokens a `Hello` must carry one of (empty: any device is admitted).
@@ -199,6 +207,7 @@ impl ServerConfig {
             max_pending: 256,
             max_pending_per_addr: 32,
             notice_every: Duration::from_secs(5),
+            keepalive_every: DEFAULT_KEEPALIVE_EVERY,
             tls: None,
             device_tokens: Vec::new(),
             min_devices: 1,
@@ -252,6 +261,7 @@ impl ServerConfig {
             ("wall_deadline", self.wall_deadline),
             ("handshake_timeout", self.handshake_timeout),
             ("notice_every", self.notice_every),
+            ("keepalive_every", self.keepalive_every),
         ] {
             if d.is_zero() {
                 return Err(NetError::invalid(field, "must be longer than 0 s"));
@@ -261,6 +271,7 @@ impl ServerConfig {
             ("wall_deadline", Some(self.wall_deadline)),
             ("handshake_timeout", Some(self.handshake_timeout)),
             ("notice_every", Some(self.notice_every)),
+            ("keepalive_every", Some(self.keepalive_every)),
             ("resume_window", Some(self.resume_window)),
             ("plan_budget", self.plan_budget),
         ] {
@@ -374,10 +385,11 @@ mod tests {
         ok.validate().unwrap();
         let long = Duration::from_secs(u64::MAX / 2);
         type Set = fn(&mut ServerConfig, Duration);
-        let fields: [(&str, Set); 5] = [
+        let fields: [(&str, Set); 6] = [
             ("wall_deadline", |c, d| c.wall_deadline = d),
             ("handshake_timeout", |c, d| c.handshake_timeout = d),
             ("notice_every", |c, d| c.notice_every = d),
+            ("keepalive_every", |c, d| c.keepalive_every = d),
             ("resume_window", |c, d| c.resume_window = d),
             ("plan_budget", |c, d| c.plan_budget = Some(d)),
         ];
@@ -392,5 +404,11 @@ mod tests {
                 "{e}"
             );
         }
+        let mut c = ok.clone();
+        c.keepalive_every = Duration::ZERO;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "keepalive_every: must be longer than 0 s"
+        );
     }
 }

@@ -20,7 +20,8 @@ mod session;
 mod trace;
 
 pub use config::{
-    Clock, Compute, DEFAULT_MAX_DEVICES, MAX_SERVED_DRAFT_LEN, MAX_WAIT, ServerConfig, check_wait,
+    Clock, Compute, DEFAULT_KEEPALIVE_EVERY, DEFAULT_MAX_DEVICES, MAX_SERVED_DRAFT_LEN, MAX_WAIT,
+    ServerConfig, check_wait,
 };
 pub use conn::accept_backoff;
 use conn::*;
@@ -170,6 +171,7 @@ impl Server {
             predicted: Vec::new(),
             notices,
             expired: 0,
+            keepalive_at: Instant::now(),
         };
         let result = engine.run(on_round).await;
         // Closing the engine's side ends every connection's writer once its queue is flushed.
@@ -204,6 +206,8 @@ struct Engine {
     notices: Notices,
     /// Sessions released at the end of their resume window without finishing.
     expired: usize,
+    /// When the connected devices are next sent a `KeepAlive` (while the engine waits).
+    keepalive_at: Instant,
 }
 
 /// A received draft.
@@ -219,23 +223,52 @@ struct Got {
 }
 
 impl Engine {
-    /// Waits for the next event until `until` (wall); None on timeout or shutdown.
+    /// Waits for the next event until `until` (wall); None on timeout or shutdown. While it waits, every connected
+    /// device is sent a `KeepAlive` each `keepalive_every`.
     async fn next_event(&mut self, until: Option<Instant>) -> Option<Event> {
-        if self.stopping {
-            return None;
-        }
-        let sleep = async {
-            match until {
-                Some(t) => tokio::time::sleep_until(t.into()).await,
-                None => std::future::pending().await,
+        loop {
+            if self.stopping {
+                return None;
             }
-        };
-        // A closed event channel (the listener gone) disables its branch instead of answering None at once: the
-        // engine then waits for its deadline or the shutdown, it never spins.
-        tokio::select! {
-            Some(ev) = self.events.recv() => Some(ev),
-            _ = self.shutdown.wait_for(|s| *s) => { self.stopping = true; None }
-            _ = sleep => None,
+            self.keep_alive();
+            let wake = until.map_or(self.keepalive_at, |u| u.min(self.keepalive_at));
+            // A closed event channel (the listener gone) disables its branch instead of answering None at once: the
+            // engine then waits for its deadline or the shutdown, it never spins.
+            tokio::select! {
+                Some(ev) = self.events.recv() => return Some(ev),
+                _ = self.shutdown.wait_for(|s| *s) => { self.stopping = true; return None; }
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until `t` (wall) without taking events, sending `KeepAlive`s as [`Engine::next_event`] does (a real
+    /// clock's air time can be long).
+    async fn pause_until(&mut self, t: Instant) {
+        loop {
+            self.keep_alive();
+            if Instant::now() >= t {
+                return;
+            }
+            tokio::time::sleep_until(t.min(self.keepalive_at).into()).await;
+        }
+    }
+
+    /// Sends every connected device a `KeepAlive` if one is due.
+    fn keep_alive(&mut self) {
+        let now = Instant::now();
+        if now < self.keepalive_at {
+            return;
+        }
+        self.keepalive_at = now + self.cfg.keepalive_every;
+        for s in &self.sessions {
+            if let Some(c) = &s.conn {
+                push(&c.tx, &ServerMsg::KeepAlive);
+            }
         }
     }
 

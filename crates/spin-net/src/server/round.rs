@@ -53,7 +53,7 @@ impl Engine {
         self.collect_phase(&mut st).await;
         self.keep_phase(&mut st)?;
         if self.cfg.clock == Clock::Real {
-            tokio::time::sleep_until(st.real_release.into()).await;
+            self.pause_until(st.real_release).await;
         }
         let rejected = self.verify_phase(&mut st)?;
         if !rejected.is_empty() {
@@ -690,7 +690,8 @@ impl Engine {
             .fold(0.0f64, f64::max);
         if self.cfg.clock == Clock::Real {
             // The exchange is held on the air for its emulated time (the commits go out after it).
-            tokio::time::sleep(Duration::from_secs_f64(t_comm)).await;
+            self.pause_until(Instant::now() + Duration::from_secs_f64(t_comm))
+                .await;
         }
         Ok(t_comm)
     }
