@@ -5,6 +5,7 @@ use crate::simulate::{Embedded, ServerArgs, identity, load, load_tokenizer, sche
 use anyhow::Context;
 use clap::Args;
 use spin_net::blocking::serve_blocking;
+use spin_net::proto::Identity;
 use spin_net::tls::ServerTls;
 use std::io::Write;
 use std::net::ToSocketAddrs;
@@ -117,29 +118,13 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     if args.devices == 0 {
         return Err(Failure::Input("devices: must be at least 1".into()));
     }
-    // The small files first: a bad one is refused before the target loads.
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key).map_err(Failure::input)?),
-        _ => None,
-    };
-    let device_tokens = match &args.tokens {
-        Some(t) => read_tokens(t)?,
-        None => Vec::new(),
-    };
-    let target = load(args.server.target.as_deref(), Embedded::Target)?;
-    let tok = load_tokenizer(
-        args.server.tokenizer.as_deref(),
-        args.server.target.as_deref(),
-        target.config().vocab_size,
-    )?;
-    crate::pairing::check_tokenizer(
-        &tok,
-        args.server.tokenizer.as_deref(),
-        &target,
-        "--target",
-        args.server.target.as_deref(),
-    )?;
-    let mut cfg = args.server.config(identity(&target, &tok))?;
+    // Every flag, then the small files, before the target loads: a bad one is refused at once. The target's
+    // identity is filled in once it loaded.
+    let mut cfg = args.server.config(Identity {
+        vocab: 0,
+        tokenizer: 0,
+        model: 0,
+    })?;
     cfg.min_devices = args.devices;
     cfg.stop_when_done = !args.keep_serving;
     cfg.resume_window = seconds("resume_window_s", args.resume_window_s)?;
@@ -149,8 +134,14 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     // `--devices N` started from one host must all get in before any of them drafts.
     cfg.max_pending = args.max_pending.max(args.devices);
     cfg.max_pending_per_addr = args.max_pending_per_addr.max(args.devices);
-    cfg.tls = tls;
-    cfg.device_tokens = device_tokens;
+    cfg.tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_files(cert, key).map_err(Failure::input)?),
+        _ => None,
+    };
+    cfg.device_tokens = match &args.tokens {
+        Some(t) => read_tokens(t)?,
+        None => Vec::new(),
+    };
     if !args.insecure && !loopback_only(&args.listen)? {
         let missing: Vec<&str> = [
             (cfg.tls.is_none(), "--tls-cert/--tls-key"),
@@ -168,6 +159,29 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         }
     }
     cfg.validate().map_err(Failure::input)?;
+    let target = load(args.server.target.as_deref(), Embedded::Target)?;
+    let tok = load_tokenizer(
+        args.server.tokenizer.as_deref(),
+        args.server.target.as_deref(),
+        target.config().vocab_size,
+    )?;
+    crate::pairing::check_tokenizer(
+        &tok,
+        args.server.tokenizer.as_deref(),
+        &target,
+        "--target",
+        args.server.target.as_deref(),
+    )?;
+    cfg.identity = identity(&target, &tok);
+    // A device's prompt holds one token at least (BOS): a budget that fills the context would refuse every device
+    // when it joins.
+    let context = target.config().max_seq_len;
+    if cfg.max_new_tokens >= context {
+        return Err(Failure::Input(format!(
+            "--max-tokens: {} leaves no room for a prompt in the target's context of {context} tokens",
+            cfg.max_new_tokens
+        )));
+    }
     let mut trace = match &args.trace {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,

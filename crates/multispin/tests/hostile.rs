@@ -1118,6 +1118,48 @@ fn a_device_prints_a_hostile_servers_error_escaped_on_one_line() {
     assert!(!err.trim_end().chars().any(char::is_control), "{err:?}");
 }
 
+/// `serve` checks every flag before its target loads (a missing target file is not what a bad flag reports), and
+/// refuses a `--max-tokens` that leaves no room for a prompt in the target's context at start, naming the flag,
+/// instead of refusing every device when it joins.
+#[test]
+fn serve_checks_its_flags_before_the_target_loads_and_its_token_budget_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.bin");
+    let missing = missing.to_str().unwrap();
+    for (flag, value, field) in [
+        ("--temperature", "-1", "--temperature:"),
+        ("--max-tokens", "0", "--max-tokens:"),
+        ("--wall-deadline-s", "0", "wall_deadline_s:"),
+        ("--resume-window-s", "0", "resume_window_s:"),
+        ("--max-connections", "0", "max_connections:"),
+        ("--alpha-prior", "2", "alpha_prior:"),
+        ("--listen", "0.0.0.0:0", "listen:"),
+    ] {
+        let out = multispin(&["serve", "--target", missing, flag, value]);
+        assert_input_error(&out, field);
+        assert!(!stderr(&out).contains("missing.bin"), "{}", stderr(&out));
+    }
+    let (model, tok) = write_tiny(dir.path());
+    let context = CONTEXT.to_string();
+    let out = multispin(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--target",
+        model.to_str().unwrap(),
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--max-tokens",
+        &context,
+    ]);
+    assert_input_error(
+        &out,
+        &format!(
+            "--max-tokens: {CONTEXT} leaves no room for a prompt in the target's context of {CONTEXT} tokens"
+        ),
+    );
+}
+
 /// `serve` says on stderr, one line each, whom it refused and why (here a frame of no known message).
 #[test]
 fn serve_says_on_stderr_whom_it_refused_and_why() {
