@@ -10,6 +10,7 @@ mod draft_format;
 mod failure;
 mod gen_cert;
 mod generate;
+mod logging;
 mod lookup;
 mod make_scenario;
 mod measure;
@@ -137,7 +138,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match cli.command {
+    // Libraries' warnings (the listener's accept errors) reach stderr; `RUST_LOG` chooses more or less.
+    let result = logging::install().and_then(|()| match cli.command {
         Command::Plan(args) => plan::run(&args),
         Command::Correct(args) => correct::run(&args),
         Command::Generate(args) => generate::run(&args),
@@ -147,7 +149,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Device(args) => device::run(&args),
         Command::GenCert(args) => gen_cert::run(&args),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Numbers in messages as a person reads them: a library's f64 of 1e308 is not printed as 309 digits.

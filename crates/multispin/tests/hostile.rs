@@ -1203,6 +1203,88 @@ fn serve_says_on_stderr_whom_it_refused_and_why() {
     assert!(found, "no {want:?} in {seen:#?}");
 }
 
+/// The listener's warning when accepting fails reaches `serve`'s stderr through the command's `tracing` subscriber
+/// (here the server's descriptors run out under a limit lowered with `prlimit`, while clients connect); a
+/// `RUST_LOG` that does not parse is refused naming it.
+#[test]
+fn serve_writes_the_listeners_warnings_on_stderr() {
+    use std::io::{BufRead, BufReader};
+    let mut server = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = server.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(60);
+    let first = rx.recv_timeout(wait).unwrap();
+    let addr = first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{first:?}"))
+        .to_owned();
+    let pid = server.id().to_string();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let lowered = Command::new("prlimit")
+        .args(["--pid", &pid, &format!("--nofile={}", open + 4)])
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut clients = Vec::new();
+    let mut seen = Vec::new();
+    let found = lowered && {
+        for _ in 0..32 {
+            if let Ok(c) = std::net::TcpStream::connect(&addr) {
+                clients.push(c);
+            }
+        }
+        // Other lines come meanwhile (whom the server waits for, every 5 s): the wait has one deadline.
+        let by = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match rx.recv_timeout(by.saturating_duration_since(std::time::Instant::now())) {
+                Ok(line)
+                    if line.contains("WARN") && line.contains("listener: file descriptors exhausted") =>
+                {
+                    break true;
+                }
+                Ok(line) => seen.push(line),
+                Err(_) => break false,
+            }
+        }
+    };
+    // The server was started by this test; it is stopped by its own handle.
+    let _ = server.kill();
+    let _ = server.wait();
+    if !lowered {
+        eprintln!("skipped: `prlimit` could not lower the server's descriptor limit");
+    } else {
+        assert!(found, "no listener warning in {seen:#?}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(["plan", "--help"])
+        .env("RUST_LOG", "spin_net=loud")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "--help is printed whatever RUST_LOG says"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(["device", "--connect", "127.0.0.1:1"])
+        .env("RUST_LOG", "spin_net=loud")
+        .output()
+        .unwrap();
+    assert_input_error(&out, "RUST_LOG: \"spin_net=loud\" is not a tracing filter");
+}
+
 /// A wait no clock can hold as a deadline is refused naming the flag (such values used to panic on the first
 /// connection or the first cut one).
 #[test]
