@@ -152,6 +152,17 @@ impl NetError {
     }
 }
 
+/// `v` as a person reads it in a message: `{}` for 0 and magnitudes in [1e-4, 1e9), scientific notation beyond
+/// (`1e308`, not the 309 digits `{}` writes), as the `multispin` command writes numbers.
+pub(crate) fn number(v: f64) -> String {
+    let a = v.abs();
+    if !v.is_finite() || a == 0.0 || (1e-4..1e9).contains(&a) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, NetError>;
 
@@ -177,4 +188,22 @@ pub enum ErrorCode {
     Busy,
     /// `Hello.token` is not one of the server's admission tokens.
     Unauthorized,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_messages_read_as_written() {
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(-1.0), "-1");
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(1e308), "1e308");
+        assert_eq!(number(-1e308), "-1e308");
+        assert_eq!(number(1e-320), "1e-320");
+        assert_eq!(number(1.5e-7), "1.5e-7");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(f64::NEG_INFINITY), "-inf");
+    }
 }

@@ -2,7 +2,7 @@
 //! round, and the air time of every message as its bits over the rate of that device in that round
 //! (docs/system.md §"link emulation" gives each formula with its source equation).
 
-use crate::error::{NetError, Result};
+use crate::error::{NetError, Result, number};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -55,13 +55,19 @@ impl LinkConfig {
             ("drop.max_distance_m", self.drop.max_distance_m),
         ] {
             if !(v > 0.0 && v.is_finite()) {
-                return Err(NetError::invalid(f, format!("{v} is not a finite number > 0")));
+                return Err(NetError::invalid(
+                    f,
+                    format!("{} is not a finite number > 0", number(v)),
+                ));
             }
         }
         if self.drop.max_distance_m < self.drop.min_distance_m {
             return Err(NetError::invalid(
                 "drop.max_distance_m",
-                format!("{} is below drop.min_distance_m", self.drop.max_distance_m),
+                format!(
+                    "{} is below drop.min_distance_m",
+                    number(self.drop.max_distance_m)
+                ),
             ));
         }
         Ok(())

@@ -2,6 +2,7 @@
 //! their checks.
 
 use super::*;
+use crate::error::number;
 
 /// Which clock a round is accounted on.
 /// The longest draft the server lets a round plan (`max_draft_len`): every draft is drafted, sent and verified in a
@@ -254,7 +255,7 @@ impl ServerConfig {
         if self.round_deadline_s.is_nan() || self.round_deadline_s <= 0.0 {
             return Err(NetError::invalid(
                 "round_deadline_s",
-                format!("{} is not a number > 0", self.round_deadline_s),
+                format!("{} is not a number > 0", number(self.round_deadline_s)),
             ));
         }
         for (field, d) in [
@@ -290,19 +291,19 @@ impl ServerConfig {
         if !(self.alpha_prior > 0.0 && self.alpha_prior < 1.0) {
             return Err(NetError::invalid(
                 "alpha_prior",
-                format!("{} is outside (0, 1)", self.alpha_prior),
+                format!("{} is outside (0, 1)", number(self.alpha_prior)),
             ));
         }
         if !(self.alpha_memory > 0.0 && self.alpha_memory <= 1.0) {
             return Err(NetError::invalid(
                 "alpha_memory",
-                format!("{} is outside (0, 1]", self.alpha_memory),
+                format!("{} is outside (0, 1]", number(self.alpha_memory)),
             ));
         }
         if !(self.alpha_prior_weight >= 0.0 && self.alpha_prior_weight.is_finite()) {
             return Err(NetError::invalid(
                 "alpha_prior_weight",
-                format!("{} is not a finite number ≥ 0", self.alpha_prior_weight),
+                format!("{} is not a finite number ≥ 0", number(self.alpha_prior_weight)),
             ));
         }
         if self.min_devices == 0 || self.min_devices > self.max_devices {
@@ -332,7 +333,11 @@ impl ServerConfig {
                 if !(v.is_finite() && (v > 0.0 || (!pos && v == 0.0))) {
                     return Err(NetError::invalid(
                         f,
-                        format!("{v} is not a finite number {}", if pos { "> 0" } else { "≥ 0" }),
+                        format!(
+                            "{} is not a finite number {}",
+                            number(v),
+                            if pos { "> 0" } else { "≥ 0" }
+                        ),
                     ));
                 }
             }
@@ -349,7 +354,15 @@ impl ServerConfig {
                 ));
             }
         }
-        sampling(self.temperature).map_err(|e| NetError::invalid("temperature", e.to_string()))?;
+        // 0 is greedy decoding; the sampler's own check names the field once more and calls 0 out of its domain.
+        let t = self.temperature;
+        if !(t == 0.0 || (t > 0.0 && t.is_finite())) {
+            return Err(NetError::invalid(
+                "temperature",
+                format!("{} is neither 0 (greedy) nor a finite number > 0", number(t)),
+            ));
+        }
+        sampling(t)?;
         Ok(())
     }
 }
@@ -361,7 +374,7 @@ pub fn check_wait(field: &str, d: Duration) -> Result<()> {
             field,
             format!(
                 "{} s is above the limit of {} s (a year)",
-                d.as_secs_f64(),
+                number(d.as_secs_f64()),
                 MAX_WAIT.as_secs()
             ),
         ));
@@ -405,6 +418,67 @@ mod tests {
             );
         }
         let mut c = ok.clone();
+        c.keepalive_every = Duration::ZERO;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "keepalive_every: must be longer than 0 s"
+        );
+    }
+
+    /// Every message names its field once and writes numbers as a person reads them (a library caller gets no
+    /// `temperature: temperature: …` and no 309-digit number).
+    #[test]
+    fn validation_messages_name_the_field_once_with_short_numbers() {
+        let identity = Identity {
+            vocab: 512,
+            tokenizer: 0,
+            model: 0,
+        };
+        let ok = ServerConfig::new(Scheme::parse_per_round("best").unwrap(), identity);
+        type Set = fn(&mut ServerConfig);
+        let cases: [(Set, &str); 7] = [
+            (
+                |c| c.temperature = -1e308,
+                "temperature: -1e308 is neither 0 (greedy) nor a finite number > 0",
+            ),
+            (
+                |c| c.temperature = f64::NAN,
+                "temperature: NaN is neither 0 (greedy) nor a finite number > 0",
+            ),
+            (|c| c.alpha_prior = 1e300, "alpha_prior: 1e300 is outside (0, 1)"),
+            (|c| c.alpha_memory = 2.5, "alpha_memory: 2.5 is outside (0, 1]"),
+            (
+                |c| c.round_deadline_s = -1e200,
+                "round_deadline_s: -1e200 is not a number > 0",
+            ),
+            (
+                |c| c.link.bandwidth_hz = -1e-320,
+                "bandwidth_hz: -1e-320 is not a finite number > 0",
+            ),
+            (
+                |c| c.wall_deadline = Duration::from_secs(u64::MAX / 2),
+                "wall_deadline: 9.223372036854776e18 s is above the limit of 31536000 s (a year)",
+            ),
+        ];
+        for (set, want) in cases {
+            let mut c = ok.clone();
+            set(&mut c);
+            assert_eq!(c.validate().unwrap_err().to_string(), want);
+        }
+        ok.validate().unwrap();
+        let mut greedy = ok.clone();
+        greedy.temperature = 0.0;
+        greedy.validate().unwrap();
+    }
+
+    #[test]
+    fn a_zero_keepalive_is_refused_naming_it() {
+        let identity = Identity {
+            vocab: 512,
+            tokenizer: 0,
+            model: 0,
+        };
+        let mut c = ServerConfig::new(Scheme::parse_per_round("best").unwrap(), identity);
         c.keepalive_every = Duration::ZERO;
         assert_eq!(
             c.validate().unwrap_err().to_string(),

@@ -485,7 +485,7 @@ impl Engine {
         if !(draft_s >= 0.0 && draft_s.is_finite()) {
             return Err(NetError::invalid(
                 "draft.draft_s",
-                format!("{draft_s} is not a finite number ≥ 0"),
+                format!("{} is not a finite number ≥ 0", crate::error::number(draft_s)),
             ));
         }
         let dists = match sends_distributions {

@@ -299,7 +299,7 @@ impl Engine {
             {
                 return Err(NetError::invalid(
                     "distance_m",
-                    format!("{d} is not a finite number > 0"),
+                    format!("{} is not a finite number > 0", crate::error::number(d)),
                 ));
             }
             let k = tokio::task::block_in_place(|| self.verifier.add_devices(&[prompt]))?;
