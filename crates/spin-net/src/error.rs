@@ -73,7 +73,9 @@ pub enum NetError {
     #[error("connection: {0}")]
     Lost(String),
     /// A step of the device's handshake (connecting, TLS, `Hello`, `Welcome`) did not complete within its timeout.
-    #[error("handshake: {addr} {waiting} within {} s", .after.as_secs_f64())]
+    /// The message does not repeat the address: whoever reports it names the server once (`multispin device`
+    /// says `--connect <addr>: handshake: the server …`).
+    #[error("handshake: the server {waiting} within {} s", .after.as_secs_f64())]
     Timeout {
         /// The server's address.
         addr: String,

@@ -700,7 +700,7 @@ fn a_device_gives_up_on_a_server_that_accepts_and_says_nothing() {
         assert!(matches!(e, spin_net::NetError::Timeout { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
-            format!("handshake: {addr} accepted the connection but sent no Welcome within 0.2 s")
+            "handshake: the server accepted the connection but sent no Welcome within 0.2 s"
         );
         let (cert, _) = self_signed(&["localhost".into()]).unwrap();
         cfg.tls = Some(ClientTls::from_pem(cert.as_bytes(), "localhost").unwrap());
