@@ -1008,3 +1008,70 @@ fn refused_connections_are_one_notice_each_naming_the_peer() {
         "{notices:#?}"
     );
 }
+
+/// The `Full` refusals from 127.0.0.6 the notices account for: listed one by one, or counted.
+fn accounted(notices: &[String]) -> usize {
+    notices
+        .iter()
+        .map(|l| {
+            if l.starts_with("refused 127.0.0.6:") && l.contains(": full: ") {
+                1
+            } else {
+                l.strip_prefix("refused ")
+                    .and_then(|r| r.split_once(" more connection(s), not listed"))
+                    .and_then(|(n, _)| n.parse().ok())
+                    .unwrap_or(0)
+            }
+        })
+        .sum()
+}
+
+/// A flood of refused connections that stops is counted within a second or two of its end: neither another refusal
+/// nor the server stopping is needed for the count of the refusals that were not listed.
+#[test]
+fn a_flood_of_refusals_is_counted_soon_after_it_stops() {
+    let target = tiny(1, 2);
+    let rt = runtime();
+    let notices: Arc<Mutex<Vec<String>>> = Default::default();
+    let (counted_after, flood) = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.max_connections_per_addr = 1;
+            cfg.handshake_timeout = Duration::from_secs(30);
+            cfg.stop_when_done = false;
+            let (tx, rx) = watch::channel(false);
+            let n = notices.clone();
+            let server = Server::bind("127.0.0.1:0", target.clone(), cfg)
+                .await
+                .unwrap()
+                .with_notices(move |t| n.lock().unwrap().push(t.to_string()));
+            let addr = server.local_addr().unwrap().to_string();
+            let serving = tokio::spawn(server.run(rx, |_| {}));
+            // One connection holds the address's only slot; the flood beyond it is refused `Full`, one by one.
+            let held = connect_from([127, 0, 0, 6], &addr).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let flood = spin_net::server::REFUSAL_LINES_PER_S as usize + 15;
+            for _ in 0..flood {
+                let mut c = connect_from([127, 0, 0, 6], &addr).await.unwrap();
+                let mut sink = Vec::new();
+                let _ = timeout(Duration::from_secs(5), c.read_to_end(&mut sink)).await;
+            }
+            let ended = std::time::Instant::now();
+            // Every refusal is accounted for once it is listed or counted.
+            while accounted(&notices.lock().unwrap()) < flood && ended.elapsed() < Duration::from_secs(5) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let after = ended.elapsed();
+            drop(held);
+            let _ = tx.send(true);
+            serving.await.unwrap().unwrap();
+            (after, flood)
+        }))
+        .unwrap();
+    let notices = notices.lock().unwrap();
+    assert!(
+        counted_after < Duration::from_millis(2500),
+        "counted {counted_after:?} after the flood: {notices:#?}"
+    );
+    assert_eq!(accounted(&notices), flood, "{notices:#?}");
+}

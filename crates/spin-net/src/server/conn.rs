@@ -152,8 +152,11 @@ pub(super) async fn accept_loop(
     let mut conns = tokio::task::JoinSet::new();
     let open = Arc::new(Mutex::new(OpenConns::default()));
     let mut errors = 0u32;
+    let mut flush = tokio::time::interval(REFUSAL_FLUSH_EVERY);
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = flush.tick() => notices.flush_due_refusals(),
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     errors = 0;

@@ -25,8 +25,8 @@ pub use config::{
 };
 pub use conn::accept_backoff;
 use conn::*;
-pub use notice::REFUSAL_LINES_PER_S;
 use notice::*;
+pub use notice::{REFUSAL_FLUSH_EVERY, REFUSAL_LINES_PER_S};
 pub use round::has_mass;
 use session::*;
 pub use trace::{DeviceSummary, DeviceTrace, RoundOutcome, RoundTrace, Summary, UplinkPayload};

@@ -1,12 +1,17 @@
 //! The operator's notices: whom the server waits for, the calibration, and one line per refused connection naming
 //! the peer's address and the reason; to the callback given to [`Server::with_notices`], else the `tracing` log.
-//! Refusal lines are rate-limited, so that a flood of refused peers costs a count rather than a line each.
+//! Refusal lines are rate-limited, so that a flood of refused peers costs a count rather than a line each, said
+//! within a second or two of the flood.
 
 use super::*;
 
-/// Refusal lines said per second at most; the refusals beyond are counted, and the count is said with the first
-/// refusal of a later second (or when the server stops).
+/// Refusal lines said per second at most; the refusals beyond are counted, and the count is said once their second
+/// is over: with the next refusal, or by the listener's timer within [`REFUSAL_FLUSH_EVERY`] after it (or when the
+/// server stops).
 pub const REFUSAL_LINES_PER_S: u32 = 20;
+
+/// How often the listener says the count of unlisted refusals of a second that is over.
+pub const REFUSAL_FLUSH_EVERY: Duration = Duration::from_millis(500);
 
 /// The notice sink, shared by the engine and the connection tasks.
 #[derive(Clone)]
@@ -71,6 +76,21 @@ impl Notices {
         }
     }
 
+    /// Says how many refusals went unsaid in a second that is over, if any, and starts a new second (the listener's
+    /// timer: a flood that stops is still counted within a second or two, not only with the next refusal).
+    pub(super) fn flush_due_refusals(&self) {
+        let n = {
+            let mut w = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            if w.unsaid == 0 || w.start.elapsed() < Duration::from_secs(1) {
+                return;
+            }
+            w.start = Instant::now();
+            w.said = 0;
+            std::mem::take(&mut w.unsaid)
+        };
+        self.say(&unsaid_line(n));
+    }
+
     /// Says how many refusals went unsaid, if any (when the server stops).
     pub(super) fn flush_refusals(&self) {
         let n = std::mem::take(&mut self.refusals.lock().unwrap_or_else(|p| p.into_inner()).unsaid);
@@ -101,6 +121,12 @@ mod tests {
         for _ in 0..REFUSAL_LINES_PER_S + 7 {
             n.refused(peer, &"full: 3 open connections");
         }
+        // Within its second the count waits; once the second is over the timer says it, without a refusal more.
+        n.flush_due_refusals();
+        assert_eq!(lines.lock().unwrap().len(), REFUSAL_LINES_PER_S as usize);
+        std::thread::sleep(Duration::from_millis(1050));
+        n.flush_due_refusals();
+        n.flush_due_refusals();
         n.flush_refusals();
         let lines = lines.lock().unwrap();
         assert_eq!(lines.len(), REFUSAL_LINES_PER_S as usize + 1, "{lines:?}");
