@@ -1,15 +1,88 @@
 //! The command's `tracing` subscriber: what the libraries log goes to stderr (spin-net's listener warns when
 //! accepting a connection fails, e.g. when file descriptors run out), warnings and errors by default; `RUST_LOG`
 //! sets the filter (`RUST_LOG=spin_net=info` adds a device's resumes). stdout is never written.
+//!
+//! Lines said while a command runs its async work (the log, `serve`'s address and notices) go to stderr through
+//! one printer thread ([`line()`]): a stderr that nobody reads then blocks that thread, never a runtime worker, and
+//! past a bounded queue lines are dropped and counted. The thread starts with the first such line.
 
 use crate::failure::Failure;
-use std::io::IsTerminal;
+use spin_net::printer::LinePrinter;
+use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
+use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The environment variable that sets the filter.
 const ENV: &str = "RUST_LOG";
+
+/// The stderr printer, started by the first line (None if its thread could not be started).
+static STDERR: OnceLock<Option<LinePrinter>> = OnceLock::new();
+
+/// Writes `text` and a newline to stderr in one write (a line is never split by another).
+fn write_stderr(text: &str) {
+    let mut line = String::with_capacity(text.len() + 1);
+    line.push_str(text);
+    line.push('\n');
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// Says `text` as one line on stderr without waiting for it to be written (see the module's notes); written at
+/// once where no printer thread could be started.
+pub fn line(text: &str) {
+    match STDERR
+        .get_or_init(|| LinePrinter::new("multispin stderr", write_stderr).ok())
+        .as_ref()
+    {
+        Some(p) => {
+            p.say(text);
+        }
+        None => write_stderr(text),
+    }
+}
+
+/// Waits, for `within` at most, until the lines said so far are written: before a command writes its last lines
+/// itself (a summary, an error), so that they come after.
+pub fn flush(within: Duration) {
+    if let Some(p) = STDERR.get().and_then(Option::as_ref) {
+        p.flush(within);
+    }
+}
+
+/// The `tracing` writer: each event, formatted into a buffer, is one [`line()`] when the buffer is dropped.
+struct EventLines;
+
+/// One event's text.
+struct EventLine(Vec<u8>);
+
+impl Write for EventLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for EventLine {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.0);
+        let text = text.trim_end_matches('\n');
+        if !text.is_empty() {
+            line(text);
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for EventLines {
+    type Writer = EventLine;
+    fn make_writer(&'a self) -> EventLine {
+        EventLine(Vec::new())
+    }
+}
 
 /// The filter `rust_log` (the value of `RUST_LOG`) asks for, or warnings and errors when it is unset or empty; a
 /// directive that does not parse is an input error naming `RUST_LOG`, not silently ignored.
@@ -34,8 +107,8 @@ where
         .finish()
 }
 
-/// Installs the subscriber of `RUST_LOG` (default: warnings) writing to stderr, for the whole process. Only
-/// `tracing` events are written: the `log` records of dependencies are not bridged.
+/// Installs the subscriber of `RUST_LOG` (default: warnings) writing to stderr through [`line()`], for the whole
+/// process. Only `tracing` events are written: the `log` records of dependencies are not bridged.
 pub fn install() -> Result<(), Failure> {
     let value = match std::env::var(ENV) {
         Ok(v) => Some(v),
@@ -45,7 +118,7 @@ pub fn install() -> Result<(), Failure> {
         }
     };
     let filter = filter(value.as_deref())?;
-    let sub = subscriber(filter, std::io::stderr, std::io::stderr().is_terminal());
+    let sub = subscriber(filter, EventLines, std::io::stderr().is_terminal());
     // Set once, by `main`; a second call keeps the first.
     let _ = tracing::subscriber::set_global_default(sub);
     Ok(())

@@ -150,6 +150,8 @@ fn main() -> ExitCode {
         Command::Device(args) => device::run(&args),
         Command::GenCert(args) => gen_cert::run(&args),
     });
+    // The lines said through the stderr printer come before the error, if any.
+    logging::flush(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Numbers in messages as a person reads them: a library's f64 of 1e308 is not printed as 309 digits.

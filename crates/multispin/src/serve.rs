@@ -194,8 +194,9 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         &args.listen,
         target,
         cfg,
-        |addr| eprintln!("listening on {addr}"),
-        |notice| eprintln!("{notice}"),
+        // Through the stderr printer: a stderr nobody reads must not stall the server (crate::logging).
+        |addr| crate::logging::line(&format!("listening on {addr}")),
+        crate::logging::line,
         |t| {
             if let Some(w) = trace.as_mut() {
                 // Flushed per round: ctrl-c never leaves a cut line.
@@ -205,6 +206,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             rounds.push(t.clone());
         },
     );
+    crate::logging::flush(std::time::Duration::from_secs(2));
     let summary = summary.map_err(|e| crate::failure::net(&format!("--listen {}", args.listen), e, true))?;
     println!("{}", scheme_table(&[(summary.clone(), rounds)]));
     eprintln!("stopped: {}", summary.stopped);

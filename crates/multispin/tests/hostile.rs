@@ -1285,6 +1285,66 @@ fn serve_writes_the_listeners_warnings_on_stderr() {
     assert_input_error(&out, "RUST_LOG: \"spin_net=loud\" is not a tracing filter");
 }
 
+/// `serve` whose stderr nobody reads (a full pipe) still serves: its lines (the address, the notices, the log) are
+/// written by a thread of their own, never by the runtime that runs the rounds.
+#[test]
+fn serve_serves_while_nobody_reads_its_stderr() {
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (reader, writer) = std::io::pipe().unwrap();
+    // Fill the pipe from a thread of this test: once the count stops growing, the pipe is full.
+    let mut filler = writer.try_clone().unwrap();
+    let written = Arc::new(AtomicUsize::new(0));
+    let w = written.clone();
+    std::thread::spawn(move || {
+        let chunk = [b'x'; 512];
+        while filler.write_all(&chunk).is_ok() {
+            w.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let by = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut last = usize::MAX;
+    while written.load(Ordering::SeqCst) != last && std::time::Instant::now() < by {
+        last = written.load(Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_multispin"))
+        .args(["serve", "--listen", &addr])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(writer))
+        .spawn()
+        .unwrap();
+    // The server listens once its target loaded (a probe that connects and closes is not refused).
+    while std::net::TcpStream::connect(&addr).is_err() && std::time::Instant::now() < by {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = multispin(&[
+        "device",
+        "--connect",
+        &addr,
+        "--handshake-timeout-s",
+        "10",
+        "--prompt",
+        "Once upon a time",
+    ]);
+    // The server was started by this test; it is stopped by its own handle.
+    let _ = server.kill();
+    let _ = server.wait();
+    drop(reader);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("Once upon a time"),
+        "{out:?}"
+    );
+}
+
 /// A wait no clock can hold as a deadline is refused naming the flag (such values used to panic on the first
 /// connection or the first cut one).
 #[test]

@@ -1075,3 +1075,51 @@ fn a_flood_of_refusals_is_counted_soon_after_it_stops() {
     );
     assert_eq!(accounted(&notices), flood, "{notices:#?}");
 }
+
+/// A notice callback that blocks (stderr into a pipe nobody reads) stalls neither the listener nor the rounds: the
+/// refused peers are closed at once, a device gets its text, and the run ends without waiting for the callback
+/// for long.
+#[test]
+fn a_notice_callback_that_blocks_stalls_neither_the_listener_nor_the_rounds() {
+    let target = tiny(1, 2);
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    let rep = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.min_devices = 1;
+            let (tx, rx) = watch::channel(false);
+            let server = Server::bind("127.0.0.1:0", target.clone(), cfg)
+                .await
+                .unwrap()
+                .with_notices(|_| std::thread::sleep(Duration::from_secs(30)));
+            let addr = server.local_addr().unwrap().to_string();
+            let serving = tokio::spawn(server.run(rx, |_| {}));
+            // Refusals, each a notice: frames of no known message, from several addresses.
+            for i in 0..8 {
+                let mut g = connect_from([127, 0, 0, 20 + i], &addr).await.unwrap();
+                g.write_all(&[0, 0, 0, 2, 9, 0]).await.unwrap();
+                let mut sink = Vec::new();
+                timeout(Duration::from_secs(5), g.read_to_end(&mut sink))
+                    .await
+                    .expect("a refused peer is closed at once")
+                    .unwrap();
+            }
+            let mut dc = DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter));
+            dc.handshake_timeout = Duration::from_secs(10);
+            let rep = timeout(Duration::from_secs(30), run_device(drafter.clone(), dc))
+                .await
+                .expect("the device is served")
+                .unwrap();
+            let ended = std::time::Instant::now();
+            serving.await.unwrap().unwrap();
+            // The run waits for the blocked callback for a bounded while only.
+            assert!(ended.elapsed() < Duration::from_secs(10), "{:?}", ended.elapsed());
+            drop(tx);
+            rep
+        }))
+        .unwrap();
+    let greedy = sampling(0.0).unwrap();
+    let want = generate_plain(&target, &[1, 5, 9], &greedy, 12, None, 0).unwrap();
+    assert_eq!(rep.generated(), want.as_slice());
+}

@@ -98,7 +98,10 @@ impl Server {
 
     /// Sends the server's operator notices (whom it waits for before the first round, every
     /// `ServerConfig::notice_every`; one line per refused connection naming the peer and the reason, at most
-    /// [`REFUSAL_LINES_PER_S`] a second) to `f` instead of the `tracing` log.
+    /// [`REFUSAL_LINES_PER_S`] a second) to `f` instead of the `tracing` log. `f` runs on a thread of its own
+    /// ([`crate::printer::LinePrinter`]), so it may block (write to stderr) without stalling the server: past
+    /// [`crate::printer::PRINTER_QUEUE_LINES`] notices waiting for it, notices are dropped and counted. Every notice
+    /// said has reached `f` when `run` returns, unless `f` was blocked for seconds.
     pub fn with_notices(mut self, f: impl FnMut(&str) + Send + 'static) -> Self {
         self.notice = Some(Box::new(f));
         self
@@ -126,7 +129,7 @@ impl Server {
             max_per_addr: self.cfg.max_connections_per_addr,
             tls: self.cfg.tls.clone(),
         };
-        let notices = Notices::new(self.notice);
+        let notices = Notices::new(self.notice)?;
         let acceptor = tokio::spawn(accept_loop(listener, ev_tx, limits, notices.clone(), stop_rx));
         let params = sampling(self.cfg.temperature)?;
         let greedy_payload = params.top_k() == Some(1) && self.cfg.greedy_payload;
@@ -175,9 +178,11 @@ impl Server {
         };
         let result = engine.run(on_round).await;
         // Closing the engine's side ends every connection's writer once its queue is flushed.
+        let notices = engine.notices.clone();
         drop(engine);
         let _ = stop_tx.send(());
         let _ = acceptor.await;
+        notices.flush().await;
         result
     }
 }

@@ -1,9 +1,12 @@
 //! The operator's notices: whom the server waits for, the calibration, and one line per refused connection naming
 //! the peer's address and the reason; to the callback given to [`Server::with_notices`], else the `tracing` log.
-//! Refusal lines are rate-limited, so that a flood of refused peers costs a count rather than a line each, said
-//! within a second or two of the flood.
+//! The callback runs on a thread of its own ([`LinePrinter`]): one that blocks (stderr into a pipe nobody reads)
+//! stalls neither the listener nor the rounds; past a bounded queue, notices are dropped and counted. Refusal lines
+//! are rate-limited, so that a flood of refused peers costs a count rather than a line each, said within a second
+//! or two of the flood.
 
 use super::*;
+use crate::printer::LinePrinter;
 
 /// Refusal lines said per second at most; the refusals beyond are counted, and the count is said once their second
 /// is over: with the next refusal, or by the listener's timer within [`REFUSAL_FLUSH_EVERY`] after it (or when the
@@ -13,10 +16,14 @@ pub const REFUSAL_LINES_PER_S: u32 = 20;
 /// How often the listener says the count of unlisted refusals of a second that is over.
 pub const REFUSAL_FLUSH_EVERY: Duration = Duration::from_millis(500);
 
+/// How long the end of a run waits for the notices said before it to reach the callback.
+const NOTICE_FLUSH_WITHIN: Duration = Duration::from_secs(2);
+
 /// The notice sink, shared by the engine and the connection tasks.
 #[derive(Clone)]
 pub(super) struct Notices {
-    sink: Arc<Mutex<Option<Notice>>>,
+    /// The callback's printer thread (None: the `tracing` log).
+    sink: Option<LinePrinter>,
     refusals: Arc<Mutex<RefusalWindow>>,
 }
 
@@ -28,24 +35,38 @@ struct RefusalWindow {
 }
 
 impl Notices {
-    /// Notices to `sink` (None: the `tracing` log).
-    pub(super) fn new(sink: Option<Notice>) -> Self {
-        Notices {
-            sink: Arc::new(Mutex::new(sink)),
+    /// Notices to `sink`, called on a thread of its own (None: the `tracing` log). Fails only when that thread
+    /// cannot be started.
+    pub(super) fn new(sink: Option<Notice>) -> Result<Self> {
+        let sink = match sink {
+            Some(f) => Some(LinePrinter::new("spin-net notices", f)?),
+            None => None,
+        };
+        Ok(Notices {
+            sink,
             refusals: Arc::new(Mutex::new(RefusalWindow {
                 start: Instant::now(),
                 said: 0,
                 unsaid: 0,
             })),
+        })
+    }
+
+    /// Says `text`; never waits for the callback.
+    pub(super) fn say(&self, text: &str) {
+        match &self.sink {
+            Some(p) => {
+                p.say(text);
+            }
+            None => tracing::info!("{text}"),
         }
     }
 
-    /// Says `text`.
-    pub(super) fn say(&self, text: &str) {
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
-        match sink.as_mut() {
-            Some(f) => f(text),
-            None => tracing::info!("{text}"),
+    /// Waits, for [`NOTICE_FLUSH_WITHIN`] at most, until the notices said so far reached the callback (the end of a
+    /// run: a caller reads them once `Server::run` returned).
+    pub(super) async fn flush(&self) {
+        if let Some(p) = self.sink.clone() {
+            let _ = tokio::task::spawn_blocking(move || p.flush(NOTICE_FLUSH_WITHIN)).await;
         }
     }
 
@@ -116,18 +137,22 @@ mod tests {
         let l = lines.clone();
         let n = Notices::new(Some(Box::new(move |t: &str| {
             l.lock().unwrap().push(t.to_string())
-        })));
+        })))
+        .unwrap();
+        let flushed = |n: &Notices| n.sink.as_ref().unwrap().flush(Duration::from_secs(10));
         let peer: SocketAddr = "127.0.0.9:4000".parse().unwrap();
         for _ in 0..REFUSAL_LINES_PER_S + 7 {
             n.refused(peer, &"full: 3 open connections");
         }
         // Within its second the count waits; once the second is over the timer says it, without a refusal more.
         n.flush_due_refusals();
+        assert!(flushed(&n));
         assert_eq!(lines.lock().unwrap().len(), REFUSAL_LINES_PER_S as usize);
         std::thread::sleep(Duration::from_millis(1050));
         n.flush_due_refusals();
         n.flush_due_refusals();
         n.flush_refusals();
+        assert!(flushed(&n));
         let lines = lines.lock().unwrap();
         assert_eq!(lines.len(), REFUSAL_LINES_PER_S as usize + 1, "{lines:?}");
         assert_eq!(lines[0], "refused 127.0.0.9:4000: full: 3 open connections");
