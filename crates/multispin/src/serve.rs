@@ -1,7 +1,7 @@
 //! `multispin serve`: the edge server as its own process; devices (`multispin device`) connect over TCP.
 
 use crate::failure::Failure;
-use crate::simulate::{Embedded, ServerArgs, identity, load, load_tokenizer, scheme_table, seconds};
+use crate::simulate::{Embedded, ServerArgs, identity, load, scheme_table, seconds, target_tokenizer};
 use anyhow::Context;
 use clap::Args;
 use spin_net::blocking::serve_blocking;
@@ -160,18 +160,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     }
     cfg.validate().map_err(Failure::input)?;
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
-    let tok = load_tokenizer(
-        args.server.tokenizer.as_deref(),
-        args.server.target.as_deref(),
-        target.config().vocab_size,
-    )?;
-    crate::pairing::check_tokenizer(
-        &tok,
-        args.server.tokenizer.as_deref(),
-        &target,
-        "--target",
-        args.server.target.as_deref(),
-    )?;
+    let tok = target_tokenizer(&args.server, &target)?;
     cfg.identity = identity(&target, &tok);
     // A device's prompt holds one token at least (BOS): a budget that fills the context would refuse every device
     // when it joins.

@@ -326,6 +326,15 @@ pub fn load_tokenizer(
         .map_err(Failure::input)
 }
 
+/// The tokenizer of the server's target (`--tokenizer`, else the one the target carries), checked against the
+/// target's vocabulary: what `simulate` and `serve` both pair.
+pub fn target_tokenizer(server: &ServerArgs, target: &Model) -> Result<Tokenizer, Failure> {
+    let (tokenizer, path) = (server.tokenizer.as_deref(), server.target.as_deref());
+    let tok = load_tokenizer(tokenizer, path, target.config().vocab_size)?;
+    pairing::check_tokenizer(&tok, tokenizer, target, "--target", path)?;
+    Ok(tok)
+}
+
 /// Whether the model at `model` carries its own tokenizer (a GGUF file or a model folder), which
 /// [`load_tokenizer`] then reads without needing the model's vocabulary.
 pub fn carries_own_tokenizer(model: Option<&Path>) -> bool {
@@ -537,18 +546,7 @@ fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure
         }
     };
     pairing::check_draft(&drafter, &target, "--draft")?;
-    let tok = load_tokenizer(
-        args.server.tokenizer.as_deref(),
-        args.server.target.as_deref(),
-        target.config().vocab_size,
-    )?;
-    pairing::check_tokenizer(
-        &tok,
-        args.server.tokenizer.as_deref(),
-        &target,
-        "--target",
-        args.server.target.as_deref(),
-    )?;
+    let tok = target_tokenizer(&args.server, &target)?;
     Ok((target, drafter, tok))
 }
 

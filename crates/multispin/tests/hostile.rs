@@ -1160,12 +1160,16 @@ fn serve_checks_its_flags_before_the_target_loads_and_its_token_budget_at_start(
     );
 }
 
-/// `serve` says on stderr, one line each, whom it refused and why (here a frame of no known message).
-#[test]
-fn serve_says_on_stderr_whom_it_refused_and_why() {
-    use std::io::{BufRead, BufReader, Write};
+/// `serve --listen 127.0.0.1:0 ARGS` started by a test (`RUST_LOG` unset), its stderr read line by line from a
+/// thread of its own, and the address from its first line (`listening on ADDR`).
+fn serve_with_stderr_lines(
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>, String) {
+    use std::io::{BufRead, BufReader};
     let mut server = Command::new(env!("CARGO_BIN_EXE_multispin"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--handshake-timeout-s", "0.5"])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -1185,6 +1189,15 @@ fn serve_says_on_stderr_whom_it_refused_and_why() {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("{first:?}"))
         .to_owned();
+    (server, rx, addr)
+}
+
+/// `serve` says on stderr, one line each, whom it refused and why (here a frame of no known message).
+#[test]
+fn serve_says_on_stderr_whom_it_refused_and_why() {
+    use std::io::Write;
+    let (mut server, rx, addr) = serve_with_stderr_lines(&["--handshake-timeout-s", "0.5"]);
+    let wait = std::time::Duration::from_secs(60);
     let mut peer = std::net::TcpStream::connect(&addr).unwrap();
     let me = peer.local_addr().unwrap();
     peer.write_all(&[0, 0, 0, 2, 9, 0]).unwrap();
@@ -1208,29 +1221,7 @@ fn serve_says_on_stderr_whom_it_refused_and_why() {
 /// `RUST_LOG` that does not parse is refused naming it.
 #[test]
 fn serve_writes_the_listeners_warnings_on_stderr() {
-    use std::io::{BufRead, BufReader};
-    let mut server = Command::new(env!("CARGO_BIN_EXE_multispin"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let err = server.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let wait = std::time::Duration::from_secs(60);
-    let first = rx.recv_timeout(wait).unwrap();
-    let addr = first
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{first:?}"))
-        .to_owned();
+    let (mut server, rx, addr) = serve_with_stderr_lines(&[]);
     let pid = server.id().to_string();
     let open = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
     let lowered = Command::new("prlimit")
