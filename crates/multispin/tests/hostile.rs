@@ -1614,6 +1614,11 @@ fn a_restricted_draft_is_refused_as_the_target_and_drafts_beside_one() {
         ]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
+    // A device drafts with the folder alone: the folder carries no tokenizer, and the error says to pass the
+    // target's (it was the missing tokenizer.json's bare "No such file or directory", exit 1).
+    let fs = folder.to_str().unwrap();
+    let out = multispin(&["device", "--connect", "127.0.0.1:1", "--draft", fs]);
+    assert_input_error(&out, "holds no tokenizer.json: pass --tokenizer");
 }
 
 /// A draft over another vocabulary than the target's is refused by every command that pairs them, naming

@@ -132,7 +132,21 @@ pub fn load_tokenizer(tokenizer: Option<&Path>, model_path: &Path, vocab_size: u
         Some(p) if p.extension().is_some_and(|e| e == "json") => Tokenizer::from_hf_file(p),
         Some(p) if p.extension().is_some_and(|e| e == "gguf") => crate::gguf::load_tokenizer(p),
         Some(p) => Ok(Tokenizer::Llama2c(Llama2cTokenizer::load(p, vocab_size)?)),
-        None if model_path.is_dir() => Tokenizer::from_hf_file(&model_path.join("tokenizer.json")),
+        None if model_path.is_dir() => {
+            let file = model_path.join("tokenizer.json");
+            if !file.exists() {
+                // A restricted-head draft folder is written without one: it speaks its target's tokens.
+                return Err(RuntimeError::invalid(
+                    "tokenizer",
+                    format!(
+                        "{} holds no tokenizer.json: pass --tokenizer (a draft folder takes its target's, e.g. the \
+                         target's GGUF)",
+                        model_path.display()
+                    ),
+                ));
+            }
+            Tokenizer::from_hf_file(&file)
+        }
         None if model_path.extension().is_some_and(|e| e == "gguf") => {
             crate::gguf::load_tokenizer(model_path)
         }
