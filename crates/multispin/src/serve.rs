@@ -2,7 +2,6 @@
 
 use crate::failure::Failure;
 use crate::simulate::{Embedded, ServerArgs, identity, load, scheme_table, seconds, target_tokenizer};
-use anyhow::Context;
 use clap::Args;
 use spin_net::blocking::serve_blocking;
 use spin_net::proto::Identity;
@@ -159,6 +158,18 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         }
     }
     cfg.validate().map_err(Failure::input)?;
+    // The trace file and the address are tried before the target loads, so a bad path or a port in use is said
+    // at once (the probe's listener closes at once; the server binds the address again once it loaded).
+    let mut trace = match &args.trace {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+            |e| Failure::Input(format!("--trace: cannot create {}: {e}", p.display())),
+        )?)),
+        None => None,
+    };
+    drop(
+        std::net::TcpListener::bind(&args.listen)
+            .map_err(|e| Failure::Input(format!("--listen: cannot listen on {}: {e}", args.listen)))?,
+    );
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
     let tok = target_tokenizer(&args.server, &target)?;
     cfg.identity = identity(&target, &tok);
@@ -171,12 +182,6 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             cfg.max_new_tokens
         )));
     }
-    let mut trace = match &args.trace {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => None,
-    };
     let target = Arc::new(target);
     let mut rounds = Vec::new();
     let summary = serve_blocking(

@@ -1685,3 +1685,24 @@ fn a_draft_of_another_vocabulary_is_refused_by_every_command_that_pairs_them() {
         }
     }
 }
+
+/// `serve` tries its trace file and its address before the target loads: a path it cannot create or a port in
+/// use is named at once (a target path that does not exist proves the order: a check made after loading would
+/// report the target instead).
+#[test]
+fn serve_names_a_bad_trace_path_or_a_busy_port_before_the_target_loads() {
+    let out = multispin(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--trace",
+        "/nonexistent/dir/trace.jsonl",
+        "--target",
+        "/nonexistent/model.bin",
+    ]);
+    assert_input_error(&out, "--trace: cannot create /nonexistent/dir/trace.jsonl");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = multispin(&["serve", "--listen", &addr, "--target", "/nonexistent/model.bin"]);
+    assert_input_error(&out, &format!("--listen: cannot listen on {addr}"));
+}
