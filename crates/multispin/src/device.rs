@@ -2,7 +2,7 @@
 
 use crate::failure::Failure;
 use crate::serve::MAX_TOKEN_FILE_BYTES;
-use crate::simulate::{Embedded, encode, identity, load, load_tokenizer, seconds};
+use crate::simulate::{Embedded, encode, identity, load, seconds, tokenizer_for};
 use clap::Args;
 use spin_net::NetError;
 use spin_net::blocking::device_blocking;
@@ -127,13 +127,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     };
     // A restricted-head draft scores a compact vocabulary but speaks the target's: the tokenizer and the identity
     // are the full vocabulary's.
-    let tok = load_tokenizer(
-        args.tokenizer.as_deref(),
-        args.draft.as_deref(),
-        drafter.output_vocab(),
-    )?;
-    crate::pairing::check_tokenizer(
-        &tok,
+    let tok = tokenizer_for(
         args.tokenizer.as_deref(),
         &drafter,
         "--draft",

@@ -1,7 +1,7 @@
 //! `multispin serve`: the edge server as its own process; devices (`multispin device`) connect over TCP.
 
 use crate::failure::Failure;
-use crate::simulate::{Embedded, ServerArgs, identity, load, scheme_table, seconds, target_tokenizer};
+use crate::simulate::{Embedded, ServerArgs, identity, load, scheme_table, seconds, tokenizer_for};
 use clap::Args;
 use spin_net::blocking::serve_blocking;
 use spin_net::proto::Identity;
@@ -171,7 +171,12 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::Input(format!("--listen: cannot listen on {}: {e}", args.listen)))?,
     );
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
-    let tok = target_tokenizer(&args.server, &target)?;
+    let tok = tokenizer_for(
+        args.server.tokenizer.as_deref(),
+        &target,
+        "--target",
+        args.server.target.as_deref(),
+    )?;
     cfg.identity = identity(&target, &tok);
     // A device's prompt holds one token at least (BOS): a budget that fills the context would refuse every device
     // when it joins.

@@ -326,12 +326,17 @@ pub fn load_tokenizer(
         .map_err(Failure::input)
 }
 
-/// The tokenizer of the server's target (`--tokenizer`, else the one the target carries), checked against the
-/// target's vocabulary: what `simulate` and `serve` both pair.
-pub fn target_tokenizer(server: &ServerArgs, target: &Model) -> Result<Tokenizer, Failure> {
-    let (tokenizer, path) = (server.tokenizer.as_deref(), server.target.as_deref());
-    let tok = load_tokenizer(tokenizer, path, target.config().vocab_size)?;
-    pairing::check_tokenizer(&tok, tokenizer, target, "--target", path)?;
+/// The tokenizer `model` (loaded from `path` by `flag`; `None`: embedded) is paired with: `tokenizer` when given,
+/// else the one the model carries ([`load_tokenizer`]), checked against the vocabulary the model speaks
+/// (`Model::output_vocab`, a restricted draft head's target's) by [`pairing::check_tokenizer`].
+pub fn tokenizer_for(
+    tokenizer: Option<&Path>,
+    model: &Model,
+    flag: &str,
+    path: Option<&Path>,
+) -> Result<Tokenizer, Failure> {
+    let tok = load_tokenizer(tokenizer, path, model.output_vocab())?;
+    pairing::check_tokenizer(&tok, tokenizer, model, flag, path)?;
     Ok(tok)
 }
 
@@ -546,7 +551,12 @@ fn load_models(args: &SimulateArgs) -> Result<(Model, Model, Tokenizer), Failure
         }
     };
     pairing::check_draft(&drafter, &target, "--draft")?;
-    let tok = target_tokenizer(&args.server, &target)?;
+    let tok = tokenizer_for(
+        args.server.tokenizer.as_deref(),
+        &target,
+        "--target",
+        args.server.target.as_deref(),
+    )?;
     Ok((target, drafter, tok))
 }
 

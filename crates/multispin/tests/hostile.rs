@@ -1026,24 +1026,29 @@ fn fake_server(reply: Vec<u8>) -> String {
 #[test]
 fn a_device_gives_up_on_a_silent_server_naming_the_address() {
     let addr = fake_server(Vec::new());
+    // The address is said once, by the flag that gave it.
+    device_gives_up(
+        &addr,
+        &["--handshake-timeout-s", "0.3"],
+        "handshake: the server accepted the connection but sent no Welcome within 0.3 s",
+    );
+    let out = multispin(&["device", "--connect", &addr, "--handshake-timeout-s", "0"]);
+    assert_input_error(&out, "handshake_timeout_s:");
+}
+
+/// Runs `device --connect addr ARGS` against a server that fails it, and checks that it gave up well within 15 s
+/// with exit 1 and the one line `error: --connect ADDR: WANT`.
+fn device_gives_up(addr: &str, args: &[&str], want: &str) {
     let start = std::time::Instant::now();
-    let out = multispin(&["device", "--connect", &addr, "--handshake-timeout-s", "0.3"]);
+    let out = multispin(&[&["device", "--connect", addr][..], args].concat());
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    // The address is said once, by the flag that gave it.
-    assert_eq!(
-        err.trim_end(),
-        format!(
-            "error: --connect {addr}: handshake: the server accepted the connection but sent no Welcome within 0.3 s"
-        )
-    );
+    assert_eq!(err.trim_end(), format!("error: --connect {addr}: {want}"));
     assert!(
         start.elapsed() < std::time::Duration::from_secs(15),
         "{:?}",
         start.elapsed()
     );
-    let out = multispin(&["device", "--connect", &addr, "--handshake-timeout-s", "0"]);
-    assert_input_error(&out, "handshake_timeout_s:");
 }
 
 /// `device` against a server that welcomes it and then says nothing, not even a keepalive, gives up after
@@ -1075,29 +1080,10 @@ fn a_device_gives_up_on_a_server_that_welcomes_and_then_says_nothing() {
     })
     .unwrap();
     let addr = fake_server(spin_net::wire::frame_bytes(&body));
-    let start = std::time::Instant::now();
-    let out = multispin(&[
-        "device",
-        "--connect",
+    device_gives_up(
         &addr,
-        "--silence-timeout-s",
-        "0.5",
-        "--reconnect-s",
-        "0",
-    ]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(
-        err.trim_end(),
-        format!(
-            "error: --connect {addr}: silence: the server sent nothing for 0.5 s after the handshake, not even a \
-             keepalive"
-        )
-    );
-    assert!(
-        start.elapsed() < std::time::Duration::from_secs(15),
-        "{:?}",
-        start.elapsed()
+        &["--silence-timeout-s", "0.5", "--reconnect-s", "0"],
+        "silence: the server sent nothing for 0.5 s after the handshake, not even a keepalive",
     );
     let out = multispin(&["device", "--connect", &addr, "--silence-timeout-s", "0"]);
     assert_input_error(&out, "silence_timeout_s:");
