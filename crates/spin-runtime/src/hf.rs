@@ -58,6 +58,25 @@ pub struct HfConfig {
     /// End-of-sequence id (a number, a list of numbers or null); checked inside the vocabulary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eos_token_id: Option<serde_json::Value>,
+    /// The feed-forward activation: `silu` (or its other name `swish`) is the SwiGLU the model implements; any
+    /// other is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_act: Option<String>,
+    /// Llama: biases on the four attention projections, which the model does not implement (refused when true).
+    /// Qwen2's q/k/v biases come with its architecture, not with this key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_bias: Option<bool>,
+    /// Biases on the feed-forward projections: not implemented, refused when true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_bias: Option<bool>,
+    /// Sliding-window attention (Mistral; Qwen2 with `use_sliding_window`): each position sees only the last
+    /// `sliding_window` keys. The model attends to every key, which is the same attention while a sequence is no
+    /// longer than the window, so the context is capped at the window (a number, or null for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<serde_json::Value>,
+    /// Qwen2: whether `sliding_window` applies (false in the released configs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_sliding_window: Option<bool>,
 }
 
 fn default_eps() -> f64 {
@@ -118,6 +137,58 @@ impl HfConfig {
         }
     }
 
+    /// Refuses an activation other than SiLU and projection biases the architecture does not have (the model
+    /// would ignore them and compute wrong logits).
+    fn check_activation_and_biases(&self, arch: Arch) -> Result<()> {
+        if let Some(act) = self.hidden_act.as_deref()
+            && act != "silu"
+            && act != "swish"
+        {
+            return Err(RuntimeError::invalid(
+                "hidden_act",
+                format!("{act:?} is not implemented (the feed-forward is SwiGLU: \"silu\")"),
+            ));
+        }
+        if arch == Arch::Llama && self.attention_bias == Some(true) {
+            return Err(RuntimeError::invalid(
+                "attention_bias",
+                "true: biases on Llama's attention projections are not implemented",
+            ));
+        }
+        if self.mlp_bias == Some(true) {
+            return Err(RuntimeError::invalid(
+                "mlp_bias",
+                "true: biases on the feed-forward projections are not implemented",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The attention window that applies (Mistral's `sliding_window`, or Qwen2's when `use_sliding_window` is
+    /// true), if any; a window that is not a positive integer is refused.
+    fn attention_window(&self, arch: Arch) -> Result<Option<usize>> {
+        use serde_json::Value;
+        let applies = match arch {
+            Arch::Qwen2 => self.use_sliding_window == Some(true),
+            Arch::Llama => {
+                self.use_sliding_window != Some(false)
+                    && (self.model_type.as_deref() == Some("mistral")
+                        || self.architectures.first().map(String::as_str) == Some("MistralForCausalLM"))
+            }
+        };
+        match &self.sliding_window {
+            None | Some(Value::Null) => Ok(None),
+            Some(_) if !applies => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(w) if w > 0 => Ok(Some(usize::try_from(w).unwrap_or(usize::MAX))),
+                _ => Err(RuntimeError::invalid(
+                    "sliding_window",
+                    format!("{v} is not a positive number of positions (or null)"),
+                )),
+            },
+        }
+    }
+
     /// Refuses RoPE scaling (the model would ignore it and compute wrong logits) and BOS/EOS ids outside the
     /// vocabulary (the target's, for a restricted draft head).
     fn check_rope_and_ids(&self) -> Result<()> {
@@ -171,6 +242,8 @@ impl HfConfig {
     /// Our model configuration.
     pub fn to_config(&self) -> Result<Config> {
         let arch = self.arch()?;
+        self.check_activation_and_biases(arch)?;
+        let window = self.attention_window(arch)?;
         let cfg = Config {
             vocab_size: self.vocab_size,
             dim: self.hidden_size,
@@ -178,7 +251,10 @@ impl HfConfig {
             n_layers: self.num_hidden_layers,
             n_heads: self.num_attention_heads,
             n_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
-            max_seq_len: self.max_position_embeddings,
+            // Full attention equals the windowed one up to the window's length.
+            max_seq_len: window.map_or(self.max_position_embeddings, |w| {
+                w.min(self.max_position_embeddings)
+            }),
             rms_eps: self.rms_norm_eps,
             rope_theta: self.rope_theta,
             rope: RopeStyle::Halves,
@@ -379,6 +455,11 @@ fn write_folder(
         rope_scaling: None,
         bos_token_id: None,
         eos_token_id: None,
+        hidden_act: Some("silu".into()),
+        attention_bias: None,
+        mlp_bias: None,
+        sliding_window: None,
+        use_sliding_window: None,
     };
     std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(dir, e))?;
     let p = dir.join("config.json");

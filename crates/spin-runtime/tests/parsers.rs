@@ -911,7 +911,9 @@ fn gguf_rope_settings_the_model_does_not_implement_are_refused() {
 }
 
 /// A `config.json` is refused naming the key when its `model_type` is unsupported or another architecture than
-/// `architectures`, when it asks for RoPE scaling, when a BOS or EOS id lies outside the vocabulary, when its
+/// `architectures`, when its activation is not SiLU or it asks for projection biases the architecture lacks, when
+/// its sliding window is not a positive count (a window that applies caps the context), when it asks for RoPE
+/// scaling, when a BOS or EOS id lies outside the vocabulary, when its
 /// `head_dim` is not `hidden_size / num_attention_heads` (the only head width implemented), and when it declares an
 /// untied head that no safetensors file holds.
 #[test]
@@ -934,7 +936,67 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
     parse("model_type", json!("mistral")).unwrap();
     parse("head_dim", json!(4)).unwrap();
     parse("head_dim", json!(null)).unwrap();
+    for (key, value) in [
+        ("hidden_act", json!("silu")),
+        ("hidden_act", json!("swish")),
+        ("attention_bias", json!(false)),
+        ("mlp_bias", json!(false)),
+        ("sliding_window", json!(null)),
+        // A Llama config's window is not read (Hugging Face's Llama has none).
+        ("sliding_window", json!(4)),
+    ] {
+        let cfg = parse(key, value).unwrap();
+        assert_eq!(cfg.max_seq_len, 8, "{key}");
+    }
+    // A window shorter than the context caps it: full attention is the windowed one up to the window.
+    let windowed = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut c = base.clone();
+        edit(&mut c);
+        hf::parse_config(c.to_string().as_bytes(), "config.json").map_err(|e| e.to_string())
+    };
+    let mistral = |w: serde_json::Value| {
+        move |c: &mut serde_json::Value| {
+            c["architectures"] = json!(["MistralForCausalLM"]);
+            c["model_type"] = json!("mistral");
+            c["sliding_window"] = w.clone();
+        }
+    };
+    assert_eq!(windowed(&mistral(json!(5))).unwrap().max_seq_len, 5);
+    assert_eq!(windowed(&mistral(json!(4096))).unwrap().max_seq_len, 8);
+    assert_eq!(windowed(&mistral(json!(null))).unwrap().max_seq_len, 8);
+    let qwen = |use_it: bool| {
+        move |c: &mut serde_json::Value| {
+            c["architectures"] = json!(["Qwen2ForCausalLM"]);
+            c["model_type"] = json!("qwen2");
+            c["sliding_window"] = json!(3);
+            c["use_sliding_window"] = json!(use_it);
+        }
+    };
+    assert_eq!(windowed(&qwen(false)).unwrap().max_seq_len, 8);
+    assert_eq!(windowed(&qwen(true)).unwrap().max_seq_len, 3);
+    let e = windowed(&mistral(json!(0))).unwrap_err();
+    assert!(e.contains("sliding_window: 0 is not a positive number"), "{e}");
+    let e = windowed(&mistral(json!("wide"))).unwrap_err();
+    assert!(
+        e.contains("sliding_window: \"wide\" is not a positive number"),
+        "{e}"
+    );
     let refused = [
+        (
+            "hidden_act",
+            json!("gelu"),
+            "hidden_act: \"gelu\" is not implemented",
+        ),
+        (
+            "attention_bias",
+            json!(true),
+            "attention_bias: true: biases on Llama's attention projections are not implemented",
+        ),
+        (
+            "mlp_bias",
+            json!(true),
+            "mlp_bias: true: biases on the feed-forward projections are not implemented",
+        ),
         (
             "model_type",
             json!("gpt2"),
