@@ -94,6 +94,11 @@ pub struct DistillArgs {
     /// (0: the KL alone). Greedy acceptance needs only the top token to agree.
     #[arg(long, default_value_t = 0.0)]
     pub argmax_weight: f64,
+    /// With --init-layers: the first N of those layers, and the embedding and head, keep the target's weights
+    /// (no gradient, a forward pass alone per step); the layers above them and the final norm train. 0: every
+    /// tensor trains.
+    #[arg(long, default_value_t = 0)]
+    pub freeze_layers: u32,
 }
 
 impl DistillArgs {
@@ -127,6 +132,7 @@ impl DistillArgs {
             ("--cache-file", self.cache_file.clone()),
             ("--lr-schedule", self.lr_schedule.clone()),
             ("--argmax-weight", self.argmax_weight.to_string()),
+            ("--freeze-layers", self.freeze_layers.to_string()),
         ] {
             a.push(flag.to_owned());
             a.push(v);

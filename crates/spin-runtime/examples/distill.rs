@@ -13,7 +13,7 @@
 //!        [--layers 2] [--heads 4] [--kv-heads 2] [--lr 3e-3] [--seed 0] [--head-vocab 0] [--top-k 32]
 //!        [--story-seqs 512] [--minutes 0] [--init-layers none]
 //!        [--openings 0] [--instructions 48] [--self-instructions 0] [--cache-file none] [--lr-schedule constant]
-//!        [--argmax-weight 0]
+//!        [--argmax-weight 0] [--freeze-layers 0]
 
 use spin_runtime::train::{DistillConfig, distill};
 use spin_runtime::{Config, RopeStyle, llama2c};
@@ -114,11 +114,20 @@ fn run() -> Result<(), String> {
             seed: num(get("--seed"), "--seed", 0)?,
             minutes: num(get("--minutes"), "--minutes", 0.0)?,
             init_layers: layers(get("--init-layers"))?,
+            freeze_layers: num(get("--freeze-layers"), "--freeze-layers", 0)?,
             openings: num(get("--openings"), "--openings", 0)?,
             instructions: num(get("--instructions"), "--instructions", 48)?,
             self_instructions: num(get("--self-instructions"), "--self-instructions", 0)?,
             cache_file: get("--cache-file").filter(|v| *v != "none").map(PathBuf::from),
         };
+        // Checked here, not after minutes of caching.
+        if o.freeze_layers > 0 && o.freeze_layers >= o.init_layers.len() {
+            return Err(format!(
+                "--freeze-layers: {} would freeze every one of the {} layers --init-layers names",
+                o.freeze_layers,
+                o.init_layers.len()
+            ));
+        }
         return head_route::run(&target_path, &out, &o);
     }
     if get("--init-layers").is_some_and(|v| v != "none") {

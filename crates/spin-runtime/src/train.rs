@@ -540,17 +540,45 @@ impl HeadStudent {
             ));
         }
         let init = crate::model::random_tensors(&cfg, 0.02, seed, &Device::Cpu)?;
-        Self::from_tensors(cfg, hv, learning_rate, &init)
+        Self::from_tensors(cfg, hv, learning_rate, &init, 0)
     }
 
     /// A student of shape `cfg` (its vocabulary the head's compact one) starting from `init`, which holds every
     /// tensor [`tensor_shapes`] lists for `cfg`, in those shapes (e.g. some of the target's own layers).
+    ///
+    /// `frozen` > 0 keeps the first `frozen` layers and the embedding (with the head tied to it, or the untied
+    /// head too) as `init` gives them: they are constants of the graph, so no gradient is computed for them or
+    /// through them, and a step costs their forward pass alone. The layers above them and the final norm learn
+    /// to map the frozen layers' output onto the frozen head: a draft that reads features the target's own first
+    /// layers computed (what the target learned in pre-training), trained only where it differs.
     pub fn from_tensors(
         cfg: Config,
         hv: crate::head_vocab::HeadVocab,
         learning_rate: f64,
         init: &HashMap<String, Tensor>,
+        frozen: usize,
     ) -> Result<Self> {
+        if frozen > 0 && frozen >= cfg.n_layers {
+            return Err(RuntimeError::invalid(
+                "frozen",
+                format!(
+                    "{frozen} frozen layers leave none of the student's {} to train",
+                    cfg.n_layers
+                ),
+            ));
+        }
+        let is_frozen = |name: &str| -> bool {
+            if frozen == 0 {
+                return false;
+            }
+            if name == "model.embed_tokens.weight" || name == "lm_head.weight" {
+                return true;
+            }
+            name.strip_prefix("model.layers.")
+                .and_then(|rest| rest.split('.').next())
+                .and_then(|l| l.parse::<usize>().ok())
+                .is_some_and(|l| l < frozen)
+        };
         if cfg.vocab_size != hv.compact_vocab() {
             return Err(RuntimeError::invalid(
                 "student.vocab_size",
@@ -573,7 +601,12 @@ impl HeadStudent {
                     format!("has shape {:?}, not {shape:?}", t.dims()),
                 ));
             }
-            let v = Var::from_tensor(&t.to_dtype(DType::F32)?.to_device(&device)?)?;
+            let t = t.to_dtype(DType::F32)?.to_device(&device)?;
+            if is_frozen(&name) {
+                tensors.insert(name, t);
+                continue;
+            }
+            let v = Var::from_tensor(&t)?;
             tensors.insert(name, v.as_tensor().clone());
             vars.push(v);
         }

@@ -195,7 +195,7 @@ fn a_student_of_the_targets_own_layers_starts_where_the_target_is() {
         assert_eq!(sc.rope, RopeStyle::Halves);
         assert_eq!(sc.n_layers, layers.len());
         // The training wrapper accepts exactly these tensors.
-        HeadStudent::from_tensors(sc.clone(), hv.clone(), 1e-3, &st).unwrap();
+        HeadStudent::from_tensors(sc.clone(), hv.clone(), 1e-3, &st, 0).unwrap();
         let s = model_from_tensors(sc, st, &Device::Cpu).unwrap();
         s.forward_full(&cids)
             .unwrap()
@@ -229,4 +229,73 @@ fn a_student_of_the_targets_own_layers_starts_where_the_target_is() {
     assert!(err.contains("layers") && err.contains('3'), "{err}");
     let err = student_from_layers(&tc, &need, &[], &hv).unwrap_err().to_string();
     assert!(err.contains("layers"), "{err}");
+}
+
+/// A student whose first layers, embedding and head are frozen (`from_tensors(…, frozen)`) trains its upper
+/// layers and final norm alone: the frozen tensors keep their bits through steps, the others move, the KL on a
+/// fixed batch falls, and freezing every layer is refused by name.
+#[test]
+fn a_student_with_frozen_lower_layers_trains_only_the_layers_above() {
+    use spin_runtime::head_vocab::{HeadVocab, most_frequent};
+    use spin_runtime::train::{HeadStudent, cache_top_k, layer_tensor_names, student_from_layers};
+    let mut tc = cfg(32, 3);
+    tc.tied_embeddings = false;
+    let tensors = model::random_tensors(&tc, 0.5, 11, &Device::Cpu).unwrap();
+    let target = model_from_tensors(tc.clone(), tensors.clone(), &Device::Cpu).unwrap();
+    let seqs: Vec<Vec<u32>> = (0..6u32)
+        .map(|s| (0..10).map(|j| (s * 5 + j * 7) % 20).collect())
+        .collect();
+    let cache = cache_top_k(&target, &seqs, 6, 4, |_| ()).unwrap();
+    let counts: Vec<u64> = cache
+        .expected_counts(20)
+        .iter()
+        .map(|&x| (x * 1000.0) as u64)
+        .collect();
+    let hv = HeadVocab::new(most_frequent(&counts, 12), 20).unwrap();
+    let names = layer_tensor_names(&tc, &[0, 1, 2]);
+    let sub: std::collections::HashMap<_, _> = names
+        .iter()
+        .map(|(n, _)| (n.clone(), tensors[n].clone()))
+        .collect();
+    let (sc, st) = student_from_layers(&tc, &sub, &[0, 1, 2], &hv).unwrap();
+    let err = HeadStudent::from_tensors(sc.clone(), hv.clone(), 1e-2, &st, 3)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("frozen"), "{err}");
+    let mut s = HeadStudent::from_tensors(sc.clone(), hv.clone(), 1e-2, &st, 2).unwrap();
+    let batch = s.batch(&cache, &[0, 2, 4, 5]).unwrap();
+    let before = s.kl(&batch).unwrap();
+    for _ in 0..3 {
+        s.step(&batch).unwrap();
+    }
+    let after = s.kl(&batch).unwrap();
+    assert!(after < before, "KL {before} -> {after}");
+    let bits = |t: &candle_core::Tensor| -> Vec<u32> {
+        t.flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    };
+    let (mut kept, mut moved) = (0, 0);
+    for (name, t) in s.tensors() {
+        let frozen = name == "model.embed_tokens.weight"
+            || name == "lm_head.weight"
+            || name.starts_with("model.layers.0.")
+            || name.starts_with("model.layers.1.");
+        let same = bits(t) == bits(&st[name]);
+        if frozen {
+            assert!(same, "{name} is frozen but changed");
+            kept += 1;
+        } else if !same {
+            moved += 1;
+        }
+    }
+    assert!(kept >= 2 + 2 * 9, "{kept} frozen tensors");
+    // Every matrix of layer 2 and the final norm learn (a norm of a layer whose output the loss cannot see
+    // would not, but here every one of them can).
+    assert!(moved >= 9, "{moved} trained tensors moved");
 }

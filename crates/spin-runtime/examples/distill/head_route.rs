@@ -40,6 +40,9 @@ pub struct Opts {
     /// The target's layers the student starts from (its width, heads and norms with them; `dim` … `kv_heads` are
     /// then unused); empty: a random student of the shape above.
     pub init_layers: Vec<usize>,
+    /// The first `freeze_layers` of `init_layers`, and the embedding and head, stay the target's (no gradient);
+    /// 0: every tensor trains.
+    pub freeze_layers: usize,
     /// Held-in story openings (a paragraph's first 12 words) the target continues greedily to `seq_len` tokens:
     /// text like what the draft proposes for when the target decodes greedily from a story opening.
     pub openings: usize,
@@ -562,7 +565,8 @@ pub fn run(target_path: &Path, out: &Path, o: &Opts) -> Result<(), String> {
             "student: the target's layers {:?} (width {}, feed-forward {}, {}/{} heads; --dim … --kv-heads unused)",
             o.init_layers, cfg.dim, cfg.hidden_dim, cfg.n_heads, cfg.n_kv_heads
         );
-        let s = HeadStudent::from_tensors(cfg.clone(), hv.clone(), o.lr, &init).map_err(|e| e.to_string())?;
+        let s = HeadStudent::from_tensors(cfg.clone(), hv.clone(), o.lr, &init, o.freeze_layers)
+            .map_err(|e| e.to_string())?;
         (cfg, s)
     };
     student
