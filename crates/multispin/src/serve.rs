@@ -158,18 +158,17 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
         }
     }
     cfg.validate().map_err(Failure::input)?;
-    // The trace file and the address are tried before the target loads, so a bad path or a port in use is said
-    // at once (the probe's listener closes at once; the server binds the address again once it loaded).
+    // The trace file and the address are taken before the target loads, so a bad path or a port in use is said
+    // at once; the bound socket is the one the server then accepts on (nothing can take the port meanwhile, and
+    // devices that connect while the target loads wait in its backlog).
     let mut trace = match &args.trace {
         Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
             |e| Failure::Input(format!("--trace: cannot create {}: {e}", p.display())),
         )?)),
         None => None,
     };
-    drop(
-        std::net::TcpListener::bind(&args.listen)
-            .map_err(|e| Failure::Input(format!("--listen: cannot listen on {}: {e}", args.listen)))?,
-    );
+    let listener = std::net::TcpListener::bind(&args.listen)
+        .map_err(|e| Failure::Input(format!("--listen: cannot listen on {}: {e}", args.listen)))?;
     let target = load(args.server.target.as_deref(), Embedded::Target)?;
     let tok = tokenizer_for(
         args.server.tokenizer.as_deref(),
@@ -190,7 +189,7 @@ pub fn run(args: &ServeArgs) -> Result<(), Failure> {
     let target = Arc::new(target);
     let mut rounds = Vec::new();
     let summary = serve_blocking(
-        &args.listen,
+        listener,
         target,
         cfg,
         // Through the stderr printer: a stderr nobody reads must not stall the server (crate::logging).

@@ -55,10 +55,11 @@ pub fn with_ctrl_c<T>(f: impl FnOnce(&dyn Fn() -> bool) -> Result<T>) -> Result<
     f(&|| *shutdown.borrow())
 }
 
-/// Binds `addr`, reports the bound address to `on_listening`, and serves until done or ctrl-c; the server's operator
-/// notices (whom it waits for) go to `on_notice`.
+/// Serves on `listener` (bound by the caller, e.g. before the target loaded), reports its address to
+/// `on_listening`, and serves until done or ctrl-c; the server's operator notices (whom it waits for) go to
+/// `on_notice`.
 pub fn serve_blocking(
-    addr: &str,
+    listener: std::net::TcpListener,
     target: Arc<Model>,
     cfg: ServerConfig,
     on_listening: impl FnOnce(SocketAddr),
@@ -68,7 +69,7 @@ pub fn serve_blocking(
     let rt = runtime()?;
     let shutdown = ctrl_c(&rt);
     rt.block_on(async move {
-        let server = Server::bind(addr, target, cfg).await?.with_notices(on_notice);
+        let server = Server::from_std(listener, target, cfg)?.with_notices(on_notice);
         on_listening(server.local_addr()?);
         server.run(shutdown, on_round).await
     })

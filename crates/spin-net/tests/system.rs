@@ -779,3 +779,35 @@ fn a_restricted_head_draft_joins_and_a_device_that_cannot_join_ends_the_run() {
         "{err}"
     );
 }
+
+/// A server made from a socket its caller bound beforehand (`serve` binds before the target loads) answers the
+/// device that connected before the server existed: the connection waited in the socket's backlog, where a probe
+/// that closed and a second bind would have refused it (or let another process take the port meanwhile).
+#[test]
+fn a_server_on_a_socket_bound_beforehand_answers_a_device_that_came_early() {
+    let target = Arc::new(tiny(1, 0.3, 3));
+    let drafter = tiny(2, 0.3, 2);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let rt = runtime();
+    let (tx, rx) = watch::channel(false);
+    let reply = rt.block_on(async {
+        let early = tokio::spawn({
+            let addr = addr.clone();
+            let vocab = drafter.config().vocab_size as u32;
+            async move { raw_hello(&addr, &hello(vocab, PROTOCOL_VERSION, None)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let server = Server::from_std(listener, target.clone(), config("best", &target)).unwrap();
+        assert_eq!(server.local_addr().unwrap().to_string(), addr);
+        let serving = tokio::spawn(server.run(rx, |_| {}));
+        let reply = tokio::time::timeout(Duration::from_secs(10), early)
+            .await
+            .unwrap()
+            .unwrap();
+        tx.send(true).unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;
+        reply
+    });
+    assert!(matches!(reply, ServerMsg::Welcome { .. }), "{reply:?}");
+}

@@ -76,6 +76,21 @@ pub struct Server {
 impl Server {
     /// Binds `addr` (e.g. `127.0.0.1:0`) for the target `model`.
     pub async fn bind(addr: &str, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
+        // Checked before the address is taken.
+        Self::check(&model, &cfg)?;
+        let listener = TcpListener::bind(addr).await?;
+        Self::with_listener(listener, model, cfg)
+    }
+
+    /// A server on `listener`, a socket the caller bound already (e.g. before loading the target, so that an
+    /// address in use is said at once and no other process can take it meanwhile). Call within a tokio runtime.
+    pub fn from_std(listener: std::net::TcpListener, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
+        listener.set_nonblocking(true)?;
+        Self::with_listener(TcpListener::from_std(listener)?, model, cfg)
+    }
+
+    /// The configuration, and its identity against the target.
+    fn check(model: &Model, cfg: &ServerConfig) -> Result<()> {
         cfg.validate()?;
         if cfg.identity.vocab as usize != model.config().vocab_size {
             return Err(NetError::invalid(
@@ -87,7 +102,11 @@ impl Server {
                 ),
             ));
         }
-        let listener = TcpListener::bind(addr).await?;
+        Ok(())
+    }
+
+    fn with_listener(listener: TcpListener, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
+        Self::check(&model, &cfg)?;
         Ok(Server {
             listener,
             model,
