@@ -1,6 +1,7 @@
 //! The command's `tracing` subscriber: what the libraries log goes to stderr (spin-net's listener warns when
 //! accepting a connection fails, e.g. when file descriptors run out), warnings and errors by default; `RUST_LOG`
-//! sets the filter (`RUST_LOG=spin_net=info` adds a device's resumes). stdout is never written.
+//! sets the filter (`RUST_LOG=spin_net=info` adds a device's resumes). Dependencies that write `log` records
+//! instead (the tokenizer library, TLS) go through the same filter. stdout is never written.
 //!
 //! Lines said while a command runs its async work (the log, `serve`'s address and notices) go to stderr through
 //! one printer thread ([`line()`]): a stderr that nobody reads then blocks that thread, never a runtime worker, and
@@ -107,8 +108,17 @@ where
         .finish()
 }
 
+/// Turns the `log` records of dependencies into `tracing` events, for the whole process (once; a second call keeps
+/// the first): records above `max` are not even formatted.
+fn bridge_log(max: LevelFilter) {
+    use tracing_log::AsLog;
+    let _ = tracing_log::LogTracer::builder()
+        .with_max_level(max.as_log())
+        .init();
+}
+
 /// Installs the subscriber of `RUST_LOG` (default: warnings) writing to stderr through [`line()`], for the whole
-/// process. Only `tracing` events are written: the `log` records of dependencies are not bridged.
+/// process, and bridges the dependencies' `log` records to it.
 pub fn install() -> Result<(), Failure> {
     let value = match std::env::var(ENV) {
         Ok(v) => Some(v),
@@ -118,9 +128,11 @@ pub fn install() -> Result<(), Failure> {
         }
     };
     let filter = filter(value.as_deref())?;
+    let max = filter.max_level_hint().unwrap_or(LevelFilter::TRACE);
     let sub = subscriber(filter, EventLines, std::io::stderr().is_terminal());
     // Set once, by `main`; a second call keeps the first.
     let _ = tracing::subscriber::set_global_default(sub);
+    bridge_log(max);
     Ok(())
 }
 
@@ -178,6 +190,30 @@ mod tests {
             "{text:?}"
         );
         assert_eq!(logged(Some("off")), "");
+    }
+
+    /// A dependency's `log` record reaches the subscriber under the same filter as the events.
+    #[test]
+    fn log_records_of_dependencies_go_through_the_filter() {
+        bridge_log(LevelFilter::TRACE);
+        let written = |rust_log: Option<&str>| {
+            let buf = Buffer::default();
+            let sub = subscriber(filter(rust_log).unwrap(), buf.clone(), false);
+            tracing::subscriber::with_default(sub, || {
+                log::warn!(target: "tokenizers::tokenizer", "a warning from a dependency");
+                log::debug!(target: "rustls::conn", "a debug record");
+            });
+            String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+        };
+        let text = written(None);
+        assert!(
+            text.contains("WARN") && text.contains("a warning from a dependency"),
+            "{text:?}"
+        );
+        assert!(!text.contains("debug record"), "{text:?}");
+        let text = written(Some("rustls=debug"));
+        assert!(text.contains("a debug record"), "{text:?}");
+        assert_eq!(written(Some("off")), "");
     }
 
     #[test]
