@@ -151,14 +151,7 @@ fn load(models: &Models) -> Result<Loaded, Failure> {
     if models.dequantize {
         target = target.dequantize().map_err(Failure::input)?;
     }
-    let tok = spin_runtime::load_tokenizer(
-        models.tokenizer.as_deref(),
-        &models.target,
-        target.config().vocab_size,
-    )
-    .map_err(Failure::input)?;
-    pairing::check_tokenizer(
-        &tok,
+    let tok = crate::simulate::tokenizer_for(
         models.tokenizer.as_deref(),
         &target,
         "--target",

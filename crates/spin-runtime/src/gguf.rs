@@ -897,13 +897,35 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     // Token types (llama.cpp's): 3 control, 4 user-defined. Control tokens are special (matched whole in the
     // text, e.g. `<|im_start|>` of a rendered chat template, and left out when decoding); user-defined ones are
     // matched whole too. BOS and EOS are special whatever the file says.
+    // One i32 per token: an entry of another type, or an array of another length, would have marked the wrong
+    // tokens special (each such entry used to count as a normal token).
     let types: Vec<i64> = match c.metadata.get("tokenizer.ggml.token_type") {
-        Some(v) => v
-            .to_vec()
-            .map_err(|e| RuntimeError::format("tokenizer.ggml.token_type", e.to_string()))?
-            .iter()
-            .map(|x| x.to_i32().map(i64::from).unwrap_or(1))
-            .collect(),
+        Some(v) => {
+            let key = format!("{what}: tokenizer.ggml.token_type");
+            let xs = v
+                .to_vec()
+                .map_err(|e| RuntimeError::format(&key, e.to_string()))?;
+            if xs.len() != n_tokens {
+                return Err(RuntimeError::format(
+                    &key,
+                    format!(
+                        "{} entries for {n_tokens} tokens (tokenizer.ggml.tokens)",
+                        xs.len()
+                    ),
+                ));
+            }
+            xs.iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    x.to_i32().map(i64::from).map_err(|_| {
+                        RuntimeError::format(
+                            format!("{key}[{i}]"),
+                            format!("stored as {:?}, must be an i32 token type", x.value_type()),
+                        )
+                    })
+                })
+                .collect::<Result<_>>()?
+        }
         None => Vec::new(),
     };
     let (bos, eos) = (

@@ -837,6 +837,46 @@ fn gguf_bos_and_eos_outside_the_vocabulary_are_refused_at_load() {
     assert_eq!(gguf::load_tokenizer(&path).unwrap().eos(), Some(39));
 }
 
+/// `tokenizer.ggml.token_type` holds one i32 per token: an array of another length, or an entry of another type,
+/// is refused naming the key (such an entry used to count as a normal token, whatever the file meant).
+#[test]
+fn gguf_token_types_of_another_type_or_count_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let path = dir.path().join("types.gguf");
+    // A GGUF array: element type, count, elements.
+    let array = |elem: u32, n: u64, bytes_each: &dyn Fn(usize) -> Vec<u8>| {
+        let mut v = elem.to_le_bytes().to_vec();
+        v.extend_from_slice(&n.to_le_bytes());
+        for i in 0..n as usize {
+            v.extend_from_slice(&bytes_each(i));
+        }
+        v
+    };
+    let normal_or_control = |i: usize| (if i < 3 { 3i32 } else { 1 }).to_le_bytes().to_vec();
+    std::fs::write(
+        &path,
+        g.with("tokenizer.ggml.token_type", 9, array(5, 40, &normal_or_control))
+            .bytes(),
+    )
+    .unwrap();
+    gguf::load_tokenizer(&path).unwrap();
+    for (v, want) in [
+        (
+            array(5, 39, &normal_or_control),
+            "tokenizer.ggml.token_type: 39 entries for 40 tokens",
+        ),
+        (
+            array(0, 40, &|_| vec![1u8]),
+            "tokenizer.ggml.token_type[0]: stored as U8, must be an i32 token type",
+        ),
+    ] {
+        std::fs::write(&path, g.with("tokenizer.ggml.token_type", 9, v).bytes()).unwrap();
+        let e = gguf::load_tokenizer(&path).unwrap_err().to_string();
+        assert_has(&e, &[want]);
+    }
+}
+
 /// RoPE settings the model does not implement are refused naming the key (the model would ignore them and compute
 /// wrong logits); the ones it implements (a rotary dimension of the head width, no scaling) load.
 #[test]
