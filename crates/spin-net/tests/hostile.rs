@@ -1123,3 +1123,81 @@ fn a_notice_callback_that_blocks_stalls_neither_the_listener_nor_the_rounds() {
     let want = generate_plain(&target, &[1, 5, 9], &greedy, 12, None, 0).unwrap();
     assert_eq!(rep.generated(), want.as_slice());
 }
+
+/// A model of the tiny models' vocabulary (so the same drafters fit) with a long context, whose passes over a long
+/// prompt take a while.
+fn long_context(seed: u64, n_layers: usize) -> Arc<Model> {
+    let cfg = spin_runtime::Config {
+        vocab_size: 24,
+        dim: 128,
+        hidden_dim: 256,
+        n_layers,
+        n_heads: 4,
+        n_kv_heads: 2,
+        max_seq_len: 4096,
+        rms_eps: 1e-5,
+        rope_theta: 10000.0,
+        rope: spin_runtime::RopeStyle::Interleaved,
+        qkv_bias: false,
+        tied_embeddings: true,
+    };
+    let device = spin_runtime::select_device().unwrap();
+    let tensors = model::random_tensors(&cfg, 0.3, seed, &device).unwrap();
+    Arc::new(model::model_from_tensors(cfg, tensors, &device).unwrap())
+}
+
+/// A device that waits while the server runs a long pass (here the prefill of a second device's long prompt, which
+/// takes longer than the first device's silence timeout) hears `KeepAlive`s through it: it neither gives up nor
+/// resumes, and both devices get their texts. The timeouts scale with how long the pass takes on this machine.
+#[test]
+fn a_long_pass_keeps_the_waiting_devices_alive() {
+    let target = long_context(1, 4);
+    let drafter = long_context(2, 1);
+    // The longest prompt up to 3,000 tokens whose prefill takes 300 ms or more, doubling from 256.
+    let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| 1 + (i as u32 * 7) % 23).collect() };
+    let mut n = 256;
+    let took = loop {
+        let t = std::time::Instant::now();
+        target.forward(&mut target.new_cache(), &prompt(n)).unwrap();
+        let took = t.elapsed();
+        if took >= Duration::from_millis(300) || n == 3000 {
+            break took;
+        }
+        n = (2 * n).min(3000);
+    };
+    let long = prompt(n);
+    let silence = (took / 3).max(Duration::from_millis(60));
+    let rt = runtime();
+    let reports = rt
+        .block_on(bounded(async {
+            let mut cfg = config("best", &target);
+            cfg.min_devices = 2;
+            cfg.keepalive_every = silence / 5;
+            let (addr, serving, _stop) = start(cfg, &target, Default::default()).await;
+            let device = |prompt: Vec<u32>| {
+                let mut dc = DeviceConfig::new(addr.clone(), prompt, identity(&drafter));
+                dc.silence_timeout = silence;
+                dc.reconnect_for = Duration::ZERO;
+                tokio::spawn(run_device(drafter.clone(), dc))
+            };
+            let first = device(vec![1, 5, 9]);
+            tokio::time::sleep(silence).await;
+            let second = device(long.clone());
+            let reports = [first.await.unwrap(), second.await.unwrap()];
+            serving.await.unwrap().unwrap();
+            reports
+        }))
+        .unwrap();
+    let greedy = sampling(0.0).unwrap();
+    for (r, prompt) in reports.iter().zip([vec![1, 5, 9], long]) {
+        let r = r.as_ref().unwrap_or_else(|e| {
+            panic!("a device gave up during a {took:?} pass with a silence timeout of {silence:?}: {e}")
+        });
+        assert_eq!(
+            r.resumes, 0,
+            "a pass of {took:?}, a silence timeout of {silence:?}"
+        );
+        let want = generate_plain(&target, &prompt, &greedy, 12, None, 0).unwrap();
+        assert_eq!(r.generated(), want.as_slice());
+    }
+}

@@ -206,6 +206,15 @@ impl Server {
     }
 }
 
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Engine {
     cfg: ServerConfig,
     verifier: Verifier<Arc<Model>>,
@@ -280,6 +289,32 @@ impl Engine {
             }
             tokio::time::sleep_until(t.min(self.keepalive_at).into()).await;
         }
+    }
+
+    /// Runs `pass` (a target pass: seconds on a large model, or a long prompt's prefill) on this worker while a
+    /// task of its own sends every connected device a `KeepAlive` each `keepalive_every`, as [`Engine::next_event`]
+    /// does while the engine waits: a device must tell a server busy with a long pass from a hung one (its silence
+    /// timeout is twelve intervals by default).
+    fn busy<T>(&mut self, pass: impl FnOnce(&mut Verifier<Arc<Model>>) -> T) -> T {
+        let txs: Vec<_> = self
+            .sessions
+            .iter()
+            .filter_map(|s| s.conn.as_ref().map(|c| c.tx.clone()))
+            .collect();
+        let every = self.cfg.keepalive_every;
+        let mut at = self.keepalive_at;
+        let ticker = AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep_until(at.into()).await;
+                for tx in &txs {
+                    push(tx, &ServerMsg::KeepAlive);
+                }
+                at = Instant::now() + every;
+            }
+        }));
+        let out = tokio::task::block_in_place(|| pass(&mut self.verifier));
+        drop(ticker);
+        out
     }
 
     /// Sends every connected device a `KeepAlive` if one is due.

@@ -372,7 +372,7 @@ impl Engine {
             .iter()
             .map(|(k, _)| Ok((*k, self.verifier.tokens(*k)?.len())))
             .collect::<Result<_>>()?;
-        let (decisions, measured_verify) = tokio::task::block_in_place(|| self.verifier.verify(&subs))?;
+        let (decisions, measured_verify) = self.busy(|v| v.verify(&subs))?;
         let drafted: u64 = subs.iter().map(|s| s.tokens.len() as u64).sum();
         st.verify_s = match self.cfg.compute {
             Compute::Profile { .. } => {

@@ -302,7 +302,7 @@ impl Engine {
                     format!("{} is not a finite number > 0", crate::error::number(d)),
                 ));
             }
-            let k = tokio::task::block_in_place(|| self.verifier.add_devices(&[prompt]))?;
+            let k = self.busy(|v| v.add_devices(&[prompt]))?;
             let distance = distance_m.unwrap_or_else(|| self.cfg.link.drop_distance(self.cfg.seed, k));
             let mean_gain = self.cfg.link.mean_gain(distance)?;
             let draft_token_s = match self.cfg.compute {
