@@ -47,8 +47,33 @@ impl Tokenizer {
         }
     }
 
-    /// Decodes ids to text, skipping special tokens.
+    /// Decodes ids to text, skipping special tokens. An id no token of this tokenizer spells (a model's vocabulary
+    /// may be larger than its tokenizer's: Hugging Face models pad theirs) becomes U+FFFD, the replacement
+    /// character, where both formats' decoders would drop it without a trace.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        if ids.iter().all(|&id| self.spells(id)) {
+            return self.decode_spelled(ids);
+        }
+        let mut out = String::new();
+        for run in ids.chunk_by(|&a, &b| self.spells(a) == self.spells(b)) {
+            if self.spells(run[0]) {
+                out.push_str(&self.decode_spelled(run)?);
+            } else {
+                out.extend(std::iter::repeat_n(char::REPLACEMENT_CHARACTER, run.len()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a token of this tokenizer has id `id`.
+    fn spells(&self, id: u32) -> bool {
+        match self {
+            Tokenizer::Llama2c(t) => (id as usize) < t.vocab_size(),
+            Tokenizer::Hf { inner, .. } => inner.id_to_token(id).is_some(),
+        }
+    }
+
+    fn decode_spelled(&self, ids: &[u32]) -> Result<String> {
         match self {
             Tokenizer::Llama2c(t) => Ok(t.decode(ids)),
             Tokenizer::Hf { inner, .. } => inner

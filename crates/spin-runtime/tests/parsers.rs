@@ -1186,3 +1186,28 @@ fn tokenizers_name_the_ids_they_can_produce() {
     };
     assert_eq!(past.id_space(), 91);
 }
+
+/// An id no token spells (a model's vocabulary may be larger than its tokenizer's) decodes as U+FFFD, the
+/// replacement character, in both tokenizer families, instead of vanishing from the text; spelled ids around it
+/// decode as they would alone.
+#[test]
+fn ids_no_token_spells_decode_as_the_replacement_character() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = sound_gguf(dir.path());
+    let path = dir.path().join("tok.gguf");
+    std::fs::write(&path, g.bytes()).unwrap();
+    let hf = gguf::load_tokenizer(&path).unwrap();
+    let alone = hf.decode(&[5, 6]).unwrap();
+    assert!(!alone.contains('\u{FFFD}'), "{alone:?}");
+    let with_gap = hf.decode(&[5, 40, 1000, 6]).unwrap();
+    let want: String = {
+        let (a, b) = (hf.decode(&[5]).unwrap(), hf.decode(&[6]).unwrap());
+        format!("{a}\u{FFFD}\u{FFFD}{b}")
+    };
+    assert_eq!(with_gap, want);
+    let l2c = spin_runtime::Tokenizer::Llama2c(spin_runtime::llama2c::Llama2cTokenizer::from_pieces(&[(
+        "ab", 0.0,
+    )]));
+    assert_eq!(l2c.decode(&[259, 5000, 259]).unwrap(), "ab\u{FFFD}ab");
+    assert_eq!(l2c.decode(&[259, 259]).unwrap(), "abab");
+}
