@@ -710,7 +710,8 @@ fn real_model_marker(ran: bool) {
     } else {
         "skipped (MULTISPIN_SHARED_DATA unset)"
     };
-    let _ = writeln!(std::io::stderr(), "real-model test {name}: {what}");
+    // One write of the whole line: a line written in pieces interleaves with the harness's own lines.
+    let _ = std::io::stderr().write_all(format!("real-model test {name}: {what}\n").as_bytes());
 }
 
 /// A draft with a restricted head (a compact vocabulary of its own, distributions over the target's) drafts over the
