@@ -54,13 +54,16 @@ impl Tokenizer {
         if ids.iter().all(|&id| self.spells(id)) {
             return self.decode_spelled(ids);
         }
-        let mut out = String::new();
-        for run in ids.chunk_by(|&a, &b| self.spells(a) == self.spells(b)) {
-            if self.spells(run[0]) {
-                out.push_str(&self.decode_spelled(run)?);
+        let known: Vec<bool> = ids.iter().map(|&id| self.spells(id)).collect();
+        let (mut out, mut at) = (String::new(), 0);
+        for run in known.chunk_by(|a, b| a == b) {
+            let part = &ids[at..at + run.len()];
+            if run[0] {
+                out.push_str(&self.decode_spelled(part)?);
             } else {
-                out.extend(std::iter::repeat_n(char::REPLACEMENT_CHARACTER, run.len()));
+                out.extend(std::iter::repeat_n(char::REPLACEMENT_CHARACTER, part.len()));
             }
+            at += run.len();
         }
         Ok(out)
     }

@@ -79,14 +79,15 @@ impl Server {
         // Checked before the address is taken.
         Self::check(&model, &cfg)?;
         let listener = TcpListener::bind(addr).await?;
-        Self::with_listener(listener, model, cfg)
+        Ok(Self::with_listener(listener, model, cfg))
     }
 
     /// A server on `listener`, a socket the caller bound already (e.g. before loading the target, so that an
     /// address in use is said at once and no other process can take it meanwhile). Call within a tokio runtime.
     pub fn from_std(listener: std::net::TcpListener, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
+        Self::check(&model, &cfg)?;
         listener.set_nonblocking(true)?;
-        Self::with_listener(TcpListener::from_std(listener)?, model, cfg)
+        Ok(Self::with_listener(TcpListener::from_std(listener)?, model, cfg))
     }
 
     /// The configuration, and its identity against the target.
@@ -105,14 +106,14 @@ impl Server {
         Ok(())
     }
 
-    fn with_listener(listener: TcpListener, model: Arc<Model>, cfg: ServerConfig) -> Result<Self> {
-        Self::check(&model, &cfg)?;
-        Ok(Server {
+    /// The server on `listener`, for a `model` and `cfg` that passed [`Server::check`].
+    fn with_listener(listener: TcpListener, model: Arc<Model>, cfg: ServerConfig) -> Self {
+        Server {
             listener,
             model,
             cfg,
             notice: None,
-        })
+        }
     }
 
     /// Sends the server's operator notices (whom it waits for before the first round, every
