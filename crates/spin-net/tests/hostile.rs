@@ -1128,18 +1128,11 @@ fn a_notice_callback_that_blocks_stalls_neither_the_listener_nor_the_rounds() {
 /// prompt take a while.
 fn long_context(seed: u64, n_layers: usize) -> Arc<Model> {
     let cfg = spin_runtime::Config {
-        vocab_size: 24,
         dim: 128,
         hidden_dim: 256,
         n_layers,
-        n_heads: 4,
-        n_kv_heads: 2,
         max_seq_len: 4096,
-        rms_eps: 1e-5,
-        rope_theta: 10000.0,
-        rope: spin_runtime::RopeStyle::Interleaved,
-        qkv_bias: false,
-        tied_embeddings: true,
+        ..tiny(seed, 1).config().clone()
     };
     let device = spin_runtime::select_device().unwrap();
     let tensors = model::random_tensors(&cfg, 0.3, seed, &device).unwrap();

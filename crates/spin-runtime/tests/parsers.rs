@@ -965,12 +965,13 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
         "bos_token_id": 1, "eos_token_id": [2, 5], "rope_scaling": null
     });
     use serde_json::json;
-    // The base config with `key` set to `value`, parsed.
-    let parse = |key: &str, value: serde_json::Value| {
+    // The base config edited by `edit`, parsed; `parse` sets one key.
+    let edited = |edit: &dyn Fn(&mut serde_json::Value)| {
         let mut c = base.clone();
-        c[key] = value;
+        edit(&mut c);
         hf::parse_config(c.to_string().as_bytes(), "config.json").map_err(|e| e.to_string())
     };
+    let parse = |key: &str, value: serde_json::Value| edited(&|c| c[key] = value.clone());
     parse("rope_scaling", json!(null)).unwrap();
     parse("rope_scaling", json!({"rope_type": "default"})).unwrap();
     parse("model_type", json!("mistral")).unwrap();
@@ -989,11 +990,6 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
         assert_eq!(cfg.max_seq_len, 8, "{key}");
     }
     // A window shorter than the context caps it: full attention is the windowed one up to the window.
-    let windowed = |edit: &dyn Fn(&mut serde_json::Value)| {
-        let mut c = base.clone();
-        edit(&mut c);
-        hf::parse_config(c.to_string().as_bytes(), "config.json").map_err(|e| e.to_string())
-    };
     let mistral = |w: serde_json::Value| {
         move |c: &mut serde_json::Value| {
             c["architectures"] = json!(["MistralForCausalLM"]);
@@ -1001,9 +997,9 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
             c["sliding_window"] = w.clone();
         }
     };
-    assert_eq!(windowed(&mistral(json!(5))).unwrap().max_seq_len, 5);
-    assert_eq!(windowed(&mistral(json!(4096))).unwrap().max_seq_len, 8);
-    assert_eq!(windowed(&mistral(json!(null))).unwrap().max_seq_len, 8);
+    assert_eq!(edited(&mistral(json!(5))).unwrap().max_seq_len, 5);
+    assert_eq!(edited(&mistral(json!(4096))).unwrap().max_seq_len, 8);
+    assert_eq!(edited(&mistral(json!(null))).unwrap().max_seq_len, 8);
     let qwen = |use_it: bool| {
         move |c: &mut serde_json::Value| {
             c["architectures"] = json!(["Qwen2ForCausalLM"]);
@@ -1012,11 +1008,11 @@ fn hf_configs_the_model_would_misread_are_refused_naming_the_key() {
             c["use_sliding_window"] = json!(use_it);
         }
     };
-    assert_eq!(windowed(&qwen(false)).unwrap().max_seq_len, 8);
-    assert_eq!(windowed(&qwen(true)).unwrap().max_seq_len, 3);
-    let e = windowed(&mistral(json!(0))).unwrap_err();
+    assert_eq!(edited(&qwen(false)).unwrap().max_seq_len, 8);
+    assert_eq!(edited(&qwen(true)).unwrap().max_seq_len, 3);
+    let e = edited(&mistral(json!(0))).unwrap_err();
     assert!(e.contains("sliding_window: 0 is not a positive number"), "{e}");
-    let e = windowed(&mistral(json!("wide"))).unwrap_err();
+    let e = edited(&mistral(json!("wide"))).unwrap_err();
     assert!(
         e.contains("sliding_window: \"wide\" is not a positive number"),
         "{e}"
