@@ -60,6 +60,10 @@ pub struct DeviceArgs {
     /// every 5 s); past it the device resumes once, and gives up if the server stays silent as long again.
     #[arg(long, default_value_t = 60.0)]
     pub silence_timeout_s: f64,
+    /// Seconds the device waits, once welcomed, for the server to move its session on (a plan, a verdict) while it
+    /// hears only keepalives, e.g. while the server waits for --devices devices to join; past it the device gives up.
+    #[arg(long, default_value_t = 3600.0)]
+    pub progress_timeout_s: f64,
 }
 
 /// Runs `multispin device`: prints the generated text on stdout.
@@ -78,6 +82,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     }
     let handshake_timeout = seconds("handshake_timeout_s", args.handshake_timeout_s)?;
     let silence_timeout = seconds("silence_timeout_s", args.silence_timeout_s)?;
+    let progress_timeout = seconds("progress_timeout_s", args.progress_timeout_s)?;
     let reconnect_for = std::time::Duration::try_from_secs_f64(args.reconnect_s)
         .ok()
         .filter(|d| *d <= spin_net::server::MAX_WAIT)
@@ -144,6 +149,7 @@ pub fn run(args: &DeviceArgs) -> Result<(), Failure> {
     cfg.token = token;
     cfg.handshake_timeout = handshake_timeout;
     cfg.silence_timeout = silence_timeout;
+    cfg.progress_timeout = progress_timeout;
     cfg.reconnect_for = reconnect_for;
     let report = device_blocking(Arc::new(drafter), cfg);
     match report {

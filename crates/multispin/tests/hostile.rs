@@ -1087,6 +1087,8 @@ fn a_device_gives_up_on_a_server_that_welcomes_and_then_says_nothing() {
     );
     let out = multispin(&["device", "--connect", &addr, "--silence-timeout-s", "0"]);
     assert_input_error(&out, "silence_timeout_s:");
+    let out = multispin(&["device", "--connect", &addr, "--progress-timeout-s", "0"]);
+    assert_input_error(&out, "progress_timeout_s:");
 }
 
 /// A hostile server's `Error` text reaches the terminal escaped: no escape sequence, no second line.
@@ -1342,6 +1344,7 @@ fn waits_beyond_a_year_are_refused_naming_the_flag() {
     for (flag, field) in [
         ("--handshake-timeout-s", "handshake_timeout_s:"),
         ("--silence-timeout-s", "silence_timeout_s:"),
+        ("--progress-timeout-s", "progress_timeout_s:"),
         ("--reconnect-s", "reconnect_s:"),
     ] {
         assert_input_error(

@@ -26,6 +26,11 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// pass) is waited for, and one that hangs, or a path that is gone, is given up on within a minute.
 pub const DEFAULT_SILENCE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The default [`DeviceConfig::progress_timeout`]: an hour without a plan or a verdict. Long enough for a server
+/// that waits for `--devices` devices to join, or for a slow device's draft, yet bounded, so that a server that
+/// answers every silence with a `KeepAlive` and never moves the session on cannot hold a device for ever.
+pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Settings of a device.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
@@ -48,6 +53,10 @@ pub struct DeviceConfig {
     /// connection too stays silent that long before any message. Must be longer than 0, and well above the
     /// server's keepalive interval.
     pub silence_timeout: Duration,
+    /// How long a welcomed device waits for the server to move its session on (a `Plan`, a `Verdict` or a
+    /// `Dropped`) while it hears nothing else but `KeepAlive`s; resumes do not restart it. Past it the device fails
+    /// with [`NetError::Stalled`]. Must be longer than 0.
+    pub progress_timeout: Duration,
     /// Test hook: extra wall delay before each draft is sent (a straggler).
     pub delay: Option<Duration>,
     /// Test hook: drop the connection right after sending the draft of this round, then resume.
@@ -80,6 +89,7 @@ impl DeviceConfig {
             max_frame_bytes: proto::MAX_FRAME_BYTES,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             silence_timeout: DEFAULT_SILENCE_TIMEOUT,
+            progress_timeout: DEFAULT_PROGRESS_TIMEOUT,
             delay: None,
             disconnect_at_round: None,
             reconnect_for: Duration::from_secs(30),
@@ -280,6 +290,7 @@ pub async fn run_device_with_ready(
     for (field, d) in [
         ("handshake_timeout", cfg.handshake_timeout),
         ("silence_timeout", cfg.silence_timeout),
+        ("progress_timeout", cfg.progress_timeout),
     ] {
         if d.is_zero() {
             return Err(NetError::invalid(field, "must be longer than 0 s"));
@@ -299,23 +310,39 @@ pub async fn run_device_with_ready(
     // then is given up on (a hung server welcomes nothing; a server that welcomes and then says nothing would
     // otherwise hold the device for ever, one resume at a time).
     let mut resumed_after_silence = false;
+    // When the server last moved the session on; `KeepAlive`s and resumes do not count.
+    let mut progressed = Instant::now();
     loop {
         // A server that says nothing for the silence timeout (it sends a `KeepAlive` every few seconds while the
-        // device waits) hangs, or the path to it is gone.
-        let received = tokio::time::timeout(
-            cfg.silence_timeout,
-            recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(NetError::Silent {
-                addr: cfg.addr.clone(),
-                after: cfg.silence_timeout,
-            })
-        });
+        // device waits) hangs, or the path to it is gone; one that keeps the device waiting past the progress
+        // timeout, keepalives or not, is given up on.
+        let progress_left = cfg.progress_timeout.saturating_sub(progressed.elapsed());
+        let stalled = || NetError::Stalled {
+            addr: cfg.addr.clone(),
+            after: cfg.progress_timeout,
+        };
+        if progress_left.is_zero() {
+            return Err(stalled());
+        }
+        let wait = cfg.silence_timeout.min(progress_left);
+        let received = tokio::time::timeout(wait, recv::<ServerMsg>(&mut j.conn, cfg.max_frame_bytes))
+            .await
+            .unwrap_or_else(|_| {
+                if wait < cfg.silence_timeout {
+                    Err(stalled())
+                } else {
+                    Err(NetError::Silent {
+                        addr: cfg.addr.clone(),
+                        after: cfg.silence_timeout,
+                    })
+                }
+            });
         let msg = match received {
             Ok((m, _)) => {
                 resumed_after_silence = false;
+                if !matches!(m, ServerMsg::KeepAlive) {
+                    progressed = Instant::now();
+                }
                 m
             }
             // A cut connection (reset, closed without `Shutdown`, a frame cut short) is not the end of the run:

@@ -93,6 +93,18 @@ pub enum NetError {
         /// The silence timeout.
         after: std::time::Duration,
     },
+    /// Once welcomed, the device heard no plan, verdict or drop for its progress timeout (only `KeepAlive`s, if
+    /// anything): the server holds it without moving its session on.
+    #[error(
+        "stalled: the server sent no plan or verdict for {} s, only keepalives",
+        .after.as_secs_f64()
+    )]
+    Stalled {
+        /// The server's address.
+        addr: String,
+        /// The progress timeout.
+        after: std::time::Duration,
+    },
     /// An argument or received field is out of its domain.
     #[error("{field}: {reason}")]
     Invalid {

@@ -737,6 +737,19 @@ async fn welcoming_server(
     Arc<std::sync::atomic::AtomicUsize>,
     tokio::task::JoinHandle<()>,
 ) {
+    welcoming_server_with(drafter, None).await
+}
+
+/// [`welcoming_server`] that, with `keepalive_every`, sends a `KeepAlive` at that interval after the `Welcome`
+/// and nothing else.
+async fn welcoming_server_with(
+    drafter: &Model,
+    keepalive_every: Option<Duration>,
+) -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let welcomed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -767,7 +780,15 @@ async fn welcoming_server(
                 let _ = recv::<DeviceMsg>(&mut conn, proto::MAX_FRAME_BYTES).await;
                 send(&mut conn, &welcome).await.unwrap();
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                std::future::pending::<()>().await;
+                match keepalive_every {
+                    Some(every) => loop {
+                        tokio::time::sleep(every).await;
+                        if send(&mut conn, &ServerMsg::KeepAlive).await.is_err() {
+                            break;
+                        }
+                    },
+                    None => std::future::pending::<()>().await,
+                }
             }));
         }
     });
@@ -815,6 +836,44 @@ fn a_device_gives_up_on_a_server_that_welcomes_and_then_says_nothing() {
             c.silence_timeout = bad;
             let e = run_device(drafter.clone(), c).await.unwrap_err();
             assert!(e.to_string().starts_with("silence_timeout:"), "{e}");
+        }
+        server.abort();
+    }))
+    .unwrap();
+}
+
+/// A server that welcomes the device and then sends only `KeepAlive`s, never a plan, cannot hold it either: the
+/// keepalives satisfy the silence timeout, and past the progress timeout the device gives up with `Stalled`,
+/// without resuming. A zero or endless progress timeout is refused by name.
+#[test]
+fn a_device_gives_up_on_a_server_that_only_keeps_it_alive() {
+    let drafter = tiny(2, 1);
+    let rt = runtime();
+    rt.block_on(bounded(async {
+        let (addr, welcomed, server) = welcoming_server_with(&drafter, Some(Duration::from_millis(50))).await;
+        let mut cfg = DeviceConfig::new(addr.clone(), vec![1, 5, 9], identity(&drafter));
+        cfg.silence_timeout = Duration::from_millis(300);
+        cfg.progress_timeout = Duration::from_millis(900);
+        cfg.reconnect_for = Duration::from_secs(5);
+        let start = std::time::Instant::now();
+        let e = run_device(drafter.clone(), cfg.clone()).await.unwrap_err();
+        let took = start.elapsed();
+        assert!(matches!(e, spin_net::NetError::Stalled { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "stalled: the server sent no plan or verdict for 0.9 s, only keepalives"
+        );
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        // Three silence timeouts' worth of keepalives: the device neither resumed nor gave up on silence.
+        assert_eq!(welcomed.load(std::sync::atomic::Ordering::SeqCst), 1);
+        for bad in [Duration::ZERO, Duration::MAX] {
+            let mut c = cfg.clone();
+            c.progress_timeout = bad;
+            let e = run_device(drafter.clone(), c).await.unwrap_err();
+            assert!(e.to_string().starts_with("progress_timeout:"), "{e}");
         }
         server.abort();
     }))
