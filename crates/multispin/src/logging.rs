@@ -162,15 +162,20 @@ mod tests {
         }
     }
 
-    /// What the events below write under the filter of `rust_log`.
-    fn logged(rust_log: Option<&str>) -> String {
+    /// What `emit` writes under the filter of `rust_log`.
+    fn written_by(rust_log: Option<&str>, emit: impl FnOnce()) -> String {
         let buf = Buffer::default();
         let sub = subscriber(filter(rust_log).unwrap(), buf.clone(), false);
-        tracing::subscriber::with_default(sub, || {
+        tracing::subscriber::with_default(sub, emit);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// What the events below write under the filter of `rust_log`.
+    fn logged(rust_log: Option<&str>) -> String {
+        written_by(rust_log, || {
             tracing::warn!(target: "spin_net::server::conn", "listener: accept failed");
             tracing::info!(target: "spin_net::device", "device: resumed session");
-        });
-        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+        })
     }
 
     #[test]
@@ -197,13 +202,10 @@ mod tests {
     fn log_records_of_dependencies_go_through_the_filter() {
         bridge_log(LevelFilter::TRACE);
         let written = |rust_log: Option<&str>| {
-            let buf = Buffer::default();
-            let sub = subscriber(filter(rust_log).unwrap(), buf.clone(), false);
-            tracing::subscriber::with_default(sub, || {
+            written_by(rust_log, || {
                 log::warn!(target: "tokenizers::tokenizer", "a warning from a dependency");
                 log::debug!(target: "rustls::conn", "a debug record");
-            });
-            String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+            })
         };
         let text = written(None);
         assert!(
